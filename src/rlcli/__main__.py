@@ -1,0 +1,3 @@
+from rlcli.train import main
+
+main()

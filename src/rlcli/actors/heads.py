@@ -1,0 +1,71 @@
+"""Action distributions written as plain tensor math.
+
+Building torch.distributions objects on every acting step costs more than the small networks do;
+these functions give the same log-probabilities and entropies (tests check them against
+torch.distributions) without the objects.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+_LOG_2PI = math.log(2 * math.pi)
+
+
+class CategoricalHead(nn.Module):
+    """Discrete actions: logits from a linear layer."""
+
+    def __init__(self, in_features: int, n_actions: int):
+        super().__init__()
+        self.logits = nn.Linear(in_features, n_actions)
+
+    def forward(self, features: torch.Tensor) -> torch.Tensor:
+        return torch.log_softmax(self.logits(features), dim=-1)
+
+    @staticmethod
+    def sample(log_probs: torch.Tensor, deterministic: bool) -> torch.Tensor:
+        if deterministic:
+            return log_probs.argmax(-1)
+        # Gumbel-max: argmax(logp + Gumbel noise) is a sample of the categorical distribution.
+        gumbel = -torch.log(-torch.log(torch.rand_like(log_probs).clamp_min(1e-20)))
+        return (log_probs + gumbel).argmax(-1)
+
+    @staticmethod
+    def log_prob(log_probs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        return log_probs.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
+
+    @staticmethod
+    def entropy(log_probs: torch.Tensor) -> torch.Tensor:
+        return -(log_probs.exp() * log_probs).sum(-1)
+
+
+class GaussianHead(nn.Module):
+    """Box actions: a diagonal Gaussian with a state-independent learned log std.
+
+    Samples are stored unclipped (their log-prob stays exact); the collector clips them to the
+    action bounds only when sending them to the env.
+    """
+
+    def __init__(self, in_features: int, action_dim: int, log_std_init: float = 0.0):
+        super().__init__()
+        self.mean = nn.Linear(in_features, action_dim)
+        self.log_std = nn.Parameter(torch.full((action_dim,), float(log_std_init)))
+
+    def forward(self, features: torch.Tensor) -> torch.Tensor:
+        return self.mean(features)
+
+    def sample(self, mean: torch.Tensor, deterministic: bool) -> torch.Tensor:
+        if deterministic:
+            return mean
+        return mean + self.log_std.exp() * torch.randn_like(mean)
+
+    def log_prob(self, mean: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        z = (actions - mean) * torch.exp(-self.log_std)
+        return (-0.5 * z.square() - self.log_std - 0.5 * _LOG_2PI).sum(-1)
+
+    def entropy(self, mean: torch.Tensor) -> torch.Tensor:
+        per_dim = 0.5 + 0.5 * _LOG_2PI + self.log_std
+        return per_dim.sum().expand(mean.shape[:-1])

@@ -1,0 +1,140 @@
+"""MLP actor-critic: an observation normalizer, policy and value bodies (shared or separate), heads."""
+
+from __future__ import annotations
+
+import math
+from typing import Literal, NamedTuple
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch import nn
+
+from rlcli.actors.heads import CategoricalHead, GaussianHead
+from rlcli.actors.normalizer import RunningNorm
+from rlcli.registry import ACTORS, ConfigError, require
+
+Activation = Literal["tanh", "relu", "elu", "gelu", "silu", "leaky_relu"]
+_ACTIVATIONS: dict[str, type[nn.Module]] = {
+    "tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU, "gelu": nn.GELU, "silu": nn.SiLU, "leaky_relu": nn.LeakyReLU,
+}
+
+
+class ActOutput(NamedTuple):
+    actions: torch.Tensor
+    log_probs: torch.Tensor
+    values: torch.Tensor
+
+
+class EvalOutput(NamedTuple):
+    log_probs: torch.Tensor
+    entropy: torch.Tensor
+    values: torch.Tensor
+
+
+def mlp(in_features: int, hidden_sizes: list[int], activation: Activation) -> nn.Sequential:
+    layers: list[nn.Module] = []
+    for size in hidden_sizes:
+        layers += [nn.Linear(in_features, size), _ACTIVATIONS[activation]()]
+        in_features = size
+    return nn.Sequential(*layers)
+
+
+def orthogonal_init(module: nn.Module, gain: float) -> None:
+    for layer in module.modules():
+        if isinstance(layer, nn.Linear):
+            nn.init.orthogonal_(layer.weight, gain)
+            nn.init.zeros_(layer.bias)
+
+
+class ActorCritic(nn.Module):
+    """Policy and value function for on-policy algorithms over flat Box observations.
+
+    `normalizer` belongs to the actor (its statistics are saved with it) but is applied by the
+    callers: the collector updates it and stores normalized observations, so the update sees exactly
+    what acting saw; testing applies it frozen. `act`, `value` and `evaluate` take normalized input.
+    """
+
+    def __init__(
+        self,
+        observation_space: gym.spaces.Space,
+        action_space: gym.spaces.Space,
+        hidden_sizes: list[int],
+        activation: Activation,
+        shared: bool,
+        ortho_init: bool,
+        log_std_init: float,
+        normalize_obs: bool,
+        clip_obs: float,
+    ):
+        super().__init__()
+        obs_dim = int(np.prod(observation_space.shape))
+        self.obs_shape = tuple(observation_space.shape)
+        self.normalizer = RunningNorm(self.obs_shape, clip=clip_obs, enabled=normalize_obs)
+        self.pi_body = mlp(obs_dim, hidden_sizes, activation)
+        self.v_body = self.pi_body if shared else mlp(obs_dim, hidden_sizes, activation)
+        features = hidden_sizes[-1] if hidden_sizes else obs_dim
+        self.discrete = isinstance(action_space, gym.spaces.Discrete)
+        if self.discrete:
+            self.head: CategoricalHead | GaussianHead = CategoricalHead(features, int(action_space.n))
+        else:
+            self.head = GaussianHead(features, int(np.prod(action_space.shape)), log_std_init)
+        self.value_head = nn.Linear(features, 1)
+        if ortho_init:
+            orthogonal_init(self.pi_body, math.sqrt(2))
+            if not shared:
+                orthogonal_init(self.v_body, math.sqrt(2))
+            orthogonal_init(self.head, 0.01)
+            orthogonal_init(self.value_head, 1.0)
+
+    def param_groups(self) -> dict[str, list[nn.Parameter]]:
+        """Parameters split into shared / policy / value, for separate learning rates."""
+        shared = self.pi_body is self.v_body
+        pi = list(self.head.parameters()) + ([] if shared else list(self.pi_body.parameters()))
+        v = list(self.value_head.parameters()) + ([] if shared else list(self.v_body.parameters()))
+        return {"shared": list(self.pi_body.parameters()) if shared else [], "pi": pi, "v": v}
+
+    def _features(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        x = obs.flatten(1)  # already normalized by the caller: see `normalizer`
+        pi = self.pi_body(x)
+        return pi, (pi if self.v_body is self.pi_body else self.v_body(x))
+
+    def act(self, obs: torch.Tensor, deterministic: bool = False) -> ActOutput:
+        pi, v = self._features(obs)
+        params = self.head(pi)
+        actions = self.head.sample(params, deterministic)
+        return ActOutput(actions, self.head.log_prob(params, actions), self.value_head(v).squeeze(-1))
+
+    def value(self, obs: torch.Tensor) -> torch.Tensor:
+        _, v = self._features(obs)
+        return self.value_head(v).squeeze(-1)
+
+    def evaluate(self, obs: torch.Tensor, actions: torch.Tensor) -> EvalOutput:
+        pi, v = self._features(obs)
+        params = self.head(pi)
+        return EvalOutput(
+            self.head.log_prob(params, actions), self.head.entropy(params), self.value_head(v).squeeze(-1)
+        )
+
+
+@ACTORS.register("mlp")
+def build_mlp_actor(
+    observation_space: gym.spaces.Space,
+    action_space: gym.spaces.Space,
+    normalize_obs: bool = False,
+    clip_obs: float = 10.0,
+    hidden_sizes: list[int] = (64, 64),  # type: ignore[assignment]
+    activation: Activation = "tanh",
+    shared: bool = False,
+    ortho_init: bool = True,
+    log_std_init: float = 0.0,
+) -> ActorCritic:
+    if not isinstance(observation_space, gym.spaces.Box):
+        raise ConfigError(
+            f"actor=mlp needs a Box observation space; the env has {type(observation_space).__name__}"
+        )
+    require(all(h > 0 for h in hidden_sizes), "actor.hidden_sizes", list(hidden_sizes), "sizes must be > 0")
+    return ActorCritic(
+        observation_space, action_space, list(hidden_sizes), activation, shared, ortho_init,
+        log_std_init, normalize_obs, clip_obs,
+    )

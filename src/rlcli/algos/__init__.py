@@ -1,0 +1,3 @@
+"""Algorithms register themselves on import; importing this package makes them all available."""
+
+from rlcli.algos import a2c, ppo  # noqa: F401

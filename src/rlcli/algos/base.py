@@ -1,0 +1,85 @@
+"""What every algorithm provides, and the small pieces on-policy algorithms share."""
+
+from __future__ import annotations
+
+from typing import Any, Literal, Protocol
+
+import torch
+from torch import nn
+
+from rlcli.actors.mlp import ActorCritic, ActOutput
+from rlcli.registry import require
+
+Schedule = Literal["constant", "linear"]
+
+
+class Algorithm(Protocol):
+    """The contract the trainer relies on; see DESIGN.md."""
+
+    on_policy: bool
+    n_steps: int
+    gamma: float
+    gae_lambda: float
+    actor: nn.Module
+
+    def act(self, obs: torch.Tensor, deterministic: bool = False) -> ActOutput: ...
+
+    def update(self, buffer: Any, progress: float) -> dict[str, torch.Tensor]: ...
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+
+def schedule_factor(kind: Schedule, progress: float) -> float:
+    """Multiplier for a scheduled value at `progress` in [0, 1] of the step budget."""
+    return 1.0 if kind == "constant" else max(0.0, 1.0 - progress)
+
+
+def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    return (x * mask).sum() / mask.sum().clamp_min(1.0)
+
+
+def normalize_masked(x: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
+    mean = masked_mean(x, mask)
+    std = masked_mean((x - mean).square(), mask).sqrt()
+    return (x - mean) / (std + eps)
+
+
+def explained_variance(pred: torch.Tensor, target: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """1 - Var[target - pred] / Var[target] over real transitions (nan when the target is constant)."""
+    var_target = masked_mean((target - masked_mean(target, mask)).square(), mask)
+    resid = target - pred
+    var_resid = masked_mean((resid - masked_mean(resid, mask)).square(), mask)
+    return torch.where(var_target > 0, 1 - var_resid / var_target, torch.full_like(var_target, float("nan")))
+
+
+def param_groups(actor: ActorCritic, lr: float, lr_pi: float | None, lr_v: float | None) -> list[dict[str, Any]]:
+    """Optimizer groups with optional separate policy / value learning rates (`base_lr` kept for schedules)."""
+    groups = actor.param_groups()
+    rates = {"shared": lr, "pi": lr if lr_pi is None else lr_pi, "v": lr if lr_v is None else lr_v}
+    return [
+        {"params": params, "lr": rates[name], "base_lr": rates[name], "name": name}
+        for name, params in groups.items()
+        if params
+    ]
+
+
+def set_lr(optimizer: torch.optim.Optimizer, factor: float) -> float:
+    for group in optimizer.param_groups:
+        group["lr"] = group["base_lr"] * factor
+    return optimizer.param_groups[0]["lr"]
+
+
+def check_common(
+    n_steps: int, lr: float, lr_pi: float | None, lr_v: float | None, gamma: float, gae_lambda: float,
+    ent_coef: float, vf_coef: float, max_grad_norm: float | None,
+) -> None:
+    require(n_steps > 0, "algo.n_steps", n_steps, "must be > 0")
+    for key, value in (("algo.lr", lr), ("algo.lr_pi", lr_pi), ("algo.lr_v", lr_v)):
+        require(value is None or value > 0, key, value, "must be > 0")
+    require(0 <= gamma <= 1, "algo.gamma", gamma, "must be in [0, 1]")
+    require(0 <= gae_lambda <= 1, "algo.gae_lambda", gae_lambda, "must be in [0, 1]")
+    require(ent_coef >= 0, "algo.ent_coef", ent_coef, "must be >= 0")
+    require(vf_coef >= 0, "algo.vf_coef", vf_coef, "must be >= 0")
+    require(max_grad_norm is None or max_grad_norm > 0, "algo.max_grad_norm", max_grad_norm, "must be > 0 or null")

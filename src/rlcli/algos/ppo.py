@@ -1,0 +1,134 @@
+"""Proximal Policy Optimization (clipped surrogate), Schulman et al. 2017."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from rlcli.actors.mlp import ActorCritic, ActOutput
+from rlcli.algos.base import (
+    Schedule,
+    check_common,
+    explained_variance,
+    masked_mean,
+    normalize_masked,
+    param_groups,
+    schedule_factor,
+    set_lr,
+)
+from rlcli.buffers.rollout import RolloutBuffer
+from rlcli.registry import ALGOS, require
+
+
+@ALGOS.register("ppo")
+class PPO:
+    on_policy = True
+
+    def __init__(
+        self,
+        actor: ActorCritic,
+        num_envs: int,
+        n_steps: int = 2048,
+        batch_size: int = 64,
+        n_epochs: int = 10,
+        lr: float = 3e-4,
+        lr_pi: float | None = None,
+        lr_v: float | None = None,
+        lr_schedule: Schedule = "constant",
+        gamma: float = 0.99,
+        gae_lambda: float = 0.95,
+        clip_range: float = 0.2,
+        clip_range_schedule: Schedule = "constant",
+        clip_range_vf: float | None = None,
+        normalize_advantage: bool = True,
+        ent_coef: float = 0.0,
+        vf_coef: float = 0.5,
+        max_grad_norm: float | None = 0.5,
+        target_kl: float | None = None,
+    ) -> None:
+        check_common(n_steps, lr, lr_pi, lr_v, gamma, gae_lambda, ent_coef, vf_coef, max_grad_norm)
+        rollout = n_steps * num_envs
+        require(0 < batch_size <= rollout, "algo.batch_size", batch_size,
+                f"must be in [1, n_steps * num_envs = {rollout}]")
+        require(n_epochs > 0, "algo.n_epochs", n_epochs, "must be > 0")
+        require(clip_range > 0, "algo.clip_range", clip_range, "must be > 0")
+        require(clip_range_vf is None or clip_range_vf > 0, "algo.clip_range_vf", clip_range_vf, "must be > 0 or null")
+        require(target_kl is None or target_kl > 0, "algo.target_kl", target_kl, "must be > 0 or null")
+        self.actor = actor
+        self.n_steps, self.batch_size, self.n_epochs = n_steps, batch_size, n_epochs
+        self.gamma, self.gae_lambda = gamma, gae_lambda
+        self.lr_schedule, self.clip_range, self.clip_range_schedule = lr_schedule, clip_range, clip_range_schedule
+        self.clip_range_vf, self.normalize_advantage = clip_range_vf, normalize_advantage
+        self.ent_coef, self.vf_coef, self.max_grad_norm, self.target_kl = ent_coef, vf_coef, max_grad_norm, target_kl
+        self.optimizer = torch.optim.Adam(param_groups(actor, lr, lr_pi, lr_v), eps=1e-5)
+
+    @torch.inference_mode()
+    def act(self, obs: torch.Tensor, deterministic: bool = False) -> ActOutput:
+        return self.actor.act(obs, deterministic)
+
+    def update(self, buffer: RolloutBuffer, progress: float) -> dict[str, torch.Tensor]:
+        lr = set_lr(self.optimizer, schedule_factor(self.lr_schedule, progress))
+        clip = self.clip_range * schedule_factor(self.clip_range_schedule, progress)
+        batch = buffer.flat()
+        size = batch.mask.shape[0]
+        sums: dict[str, torch.Tensor] = {}
+        n_minibatches = 0
+        for _epoch in range(self.n_epochs):
+            kls = []
+            for idx in torch.randperm(size, device=batch.mask.device).split(self.batch_size):
+                stats = self._minibatch_step(batch, idx, clip)
+                for k, v in stats.items():
+                    sums[k] = sums.get(k, 0.0) + v
+                kls.append(stats["approx_kl"])
+                n_minibatches += 1
+            if self.target_kl is not None and torch.stack(kls).mean().item() > 1.5 * self.target_kl:
+                break
+        metrics = {k: v / n_minibatches for k, v in sums.items()}
+        metrics["explained_variance"] = explained_variance(batch.values, batch.returns, batch.mask)
+        metrics["learning_rate"] = torch.tensor(lr)
+        metrics["clip_range"] = torch.tensor(clip)
+        return metrics
+
+    def _minibatch_step(self, batch: Any, idx: torch.Tensor, clip: float) -> dict[str, torch.Tensor]:
+        mask = batch.mask[idx]
+        log_probs, entropy, values = self.actor.evaluate(batch.obs[idx], batch.actions[idx])
+        advantages = batch.advantages[idx]
+        if self.normalize_advantage and idx.numel() > 1:
+            advantages = normalize_masked(advantages, mask)
+        log_ratio = log_probs - batch.log_probs[idx]
+        ratio = log_ratio.exp()
+        policy_loss = masked_mean(
+            torch.maximum(-advantages * ratio, -advantages * ratio.clamp(1 - clip, 1 + clip)), mask
+        )
+        old_values, returns = batch.values[idx], batch.returns[idx]
+        if self.clip_range_vf is None:
+            value_loss = masked_mean((values - returns).square(), mask)
+        else:  # clip the value update around the old prediction, as PPO2 did
+            clipped = old_values + (values - old_values).clamp(-self.clip_range_vf, self.clip_range_vf)
+            value_loss = masked_mean(torch.maximum((values - returns).square(), (clipped - returns).square()), mask)
+        entropy_mean = masked_mean(entropy, mask)
+        loss = policy_loss - self.ent_coef * entropy_mean + self.vf_coef * value_loss
+
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if self.max_grad_norm is not None:
+            nn.utils.clip_grad_norm_(self.actor.parameters(), self.max_grad_norm)
+        self.optimizer.step()
+
+        with torch.no_grad():
+            approx_kl = masked_mean(ratio - 1 - log_ratio, mask)  # Schulman's low-variance estimator
+            clip_fraction = masked_mean(((ratio - 1).abs() > clip).float(), mask)
+        return {
+            "policy_loss": policy_loss.detach(), "value_loss": value_loss.detach(),
+            "entropy": entropy_mean.detach(), "approx_kl": approx_kl, "clip_fraction": clip_fraction,
+            "loss": loss.detach(),
+        }
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"actor": self.actor.state_dict(), "optimizer": self.optimizer.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.actor.load_state_dict(state["actor"])
+        self.optimizer.load_state_dict(state["optimizer"])

@@ -1,0 +1,3 @@
+"""Buffers register themselves on import."""
+
+from rlcli.buffers import rollout  # noqa: F401

@@ -1,0 +1,142 @@
+"""On-policy rollout storage and GAE.
+
+Layout is [n_steps, num_envs]. With NEXT_STEP autoreset a step that follows an episode's end is a
+reset step: its action was ignored by the env, so it is stored with `valid = 0` and masked out of
+every loss. That layout makes truncation bootstrapping free: the value stored at the reset step is
+V(final observation), which is exactly what a time-limited step must bootstrap from.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+
+from rlcli.registry import BUFFERS
+
+
+def compute_gae(
+    rewards: torch.Tensor,
+    values: torch.Tensor,
+    terminated: torch.Tensor,
+    dones: torch.Tensor,
+    last_values: torch.Tensor,
+    gamma: float,
+    gae_lambda: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Generalized advantage estimates and returns over a [T, N] rollout.
+
+    `values[t + 1]` (or `last_values` after the last step) is the value of the observation that
+    step t returned. `terminated` zeroes that bootstrap; `dones` (terminated or truncated) stops
+    the advantage from flowing across an episode boundary. A truncated step therefore bootstraps
+    from V(final observation) and no further.
+    """
+    next_values = torch.cat([values[1:], last_values.unsqueeze(0)], 0)
+    deltas = rewards + gamma * next_values * (1.0 - terminated) - values
+    carry = gamma * gae_lambda * (1.0 - dones)
+    advantages = torch.empty_like(rewards)
+    running = torch.zeros_like(last_values)
+    for t in range(rewards.shape[0] - 1, -1, -1):
+        running = deltas[t] + carry[t] * running
+        advantages[t] = running
+    return advantages, advantages + values
+
+
+class RolloutBatch(NamedTuple):
+    obs: torch.Tensor
+    actions: torch.Tensor
+    log_probs: torch.Tensor
+    values: torch.Tensor
+    advantages: torch.Tensor
+    returns: torch.Tensor
+    mask: torch.Tensor  # 1 for real transitions, 0 for reset steps
+
+
+@BUFFERS.register("rollout")
+class RolloutBuffer:
+    """Preallocated [n_steps, num_envs] tensors on the training device."""
+
+    on_policy = True
+
+    def __init__(
+        self,
+        n_steps: int,
+        num_envs: int,
+        obs_shape: tuple[int, ...],
+        action_shape: tuple[int, ...],
+        discrete: bool,
+        device: torch.device,
+    ) -> None:
+        self.n_steps, self.num_envs, self.device = n_steps, num_envs, device
+        shape = (n_steps, num_envs)
+
+        def zeros(*extra: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+            return torch.zeros(*shape, *extra, dtype=dtype, device=device)
+
+        self.obs = zeros(*obs_shape)
+        self.actions = zeros(*action_shape, dtype=torch.long if discrete else torch.float32)
+        self.log_probs = zeros()
+        self.values = zeros()
+        self.rewards = zeros()
+        self.terminated = zeros()
+        self.dones = zeros()
+        self.valid = zeros()
+        self.advantages = zeros()
+        self.returns = zeros()
+        self.pos = 0
+
+    def add(
+        self,
+        obs: torch.Tensor,
+        actions: torch.Tensor,
+        log_probs: torch.Tensor,
+        values: torch.Tensor,
+        rewards: torch.Tensor,
+        terminated: torch.Tensor,
+        dones: torch.Tensor,
+        valid: torch.Tensor,
+    ) -> None:
+        t = self.pos
+        self.obs[t] = obs
+        self.actions[t] = actions
+        self.log_probs[t] = log_probs
+        self.values[t] = values
+        self.rewards[t] = rewards
+        self.terminated[t] = terminated
+        self.dones[t] = dones
+        self.valid[t] = valid
+        self.pos += 1
+
+    @property
+    def full(self) -> bool:
+        return self.pos == self.n_steps
+
+    def compute_returns(self, last_values: torch.Tensor, gamma: float, gae_lambda: float) -> None:
+        self.advantages, self.returns = compute_gae(
+            self.rewards, self.values, self.terminated, self.dones, last_values, gamma, gae_lambda
+        )
+
+    def flat(self) -> RolloutBatch:
+        """The whole rollout as [n_steps * num_envs, ...] tensors."""
+
+        def f(x: torch.Tensor) -> torch.Tensor:
+            return x.reshape(-1, *x.shape[2:])
+
+        return RolloutBatch(
+            f(self.obs), f(self.actions), f(self.log_probs), f(self.values),
+            f(self.advantages), f(self.returns), f(self.valid),
+        )
+
+    def reset(self) -> None:
+        self.pos = 0
+
+    def state_dict(self) -> dict[str, object]:
+        names = ("obs", "actions", "log_probs", "values", "rewards", "terminated", "dones", "valid")
+        return {"pos": self.pos} | {n: getattr(self, n).clone() for n in names}
+
+    def load_state_dict(self, state: dict[str, object]) -> None:
+        for name, value in state.items():
+            if name == "pos":
+                self.pos = int(value)  # type: ignore[arg-type]
+            else:
+                getattr(self, name).copy_(value)  # type: ignore[arg-type]

@@ -1,0 +1,102 @@
+"""Runs the policy in vector envs: `Collector.collect` fills a rollout, `evaluate` tests.
+
+Glossary (the words the trainer uses): an *env step* is one step of one sub-env; a *collect phase*
+is n_steps steps of the whole vector env; an *update* is what the algorithm does with a full
+buffer; a *test phase* runs the deterministic policy on separate envs for a number of episodes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import gymnasium as gym
+import numpy as np
+import torch
+from gymnasium.vector import VectorEnv
+
+from rlcli.actors.normalizer import RunningNorm
+from rlcli.algos.base import Algorithm
+from rlcli.buffers.rollout import RolloutBuffer
+from rlcli.envs import finished_episodes
+
+
+@dataclass
+class CollectStats:
+    steps: int
+    episode_returns: list[float] = field(default_factory=list)
+    episode_lengths: list[int] = field(default_factory=list)
+
+
+@dataclass
+class TestStats:
+    returns: np.ndarray
+    lengths: np.ndarray
+
+    @property
+    def mean_return(self) -> float:
+        return float(self.returns.mean())
+
+
+def _action_clipper(space: gym.spaces.Space):
+    if isinstance(space, gym.spaces.Box):
+        low, high = space.low, space.high
+        return lambda a: np.clip(a, low, high)
+    return lambda a: a
+
+
+class Collector:
+    """Keeps the training envs' current observations between collect phases."""
+
+    def __init__(self, envs: VectorEnv, normalizer: RunningNorm, device: torch.device, seed: int) -> None:
+        self.envs, self.normalizer, self.device = envs, normalizer, device
+        self.clip_actions = _action_clipper(envs.single_action_space)
+        obs, _ = envs.reset(seed=seed)
+        self.obs = torch.as_tensor(obs, dtype=torch.float32, device=device)
+        self.prev_done = np.zeros(envs.num_envs, dtype=bool)  # next step of these envs is a reset step
+
+    def collect(self, algo: Algorithm, buffer: RolloutBuffer) -> CollectStats:
+        """Fill `buffer` with n_steps of every env, then compute its advantages and returns."""
+        buffer.reset()
+        stats = CollectStats(steps=buffer.n_steps * self.envs.num_envs)
+        to_tensor = lambda x: torch.as_tensor(x, dtype=torch.float32, device=self.device)  # noqa: E731
+        for _ in range(buffer.n_steps):
+            self.normalizer.update(self.obs)
+            obs = self.normalizer(self.obs)
+            out = algo.act(obs)
+            next_obs, rewards, terminated, truncated, infos = self.envs.step(
+                self.clip_actions(out.actions.cpu().numpy())
+            )
+            done = np.logical_or(terminated, truncated)
+            buffer.add(
+                obs, out.actions, out.log_probs, out.values, to_tensor(rewards), to_tensor(terminated),
+                to_tensor(done), to_tensor(~self.prev_done),
+            )
+            returns, lengths = finished_episodes(infos)
+            stats.episode_returns.extend(returns.tolist())
+            stats.episode_lengths.extend(lengths.tolist())
+            self.obs = to_tensor(next_obs)
+            self.prev_done = done
+        with torch.inference_mode():
+            last_values = algo.actor.value(self.normalizer(self.obs))
+        buffer.compute_returns(last_values, algo.gamma, algo.gae_lambda)
+        return stats
+
+
+def evaluate(envs: VectorEnv, algo: Algorithm, normalizer: RunningNorm, device: torch.device, seed: int) -> TestStats:
+    """One episode in each test env with the deterministic policy and frozen normalization."""
+    n = envs.num_envs
+    returns, lengths = np.zeros(n), np.zeros(n, dtype=np.int64)
+    finished = np.zeros(n, dtype=bool)
+    clip_actions = _action_clipper(envs.single_action_space)
+    obs, _ = envs.reset(seed=seed)
+    while not finished.all():
+        with torch.inference_mode():
+            x = normalizer(torch.as_tensor(obs, dtype=torch.float32, device=device))
+            actions = algo.act(x, deterministic=True).actions
+        obs, _, _, _, infos = envs.step(clip_actions(actions.cpu().numpy()))
+        if "_episode" in infos:
+            first = infos["_episode"] & ~finished
+            returns[first] = infos["episode"]["r"][first]
+            lengths[first] = infos["episode"]["l"][first]
+            finished |= first
+    return TestStats(returns, lengths)

@@ -1,0 +1,114 @@
+"""Vector environments from config.
+
+All vector envs use gymnasium's default NEXT_STEP autoreset (the only mode its numpy-vectorized
+envs offer): the step that ends an episode returns the true final observation, and the next step of
+that sub-env is a reset step whose action is ignored. The collector relies on exactly that.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any, Literal
+
+import gymnasium as gym
+import numpy as np
+from gymnasium.vector import AutoresetMode, VectorEnv
+
+from rlcli.registry import ENVS, ConfigError, did_you_mean, require
+
+VectorMode = Literal["auto", "sync", "async", "numpy"]
+
+
+def resolve_env_id(env_id: str | None) -> gym.envs.registration.EnvSpec:
+    """Look a gymnasium id up (importing `module` first for `module:Env-v0`), or fail in one line."""
+    if not env_id:
+        raise ConfigError("env.id is not set; use env=<shipped id> or env=gym env.id=<gymnasium id>")
+    if ":" in env_id:
+        module, _, _ = env_id.partition(":")
+        try:
+            importlib.import_module(module)
+        except ImportError as e:
+            raise ConfigError(f"env.id={env_id!r}: cannot import module '{module}' ({e})") from None
+        env_id = env_id.split(":", 1)[1]
+    if env_id not in gym.registry:
+        ids = sorted(gym.registry)
+        raise ConfigError(
+            f"env.id={env_id!r} is not a registered gymnasium id{did_you_mean(env_id, ids)}; "
+            "see gymnasium.pprint_registry() for the list"
+        )
+    return gym.spec(env_id)
+
+
+@ENVS.register("gym")
+class GymEnvFactory:
+    """Settings for one gymnasium env id; `make()` builds a wrapped vector env from them.
+
+    Observation normalization is not an env wrapper here: `normalize_obs` and `clip_obs` are read
+    by the trainer and live inside the agent, so test envs and checkpoints see the same statistics.
+    """
+
+    def __init__(
+        self,
+        id: str | None,
+        kwargs: dict[str, Any] | None = None,
+        max_episode_steps: int | None = None,
+        normalize_obs: bool = False,
+        clip_obs: float = 10.0,
+        normalize_reward: bool = False,
+        clip_reward: float | None = None,
+    ) -> None:
+        self.spec = resolve_env_id(id)
+        self.id = id
+        self.kwargs = dict(kwargs or {})
+        if max_episode_steps is not None:
+            require(max_episode_steps > 0, "env.max_episode_steps", max_episode_steps, "must be > 0 or null")
+            self.kwargs["max_episode_steps"] = max_episode_steps
+        require(clip_obs > 0, "env.clip_obs", clip_obs, "must be > 0")
+        require(clip_reward is None or clip_reward > 0, "env.clip_reward", clip_reward, "must be > 0 or null")
+        self.normalize_obs = normalize_obs
+        self.clip_obs = clip_obs
+        self.normalize_reward = normalize_reward
+        self.clip_reward = clip_reward
+
+    @property
+    def reward_threshold(self) -> float | None:
+        return self.spec.reward_threshold
+
+    def make(
+        self, num_envs: int, mode: VectorMode = "auto", *, gamma: float = 0.99, eval: bool = False
+    ) -> VectorEnv:
+        """A vector env with episode statistics; training envs also get reward scaling / clipping."""
+        if mode == "auto":
+            mode = "numpy" if self.spec.vector_entry_point is not None else "sync"
+        if mode == "numpy":
+            if self.spec.vector_entry_point is None:
+                raise ConfigError(
+                    f"train.vector_mode=numpy: {self.spec.id} has no numpy-vectorized version; "
+                    "choose from: auto, sync, async"
+                )
+            envs = gym.make_vec(self.spec.id, num_envs, vectorization_mode="vector_entry_point", **self.kwargs)
+        else:
+            envs = gym.make_vec(
+                self.spec.id,
+                num_envs,
+                vectorization_mode=mode,
+                vector_kwargs={"autoreset_mode": AutoresetMode.NEXT_STEP},
+                **self.kwargs,
+            )
+        if envs.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP) != AutoresetMode.NEXT_STEP:
+            raise ConfigError(f"env {self.spec.id}: rlcli needs NEXT_STEP autoreset vector envs")
+        envs = gym.wrappers.vector.RecordEpisodeStatistics(envs)  # raw returns, before any scaling
+        if not eval:
+            if self.normalize_reward:
+                envs = gym.wrappers.vector.NormalizeReward(envs, gamma=gamma)
+            if self.clip_reward is not None:
+                envs = gym.wrappers.vector.ClipReward(envs, -self.clip_reward, self.clip_reward)
+        return envs
+
+
+def finished_episodes(infos: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
+    """Returns and lengths of the episodes that ended in this step (from RecordEpisodeStatistics)."""
+    if "_episode" not in infos:
+        return np.empty(0), np.empty(0)
+    mask = infos["_episode"]
+    return infos["episode"]["r"][mask], infos["episode"]["l"][mask]

@@ -1,0 +1,94 @@
+"""Where a run's numbers go: TensorBoard (x axis = env steps), a rich console, and train.log."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.table import Table
+
+console = Console(stderr=True)
+logger = logging.getLogger("rlcli")
+
+# Console table columns: (TensorBoard tag, header, format)
+_TABLE = [
+    ("rollout/return_mean", "return", "{:.1f}"),
+    ("rollout/ep_len_mean", "ep len", "{:.0f}"),
+    ("eval/return_mean", "test return", "{:.1f}"),
+    ("time/sps", "SPS", "{:.0f}"),
+    ("train/policy_loss", "pi loss", "{:.3g}"),
+    ("train/value_loss", "v loss", "{:.3g}"),
+    ("train/entropy", "entropy", "{:.3g}"),
+    ("train/approx_kl", "kl", "{:.2g}"),
+]
+
+
+class RunLogger:
+    """One object per run; the trainer calls `scalars`, `progress` and `close`."""
+
+    def __init__(self, run_dir: Path, total_steps: int, show_console: bool, tensorboard: bool) -> None:
+        self.run_dir = run_dir
+        self.show_console = show_console
+        self.writer = None
+        if tensorboard:
+            from torch.utils.tensorboard import SummaryWriter  # slow import: only when used
+
+            self.writer = SummaryWriter(str(run_dir / "tb"))
+        self.latest: dict[str, float] = {}
+        self._progress: Progress | None = None
+        if show_console:
+            self._progress = Progress(
+                TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(), TextColumn("steps"),
+                TextColumn("{task.fields[sps]:>6} SPS"), TimeRemainingColumn(),
+                TextColumn("test {task.fields[test]}"), console=console, transient=False,
+            )
+            self._task = self._progress.add_task("train", total=total_steps, sps="-", test="-")
+            self._progress.start()
+        self._start = time.time()
+
+    def scalars(self, metrics: dict[str, float], step: int) -> None:
+        for tag, value in metrics.items():
+            if self.writer is not None and math.isfinite(value):
+                self.writer.add_scalar(tag, value, step)
+        self.latest.update(metrics)
+
+    def test_result(self, step: int, returns: list[float], lengths: list[int]) -> None:
+        """Machine-readable record of every test phase (for rl-report and scripts)."""
+        record = {"env_steps": step, "wall_s": round(time.time() - self._start, 3),
+                  "returns": returns, "lengths": lengths}
+        with open(self.run_dir / "eval.jsonl", "a") as f:
+            f.write(json.dumps(record) + "\n")
+
+    def table(self, step: int) -> None:
+        """A compact one-row table of the latest numbers, also written as one line to train.log."""
+        shown = [(header, fmt.format(self.latest[tag])) for tag, header, fmt in _TABLE if tag in self.latest]
+        logger.info("step %d | %s", step, " | ".join(f"{h} {v}" for h, v in shown))
+        if self._progress is None:
+            return
+        table = Table(box=None, pad_edge=False, header_style="bold cyan")
+        table.add_column("steps", justify="right")
+        for header, _ in shown:
+            table.add_column(header, justify="right")
+        table.add_row(f"{step:,}", *[v for _, v in shown])
+        self._progress.console.print(table)
+
+    def progress(self, step: int, sps: float, test_return: float | None) -> None:
+        if self._progress is not None:
+            test = "-" if test_return is None else f"{test_return:.1f}"
+            self._progress.update(self._task, completed=step, sps=f"{sps:.0f}", test=test)
+
+    def message(self, text: str) -> None:
+        logger.info(text)
+        if self.show_console:
+            console.print(text)
+
+    def close(self) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+        if self.writer is not None:
+            self.writer.close()

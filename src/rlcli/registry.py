@@ -1,0 +1,162 @@
+"""Name -> factory registries for each config group, with config checking.
+
+Every group config carries `name:` (the registry key); its other keys are the factory's keyword
+arguments. `build()` checks them against the factory's signature and type hints before calling it,
+so a typo or a wrong type is one readable line, not a stack trace from deep inside torch.
+Third-party packages add components through the entry-point group `rlcli.<kind>s`.
+"""
+
+from __future__ import annotations
+
+import difflib
+import inspect
+import types
+import typing
+from collections.abc import Callable, Mapping
+from importlib.metadata import entry_points
+from typing import Any, Literal, TypeVar, Union, get_args, get_origin
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class ConfigError(ValueError):
+    """A user-facing configuration mistake; its message is one line naming the value and the choices."""
+
+
+def did_you_mean(word: str, choices: list[str]) -> str:
+    close = difflib.get_close_matches(word, choices, n=1, cutoff=0.5)
+    return f" (did you mean '{close[0]}'?)" if close else ""
+
+
+def require(ok: bool, key: str, value: Any, rule: str) -> None:
+    """Raise a one-line ConfigError unless `ok`; used by constructors for range checks."""
+    if not ok:
+        raise ConfigError(f"{key}={value!r} is invalid: {rule}")
+
+
+class Registry:
+    """Maps names to factories (classes or functions) for one config group."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        self._factories: dict[str, Callable[..., Any]] = {}
+        self._plugins_loaded = False
+
+    def register(self, name: str) -> Callable[[F], F]:
+        def decorator(factory: F) -> F:
+            if name in self._factories and self._factories[name] is not factory:
+                raise ValueError(f"{self.kind} '{name}' is registered twice")
+            self._factories[name] = factory
+            return factory
+
+        return decorator
+
+    def _load_plugins(self) -> None:
+        if self._plugins_loaded:
+            return
+        self._plugins_loaded = True
+        for ep in entry_points(group=f"rlcli.{self.kind}s"):
+            obj = ep.load()  # importing the module runs its @register decorators
+            if callable(obj) and ep.name not in self._factories:
+                self._factories[ep.name] = obj
+
+    def names(self) -> list[str]:
+        self._load_plugins()
+        return sorted(self._factories)
+
+    def get(self, name: str) -> Callable[..., Any]:
+        if name not in self._factories:
+            self._load_plugins()
+        if name not in self._factories:
+            names = self.names()
+            raise ConfigError(
+                f"unknown {self.kind} '{name}'{did_you_mean(str(name), names)}; choose from: {', '.join(names)}"
+            )
+        return self._factories[name]
+
+    def check(self, cfg: Mapping[str, Any], context: tuple[str, ...] = ()) -> None:
+        """Check a group config's keys and value types without building anything."""
+        name = cfg.get("name")
+        if name is None:
+            raise ConfigError(f"{self.kind} config has no 'name:' key; choose from: {', '.join(self.names())}")
+        kwargs = {k: v for k, v in cfg.items() if k != "name"}
+        check_kwargs(self.get(name), kwargs, prefix=self.kind, context=context)
+
+    def build(self, cfg: Mapping[str, Any], **context: Any) -> Any:
+        """Build the component named by `cfg["name"]` with the other keys plus `context` objects."""
+        self.check(cfg, tuple(context))
+        kwargs = {k: v for k, v in cfg.items() if k != "name"}
+        return self.get(cfg["name"])(**kwargs, **context)
+
+
+def check_kwargs(
+    factory: Callable[..., Any], kwargs: Mapping[str, Any], prefix: str, context: tuple[str, ...] = ()
+) -> None:
+    """Unknown keys and values of the wrong type become one-line ConfigErrors naming `prefix.key`."""
+    target = factory.__init__ if inspect.isclass(factory) else factory
+    params = {
+        n: p
+        for n, p in inspect.signature(target).parameters.items()
+        if n not in ("self", *context) and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+    }
+    try:
+        hints = typing.get_type_hints(target)
+    except Exception:  # unresolvable annotations (plugins): skip type checks, keep key checks
+        hints = {}
+    for key, value in kwargs.items():
+        if key not in params:
+            valid = sorted(params)
+            raise ConfigError(
+                f"unknown key '{prefix}.{key}'{did_you_mean(key, valid)}; "
+                f"valid keys: {', '.join(valid) or '(none)'}"
+            )
+        if key in hints:
+            problem = _type_problem(value, hints[key])
+            if problem:
+                raise ConfigError(f"{prefix}.{key}={value!r} is invalid: {problem}")
+    missing = [n for n, p in params.items() if p.default is p.empty and n not in kwargs]
+    if missing:
+        raise ConfigError(f"{prefix} is missing required key(s): {', '.join(f'{prefix}.{m}' for m in missing)}")
+
+
+def _type_problem(value: Any, hint: Any) -> str | None:
+    """Return why `value` does not fit `hint` (None if it fits). Covers the types configs use."""
+    origin, args = get_origin(hint), get_args(hint)
+    if hint is Any:
+        return None
+    if origin is Union or origin is types.UnionType:
+        problems = [_type_problem(value, a) for a in args]
+        if any(p is None for p in problems):
+            return None
+        return " or ".join(dict.fromkeys(p for p in problems if p))
+    if hint is type(None):
+        return None if value is None else "expected null"
+    if origin is Literal:
+        return None if value in args else f"choose from: {', '.join(map(str, args))}"
+    if hint is bool:
+        return None if isinstance(value, bool) else "expected true or false"
+    if hint is int:
+        return None if isinstance(value, int) and not isinstance(value, bool) else "expected an integer"
+    if hint is float:
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        return None if ok else "expected a number"
+    if hint is str:
+        return None if isinstance(value, str) else "expected a string"
+    if origin in (list, tuple) or hint in (list, tuple) or str(origin) == "collections.abc.Sequence":
+        if not isinstance(value, (list, tuple)):
+            return "expected a list"
+        if args and args[0] is not Ellipsis:
+            for item in value:
+                problem = _type_problem(item, args[0])
+                if problem:
+                    return f"list item {item!r}: {problem}"
+        return None
+    if origin is dict or hint is dict or str(origin) == "collections.abc.Mapping":
+        return None if isinstance(value, Mapping) else "expected a mapping"
+    return None
+
+
+ENVS = Registry("env")
+ACTORS = Registry("actor")
+ALGOS = Registry("algo")
+BUFFERS = Registry("buffer")

@@ -1,0 +1,48 @@
+"""Process-wide set-up: device, seeds, threads, determinism."""
+
+from __future__ import annotations
+
+import os
+import random
+
+import numpy as np
+import torch
+
+from rlcli.registry import ConfigError
+
+
+def resolve_device(spec: str) -> torch.device:
+    """`auto` picks CUDA when present; an absent or malformed device is a one-line error."""
+    spec = str(spec).strip()
+    if spec == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if spec == "cpu":
+        return torch.device("cpu")
+    if spec == "cuda" or spec.startswith("cuda:"):
+        index = spec.partition(":")[2]
+        if index and not index.isdigit():
+            raise ConfigError(f"device={spec!r} is invalid; choose from: auto, cpu, cuda, cuda:N")
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            raise ConfigError(f"device={spec!r} is not available: this machine has no CUDA GPU; choose from: auto, cpu")
+        if index and int(index) >= count:
+            valid = ", ".join(["auto", "cpu", "cuda"] + [f"cuda:{i}" for i in range(count)])
+            raise ConfigError(f"device={spec!r} is not available ({count} CUDA device(s)); choose from: {valid}")
+        return torch.device(spec)
+    raise ConfigError(f"device={spec!r} is invalid; choose from: auto, cpu, cuda, cuda:N")
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def configure_torch(threads: int, deterministic: bool) -> None:
+    """Small nets act fastest on one thread; `deterministic` makes CPU runs bit-reproducible."""
+    if threads > 0:
+        torch.set_num_threads(threads)
+    if deterministic:
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        torch.use_deterministic_algorithms(True)
+        torch.backends.cudnn.benchmark = False

@@ -1,0 +1,210 @@
+"""The training loop: collect -> update -> log -> test -> checkpoint, on one clock.
+
+The trainer owns every counter (`TrainState`); nothing else keeps its own step count. Building
+the trainer validates the whole config and creates envs and networks; it writes nothing to the
+run directory, so a bad config leaves no TensorBoard log or checkpoint behind.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+from omegaconf import DictConfig, OmegaConf
+
+import rlcli.actors  # noqa: F401  (registers actors)
+import rlcli.algos  # noqa: F401  (registers algorithms)
+import rlcli.buffers  # noqa: F401  (registers buffers)
+from rlcli import checkpoint
+from rlcli.collector import Collector, evaluate
+from rlcli.envs import GymEnvFactory
+from rlcli.log import RunLogger
+from rlcli.registry import ACTORS, ALGOS, BUFFERS, ENVS, ConfigError, check_kwargs, require
+from rlcli.runtime import configure_torch, resolve_device, seed_everything
+
+
+@dataclass
+class TrainSettings:
+    """The `train:` config section (see conf/config.yaml for what each key means)."""
+
+    total_steps: int = 1_000_000
+    num_envs: int = 8
+    vector_mode: Literal["auto", "sync", "async", "numpy"] = "auto"
+    test_every: int = 10_000
+    test_episodes: int = 10
+    log_every: int = 5_000
+    stop_reward: float | str | None = "env"
+    checkpoint_every: int = 0
+    keep_checkpoints: int = 3
+
+    def __post_init__(self) -> None:
+        require(self.total_steps > 0, "train.total_steps", self.total_steps, "must be > 0")
+        require(self.num_envs > 0, "train.num_envs", self.num_envs, "must be > 0")
+        require(self.test_every >= 0, "train.test_every", self.test_every, "must be >= 0 (0 disables testing)")
+        require(self.test_episodes > 0, "train.test_episodes", self.test_episodes, "must be > 0")
+        require(self.log_every > 0, "train.log_every", self.log_every, "must be > 0")
+        require(self.checkpoint_every >= 0, "train.checkpoint_every", self.checkpoint_every, "must be >= 0")
+        require(self.keep_checkpoints > 0, "train.keep_checkpoints", self.keep_checkpoints, "must be > 0")
+        require(not isinstance(self.stop_reward, str) or self.stop_reward == "env", "train.stop_reward",
+                self.stop_reward, "use env (the env's reward threshold), a number, or null")
+
+
+@dataclass
+class TrainState:
+    """Every counter of a run; saved whole in checkpoints."""
+
+    env_steps: int = 0
+    updates: int = 0
+    episodes: int = 0
+    tests: int = 0
+    last_test_return: float | None = None
+    best_test_return: float | None = None
+
+
+def crossed(step: int, previous: int, every: int) -> bool:
+    """True when the clock passed a multiple of `every` between `previous` and `step`."""
+    return every > 0 and step // every > previous // every
+
+
+def _section(cfg: DictConfig, key: str) -> dict[str, Any]:
+    node = cfg.get(key)
+    if node is None:
+        raise ConfigError(f"the config has no '{key}' section")
+    return OmegaConf.to_container(node, resolve=True)  # type: ignore[return-value]
+
+
+def check_config(cfg: DictConfig) -> None:
+    """Key and type checks of every section, without building anything (used before Hydra starts)."""
+    check_kwargs(TrainSettings, _section(cfg, "train"), prefix="train")
+    ENVS.check(_section(cfg, "env"))
+    ACTORS.check(_section(cfg, "actor"), context=("observation_space", "action_space", "normalize_obs", "clip_obs"))
+    ALGOS.check(_section(cfg, "algo"), context=("actor", "num_envs"))
+    BUFFERS.check(_section(cfg, "buffer"), context=(
+        "n_steps", "num_envs", "obs_shape", "action_shape", "discrete", "device"))
+
+
+class Trainer:
+    def __init__(self, cfg: DictConfig, run_dir: Path | None) -> None:
+        check_config(cfg)
+        self.cfg, self.run_dir = cfg, run_dir
+        self.settings = TrainSettings(**_section(cfg, "train"))
+        require(isinstance(cfg.seed, int), "seed", cfg.seed, "must be an integer")
+        self.device = resolve_device(cfg.device)
+        configure_torch(int(cfg.get("torch_threads", 1)), bool(cfg.deterministic))
+        seed_everything(cfg.seed)
+
+        env_factory: GymEnvFactory = ENVS.build(_section(cfg, "env"))
+        algo_cfg = _section(cfg, "algo")
+        algo_cls = ALGOS.get(algo_cfg["name"])
+        s = self.settings
+        self.envs = env_factory.make(s.num_envs, s.vector_mode, gamma=float(algo_cfg.get("gamma", 0.99)))
+        self.test_envs = env_factory.make(s.test_episodes, s.vector_mode, eval=True)
+        obs_space, act_space = self.envs.single_observation_space, self.envs.single_action_space
+        supported = getattr(algo_cls, "action_spaces", ("Discrete", "Box"))
+        if type(act_space).__name__ not in supported:
+            raise ConfigError(
+                f"algo={algo_cfg['name']} cannot handle {type(act_space).__name__} actions of env "
+                f"{env_factory.spec.id}; it supports: {', '.join(supported)}"
+            )
+        actor = ACTORS.build(
+            _section(cfg, "actor"), observation_space=obs_space, action_space=act_space,
+            normalize_obs=env_factory.normalize_obs, clip_obs=env_factory.clip_obs,
+        ).to(self.device)
+        self.algo = ALGOS.build(algo_cfg, actor=actor, num_envs=s.num_envs)
+        self.buffer = BUFFERS.build(
+            _section(cfg, "buffer"), n_steps=self.algo.n_steps, num_envs=s.num_envs,
+            obs_shape=obs_space.shape, action_shape=act_space.shape, discrete=actor.discrete, device=self.device,
+        )
+        if getattr(self.buffer, "on_policy", True) != self.algo.on_policy:
+            raise ConfigError(f"buffer={_section(cfg, 'buffer')['name']} does not fit algo={algo_cfg['name']}")
+        self.stop_reward = env_factory.reward_threshold if s.stop_reward == "env" else s.stop_reward
+        self.collector = Collector(self.envs, actor.normalizer, self.device, seed=cfg.seed)
+        self.state = TrainState()
+
+    def run(self) -> float:
+        """Train until train.total_steps or the stop reward; return the last mean test return."""
+        s, state = self.settings, self.state
+        assert self.run_dir is not None, "a trainer built without a run directory can only be checked"
+        log = RunLogger(self.run_dir, s.total_steps, bool(self.cfg.log.console), bool(self.cfg.log.tensorboard))
+        log.message(f"rlcli: {self.cfg.algo.name} on {self.cfg.env.id}, {s.total_steps:,} env steps, "
+                    f"device {self.device}, run dir {self.run_dir}")
+        recent_returns: collections.deque[float] = collections.deque(maxlen=100)
+        recent_lengths: collections.deque[int] = collections.deque(maxlen=100)
+        start, stopped_early = time.perf_counter(), False
+        while state.env_steps < s.total_steps:
+            # collect
+            stats = self.collector.collect(self.algo, self.buffer)
+            previous = state.env_steps
+            state.env_steps += stats.steps
+            state.episodes += len(stats.episode_returns)
+            recent_returns.extend(stats.episode_returns)
+            recent_lengths.extend(stats.episode_lengths)
+            # update
+            metrics = self.algo.update(self.buffer, progress=min(1.0, state.env_steps / s.total_steps))
+            state.updates += 1
+            sps = state.env_steps / (time.perf_counter() - start)
+            # test
+            last_phase = state.env_steps >= s.total_steps
+            reached = False
+            if crossed(state.env_steps, previous, s.test_every) or (last_phase and s.test_every > 0):
+                self._test(log)
+                reached = self.stop_reward is not None and state.last_test_return >= self.stop_reward
+            # log
+            if crossed(state.env_steps, previous, s.log_every) or last_phase or reached:
+                scalars = {f"train/{k}": float(v) for k, v in metrics.items()}  # one sync per log
+                scalars["time/sps"] = sps
+                scalars["rollout/episodes"] = state.episodes
+                if recent_returns:
+                    scalars["rollout/return_mean"] = float(np.mean(recent_returns))
+                    scalars["rollout/ep_len_mean"] = float(np.mean(recent_lengths))
+                log.scalars(scalars, state.env_steps)
+                log.table(state.env_steps)
+            if reached:
+                stopped_early = not last_phase
+                log.message(f"test return {state.last_test_return:.1f} >= stop reward {self.stop_reward}: "
+                            f"stopping at {state.env_steps:,} env steps")
+                log.progress(state.env_steps, sps, state.last_test_return)
+                break
+            # checkpoint
+            if crossed(state.env_steps, previous, s.checkpoint_every):
+                self.save_checkpoint()
+            log.progress(state.env_steps, sps, state.last_test_return)
+        self.save_checkpoint()
+        wall = time.perf_counter() - start
+        log.message(f"done: {state.env_steps:,} env steps in {wall:.1f} s ({state.env_steps / wall:.0f} SPS), "
+                    f"last test return {state.last_test_return}, "
+                    f"{'stopped early' if stopped_early else 'budget reached'}")
+        log.close()
+        self.close()
+        return float("nan") if state.last_test_return is None else state.last_test_return
+
+    def close(self) -> None:
+        self.envs.close()
+        self.test_envs.close()
+
+    def _test(self, log: RunLogger) -> None:
+        state = self.state
+        result = evaluate(self.test_envs, self.algo, self.algo.actor.normalizer, self.device,
+                          seed=int(self.cfg.seed) + 100_003 * (state.tests + 1))
+        state.tests += 1
+        state.last_test_return = result.mean_return
+        best = state.best_test_return
+        state.best_test_return = result.mean_return if best is None else max(best, result.mean_return)
+        log.scalars({"eval/return_mean": result.mean_return, "eval/return_std": float(result.returns.std()),
+                     "eval/ep_len_mean": float(result.lengths.mean())}, state.env_steps)
+        log.test_result(state.env_steps, result.returns.tolist(), result.lengths.tolist())
+
+    def save_checkpoint(self) -> Path:
+        assert self.run_dir is not None
+        return checkpoint.save(
+            self.run_dir / "checkpoints", self.state.env_steps,
+            {"config": OmegaConf.to_container(self.cfg, resolve=True), "state": dataclasses.asdict(self.state),
+             "algo": self.algo.state_dict(), "rng": checkpoint.rng_state()},
+            keep=self.settings.keep_checkpoints,
+        )
+

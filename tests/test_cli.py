@@ -1,0 +1,115 @@
+"""`rl-train` as a subprocess: a tiny run writes everything, bad input is one line and writes nothing."""
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import RL_TRAIN
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+TINY = ["train.total_steps=2048", "train.test_every=1024", "train.log_every=1024", "train.test_episodes=2",
+        "log.console=false"]
+PLUGINS = str(Path(__file__).parent / "plugins")
+
+
+def test_tiny_ppo_run_writes_tensorboard_checkpoint_log_and_test_records(cli, tmp_path):
+    run = tmp_path / "run"
+    out = cli("algo=ppo", "env=CartPole-v1", *TINY, f"hydra.run.dir={run}")
+    assert out.returncode == 0, out.stderr
+    tags = set()
+    for events in (run / "tb").glob("events.*"):
+        acc = EventAccumulator(str(events))
+        acc.Reload()
+        tags |= set(acc.Tags()["scalars"])
+    for tag in ["eval/return_mean", "eval/return_std", "rollout/return_mean", "rollout/ep_len_mean", "time/sps",
+                "train/policy_loss", "train/value_loss", "train/entropy", "train/approx_kl",
+                "train/clip_fraction", "train/explained_variance", "train/learning_rate"]:
+        assert tag in tags, f"missing TensorBoard tag {tag}"
+    steps = [r.step for r in acc.Scalars("eval/return_mean")]
+    assert steps == [1024, 2048]  # x axis is env steps
+    records = [json.loads(line) for line in (run / "eval.jsonl").read_text().splitlines()]
+    assert [r["env_steps"] for r in records] == [1024, 2048] and len(records[0]["returns"]) == 2
+    assert "step 2,048" in (run / "train.log").read_text() or "step 2048" in (run / "train.log").read_text()
+    ckpts = list((run / "checkpoints").glob("ckpt_*.pt"))
+    assert len(ckpts) == 1 and not list((run / "checkpoints").glob("*.tmp"))
+    data = torch.load(ckpts[0], weights_only=False)
+    assert data["state"]["env_steps"] == 2048 and data["config"]["algo"]["name"] == "ppo"
+    assert (run / ".hydra" / "config.yaml").is_file()
+
+
+def test_a2c_on_box_actions_with_normalization_runs(cli, tmp_path):
+    out = cli("algo=a2c", "env=Pendulum-v1", *TINY, "env.normalize_obs=true", "env.normalize_reward=true",
+              "train.vector_mode=async", f"hydra.run.dir={tmp_path / 'run'}")
+    assert out.returncode == 0, out.stderr
+    state = torch.load(next((tmp_path / "run" / "checkpoints").glob("*.pt")), weights_only=False)
+    assert state["algo"]["actor"]["normalizer.count"] > 2000  # statistics travel with the agent
+
+
+def test_stop_reward_stops_early_and_null_never_stops(cli, tmp_path):
+    args = ["algo=ppo", "env=CartPole-v1", "train.total_steps=4096", "train.test_every=512", "train.log_every=512",
+            "train.test_episodes=2", "log.console=false"]
+    early = cli(*args, "train.stop_reward=5", f"hydra.run.dir={tmp_path / 'a'}")
+    assert early.returncode == 0, early.stderr
+    assert "stopping at 512 env steps" in (tmp_path / "a" / "train.log").read_text()
+    full = cli(*args, "train.stop_reward=null", f"hydra.run.dir={tmp_path / 'b'}")
+    assert full.returncode == 0, full.stderr
+    assert len((tmp_path / "b" / "eval.jsonl").read_text().splitlines()) == 8
+
+
+def test_deterministic_runs_are_bit_identical(cli, tmp_path):
+    weights = []
+    for name in ("a", "b"):
+        out = cli("algo=ppo", "env=CartPole-v1", *TINY, "deterministic=true", "seed=7",
+                  f"hydra.run.dir={tmp_path / name}")
+        assert out.returncode == 0, out.stderr
+        ckpt = torch.load(next((tmp_path / name / "checkpoints").glob("*.pt")), weights_only=False)
+        weights.append(ckpt["algo"])
+    for key, value in weights[0]["actor"].items():
+        assert torch.equal(value, weights[1]["actor"][key]), key
+    records = [[(r["returns"], r["lengths"]) for r in map(json.loads, (tmp_path / n / "eval.jsonl").open())]
+               for n in ("a", "b")]
+    assert records[0] == records[1]
+
+
+BAD_INPUT = [
+    (["algo=nope"], "unknown algo 'nope'", "choose from: a2c, ppo"),
+    (["env=NoSuchEnv-v0"], "unknown env 'NoSuchEnv-v0'", "CartPole-v1"),
+    (["env=gym", "env.id=NoSuchEnv-v0"], "env.id='NoSuchEnv-v0' is not a registered gymnasium id", "pprint_registry"),
+    (["algo.lr=-1"], "algo.lr=-1", "must be > 0"),
+    (["train.total_steps=0"], "train.total_steps=0", "must be > 0"),
+    (["device=cuda:7"], "device='cuda:7'", "choose from"),
+    (["algo.clip_range=abc"], "algo.clip_range='abc'", "expected a number"),
+    (["algo.lrr=1e-3"], "unknown key 'algo.lrr'", "did you mean 'lr'"),
+    (["env.normalise_obs=true"], "unknown key 'env.normalise_obs'", "did you mean 'normalize_obs'"),
+    (["actor.activation=swish"], "actor.activation='swish'", "choose from: tanh"),
+    (["algo.batch_size=100000"], "algo.batch_size=100000", "n_steps * num_envs"),
+    (["env=gym", "env.id=odd_envs:MultiBinaryToy-v0"], "cannot handle MultiBinary actions", "Discrete, Box"),
+]
+
+
+@pytest.mark.parametrize(("args", "names", "allowed"), BAD_INPUT, ids=[" ".join(b[0]) for b in BAD_INPUT])
+def test_bad_input_is_one_clear_line_and_leaves_nothing_behind(args, names, allowed, tmp_path):
+    env = dict(os.environ, PYTHONPATH=PLUGINS)
+    out = subprocess.run([str(RL_TRAIN), *args, "log.console=false"], cwd=tmp_path, capture_output=True,
+                         text=True, timeout=120, env=env)
+    lines = [line for line in out.stderr.splitlines() if line.strip()]
+    assert out.returncode == 2, out.stderr
+    assert len(lines) == 1, out.stderr
+    assert lines[0].startswith("rl-train: error: ") and names in lines[0] and allowed in lines[0], lines[0]
+    assert not list(tmp_path.rglob("*.pt")) and not (tmp_path / "runs").exists()
+
+
+def test_module_colon_ids_work_for_registered_plugin_envs(tmp_path):
+    env = dict(os.environ, PYTHONPATH=PLUGINS)
+    out = subprocess.run([str(RL_TRAIN), "--cfg", "job", "env=gym", "env.id=odd_envs:MultiBinaryToy-v0"],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=120, env=env)
+    assert out.returncode == 0 and "odd_envs:MultiBinaryToy-v0" in out.stdout
+
+
+def test_cfg_job_prints_composed_config_with_tuned_values(cli):
+    out = cli("--cfg", "job", "algo=ppo", "env=CartPole-v1")
+    assert out.returncode == 0, out.stderr
+    assert "n_steps: 32" in out.stdout and "batch_size: 256" in out.stdout
