@@ -1,0 +1,38 @@
+"""Short learning runs through the real CLI: the algorithms learn, with the shipped tuned configs.
+
+Budgets and thresholds are the ones stated in the README; each run stops early at its threshold.
+"""
+
+import json
+
+import pytest
+
+
+def _test_returns(run_dir):
+    return [sum(r["returns"]) / len(r["returns"]) for r in map(json.loads, (run_dir / "eval.jsonl").open())]
+
+
+@pytest.mark.slow
+def test_ppo_solves_cartpole(cli, tmp_path):
+    # Default tuned config (RL-Zoo's, 100k steps); stops once the 10-episode test mean reaches 475.
+    out = cli("algo=ppo", "env=CartPole-v1", "seed=1", "train.test_every=5000", "log.console=false",
+              f"hydra.run.dir={tmp_path / 'run'}", timeout=900)
+    assert out.returncode == 0, out.stderr
+    assert max(_test_returns(tmp_path / "run")) >= 475
+
+
+@pytest.mark.slow
+def test_a2c_solves_cartpole(cli, tmp_path):
+    out = cli("algo=a2c", "env=CartPole-v1", "seed=1", "train.test_every=10000", "train.stop_reward=400",
+              "log.console=false", f"hydra.run.dir={tmp_path / 'run'}", timeout=1200)
+    assert out.returncode == 0, out.stderr
+    assert max(_test_returns(tmp_path / "run")) >= 400
+
+
+@pytest.mark.slow
+def test_ppo_improves_on_pendulum(cli, tmp_path):
+    out = cli("algo=ppo", "env=Pendulum-v1", "seed=1", "train.test_every=10000", "train.stop_reward=-400",
+              "log.console=false", f"hydra.run.dir={tmp_path / 'run'}", timeout=1200)
+    assert out.returncode == 0, out.stderr
+    returns = _test_returns(tmp_path / "run")
+    assert max(returns) > -400
