@@ -1,6 +1,6 @@
 """Measure env steps and wall time to solve an env with rl-train, over several seeds.
 
-    python scripts/solve_times.py --algo ppo --env CartPole-v1 --seeds 1 2 3
+    python scripts/solve_times.py --algo ppo --env CartPole-v1 --seeds 1 2 3 -- train.test_every=5000
 
 Runs `rl-train` as a user would (one process per seed, console off, tuned config), then reads each
 run's eval.jsonl and train.log. Wall time is the whole process as the user sees it, imports included.

@@ -10,6 +10,8 @@ import torch
 from conftest import RL_TRAIN
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+from rlcli import checkpoint
+
 TINY = ["train.total_steps=2048", "train.test_every=1024", "train.log_every=1024", "train.test_episodes=2",
         "log.console=false"]
 PLUGINS = str(Path(__file__).parent / "plugins")
@@ -35,7 +37,7 @@ def test_tiny_ppo_run_writes_tensorboard_checkpoint_log_and_test_records(cli, tm
     assert "step 2,048" in (run / "train.log").read_text() or "step 2048" in (run / "train.log").read_text()
     ckpts = list((run / "checkpoints").glob("ckpt_*.pt"))
     assert len(ckpts) == 1 and not list((run / "checkpoints").glob("*.tmp"))
-    data = torch.load(ckpts[0], weights_only=False)
+    data = checkpoint.load(ckpts[0])
     assert data["state"]["env_steps"] == 2048 and data["config"]["algo"]["name"] == "ppo"
     assert (run / ".hydra" / "config.yaml").is_file()
 
@@ -44,7 +46,7 @@ def test_a2c_on_box_actions_with_normalization_runs(cli, tmp_path):
     out = cli("algo=a2c", "env=Pendulum-v1", *TINY, "env.normalize_obs=true", "env.normalize_reward=true",
               "train.vector_mode=async", f"hydra.run.dir={tmp_path / 'run'}")
     assert out.returncode == 0, out.stderr
-    state = torch.load(next((tmp_path / "run" / "checkpoints").glob("*.pt")), weights_only=False)
+    state = checkpoint.load(next((tmp_path / "run" / "checkpoints").glob("*.pt")))
     assert state["algo"]["actor"]["normalizer.count"] > 2000  # statistics travel with the agent
 
 
@@ -65,7 +67,7 @@ def test_deterministic_runs_are_bit_identical(cli, tmp_path):
         out = cli("algo=ppo", "env=CartPole-v1", *TINY, "deterministic=true", "seed=7",
                   f"hydra.run.dir={tmp_path / name}")
         assert out.returncode == 0, out.stderr
-        ckpt = torch.load(next((tmp_path / name / "checkpoints").glob("*.pt")), weights_only=False)
+        ckpt = checkpoint.load(next((tmp_path / name / "checkpoints").glob("*.pt")))
         weights.append(ckpt["algo"])
     for key, value in weights[0]["actor"].items():
         assert torch.equal(value, weights[1]["actor"][key]), key

@@ -1,45 +1,123 @@
-"""Checkpoint files: written atomically (temporary file, fsync, rename), the last K kept."""
+"""Checkpoint files that verify themselves, are written atomically, and point to the latest good one.
+
+File layout: an 8-byte magic, a 4-byte format version, the SHA-256 of the payload, then the payload
+(a torch.save archive). A file is written to a temporary name, flushed, fsynced and renamed into
+place; `checkpoints/latest` names it only after that. A truncated or corrupted file fails the
+checksum and is reported in one line; resume then falls back to the previous good file.
+"""
 
 from __future__ import annotations
 
+import hashlib
+import io
 import os
 import random
+import struct
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
+from rlcli.registry import ConfigError
+
+MAGIC = b"RLCLICKP"
 FORMAT_VERSION = 1
+_HEADER = struct.Struct("<8sI32s")
+LATEST = "latest"
+
+
+class CheckpointError(ConfigError):
+    """A checkpoint that cannot be used; the message is one line naming the file and why."""
 
 
 def rng_state() -> dict[str, Any]:
-    return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
 
 
-def save(directory: Path, env_steps: int, payload: dict[str, Any], keep: int) -> Path:
-    """Write `ckpt_<env steps>.pt` so that a crash mid-write never leaves a partial file in place."""
-    directory.mkdir(parents=True, exist_ok=True)
-    path = directory / f"ckpt_{env_steps:012d}.pt"
-    tmp = path.with_suffix(".pt.tmp")
+def set_rng_state(state: dict[str, Any]) -> None:
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "wb") as f:
-        torch.save({"format_version": FORMAT_VERSION, "env_steps": env_steps, **payload}, f)
+        f.write(data)
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)  # make the rename itself durable
+    finally:
+        os.close(dir_fd)
+
+
+def save(directory: Path, env_steps: int, payload: dict[str, Any], keep: int) -> Path:
+    """Write `ckpt_<env steps>.pt`, then point `latest` at it, then drop all but the newest `keep`."""
+    directory.mkdir(parents=True, exist_ok=True)
+    buffer = io.BytesIO()
+    torch.save({"env_steps": env_steps, **payload}, buffer)
+    body = buffer.getvalue()
+    path = directory / f"ckpt_{env_steps:012d}.pt"
+    _write_atomic(path, _HEADER.pack(MAGIC, FORMAT_VERSION, hashlib.sha256(body).digest()) + body)
+    _write_atomic(directory / LATEST, (path.name + "\n").encode())
     for old in sorted(directory.glob("ckpt_*.pt"))[:-keep]:
         old.unlink()
     return path
 
 
-def load(path: Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
-    """Load a checkpoint written by `save` (weights, optimizer, counters, config)."""
-    data = torch.load(path, map_location=map_location, weights_only=False)
-    if data.get("format_version") != FORMAT_VERSION:
-        raise ValueError(f"{path}: checkpoint format {data.get('format_version')!r}, expected {FORMAT_VERSION}")
-    return data
+def load(path: Path | str, map_location: str | torch.device = "cpu") -> dict[str, Any]:
+    """Read and verify a checkpoint; raise CheckpointError (one line) if it cannot be used."""
+    return torch.load(io.BytesIO(verify(path)), map_location=map_location, weights_only=False)
 
 
-def latest(directory: Path) -> Path | None:
-    files = sorted(directory.glob("ckpt_*.pt"))
-    return files[-1] if files else None
+def verify(path: Path | str) -> memoryview:
+    """Check magic, format version and checksum; return the payload."""
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+    except OSError as e:
+        raise CheckpointError(f"cannot read checkpoint {path}: {e.strerror}") from None
+    if len(raw) < _HEADER.size or raw[:8] != MAGIC:
+        raise CheckpointError(f"{path} is not an rlcli checkpoint (or is truncated)")
+    _, version, digest = _HEADER.unpack_from(raw)
+    if version != FORMAT_VERSION:
+        raise CheckpointError(
+            f"{path} has checkpoint format version {version}; this rlcli reads version {FORMAT_VERSION}"
+        )
+    body = memoryview(raw)[_HEADER.size:]
+    if hashlib.sha256(body).digest() != digest:
+        raise CheckpointError(f"{path} is corrupted or truncated (checksum mismatch)")
+    return body
+
+
+def candidates(directory: Path) -> list[Path]:
+    """Checkpoints newest first, the one `latest` names leading."""
+    files = sorted(directory.glob("ckpt_*.pt"), reverse=True)
+    pointer = directory / LATEST
+    if pointer.is_file():
+        named = directory / pointer.read_text().strip()
+        if named in files:
+            files.remove(named)
+            files.insert(0, named)
+    return files
+
+
+def find_good(directory: Path, warn: Any = print) -> Path | None:
+    """The newest checkpoint that verifies; each bad one is reported through `warn` in one line."""
+    for path in candidates(directory):
+        try:
+            verify(path)
+        except CheckpointError as error:
+            warn(f"{error}; trying an older checkpoint")
+            continue
+        return path
+    return None

@@ -50,9 +50,19 @@ class Collector:
     def __init__(self, envs: VectorEnv, normalizer: RunningNorm, device: torch.device, seed: int) -> None:
         self.envs, self.normalizer, self.device = envs, normalizer, device
         self.clip_actions = _action_clipper(envs.single_action_space)
-        obs, _ = envs.reset(seed=seed)
-        self.obs = torch.as_tensor(obs, dtype=torch.float32, device=device)
-        self.prev_done = np.zeros(envs.num_envs, dtype=bool)  # next step of these envs is a reset step
+        self.reset(seed)
+
+    def reset(self, seed: int) -> None:
+        obs, _ = self.envs.reset(seed=seed)
+        self.obs = torch.as_tensor(obs, dtype=torch.float32, device=self.device)
+        self.prev_done = np.zeros(self.envs.num_envs, dtype=bool)  # next step of these envs is a reset step
+
+    def state_dict(self) -> dict[str, object]:
+        return {"obs": self.obs.cpu(), "prev_done": self.prev_done.copy()}
+
+    def load_state_dict(self, state: dict[str, object]) -> None:
+        self.obs = torch.as_tensor(state["obs"], device=self.device)
+        self.prev_done = np.asarray(state["prev_done"]).copy()
 
     def collect(self, algo: Algorithm, buffer: RolloutBuffer) -> CollectStats:
         """Fill `buffer` with n_steps of every env, then compute its advantages and returns."""

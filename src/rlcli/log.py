@@ -31,14 +31,20 @@ _TABLE = [
 class RunLogger:
     """One object per run; the trainer calls `scalars`, `progress` and `close`."""
 
-    def __init__(self, run_dir: Path, total_steps: int, show_console: bool, tensorboard: bool) -> None:
+    def __init__(
+        self, run_dir: Path, total_steps: int, show_console: bool, tensorboard: bool,
+        start_step: int = 0, start_seconds: float = 0.0,
+    ) -> None:
+        """`start_step` > 0 continues a run: anything logged after that step by the interrupted
+        process is dropped (TensorBoard's purge_step, eval.jsonl rewritten), so no point appears twice."""
         self.run_dir = run_dir
         self.show_console = show_console
         self.writer = None
         if tensorboard:
             from torch.utils.tensorboard import SummaryWriter  # slow import: only when used
 
-            self.writer = SummaryWriter(str(run_dir / "tb"))
+            self.writer = SummaryWriter(str(run_dir / "tb"), purge_step=start_step + 1)
+        self._truncate_test_records(start_step)
         self.latest: dict[str, float] = {}
         self._progress: Progress | None = None
         if show_console:
@@ -47,9 +53,17 @@ class RunLogger:
                 TextColumn("{task.fields[sps]:>6} SPS"), TimeRemainingColumn(),
                 TextColumn("test {task.fields[test]}"), console=console, transient=False,
             )
-            self._task = self._progress.add_task("train", total=total_steps, sps="-", test="-")
+            self._task = self._progress.add_task("train", total=total_steps, completed=start_step, sps="-",
+                                                 test="-")
             self._progress.start()
-        self._start = time.time()
+        self._start = time.time() - start_seconds
+
+    def _truncate_test_records(self, start_step: int) -> None:
+        path = self.run_dir / "eval.jsonl"
+        if path.is_file():
+            kept = [line for line in path.read_text().splitlines()
+                    if line.strip() and json.loads(line)["env_steps"] <= start_step]
+            path.write_text("".join(line + "\n" for line in kept))
 
     def scalars(self, metrics: dict[str, float], step: int) -> None:
         for tag, value in metrics.items():

@@ -9,6 +9,7 @@ Third-party packages add components through the entry-point group `rlcli.<kind>s
 from __future__ import annotations
 
 import difflib
+import importlib
 import inspect
 import types
 import typing
@@ -37,8 +38,9 @@ def require(ok: bool, key: str, value: Any, rule: str) -> None:
 class Registry:
     """Maps names to factories (classes or functions) for one config group."""
 
-    def __init__(self, kind: str) -> None:
+    def __init__(self, kind: str, builtin_module: str | None = None) -> None:
         self.kind = kind
+        self.builtin_module = builtin_module  # imported on first look-up: its modules register the built-ins
         self._factories: dict[str, Callable[..., Any]] = {}
         self._plugins_loaded = False
 
@@ -55,6 +57,8 @@ class Registry:
         if self._plugins_loaded:
             return
         self._plugins_loaded = True
+        if self.builtin_module:
+            importlib.import_module(self.builtin_module)
         for ep in entry_points(group=f"rlcli.{self.kind}s"):
             obj = ep.load()  # importing the module runs its @register decorators
             if callable(obj) and ep.name not in self._factories:
@@ -156,7 +160,7 @@ def _type_problem(value: Any, hint: Any) -> str | None:
     return None
 
 
-ENVS = Registry("env")
-ACTORS = Registry("actor")
-ALGOS = Registry("algo")
-BUFFERS = Registry("buffer")
+ENVS = Registry("env", "rlcli.envs")
+ACTORS = Registry("actor", "rlcli.actors")
+ALGOS = Registry("algo", "rlcli.algos")
+BUFFERS = Registry("buffer", "rlcli.buffers")

@@ -1,8 +1,10 @@
 """`rl-train`: compose the config with Hydra, check it, build the trainer, run it.
 
-Before Hydra creates a run directory, `main` composes the config once with the Compose API and
-checks it, so a typo in a group choice, a key or a value type is one line on stderr (exit code 2)
-instead of Hydra's multi-line report, and no run directory is made for it.
+`resume=...` is turned into the run's own command line first (see resume.py). Before Hydra
+creates or touches a run directory, `main` composes the config once with the Compose API and
+builds the trainer from it (which also loads and checks a checkpoint to resume), so a typo in a
+group choice, a key or a value type is one line on stderr (exit code 2) instead of Hydra's
+multi-line report, and no run directory is made or changed for it.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from rlcli.registry import ConfigError, did_you_mean
+from rlcli.resume import resume_args
 
 GROUPS = ("env", "algo", "actor", "buffer")
 
@@ -103,11 +106,12 @@ def _hydra_entry(cfg: DictConfig) -> float:
 def main(argv: list[str] | None = None) -> None:
     """Console entry point of `rl-train`."""
     args = list(sys.argv[1:] if argv is None else argv)
-    if not any(a.startswith("-") for a in args):  # flags (--help, --cfg, -m) go straight to Hydra
-        try:
+    try:
+        args = resume_args(args)
+        if not any(a.startswith("-") for a in args):  # flags (--help, --cfg, -m) go straight to Hydra
             precheck(args)
-        except ConfigError as error:
-            _fail(error)
+    except ConfigError as error:
+        _fail(error)
     sys.argv = [sys.argv[0], *args]
     _hydra_entry()
 

@@ -8,7 +8,11 @@ run directory, so a bad config leaves no TensorBoard log or checkpoint behind.
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
+import logging
+import signal
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +27,7 @@ import rlcli.buffers  # noqa: F401  (registers buffers)
 from rlcli import checkpoint
 from rlcli.collector import Collector, evaluate
 from rlcli.envs import GymEnvFactory
+from rlcli.envs.state import capturable, get_env_state, set_env_state
 from rlcli.log import RunLogger
 from rlcli.registry import ACTORS, ALGOS, BUFFERS, ENVS, ConfigError, check_kwargs, require
 from rlcli.runtime import configure_torch, resolve_device, seed_everything
@@ -64,6 +69,8 @@ class TrainState:
     tests: int = 0
     last_test_return: float | None = None
     best_test_return: float | None = None
+    train_seconds: float = 0.0  # wall time spent in run(), summed over resumes
+    finished: bool = False  # the budget or the stop reward was reached
 
 
 def crossed(step: int, previous: int, every: int) -> bool:
@@ -78,14 +85,24 @@ def _section(cfg: DictConfig, key: str) -> dict[str, Any]:
     return OmegaConf.to_container(node, resolve=True)  # type: ignore[return-value]
 
 
+def _actor_section(cfg: DictConfig) -> dict[str, Any]:
+    """The actor config without `init_from`, which the trainer handles for every actor alike."""
+    actor = _section(cfg, "actor")
+    actor.pop("init_from", None)
+    return actor
+
+
 def check_config(cfg: DictConfig) -> None:
     """Key and type checks of every section, without building anything (used before Hydra starts)."""
     check_kwargs(TrainSettings, _section(cfg, "train"), prefix="train")
     ENVS.check(_section(cfg, "env"))
-    ACTORS.check(_section(cfg, "actor"), context=("observation_space", "action_space", "normalize_obs", "clip_obs"))
+    ACTORS.check(_actor_section(cfg), context=("observation_space", "action_space", "normalize_obs", "clip_obs"))
     ALGOS.check(_section(cfg, "algo"), context=("actor", "num_envs"))
     BUFFERS.check(_section(cfg, "buffer"), context=(
         "n_steps", "num_envs", "obs_shape", "action_shape", "discrete", "device"))
+
+
+logger = logging.getLogger("rlcli")
 
 
 class Trainer:
@@ -112,9 +129,12 @@ class Trainer:
                 f"{env_factory.spec.id}; it supports: {', '.join(supported)}"
             )
         actor = ACTORS.build(
-            _section(cfg, "actor"), observation_space=obs_space, action_space=act_space,
+            _actor_section(cfg), observation_space=obs_space, action_space=act_space,
             normalize_obs=env_factory.normalize_obs, clip_obs=env_factory.clip_obs,
         ).to(self.device)
+        init_from = cfg.actor.get("init_from")
+        if init_from:
+            load_actor_weights(actor, Path(str(init_from)))
         self.algo = ALGOS.build(algo_cfg, actor=actor, num_envs=s.num_envs)
         self.buffer = BUFFERS.build(
             _section(cfg, "buffer"), n_steps=self.algo.n_steps, num_envs=s.num_envs,
@@ -125,67 +145,101 @@ class Trainer:
         self.stop_reward = env_factory.reward_threshold if s.stop_reward == "env" else s.stop_reward
         self.collector = Collector(self.envs, actor.normalizer, self.device, seed=cfg.seed)
         self.state = TrainState()
+        self.recent_returns: collections.deque[float] = collections.deque(maxlen=100)
+        self.recent_lengths: collections.deque[int] = collections.deque(maxlen=100)
+        self._stop_signal: int | None = None
+        if cfg.get("resume"):
+            self.restore(Path(str(cfg.resume)))
 
+    # ------------------------------------------------------------------------------------- the loop
     def run(self) -> float:
         """Train until train.total_steps or the stop reward; return the last mean test return."""
         s, state = self.settings, self.state
         assert self.run_dir is not None, "a trainer built without a run directory can only be checked"
-        log = RunLogger(self.run_dir, s.total_steps, bool(self.cfg.log.console), bool(self.cfg.log.tensorboard))
+        if self._already_done():
+            self.close()
+            print(f"rl-train: this run already finished at {state.env_steps:,} env steps "
+                  f"(test return {state.last_test_return}); raise train.total_steps to train longer",
+                  file=sys.stderr)
+            return _as_return(state.last_test_return)
+        state.finished = False
+        log = RunLogger(self.run_dir, s.total_steps, bool(self.cfg.log.console), bool(self.cfg.log.tensorboard),
+                        start_step=state.env_steps, start_seconds=state.train_seconds)
         log.message(f"rlcli: {self.cfg.algo.name} on {self.cfg.env.id}, {s.total_steps:,} env steps, "
-                    f"device {self.device}, run dir {self.run_dir}")
-        recent_returns: collections.deque[float] = collections.deque(maxlen=100)
-        recent_lengths: collections.deque[int] = collections.deque(maxlen=100)
-        start, stopped_early = time.perf_counter(), False
-        while state.env_steps < s.total_steps:
-            # collect
-            stats = self.collector.collect(self.algo, self.buffer)
-            previous = state.env_steps
-            state.env_steps += stats.steps
-            state.episodes += len(stats.episode_returns)
-            recent_returns.extend(stats.episode_returns)
-            recent_lengths.extend(stats.episode_lengths)
-            # update
-            metrics = self.algo.update(self.buffer, progress=min(1.0, state.env_steps / s.total_steps))
-            state.updates += 1
-            sps = state.env_steps / (time.perf_counter() - start)
-            # test
-            last_phase = state.env_steps >= s.total_steps
-            reached = False
-            if crossed(state.env_steps, previous, s.test_every) or (last_phase and s.test_every > 0):
-                self._test(log)
-                reached = self.stop_reward is not None and state.last_test_return >= self.stop_reward
-            # log
-            if crossed(state.env_steps, previous, s.log_every) or last_phase or reached:
-                scalars = {f"train/{k}": float(v) for k, v in metrics.items()}  # one sync per log
-                scalars["time/sps"] = sps
-                scalars["rollout/episodes"] = state.episodes
-                if recent_returns:
-                    scalars["rollout/return_mean"] = float(np.mean(recent_returns))
-                    scalars["rollout/ep_len_mean"] = float(np.mean(recent_lengths))
-                log.scalars(scalars, state.env_steps)
-                log.table(state.env_steps)
-            if reached:
-                stopped_early = not last_phase
-                log.message(f"test return {state.last_test_return:.1f} >= stop reward {self.stop_reward}: "
-                            f"stopping at {state.env_steps:,} env steps")
+                    f"device {self.device}, run dir {self.run_dir}"
+                    + (f", resumed at {state.env_steps:,} env steps" if state.env_steps else ""))
+        restore_signals = self._catch_stop_signals()
+        start, start_steps, stopped_early = time.perf_counter(), state.env_steps, False
+        self._seconds_before_run = state.train_seconds
+        try:
+            while state.env_steps < s.total_steps:
+                # collect
+                stats = self.collector.collect(self.algo, self.buffer)
+                previous = state.env_steps
+                state.env_steps += stats.steps
+                state.episodes += len(stats.episode_returns)
+                self.recent_returns.extend(stats.episode_returns)
+                self.recent_lengths.extend(stats.episode_lengths)
+                # update
+                metrics = self.algo.update(self.buffer, progress=min(1.0, state.env_steps / s.total_steps))
+                state.updates += 1
+                sps = (state.env_steps - start_steps) / (time.perf_counter() - start)
+                # test
+                last_phase = state.env_steps >= s.total_steps
+                reached = False
+                if crossed(state.env_steps, previous, s.test_every) or (last_phase and s.test_every > 0):
+                    self._test(log)
+                    reached = self.stop_reward is not None and state.last_test_return >= self.stop_reward
+                # log
+                if crossed(state.env_steps, previous, s.log_every) or last_phase or reached:
+                    scalars = {f"train/{k}": float(v) for k, v in metrics.items()}  # one sync per log
+                    scalars["time/sps"] = sps
+                    scalars["rollout/episodes"] = state.episodes
+                    if self.recent_returns:
+                        scalars["rollout/return_mean"] = float(np.mean(self.recent_returns))
+                        scalars["rollout/ep_len_mean"] = float(np.mean(self.recent_lengths))
+                    log.scalars(scalars, state.env_steps)
+                    log.table(state.env_steps)
                 log.progress(state.env_steps, sps, state.last_test_return)
-                break
-            # checkpoint
-            if crossed(state.env_steps, previous, s.checkpoint_every):
-                self.save_checkpoint()
-            log.progress(state.env_steps, sps, state.last_test_return)
-        self.save_checkpoint()
-        wall = time.perf_counter() - start
-        log.message(f"done: {state.env_steps:,} env steps in {wall:.1f} s ({state.env_steps / wall:.0f} SPS), "
+                if reached:
+                    stopped_early = not last_phase
+                    log.message(f"test return {state.last_test_return:.1f} >= stop reward {self.stop_reward}: "
+                                f"stopping at {state.env_steps:,} env steps")
+                    break
+                # checkpoint (and the safe point for Ctrl-C / SIGTERM)
+                if self._stop_signal is not None:
+                    self._save(start)
+                    name = signal.Signals(self._stop_signal).name
+                    log.message(f"{name}: stopped at {state.env_steps:,} env steps with a checkpoint saved; "
+                                f"resume with: rl-train resume={self.run_dir}")
+                    log.close()
+                    self.close()
+                    raise SystemExit(128 + self._stop_signal)
+                if crossed(state.env_steps, previous, s.checkpoint_every) and state.env_steps < s.total_steps:
+                    self._save(start)
+        finally:
+            restore_signals()
+        state.finished = True
+        self._save(start)
+        log.message(f"done: {state.env_steps:,} env steps in {state.train_seconds:.1f} s "
+                    f"({(state.env_steps - start_steps) / (time.perf_counter() - start):.0f} SPS), "
                     f"last test return {state.last_test_return}, "
                     f"{'stopped early' if stopped_early else 'budget reached'}")
         log.close()
         self.close()
-        return float("nan") if state.last_test_return is None else state.last_test_return
+        return _as_return(state.last_test_return)
 
     def close(self) -> None:
         self.envs.close()
         self.test_envs.close()
+
+    def _already_done(self) -> bool:
+        state = self.state
+        if not state.finished:
+            return False
+        reached = (self.stop_reward is not None and state.last_test_return is not None
+                   and state.last_test_return >= self.stop_reward)
+        return state.env_steps >= self.settings.total_steps or reached
 
     def _test(self, log: RunLogger) -> None:
         state = self.state
@@ -199,12 +253,79 @@ class Trainer:
                      "eval/ep_len_mean": float(result.lengths.mean())}, state.env_steps)
         log.test_result(state.env_steps, result.returns.tolist(), result.lengths.tolist())
 
-    def save_checkpoint(self) -> Path:
-        assert self.run_dir is not None
-        return checkpoint.save(
-            self.run_dir / "checkpoints", self.state.env_steps,
-            {"config": OmegaConf.to_container(self.cfg, resolve=True), "state": dataclasses.asdict(self.state),
-             "algo": self.algo.state_dict(), "rng": checkpoint.rng_state()},
-            keep=self.settings.keep_checkpoints,
-        )
+    def _catch_stop_signals(self):
+        """First Ctrl-C / SIGTERM: finish the iteration, checkpoint, exit. A second one stops at once."""
 
+        def handler(signum: int, frame: Any) -> None:
+            if self._stop_signal is not None:
+                raise KeyboardInterrupt
+            self._stop_signal = signum
+
+        previous = {}
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(ValueError):  # not the main thread (some launchers): leave signals alone
+                previous[sig] = signal.signal(sig, handler)
+
+        def restore() -> None:
+            for sig, old in previous.items():
+                signal.signal(sig, old)
+
+        return restore
+
+    # ------------------------------------------------------------------------------- checkpoints
+    def _save(self, start: float) -> Path:
+        self.state.train_seconds = self._seconds_before_run + time.perf_counter() - start
+        return self.save_checkpoint()
+
+    def save_checkpoint(self) -> Path:
+        """Everything needed to continue exactly: see `restore`."""
+        assert self.run_dir is not None
+        envs_ok = capturable(self.envs)
+        payload = {
+            "config": OmegaConf.to_container(self.cfg, resolve=True),
+            "state": dataclasses.asdict(self.state),
+            "algo": self.algo.state_dict(),
+            "buffer": self.buffer.state_dict(),
+            "rng": checkpoint.rng_state(),
+            "collector": self.collector.state_dict(),
+            "envs": get_env_state(self.envs) if envs_ok else None,
+            "recent": {"returns": list(self.recent_returns), "lengths": list(self.recent_lengths)},
+        }
+        return checkpoint.save(self.run_dir / "checkpoints", self.state.env_steps, payload,
+                               keep=self.settings.keep_checkpoints)
+
+    def restore(self, path: Path) -> None:
+        from rlcli.resume import check_compatible
+
+        data = checkpoint.load(path, map_location=self.device)
+        current = OmegaConf.to_container(self.cfg, resolve=True)
+        check_compatible(data["config"], current, path)  # type: ignore[arg-type]
+        self.algo.load_state_dict(data["algo"])
+        self.buffer.load_state_dict(data["buffer"])
+        self.state = TrainState(**data["state"])
+        self.recent_returns.extend(data["recent"]["returns"])
+        self.recent_lengths.extend(data["recent"]["lengths"])
+        self.collector.load_state_dict(data["collector"])
+        if data["envs"] is not None and capturable(self.envs):
+            set_env_state(self.envs, data["envs"])
+        else:
+            self.collector.reset(seed=int(self.cfg.seed) + self.state.updates)
+            logger.warning("the env state could not be saved or restored (e.g. async vector envs): the envs were "
+                           "reset, so this resume continues from fresh episodes rather than exactly")
+        checkpoint.set_rng_state(data["rng"])
+
+
+def load_actor_weights(actor: Any, path: Path) -> None:
+    """Warm start (`actor.init_from=<checkpoint>`): copy another run's network and normalizer."""
+    data = checkpoint.load(path)
+    weights = data["algo"]["actor"]
+    try:
+        actor.load_state_dict(weights)
+    except RuntimeError as error:
+        first = str(error).strip().splitlines()
+        detail = first[1].strip() if len(first) > 1 else first[0]
+        raise ConfigError(f"actor.init_from={str(path)!r} does not fit this actor: {detail}") from None
+
+
+def _as_return(value: float | None) -> float:
+    return float("nan") if value is None else value

@@ -1,0 +1,109 @@
+"""`rl-train resume=...`: find the run and checkpoint, rebuild its command line, check overrides.
+
+Hydra rewrites `.hydra/` before the task runs, so resuming cannot simply point Hydra at an old
+directory. Instead `resume_args` turns `resume=<run dir | checkpoint | auto>` into the run's own
+saved overrides plus the new ones, with `hydra.run.dir` set to the run and `resume` set to the
+checkpoint file. The checkpoint's stored config is the source of truth: `incompatible_changes`
+lists what the new config changes that cannot change mid-run.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from omegaconf import OmegaConf
+
+from rlcli import checkpoint
+from rlcli.registry import ConfigError
+
+# Keys that may differ between a checkpoint's config and the resumed run's.
+CHANGEABLE = (
+    "train.total_steps", "train.test_every", "train.test_episodes", "train.log_every", "train.stop_reward",
+    "train.checkpoint_every", "train.keep_checkpoints", "log.", "device", "torch_threads", "resume",
+    "actor.init_from",
+)
+
+
+def _key(arg: str) -> str:
+    return arg.split("=", 1)[0].lstrip("+~")
+
+
+def _value(arg: str) -> str:
+    return arg.split("=", 1)[1].strip().strip("'\"")
+
+
+def _quote(path: Path) -> str:
+    text = str(path).replace("\\", "\\\\").replace("'", "\\'")
+    return f"'{text}'"
+
+
+def _warn(message: str) -> None:
+    print(f"rl-train: warning: {message}", file=sys.stderr)
+
+
+def resume_args(args: list[str]) -> list[str]:
+    """Rewrite a command line holding `resume=...` into the resumed run's full command line."""
+    resume = [a for a in args if _key(a) == "resume"]
+    if not resume:
+        return args
+    value = _value(resume[-1])
+    rest = [a for a in args if _key(a) != "resume"]
+    if value.lower() in ("", "null", "none"):
+        return rest
+    run_dirs = [_value(a) for a in rest if _key(a) == "hydra.run.dir"]
+    if value == "auto":
+        if not run_dirs:
+            raise ConfigError("resume=auto needs hydra.run.dir=<run dir> so that a re-queued job finds its own run")
+        run_dir = Path(run_dirs[-1]).resolve()
+        ckpt = checkpoint.find_good(run_dir / "checkpoints", warn=_warn) if run_dir.is_dir() else None
+        if ckpt is None:
+            return rest  # nothing to resume yet: start fresh in that directory
+    else:
+        target = Path(value).expanduser().resolve()
+        if target.is_file():
+            checkpoint.verify(target)  # an explicitly named checkpoint must be good; no silent fallback
+            ckpt, run_dir = target, target.parent.parent
+        elif target.is_dir():
+            run_dir = target
+            ckpt = checkpoint.find_good(run_dir / "checkpoints", warn=_warn)
+            if ckpt is None:
+                raise ConfigError(f"resume={value!r}: no usable checkpoint in {run_dir / 'checkpoints'}")
+        else:
+            raise ConfigError(f"resume={value!r}: no such run directory or checkpoint file")
+    saved_path = run_dir / ".hydra" / "overrides.yaml"
+    if not saved_path.is_file():
+        raise ConfigError(f"resume={value!r}: {run_dir} is not an rl-train run directory (no .hydra/overrides.yaml)")
+    saved = [str(a) for a in OmegaConf.load(saved_path) if _key(str(a)) not in ("resume", "hydra.run.dir")]
+    new = [a for a in rest if _key(a) != "hydra.run.dir"]
+    return [*saved, *new, f"hydra.run.dir={_quote(run_dir)}", f"resume={_quote(ckpt)}"]
+
+
+def _flatten(node: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(node, dict):
+        out: dict[str, Any] = {}
+        for key, value in node.items():
+            out.update(_flatten(value, f"{prefix}{key}."))
+        return out
+    return {prefix[:-1]: node}
+
+
+def incompatible_changes(saved: dict[str, Any], current: dict[str, Any]) -> list[str]:
+    """`key (old -> new)` for every difference outside CHANGEABLE."""
+    old, new = _flatten(saved), _flatten(current)
+    changes = []
+    for key in sorted(set(old) | set(new)):
+        if key.startswith(CHANGEABLE) or old.get(key, "<unset>") == new.get(key, "<unset>"):
+            continue
+        changes.append(f"{key} ({old.get(key, '<unset>')!r} -> {new.get(key, '<unset>')!r})")
+    return changes
+
+
+def check_compatible(saved: dict[str, Any], current: dict[str, Any], path: Path) -> None:
+    changes = incompatible_changes(saved, current)
+    if changes:
+        raise ConfigError(
+            f"cannot resume {path.name} with a changed {', '.join(changes)}; only these may change on resume: "
+            f"{', '.join(k.rstrip('.') + ('.*' if k.endswith('.') else '') for k in CHANGEABLE if k != 'resume')}"
+        )

@@ -1,0 +1,250 @@
+"""Checkpoints and resume: exact continuation, signals, SIGKILL, corruption, refused overrides."""
+
+import json
+import os
+import random
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import RL_TRAIN
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from rlcli import checkpoint
+from rlcli.registry import ALGOS
+from rlcli.train import group_options
+
+QUIET = ["log.console=false", "deterministic=true", "train.stop_reward=null"]
+# Every algorithm the project has, on a numpy-vectorized env and on a sync vector env with reward
+# and observation normalization (whose statistics must survive the resume too).
+ENVS = {
+    "CartPole-v1": ["env=CartPole-v1"],
+    "Pendulum-v1": ["env=Pendulum-v1", "env.normalize_obs=true", "env.normalize_reward=true", "train.num_envs=2"],
+}
+
+
+def budget(algo: str) -> list[str]:
+    n_steps = 32 if algo == "ppo" else 8
+    return [f"algo={algo}", f"algo.n_steps={n_steps}", "train.total_steps=6144", "train.checkpoint_every=512",
+            "train.test_every=1024", "train.log_every=512", "train.test_episodes=2", *QUIET]
+
+
+def start(args: list[str], cwd: Path) -> subprocess.Popen:
+    return subprocess.Popen([str(RL_TRAIN), *args], cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+
+
+def run(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([str(RL_TRAIN), *args], cwd=cwd, capture_output=True, text=True, timeout=600)
+
+
+def wait_for_checkpoint(run_dir: Path, proc: subprocess.Popen, timeout: float = 120) -> None:
+    deadline = time.time() + timeout
+    while not (run_dir / "checkpoints" / "latest").exists():
+        assert proc.poll() is None, proc.communicate()
+        assert time.time() < deadline
+        time.sleep(0.05)
+
+
+def scalars(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
+    """Every scalar series as TensorBoard itself reads it back (purged steps dropped)."""
+    acc = EventAccumulator(str(run_dir / "tb"), size_guidance={"scalars": 0})
+    acc.Reload()
+    return {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]
+            if not tag.startswith("time/")}  # wall-clock speed differs by nature
+
+
+def final(run_dir: Path) -> dict:
+    return checkpoint.load(next(iter(checkpoint.candidates(run_dir / "checkpoints"))))
+
+
+def assert_same_run(a: Path, b: Path) -> None:
+    fa, fb = final(a), final(b)
+    for key, value in fa["algo"]["actor"].items():
+        assert torch.equal(value, fb["algo"]["actor"][key]), key
+    opt_a, opt_b = fa["algo"]["optimizer"]["state"], fb["algo"]["optimizer"]["state"]
+    for index, slots in opt_a.items():
+        for name, value in slots.items():
+            assert torch.equal(torch.as_tensor(value), torch.as_tensor(opt_b[index][name])), (index, name)
+    drop = ("train_seconds",)
+    assert {k: v for k, v in fa["state"].items() if k not in drop} == \
+        {k: v for k, v in fb["state"].items() if k not in drop}
+    sa, sb = scalars(a), scalars(b)
+    assert sa == sb
+    for series in sb.values():
+        steps = [s for s, _ in series]
+        assert steps == sorted(set(steps))  # each step exactly once
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("env", list(ENVS))
+@pytest.mark.parametrize("algo", ALGOS.names())
+def test_sigterm_then_resume_is_bit_identical_to_an_uninterrupted_run(algo, env, tmp_path):
+    assert algo in group_options("algo")  # every registered algorithm ships a config
+    args = [*budget(algo), *ENVS[env]]
+    straight = run([*args, f"hydra.run.dir={tmp_path / 'straight'}"], tmp_path)
+    assert straight.returncode == 0, straight.stderr
+
+    stopped = tmp_path / "stopped"
+    proc = start([*args, f"hydra.run.dir={stopped}"], tmp_path)
+    wait_for_checkpoint(stopped, proc)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    log = (stopped / "train.log").read_text()
+    assert f"resume with: rl-train resume={stopped}" in log
+    steps_at_stop = final(stopped)["state"]["env_steps"]
+    assert 0 < steps_at_stop < 6144
+
+    resumed = run([f"resume={stopped}"], tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"resumed at {steps_at_stop:,} env steps" in (stopped / "train.log").read_text()
+    assert_same_run(tmp_path / "straight", stopped)
+
+
+@pytest.mark.slow
+def test_sigkill_at_random_moments_then_resume_auto_completes_the_run(tmp_path):
+    args = [*budget("ppo"), "env=CartPole-v1", "train.total_steps=12288", "train.checkpoint_every=256"]
+    straight = run([*args, f"hydra.run.dir={tmp_path / 'straight'}"], tmp_path)
+    assert straight.returncode == 0, straight.stderr
+    run_dir = tmp_path / "killed"
+    command = [*args, f"hydra.run.dir={run_dir}", "resume=auto"]  # the same command every time, as a re-queue
+    rng = random.Random(0)
+    for _ in range(4):
+        proc = start(command, tmp_path)
+        if (run_dir / "checkpoints" / "latest").exists():
+            time.sleep(rng.uniform(2.5, 4.0))  # imports take ~2 s: kill during training
+        else:
+            wait_for_checkpoint(run_dir, proc)
+            time.sleep(rng.uniform(0.0, 0.8))
+        if proc.poll() is not None:
+            break
+        proc.kill()
+        proc.wait()
+        assert checkpoint.find_good(run_dir / "checkpoints") is not None  # never a lost checkpoint
+    done = run(command, tmp_path)
+    assert done.returncode == 0, done.stderr
+    state = final(run_dir)["state"]
+    assert state["finished"] and state["env_steps"] == 12288
+    records = [json.loads(line)["env_steps"] for line in (run_dir / "eval.jsonl").open()]
+    assert records == sorted(set(records))
+    assert_same_run(tmp_path / "straight", run_dir)
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory):
+    root = tmp_path_factory.mktemp("finished")
+    out = run(["train.total_steps=2048", "train.checkpoint_every=512", "train.keep_checkpoints=3",
+               "train.test_every=1024", "train.test_episodes=2", *QUIET, f"hydra.run.dir={root / 'run'}"], root)
+    assert out.returncode == 0, out.stderr
+    return root / "run"
+
+
+def snapshot(run_dir: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(run_dir)): p.read_bytes() for p in sorted(run_dir.rglob("*")) if p.is_file()}
+
+
+def test_checkpoints_keep_the_last_k_and_a_latest_pointer(finished_run):
+    names = sorted(p.name for p in (finished_run / "checkpoints").glob("ckpt_*.pt"))
+    assert names == ["ckpt_000000001024.pt", "ckpt_000000001536.pt", "ckpt_000000002048.pt"]
+    assert (finished_run / "checkpoints" / "latest").read_text().strip() == "ckpt_000000002048.pt"
+    assert not list((finished_run / "checkpoints").glob("*.tmp"))
+
+
+def test_corrupted_latest_falls_back_to_the_previous_good_checkpoint(finished_run, tmp_path):
+    copy = tmp_path / "run"
+    subprocess.run(["cp", "-r", str(finished_run), str(copy)], check=True)
+    latest = copy / "checkpoints" / "ckpt_000000002048.pt"
+    data = bytearray(latest.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    latest.write_bytes(bytes(data))
+    truncated = copy / "checkpoints" / "ckpt_000000001536.pt"
+    truncated.write_bytes(truncated.read_bytes()[:1000])
+    out = run([f"resume={copy}", "train.total_steps=2560"], tmp_path)
+    assert out.returncode == 0, out.stderr
+    warnings = [line for line in out.stderr.splitlines() if "warning" in line]
+    assert any("ckpt_000000002048.pt is corrupted or truncated (checksum mismatch)" in w for w in warnings)
+    assert any("ckpt_000000001536.pt" in w for w in warnings)
+    assert "resumed at 1,024 env steps" in (copy / "train.log").read_text()
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["algo.n_epochs=3"], "cannot resume ckpt_000000002048.pt with a changed algo.n_epochs (20 -> 3)"),
+        (["env=Acrobot-v1"], "env.id ('CartPole-v1' -> 'Acrobot-v1')"),
+        (["actor.hidden_sizes=[32]"], "actor.hidden_sizes"),
+        (["algo=a2c"], "algo.name ('ppo' -> 'a2c')"),
+    ],
+)
+def test_incompatible_override_is_refused_and_the_run_dir_is_untouched(finished_run, extra, message, tmp_path):
+    before = snapshot(finished_run)
+    out = run([f"resume={finished_run}", *extra], tmp_path)
+    lines = [line for line in out.stderr.splitlines() if line.strip()]
+    assert out.returncode == 2 and len(lines) == 1, out.stderr
+    assert message in lines[0] and "only these may change on resume: train.total_steps" in lines[0]
+    assert snapshot(finished_run) == before
+
+
+def test_bad_resume_targets_are_one_line_errors(finished_run, tmp_path):
+    empty = tmp_path / "empty"
+    (empty / "checkpoints").mkdir(parents=True)
+    bad_version = tmp_path / "v99.pt"
+    raw = bytearray((finished_run / "checkpoints" / "ckpt_000000002048.pt").read_bytes())
+    raw[8:12] = (99).to_bytes(4, "little")
+    bad_version.write_bytes(bytes(raw))
+    cases = [
+        ([f"resume={tmp_path / 'nope'}"], "no such run directory or checkpoint file"),
+        ([f"resume={empty}"], "no usable checkpoint in"),
+        ([f"resume={bad_version}"], "has checkpoint format version 99; this rlcli reads version 1"),
+        (["resume=auto"], "resume=auto needs hydra.run.dir"),
+    ]
+    for args, message in cases:
+        out = run(args, tmp_path)
+        lines = [line for line in out.stderr.splitlines() if line.strip()]
+        assert out.returncode == 2 and len(lines) == 1 and message in lines[0], (args, out.stderr)
+
+
+def test_resume_a_finished_run_says_so_and_a_higher_budget_continues(finished_run, tmp_path):
+    copy = tmp_path / "run"
+    subprocess.run(["cp", "-r", str(finished_run), str(copy)], check=True)
+    out = run([f"resume={copy}"], tmp_path)
+    assert out.returncode == 0 and "already finished at 2,048 env steps" in out.stderr
+    out = run([f"resume={copy / 'checkpoints' / 'ckpt_000000001536.pt'}", "train.total_steps=3072"], tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert final(copy)["state"]["env_steps"] == 3072
+    steps = [s for s, _ in scalars(copy)["eval/return_mean"]]
+    assert steps == [1024, 2048, 3072]  # the old 2048 point was purged and logged again once
+
+
+def test_warm_start_copies_weights_and_refuses_a_mismatched_network(finished_run, tmp_path):
+    from hydra import compose, initialize_config_dir
+
+    from rlcli.train import conf_dir
+    from rlcli.trainer import Trainer
+
+    source = finished_run / "checkpoints" / "ckpt_000000002048.pt"
+    with initialize_config_dir(config_dir=conf_dir(), version_base="1.3", job_name="test"):
+        cfg = compose("config", overrides=[f"actor.init_from={source}", "log.console=false"])
+    trainer = Trainer(cfg, tmp_path)
+    for key, value in checkpoint.load(source)["algo"]["actor"].items():
+        assert torch.equal(trainer.algo.actor.state_dict()[key], value), key
+    trainer.close()
+    out = run([f"actor.init_from={source}", "actor.hidden_sizes=[32]"], tmp_path)
+    lines = [line for line in out.stderr.splitlines() if line.strip()]
+    assert out.returncode == 2 and len(lines) == 1 and "does not fit this actor" in lines[0], out.stderr
+
+
+def test_sigint_checkpoints_and_exits_with_130(tmp_path):
+    run_dir = tmp_path / "run"
+    proc = start(["train.total_steps=500000", "train.checkpoint_every=1024", *QUIET, f"hydra.run.dir={run_dir}"],
+                 tmp_path)
+    wait_for_checkpoint(run_dir, proc)
+    os.kill(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert "SIGINT: stopped at" in (run_dir / "train.log").read_text()
+    assert not final(run_dir)["state"]["finished"]
