@@ -77,7 +77,7 @@ def test_deterministic_runs_are_bit_identical(cli, tmp_path):
 
 
 BAD_INPUT = [
-    (["algo=nope"], "unknown algo 'nope'", "choose from: a2c, ppo"),
+    (["algo=nope"], "unknown algo 'nope'", "choose from: a2c, ddpg, dqn, ppo, sac, td3"),
     (["env=NoSuchEnv-v0"], "unknown env 'NoSuchEnv-v0'", "CartPole-v1"),
     (["env=gym", "env.id=NoSuchEnv-v0"], "env.id='NoSuchEnv-v0' is not a registered gymnasium id", "pprint_registry"),
     (["algo.lr=-1"], "algo.lr=-1", "must be > 0"),
@@ -89,6 +89,16 @@ BAD_INPUT = [
     (["actor.activation=swish"], "actor.activation='swish'", "choose from: tanh"),
     (["algo.batch_size=100000"], "algo.batch_size=100000", "n_steps * num_envs"),
     (["env=gym", "env.id=odd_envs:MultiBinaryToy-v0"], "cannot handle MultiBinary actions", "Discrete, Box"),
+    # off-policy family
+    (["algo=dqn", "env=Pendulum-v1"], "algo=dqn cannot handle Box actions", "it supports: Discrete"),
+    (["algo=sac", "env=CartPole-v1"], "algo=sac cannot handle Discrete actions", "it supports: Box"),
+    (["algo=td3", "env=CartPole-v1"], "algo=td3 cannot handle Discrete actions", "it supports: Box"),
+    (["algo=dqn", "buffer=rollout"], "buffer=rollout does not fit the off-policy algo=dqn",
+     "choose from: nstep, per, replay"),
+    (["algo=ppo", "buffer=replay"], "buffer=replay does not fit the on-policy algo=ppo", "rollout"),
+    (["algo=dqn", "buffer.capacity=0"], "buffer.capacity=0", "must be > 0"),
+    (["algo=sac", "env=Pendulum-v1", "algo.batch_size=5000"], "algo.batch_size=5000", "learning_starts=1000"),
+    (["algo=td3", "env=Pendulum-v1", "algo.noise=pink"], "algo.noise='pink'", "gaussian, ornstein_uhlenbeck"),
 ]
 
 

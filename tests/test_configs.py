@@ -21,6 +21,8 @@ def composed(*overrides: str):
 @pytest.mark.parametrize(("group", "option"), [(g, o) for g in REGISTRIES for o in group_options(g)])
 def test_every_group_option_composes_and_is_registered(group, option):
     overrides = [f"{group}={option}"] + (["env.id=CartPole-v1"] if option == "gym" else [])
+    if group == "buffer" and option != "rollout":
+        overrides.append("algo=dqn")  # replay buffers belong to off-policy algorithms
     cfg = composed(*overrides)
     assert cfg[group].name in REGISTRIES[group].names()
     check_config(cfg)
@@ -34,7 +36,7 @@ def test_every_tuned_file_applies_and_builds(path, tmp_path):
     algo, env = path.parent.name, path.stem
     cfg = composed(f"algo={algo}", f"env={env}", "log.console=false", "log.tensorboard=false")
     raw = OmegaConf.load(path)
-    for section in ("algo", "train", "env", "actor"):
+    for section in ("algo", "train", "env", "actor", "buffer"):
         for key, value in (raw.get(section) or {}).items():
             assert cfg[section][key] == value, f"{path}: {section}.{key} not applied"
     Trainer(cfg, tmp_path)  # builds envs, actor, algorithm and buffer: every tuned value is valid

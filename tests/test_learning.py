@@ -36,3 +36,22 @@ def test_ppo_improves_on_pendulum(cli, tmp_path):
     assert out.returncode == 0, out.stderr
     returns = _test_returns(tmp_path / "run")
     assert max(returns) > -400
+
+
+@pytest.mark.slow
+def test_dqn_solves_cartpole(cli, tmp_path):
+    # RL-Zoo's tuned DQN (50k steps budget); stops at the env's threshold (475).
+    out = cli("algo=dqn", "env=CartPole-v1", "seed=1", "train.test_every=5000", "log.console=false",
+              f"hydra.run.dir={tmp_path / 'run'}", timeout=1200)
+    assert out.returncode == 0, out.stderr
+    assert max(_test_returns(tmp_path / "run")) >= 475
+
+
+@pytest.mark.slow
+def test_sac_learns_pendulum(cli, tmp_path):
+    # RL-Zoo's tuned SAC (20k steps budget); stops once the 5-episode test mean beats -200.
+    out = cli("algo=sac", "env=Pendulum-v1", "seed=1", "train.test_every=2000", "train.test_episodes=5",
+              "train.stop_reward=-200", "log.console=false", f"hydra.run.dir={tmp_path / 'run'}", timeout=1200)
+    assert out.returncode == 0, out.stderr
+    returns = _test_returns(tmp_path / "run")
+    assert max(returns) > -200

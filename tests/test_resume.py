@@ -8,6 +8,7 @@ import subprocess
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from conftest import RL_TRAIN
@@ -18,18 +19,34 @@ from rlcli.registry import ALGOS
 from rlcli.train import group_options
 
 QUIET = ["log.console=false", "deterministic=true", "train.stop_reward=null"]
-# Every algorithm the project has, on a numpy-vectorized env and on a sync vector env with reward
-# and observation normalization (whose statistics must survive the resume too).
-ENVS = {
-    "CartPole-v1": ["env=CartPole-v1"],
-    "Pendulum-v1": ["env=Pendulum-v1", "env.normalize_obs=true", "env.normalize_reward=true", "train.num_envs=2"],
+CADENCE = ["train.checkpoint_every=512", "train.test_every=1024", "train.log_every=512", "train.test_episodes=2"]
+# Per algorithm, the envs (and settings) its exact-resume test runs on: a numpy-vectorized env, and a sync
+# vector env with reward and observation normalization whose statistics must survive the resume too.
+PENDULUM = ["env=Pendulum-v1", "env.normalize_obs=true", "env.normalize_reward=true", "train.num_envs=2"]
+SMALL_OFF_POLICY = ["algo.learning_starts=512", "algo.batch_size=64", "actor.hidden_sizes=[32,32]"]
+CASES = {
+    "ppo-CartPole": ["algo=ppo", "algo.n_steps=32", "env=CartPole-v1"],
+    "ppo-Pendulum": ["algo=ppo", "algo.n_steps=32", *PENDULUM],
+    "a2c-CartPole": ["algo=a2c", "algo.n_steps=8", "env=CartPole-v1"],
+    "a2c-Pendulum": ["algo=a2c", "algo.n_steps=8", *PENDULUM],
+    "dqn-CartPole": ["algo=dqn", "env=CartPole-v1", "train.num_envs=2", *SMALL_OFF_POLICY, "algo.train_freq=16",
+                     "algo.gradient_steps=8", "algo.target_update_interval=256"],
+    "dqn-CartPole-per-nstep": ["algo=dqn", "env=CartPole-v1", "train.num_envs=2", "buffer=per", "buffer.n_step=3",
+                               *SMALL_OFF_POLICY, "algo.train_freq=16", "algo.gradient_steps=8"],
+    "sac-Pendulum": ["algo=sac", *PENDULUM, *SMALL_OFF_POLICY, "algo.train_freq=8", "algo.gradient_steps=4"],
+    "td3-Pendulum": ["algo=td3", *PENDULUM, *SMALL_OFF_POLICY, "algo.train_freq=8", "algo.gradient_steps=4",
+                     "algo.noise=ornstein_uhlenbeck"],
+    "ddpg-Pendulum": ["algo=ddpg", *PENDULUM, *SMALL_OFF_POLICY, "algo.train_freq=8", "algo.gradient_steps=4"],
 }
 
 
-def budget(algo: str) -> list[str]:
-    n_steps = 32 if algo == "ppo" else 8
-    return [f"algo={algo}", f"algo.n_steps={n_steps}", "train.total_steps=6144", "train.checkpoint_every=512",
-            "train.test_every=1024", "train.log_every=512", "train.test_episodes=2", *QUIET]
+def budget(case: str) -> list[str]:
+    return [*CASES[case], "train.total_steps=6144", *CADENCE, *QUIET]
+
+
+def test_every_algorithm_has_an_exact_resume_case():
+    assert {case.split("-")[0] for case in CASES} == set(ALGOS.names())
+    assert set(ALGOS.names()) <= set(group_options("algo"))  # and ships a config
 
 
 def start(args: list[str], cwd: Path) -> subprocess.Popen:
@@ -61,14 +78,28 @@ def final(run_dir: Path) -> dict:
     return checkpoint.load(next(iter(checkpoint.candidates(run_dir / "checkpoints"))))
 
 
+def assert_equal_state(a, b, path="") -> None:
+    """Recursive bit-for-bit comparison of checkpoint contents (tensors, arrays, containers, numbers)."""
+    if isinstance(a, torch.Tensor):
+        assert isinstance(b, torch.Tensor) and a.dtype == b.dtype and torch.equal(a, b), path
+    elif isinstance(a, np.ndarray):
+        assert np.array_equal(a, b), path
+    elif isinstance(a, dict):
+        assert a.keys() == b.keys(), path
+        for key in a:
+            assert_equal_state(a[key], b[key], f"{path}/{key}")
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b), path
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            assert_equal_state(x, y, f"{path}[{i}]")
+    else:
+        assert a == b, path
+
+
 def assert_same_run(a: Path, b: Path) -> None:
     fa, fb = final(a), final(b)
-    for key, value in fa["algo"]["actor"].items():
-        assert torch.equal(value, fb["algo"]["actor"][key]), key
-    opt_a, opt_b = fa["algo"]["optimizer"]["state"], fb["algo"]["optimizer"]["state"]
-    for index, slots in opt_a.items():
-        for name, value in slots.items():
-            assert torch.equal(torch.as_tensor(value), torch.as_tensor(opt_b[index][name])), (index, name)
+    assert_equal_state(fa["algo"], fb["algo"], "algo")  # networks, targets, optimizers, noise, counters
+    assert_equal_state(fa["buffer"], fb["buffer"], "buffer")
     drop = ("train_seconds",)
     assert {k: v for k, v in fa["state"].items() if k not in drop} == \
         {k: v for k, v in fb["state"].items() if k not in drop}
@@ -80,11 +111,9 @@ def assert_same_run(a: Path, b: Path) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("env", list(ENVS))
-@pytest.mark.parametrize("algo", ALGOS.names())
-def test_sigterm_then_resume_is_bit_identical_to_an_uninterrupted_run(algo, env, tmp_path):
-    assert algo in group_options("algo")  # every registered algorithm ships a config
-    args = [*budget(algo), *ENVS[env]]
+@pytest.mark.parametrize("case", list(CASES))
+def test_sigterm_then_resume_is_bit_identical_to_an_uninterrupted_run(case, tmp_path):
+    args = budget(case)
     straight = run([*args, f"hydra.run.dir={tmp_path / 'straight'}"], tmp_path)
     assert straight.returncode == 0, straight.stderr
 
@@ -107,7 +136,7 @@ def test_sigterm_then_resume_is_bit_identical_to_an_uninterrupted_run(algo, env,
 
 @pytest.mark.slow
 def test_sigkill_at_random_moments_then_resume_auto_completes_the_run(tmp_path):
-    args = [*budget("ppo"), "env=CartPole-v1", "train.total_steps=12288", "train.checkpoint_every=256"]
+    args = [*budget("ppo-CartPole"), "train.total_steps=12288", "train.checkpoint_every=256"]
     straight = run([*args, f"hydra.run.dir={tmp_path / 'straight'}"], tmp_path)
     assert straight.returncode == 0, straight.stderr
     run_dir = tmp_path / "killed"

@@ -8,14 +8,15 @@ buffer; a *test phase* runs the deterministic policy on separate envs for a numb
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
-import gymnasium as gym
 import numpy as np
 import torch
 from gymnasium.vector import VectorEnv
 
 from rlcli.actors.normalizer import RunningNorm
 from rlcli.algos.base import Algorithm
+from rlcli.buffers.replay import ReplayBuffer
 from rlcli.buffers.rollout import RolloutBuffer
 from rlcli.envs import finished_episodes
 
@@ -37,19 +38,11 @@ class TestStats:
         return float(self.returns.mean())
 
 
-def _action_clipper(space: gym.spaces.Space):
-    if isinstance(space, gym.spaces.Box):
-        low, high = space.low, space.high
-        return lambda a: np.clip(a, low, high)
-    return lambda a: a
-
-
 class Collector:
     """Keeps the training envs' current observations between collect phases."""
 
     def __init__(self, envs: VectorEnv, normalizer: RunningNorm, device: torch.device, seed: int) -> None:
         self.envs, self.normalizer, self.device = envs, normalizer, device
-        self.clip_actions = _action_clipper(envs.single_action_space)
         self.reset(seed)
 
     def reset(self, seed: int) -> None:
@@ -64,7 +57,32 @@ class Collector:
         self.obs = torch.as_tensor(state["obs"], device=self.device)
         self.prev_done = np.asarray(state["prev_done"]).copy()
 
-    def collect(self, algo: Algorithm, buffer: RolloutBuffer) -> CollectStats:
+    def collect(self, algo: Algorithm, buffer: Any, random_actions: bool = False) -> CollectStats:
+        """n_steps of every env into `buffer`: a whole rollout (on-policy) or transitions (off-policy)."""
+        if algo.on_policy:
+            return self._collect_rollout(algo, buffer)
+        return self._collect_transitions(algo, buffer, random_actions)
+
+    def _collect_transitions(self, algo: Any, buffer: ReplayBuffer, random_actions: bool) -> CollectStats:
+        """Replay stores raw observations; algorithms normalize sampled batches with the current statistics."""
+        stats = CollectStats(steps=algo.n_steps * self.envs.num_envs)
+        for _ in range(algo.n_steps):
+            self.normalizer.update(self.obs)
+            if random_actions:  # before learning_starts; torch's generator keeps resume exact
+                actions = algo.random_actions(self.envs.num_envs).to(self.device)
+            else:
+                actions = algo.act(self.normalizer(self.obs)).actions
+            next_obs, rewards, terminated, truncated, infos = self.envs.step(algo.env_actions(actions))
+            done = np.logical_or(terminated, truncated)
+            buffer.add(self.obs, actions, rewards, next_obs, terminated, done, ~self.prev_done)
+            returns, lengths = finished_episodes(infos)
+            stats.episode_returns.extend(returns.tolist())
+            stats.episode_lengths.extend(lengths.tolist())
+            self.obs = torch.as_tensor(next_obs, dtype=torch.float32, device=self.device)
+            self.prev_done = done
+        return stats
+
+    def _collect_rollout(self, algo: Algorithm, buffer: RolloutBuffer) -> CollectStats:
         """Fill `buffer` with n_steps of every env, then compute its advantages and returns."""
         buffer.reset()
         stats = CollectStats(steps=buffer.n_steps * self.envs.num_envs)
@@ -73,9 +91,7 @@ class Collector:
             self.normalizer.update(self.obs)
             obs = self.normalizer(self.obs)
             out = algo.act(obs)
-            next_obs, rewards, terminated, truncated, infos = self.envs.step(
-                self.clip_actions(out.actions.cpu().numpy())
-            )
+            next_obs, rewards, terminated, truncated, infos = self.envs.step(algo.env_actions(out.actions))
             done = np.logical_or(terminated, truncated)
             buffer.add(
                 obs, out.actions, out.log_probs, out.values, to_tensor(rewards), to_tensor(terminated),
@@ -97,13 +113,12 @@ def evaluate(envs: VectorEnv, algo: Algorithm, normalizer: RunningNorm, device: 
     n = envs.num_envs
     returns, lengths = np.zeros(n), np.zeros(n, dtype=np.int64)
     finished = np.zeros(n, dtype=bool)
-    clip_actions = _action_clipper(envs.single_action_space)
     obs, _ = envs.reset(seed=seed)
     while not finished.all():
         with torch.inference_mode():
             x = normalizer(torch.as_tensor(obs, dtype=torch.float32, device=device))
             actions = algo.act(x, deterministic=True).actions
-        obs, _, _, _, infos = envs.step(clip_actions(actions.cpu().numpy()))
+        obs, _, _, _, infos = envs.step(algo.env_actions(actions))
         if "_episode" in infos:
             first = infos["_episode"] & ~finished
             returns[first] = infos["episode"]["r"][first]

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
+from gymnasium.spaces import Discrete
 from omegaconf import DictConfig, OmegaConf
 
 import rlcli.actors  # noqa: F401  (registers actors)
@@ -92,14 +93,27 @@ def _actor_section(cfg: DictConfig) -> dict[str, Any]:
     return actor
 
 
+def check_buffer_fits(algo_name: str, buffer_name: str) -> None:
+    """On-policy algorithms need rollout storage, off-policy ones a replay buffer."""
+    on_policy = bool(getattr(ALGOS.get(algo_name), "on_policy", True))
+    if bool(getattr(BUFFERS.get(buffer_name), "on_policy", True)) != on_policy:
+        valid = [n for n in BUFFERS.names() if getattr(BUFFERS.get(n), "on_policy", True) == on_policy]
+        kind = "on-policy" if on_policy else "off-policy"
+        raise ConfigError(
+            f"buffer={buffer_name} does not fit the {kind} algo={algo_name}; choose from: {', '.join(valid)}"
+        )
+
+
 def check_config(cfg: DictConfig) -> None:
     """Key and type checks of every section, without building anything (used before Hydra starts)."""
     check_kwargs(TrainSettings, _section(cfg, "train"), prefix="train")
     ENVS.check(_section(cfg, "env"))
-    ACTORS.check(_actor_section(cfg), context=("observation_space", "action_space", "normalize_obs", "clip_obs"))
-    ALGOS.check(_section(cfg, "algo"), context=("actor", "num_envs"))
+    ACTORS.check(_actor_section(cfg), context=("observation_space", "action_space", "normalize_obs", "clip_obs",
+                                                "heads"))
+    ALGOS.check(_section(cfg, "algo"), context=("actor", "num_envs", "action_space"))
+    check_buffer_fits(_section(cfg, "algo")["name"], _section(cfg, "buffer")["name"])
     BUFFERS.check(_section(cfg, "buffer"), context=(
-        "n_steps", "num_envs", "obs_shape", "action_shape", "discrete", "device"))
+        "n_steps", "num_envs", "obs_shape", "action_shape", "discrete", "device", "gamma"))
 
 
 logger = logging.getLogger("rlcli")
@@ -128,20 +142,29 @@ class Trainer:
                 f"algo={algo_cfg['name']} cannot handle {type(act_space).__name__} actions of env "
                 f"{env_factory.spec.id}; it supports: {', '.join(supported)}"
             )
+        on_policy = bool(getattr(algo_cls, "on_policy", True))
         actor = ACTORS.build(
             _actor_section(cfg), observation_space=obs_space, action_space=act_space,
             normalize_obs=env_factory.normalize_obs, clip_obs=env_factory.clip_obs,
-        ).to(self.device)
+            heads="actor_critic" if on_policy else "torso",
+        )
+        if on_policy:
+            self.algo = ALGOS.build(algo_cfg, actor=actor.to(self.device), num_envs=s.num_envs)
+        else:  # off-policy algorithms build their own heads on the actor config's torso
+            self.algo = ALGOS.build(algo_cfg, actor=actor, action_space=act_space, num_envs=s.num_envs)
+            self.algo.actor.to(self.device)
         init_from = cfg.actor.get("init_from")
         if init_from:
-            load_actor_weights(actor, Path(str(init_from)))
-        self.algo = ALGOS.build(algo_cfg, actor=actor, num_envs=s.num_envs)
+            load_actor_weights(self.algo.actor, Path(str(init_from)))
         self.buffer = BUFFERS.build(
             _section(cfg, "buffer"), n_steps=self.algo.n_steps, num_envs=s.num_envs,
-            obs_shape=obs_space.shape, action_shape=act_space.shape, discrete=actor.discrete, device=self.device,
+            obs_shape=obs_space.shape, action_shape=act_space.shape, discrete=isinstance(act_space, Discrete),
+            device=self.device, gamma=self.algo.gamma,
         )
-        if getattr(self.buffer, "on_policy", True) != self.algo.on_policy:
-            raise ConfigError(f"buffer={_section(cfg, 'buffer')['name']} does not fit algo={algo_cfg['name']}")
+        if not on_policy:
+            capacity = getattr(self.buffer, "capacity", None)
+            require(capacity is None or capacity >= self.algo.batch_size, "buffer.capacity", capacity,
+                    f"must hold at least algo.batch_size={self.algo.batch_size} transitions")
         self.stop_reward = env_factory.reward_threshold if s.stop_reward == "env" else s.stop_reward
         self.collector = Collector(self.envs, actor.normalizer, self.device, seed=cfg.seed)
         self.state = TrainState()
@@ -174,15 +197,20 @@ class Trainer:
         try:
             while state.env_steps < s.total_steps:
                 # collect
-                stats = self.collector.collect(self.algo, self.buffer)
+                warming_up = not self.algo.on_policy and state.env_steps < self.algo.learning_starts
+                self.algo.progress = min(1.0, state.env_steps / s.total_steps)
+                stats = self.collector.collect(self.algo, self.buffer, random_actions=warming_up)
                 previous = state.env_steps
                 state.env_steps += stats.steps
                 state.episodes += len(stats.episode_returns)
                 self.recent_returns.extend(stats.episode_returns)
                 self.recent_lengths.extend(stats.episode_lengths)
                 # update
-                metrics = self.algo.update(self.buffer, progress=min(1.0, state.env_steps / s.total_steps))
-                state.updates += 1
+                metrics: dict[str, Any] = {}
+                if self.algo.on_policy or state.env_steps >= self.algo.learning_starts:
+                    self.algo.env_steps = state.env_steps
+                    metrics = self.algo.update(self.buffer, progress=min(1.0, state.env_steps / s.total_steps))
+                    state.updates += 1
                 sps = (state.env_steps - start_steps) / (time.perf_counter() - start)
                 # test
                 last_phase = state.env_steps >= s.total_steps

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Literal, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 import gymnasium as gym
 import numpy as np
@@ -75,6 +75,7 @@ class ActorCritic(nn.Module):
         self.v_body = self.pi_body if shared else mlp(obs_dim, hidden_sizes, activation)
         features = hidden_sizes[-1] if hidden_sizes else obs_dim
         self.discrete = isinstance(action_space, gym.spaces.Discrete)
+        self.action_bounds = None if self.discrete else (action_space.low, action_space.high)
         if self.discrete:
             self.head: CategoricalHead | GaussianHead = CategoricalHead(features, int(action_space.n))
         else:
@@ -123,17 +124,25 @@ def build_mlp_actor(
     action_space: gym.spaces.Space,
     normalize_obs: bool = False,
     clip_obs: float = 10.0,
+    heads: Literal["actor_critic", "torso"] = "actor_critic",
     hidden_sizes: list[int] = (64, 64),  # type: ignore[assignment]
     activation: Activation = "tanh",
     shared: bool = False,
     ortho_init: bool = True,
     log_std_init: float = 0.0,
-) -> ActorCritic:
+) -> ActorCritic | Any:
+    """An ActorCritic for on-policy algorithms, or a Torso from which off-policy ones build heads."""
     if not isinstance(observation_space, gym.spaces.Box):
         raise ConfigError(
             f"actor=mlp needs a Box observation space; the env has {type(observation_space).__name__}"
         )
     require(all(h > 0 for h in hidden_sizes), "actor.hidden_sizes", list(hidden_sizes), "sizes must be > 0")
+    if heads == "torso":  # off-policy algorithms build their own heads on this torso
+        from rlcli.actors.offpolicy import Torso
+
+        obs_dim = int(np.prod(observation_space.shape))
+        normalizer = RunningNorm(tuple(observation_space.shape), clip=clip_obs, enabled=normalize_obs)
+        return Torso(obs_dim, list(hidden_sizes), activation, ortho_init, normalizer)
     return ActorCritic(
         observation_space, action_space, list(hidden_sizes), activation, shared, ortho_init,
         log_std_init, normalize_obs, clip_obs,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -11,6 +12,7 @@ from rlcli.actors.mlp import ActorCritic, ActOutput
 from rlcli.algos.base import (
     Schedule,
     check_common,
+    clipped_env_actions,
     explained_variance,
     masked_mean,
     normalize_masked,
@@ -82,6 +84,9 @@ class A2C:
             "explained_variance": explained_variance(batch.values, batch.returns, mask),
             "learning_rate": torch.tensor(lr),
         }
+
+    def env_actions(self, actions: torch.Tensor) -> np.ndarray:
+        return clipped_env_actions(self.actor, actions)
 
     def state_dict(self) -> dict[str, Any]:
         return {"actor": self.actor.state_dict(), "optimizer": self.optimizer.state_dict()}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal, Protocol
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -23,6 +24,10 @@ class Algorithm(Protocol):
     actor: nn.Module
 
     def act(self, obs: torch.Tensor, deterministic: bool = False) -> ActOutput: ...
+
+    def env_actions(self, actions: torch.Tensor) -> np.ndarray:
+        """What the env receives for `act`'s actions (clipped or rescaled to its bounds)."""
+        ...
 
     def update(self, buffer: Any, progress: float) -> dict[str, torch.Tensor]: ...
 
@@ -83,3 +88,9 @@ def check_common(
     require(ent_coef >= 0, "algo.ent_coef", ent_coef, "must be >= 0")
     require(vf_coef >= 0, "algo.vf_coef", vf_coef, "must be >= 0")
     require(max_grad_norm is None or max_grad_norm > 0, "algo.max_grad_norm", max_grad_norm, "must be > 0 or null")
+
+
+def clipped_env_actions(actor: ActorCritic, actions: torch.Tensor) -> np.ndarray:
+    """Gaussian samples are stored unclipped (exact log-probs); the env gets them clipped to its bounds."""
+    a = actions.cpu().numpy()
+    return a if actor.action_bounds is None else np.clip(a, *actor.action_bounds)

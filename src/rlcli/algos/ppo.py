@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -11,6 +12,7 @@ from rlcli.actors.mlp import ActorCritic, ActOutput
 from rlcli.algos.base import (
     Schedule,
     check_common,
+    clipped_env_actions,
     explained_variance,
     masked_mean,
     normalize_masked,
@@ -125,6 +127,9 @@ class PPO:
             "entropy": entropy_mean.detach(), "approx_kl": approx_kl, "clip_fraction": clip_fraction,
             "loss": loss.detach(),
         }
+
+    def env_actions(self, actions: torch.Tensor) -> np.ndarray:
+        return clipped_env_actions(self.actor, actions)
 
     def state_dict(self) -> dict[str, Any]:
         return {"actor": self.actor.state_dict(), "optimizer": self.optimizer.state_dict()}

@@ -66,6 +66,7 @@ class RolloutBuffer:
         action_shape: tuple[int, ...],
         discrete: bool,
         device: torch.device,
+        **_unused_context: object,
     ) -> None:
         self.n_steps, self.num_envs, self.device = n_steps, num_envs, device
         shape = (n_steps, num_envs)

@@ -1,0 +1,144 @@
+"""Deep Q-Network (Mnih et al. 2015) with double Q-learning and dueling heads as options."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any, Literal
+
+import gymnasium as gym
+import torch
+from torch import nn
+
+from rlcli.actors.mlp import ActOutput
+from rlcli.actors.offpolicy import QNetwork, Torso
+from rlcli.algos.offpolicy import check_offpolicy, polyak_update
+from rlcli.buffers.replay import ReplayBuffer
+from rlcli.registry import ALGOS, require
+
+
+class DQNNetworks(nn.Module):
+    def __init__(self, torso: Torso, n_actions: int, dueling: bool):
+        super().__init__()
+        self.normalizer = torso.normalizer
+        self.q = QNetwork(torso, n_actions, dueling)
+        self.q_target = copy.deepcopy(self.q).requires_grad_(False)
+
+
+@ALGOS.register("dqn")
+class DQN:
+    on_policy = False
+    action_spaces = ("Discrete",)
+
+    def __init__(
+        self,
+        actor: Torso,
+        action_space: gym.spaces.Space,
+        num_envs: int,
+        lr: float = 1e-4,
+        batch_size: int = 32,
+        learning_starts: int = 100,
+        train_freq: int = 4,
+        gradient_steps: int = 1,
+        gamma: float = 0.99,
+        tau: float = 1.0,
+        target_update_interval: int = 1000,
+        exploration_fraction: float = 0.1,
+        exploration_initial_eps: float = 1.0,
+        exploration_final_eps: float = 0.05,
+        loss: Literal["huber", "mse"] = "huber",
+        double: bool = False,
+        dueling: bool = False,
+        max_grad_norm: float | None = 10.0,
+        reward_scale: float = 1.0,
+    ) -> None:
+        check_offpolicy(lr, batch_size, learning_starts, train_freq, gradient_steps, gamma, tau, reward_scale)
+        require(target_update_interval > 0, "algo.target_update_interval", target_update_interval, "must be > 0")
+        require(0 <= exploration_fraction <= 1, "algo.exploration_fraction", exploration_fraction, "must be in [0, 1]")
+        for key, eps in (("algo.exploration_initial_eps", exploration_initial_eps),
+                         ("algo.exploration_final_eps", exploration_final_eps)):
+            require(0 <= eps <= 1, key, eps, "must be in [0, 1]")
+        self.n_actions = int(action_space.n)
+        self.actor = DQNNetworks(actor, self.n_actions, dueling)
+        self.optimizer = torch.optim.Adam(self.actor.q.parameters(), lr=lr)
+        self.n_steps = train_freq  # env steps per env between update phases
+        self.batch_size, self.learning_starts, self.gradient_steps = batch_size, learning_starts, gradient_steps
+        self.gamma, self.tau, self.target_update_interval = gamma, tau, target_update_interval
+        self.exploration = (exploration_fraction, exploration_initial_eps, exploration_final_eps)
+        self.loss, self.double, self.max_grad_norm, self.reward_scale = loss, double, max_grad_norm, reward_scale
+        self.progress = 0.0  # set by the trainer before each collect phase
+        self.env_steps = 0  # set by the trainer before each update phase
+        self.gradient_updates = 0
+        self.last_target_update = 0  # env steps at the last target update
+
+    def epsilon(self) -> float:
+        fraction, start, end = self.exploration
+        if fraction == 0:
+            return end
+        return start + (end - start) * min(1.0, self.progress / fraction)
+
+    @torch.inference_mode()
+    def act(self, obs: torch.Tensor, deterministic: bool = False) -> ActOutput:
+        actions = self.actor.q(obs).argmax(-1)
+        if not deterministic:
+            explore = torch.rand(actions.shape) < self.epsilon()
+            random = torch.randint(0, self.n_actions, actions.shape)
+            actions = torch.where(explore.to(actions.device), random.to(actions.device), actions)
+        zeros = torch.zeros(actions.shape, device=actions.device)
+        return ActOutput(actions, zeros, zeros)
+
+    def random_actions(self, n: int) -> torch.Tensor:
+        return torch.randint(0, self.n_actions, (n,))
+
+    def env_actions(self, actions: torch.Tensor) -> Any:
+        return actions.cpu().numpy()
+
+    def update(self, buffer: ReplayBuffer, progress: float) -> dict[str, torch.Tensor]:
+        net, losses, qs = self.actor, [], []
+        for _ in range(self.gradient_steps):
+            batch = buffer.sample(self.batch_size, progress)
+            obs, next_obs = net.normalizer(batch.obs), net.normalizer(batch.next_obs)
+            with torch.no_grad():
+                next_q = net.q_target(next_obs)
+                if self.double:  # the online net picks the action, the target net values it
+                    best = net.q(next_obs).argmax(-1, keepdim=True)
+                    next_value = next_q.gather(-1, best).squeeze(-1)
+                else:
+                    next_value = next_q.max(-1).values
+                target = self.reward_scale * batch.rewards + batch.discounts * next_value
+            q = net.q(obs).gather(-1, batch.actions.long().unsqueeze(-1)).squeeze(-1)
+            td = q - target
+            if self.loss == "huber":
+                per_sample = nn.functional.smooth_l1_loss(q, target, reduction="none")
+            else:
+                per_sample = td.square()
+            loss = (batch.weights * per_sample).mean()
+            self.optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            if self.max_grad_norm is not None:
+                nn.utils.clip_grad_norm_(net.q.parameters(), self.max_grad_norm)
+            self.optimizer.step()
+            if hasattr(buffer, "update_priorities"):
+                buffer.update_priorities(batch.indices, td)
+            self.gradient_updates += 1
+            losses.append(loss.detach())
+            qs.append(q.detach().mean())
+        # As in SB3 (and so RL-Zoo's tuned values): the interval counts env steps, not gradient steps.
+        if self.env_steps // self.target_update_interval > self.last_target_update // self.target_update_interval:
+            polyak_update(net.q_target, net.q, self.tau)
+            self.last_target_update = self.env_steps
+        if not losses:
+            return {}
+        return {"value_loss": torch.stack(losses).mean(), "q_mean": torch.stack(qs).mean(),
+                "epsilon": torch.tensor(self.epsilon()),
+                "learning_rate": torch.tensor(self.optimizer.param_groups[0]["lr"])}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"actor": self.actor.state_dict(), "optimizer": self.optimizer.state_dict(),
+                "gradient_updates": self.gradient_updates, "progress": self.progress,
+                "env_steps": self.env_steps, "last_target_update": self.last_target_update}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.actor.load_state_dict(state["actor"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.gradient_updates, self.progress = state["gradient_updates"], state["progress"]
+        self.env_steps, self.last_target_update = state["env_steps"], state["last_target_update"]

@@ -1,0 +1,76 @@
+"""Pieces shared by the off-policy algorithms: target updates, action scaling, exploration noise."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch import nn
+
+from rlcli.registry import ConfigError, require
+
+NoiseKind = Literal["gaussian", "ornstein_uhlenbeck", "none"]
+
+
+@torch.no_grad()
+def polyak_update(target: nn.Module, source: nn.Module, tau: float) -> None:
+    """target <- (1 - tau) target + tau source, in one fused call over all tensors."""
+    t_params, s_params = list(target.parameters()), list(source.parameters())
+    if tau >= 1.0:
+        torch._foreach_copy_(t_params, s_params)
+    else:
+        torch._foreach_lerp_(t_params, s_params, tau)
+
+
+class BoxScaler:
+    """Algorithms act in [-1, 1]; the env gets actions rescaled to its bounds."""
+
+    def __init__(self, space: gym.spaces.Box):
+        if not (np.all(np.isfinite(space.low)) and np.all(np.isfinite(space.high))):
+            raise ConfigError("off-policy continuous algorithms need finite action bounds; this env's are infinite")
+        self.low, self.high = space.low.astype(np.float32), space.high.astype(np.float32)
+
+    def to_env(self, actions: torch.Tensor) -> np.ndarray:
+        a = actions.detach().cpu().numpy()
+        return self.low + (np.clip(a, -1.0, 1.0) + 1.0) * 0.5 * (self.high - self.low)
+
+
+class ExplorationNoise:
+    """Gaussian or Ornstein-Uhlenbeck noise per env, scaled by `std`, optionally decaying linearly to 0."""
+
+    def __init__(self, kind: NoiseKind, std: float, decay: Literal["constant", "linear"], num_envs: int,
+                 action_dim: int, theta: float = 0.15, dt: float = 1e-2):
+        require(std >= 0, "algo.noise_std", std, "must be >= 0")
+        self.kind, self.std, self.decay, self.theta, self.dt = kind, std, decay, theta, dt
+        self.state = torch.zeros(num_envs, action_dim)
+
+    def sample(self, shape: torch.Size, progress: float) -> torch.Tensor:
+        scale = self.std * (1.0 if self.decay == "constant" else max(0.0, 1.0 - progress))
+        if self.kind == "none" or scale == 0.0:
+            return torch.zeros(shape)
+        if self.kind == "gaussian":
+            return scale * torch.randn(shape)
+        self.state += self.theta * -self.state * self.dt + scale * np.sqrt(self.dt) * torch.randn(self.state.shape)
+        return self.state.clone()
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        return {"state": self.state.clone()}
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        self.state.copy_(state["state"])
+
+
+def check_offpolicy(lr: float, batch_size: int, learning_starts: int, train_freq: int, gradient_steps: int,
+                    gamma: float, tau: float, reward_scale: float) -> None:
+    require(lr > 0, "algo.lr", lr, "must be > 0")
+    require(batch_size > 0, "algo.batch_size", batch_size, "must be > 0")
+    require(learning_starts >= batch_size, "algo.batch_size", batch_size,
+            f"the first update would sample more transitions than algo.learning_starts={learning_starts} "
+            "leaves in the buffer; lower batch_size or raise learning_starts")
+    require(train_freq > 0, "algo.train_freq", train_freq, "must be > 0")
+    require(gradient_steps >= 0, "algo.gradient_steps", gradient_steps, "must be >= 0")
+    require(0 <= gamma <= 1, "algo.gamma", gamma, "must be in [0, 1]")
+    require(0 < tau <= 1, "algo.tau", tau, "must be in (0, 1]")
+    require(reward_scale > 0, "algo.reward_scale", reward_scale, "must be > 0")

@@ -1,0 +1,148 @@
+"""Soft Actor-Critic (Haarnoja et al. 2018) with N critics and automatic entropy tuning."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch import nn
+
+from rlcli.actors.mlp import ActOutput
+from rlcli.actors.offpolicy import Critics, SquashedGaussianPolicy, Torso
+from rlcli.algos.offpolicy import BoxScaler, check_offpolicy, polyak_update
+from rlcli.buffers.replay import ReplayBuffer
+from rlcli.registry import ALGOS, require
+
+
+class SACNetworks(nn.Module):
+    def __init__(self, torso: Torso, action_dim: int, num_critics: int, log_alpha: float):
+        super().__init__()
+        self.normalizer = torso.normalizer
+        self.policy = SquashedGaussianPolicy(torso, action_dim)
+        self.critics = Critics(torso, action_dim, num_critics)
+        self.critics_target = copy.deepcopy(self.critics).requires_grad_(False)
+        self.log_alpha = nn.Parameter(torch.tensor(float(log_alpha)))
+
+
+@ALGOS.register("sac")
+class SAC:
+    on_policy = False
+    action_spaces = ("Box",)
+
+    def __init__(
+        self,
+        actor: Torso,
+        action_space: gym.spaces.Space,
+        num_envs: int,
+        lr: float = 3e-4,
+        batch_size: int = 256,
+        learning_starts: int = 1000,
+        train_freq: int = 1,
+        gradient_steps: int = 1,
+        gamma: float = 0.99,
+        tau: float = 0.005,
+        num_critics: int = 2,
+        ent_coef: float | str = "auto",
+        ent_coef_init: float = 1.0,
+        target_entropy: float | str = "auto",
+        target_update_interval: int = 1,
+        reward_scale: float = 1.0,
+        max_grad_norm: float | None = None,
+    ) -> None:
+        check_offpolicy(lr, batch_size, learning_starts, train_freq, gradient_steps, gamma, tau, reward_scale)
+        require(num_critics >= 1, "algo.num_critics", num_critics, "must be >= 1")
+        require(ent_coef == "auto" or (not isinstance(ent_coef, str) and ent_coef >= 0), "algo.ent_coef", ent_coef,
+                "use auto (tuned to reach target_entropy) or a fixed number >= 0")
+        require(target_entropy == "auto" or not isinstance(target_entropy, str), "algo.target_entropy",
+                target_entropy, "use auto (-action dimensions) or a number")
+        require(ent_coef_init > 0, "algo.ent_coef_init", ent_coef_init, "must be > 0")
+        require(target_update_interval > 0, "algo.target_update_interval", target_update_interval, "must be > 0")
+        self.scaler = BoxScaler(action_space)
+        self.action_dim = int(np.prod(action_space.shape))
+        self.auto_alpha = ent_coef == "auto"
+        init = ent_coef_init if self.auto_alpha else max(float(ent_coef), 1e-30)
+        self.actor = SACNetworks(actor, self.action_dim, num_critics, np.log(init))
+        self.fixed_alpha = None if self.auto_alpha else float(ent_coef)
+        self.target_entropy = -float(self.action_dim) if target_entropy == "auto" else float(target_entropy)
+        self.policy_optimizer = torch.optim.Adam(self.actor.policy.parameters(), lr=lr)
+        self.critic_optimizer = torch.optim.Adam(self.actor.critics.parameters(), lr=lr)
+        self.alpha_optimizer = torch.optim.Adam([self.actor.log_alpha], lr=lr)
+        self.n_steps = train_freq
+        self.batch_size, self.learning_starts, self.gradient_steps = batch_size, learning_starts, gradient_steps
+        self.gamma, self.tau, self.target_update_interval = gamma, tau, target_update_interval
+        self.reward_scale, self.max_grad_norm = reward_scale, max_grad_norm
+        self.progress = 0.0
+        self.gradient_updates = 0
+
+    def alpha(self) -> torch.Tensor:
+        if self.fixed_alpha is not None:
+            return torch.tensor(self.fixed_alpha, device=self.actor.log_alpha.device)
+        return self.actor.log_alpha.detach().exp()
+
+    @torch.inference_mode()
+    def act(self, obs: torch.Tensor, deterministic: bool = False) -> ActOutput:
+        actions, log_probs = self.actor.policy(obs, deterministic)
+        return ActOutput(actions, log_probs, torch.zeros_like(log_probs))
+
+    def random_actions(self, n: int) -> torch.Tensor:
+        return torch.rand(n, self.action_dim) * 2 - 1
+
+    def env_actions(self, actions: torch.Tensor) -> np.ndarray:
+        return self.scaler.to_env(actions)
+
+    def _step(self, optimizer: torch.optim.Optimizer, loss: torch.Tensor, params: Any) -> None:
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if self.max_grad_norm is not None:
+            nn.utils.clip_grad_norm_(params, self.max_grad_norm)
+        optimizer.step()
+
+    def update(self, buffer: ReplayBuffer, progress: float) -> dict[str, torch.Tensor]:
+        net = self.actor
+        logs: dict[str, list[torch.Tensor]] = {"value_loss": [], "policy_loss": [], "alpha": [], "entropy": []}
+        for _ in range(self.gradient_steps):
+            batch = buffer.sample(self.batch_size, progress)
+            obs, next_obs = net.normalizer(batch.obs), net.normalizer(batch.next_obs)
+            alpha = self.alpha()
+            with torch.no_grad():
+                next_actions, next_log_probs = net.policy(next_obs)
+                next_q = net.critics_target(next_obs, next_actions).min(0).values - alpha * next_log_probs
+                target = self.reward_scale * batch.rewards + batch.discounts * next_q
+            qs = net.critics(obs, batch.actions)
+            td = qs - target
+            critic_loss = 0.5 * (batch.weights * td.square()).mean(-1).sum()
+            self._step(self.critic_optimizer, critic_loss, net.critics.parameters())
+            if hasattr(buffer, "update_priorities"):
+                buffer.update_priorities(batch.indices, td.detach().abs().mean(0))
+
+            actions, log_probs = net.policy(obs)
+            q_pi = net.critics(obs, actions).min(0).values
+            policy_loss = (alpha * log_probs - q_pi).mean()
+            self._step(self.policy_optimizer, policy_loss, net.policy.parameters())
+            if self.auto_alpha:
+                alpha_loss = -(net.log_alpha * (log_probs.detach() + self.target_entropy)).mean()
+                self._step(self.alpha_optimizer, alpha_loss, [net.log_alpha])
+            self.gradient_updates += 1
+            if self.gradient_updates % self.target_update_interval == 0:
+                polyak_update(net.critics_target, net.critics, self.tau)
+            logs["value_loss"].append(critic_loss.detach())
+            logs["policy_loss"].append(policy_loss.detach())
+            logs["alpha"].append(alpha)
+            logs["entropy"].append(-log_probs.detach().mean())
+        return {k: torch.stack(v).mean() for k, v in logs.items() if v}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"actor": self.actor.state_dict(), "policy_optimizer": self.policy_optimizer.state_dict(),
+                "critic_optimizer": self.critic_optimizer.state_dict(),
+                "alpha_optimizer": self.alpha_optimizer.state_dict(),
+                "gradient_updates": self.gradient_updates, "progress": self.progress}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.actor.load_state_dict(state["actor"])
+        self.policy_optimizer.load_state_dict(state["policy_optimizer"])
+        self.critic_optimizer.load_state_dict(state["critic_optimizer"])
+        self.alpha_optimizer.load_state_dict(state["alpha_optimizer"])
+        self.gradient_updates, self.progress = state["gradient_updates"], state["progress"]

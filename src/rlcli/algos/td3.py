@@ -1,0 +1,180 @@
+"""TD3 (Fujimoto et al. 2018) and DDPG (Lillicrap et al. 2016) for Box actions.
+
+TD3 = DDPG + twin critics (the minimum is the target) + target policy smoothing + delayed policy
+updates. DDPG here is TD3 with one critic, no smoothing and no delay.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any, Literal
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch import nn
+
+from rlcli.actors.mlp import ActOutput
+from rlcli.actors.offpolicy import Critics, DeterministicPolicy, Torso
+from rlcli.algos.offpolicy import BoxScaler, ExplorationNoise, NoiseKind, check_offpolicy, polyak_update
+from rlcli.buffers.replay import ReplayBuffer
+from rlcli.registry import ALGOS, require
+
+
+class TD3Networks(nn.Module):
+    def __init__(self, torso: Torso, action_dim: int, num_critics: int):
+        super().__init__()
+        self.normalizer = torso.normalizer
+        self.policy = DeterministicPolicy(torso, action_dim)
+        self.critics = Critics(torso, action_dim, num_critics)
+        self.policy_target = copy.deepcopy(self.policy).requires_grad_(False)
+        self.critics_target = copy.deepcopy(self.critics).requires_grad_(False)
+
+
+@ALGOS.register("td3")
+class TD3:
+    on_policy = False
+    action_spaces = ("Box",)
+
+    def __init__(
+        self,
+        actor: Torso,
+        action_space: gym.spaces.Space,
+        num_envs: int,
+        lr: float = 1e-3,
+        batch_size: int = 256,
+        learning_starts: int = 10_000,
+        train_freq: int = 1,
+        gradient_steps: int = 1,
+        gamma: float = 0.99,
+        tau: float = 0.005,
+        num_critics: int = 2,
+        policy_delay: int = 2,
+        target_policy_noise: float = 0.2,
+        target_noise_clip: float = 0.5,
+        noise: NoiseKind = "gaussian",
+        noise_std: float = 0.1,
+        noise_decay: Literal["constant", "linear"] = "constant",
+        reward_scale: float = 1.0,
+        max_grad_norm: float | None = None,
+    ) -> None:
+        check_offpolicy(lr, batch_size, learning_starts, train_freq, gradient_steps, gamma, tau, reward_scale)
+        require(num_critics >= 1, "algo.num_critics", num_critics, "must be >= 1")
+        require(policy_delay >= 1, "algo.policy_delay", policy_delay, "must be >= 1")
+        require(target_policy_noise >= 0, "algo.target_policy_noise", target_policy_noise, "must be >= 0")
+        require(target_noise_clip >= 0, "algo.target_noise_clip", target_noise_clip, "must be >= 0")
+        self.scaler = BoxScaler(action_space)
+        self.action_dim = int(np.prod(action_space.shape))
+        self.actor = TD3Networks(actor, self.action_dim, num_critics)
+        self.policy_optimizer = torch.optim.Adam(self.actor.policy.parameters(), lr=lr)
+        self.critic_optimizer = torch.optim.Adam(self.actor.critics.parameters(), lr=lr)
+        self.noise = ExplorationNoise(noise, noise_std, noise_decay, num_envs, self.action_dim)
+        self.n_steps = train_freq
+        self.batch_size, self.learning_starts, self.gradient_steps = batch_size, learning_starts, gradient_steps
+        self.gamma, self.tau, self.policy_delay = gamma, tau, policy_delay
+        self.target_policy_noise, self.target_noise_clip = target_policy_noise, target_noise_clip
+        self.reward_scale, self.max_grad_norm = reward_scale, max_grad_norm
+        self.progress = 0.0
+        self.gradient_updates = 0
+
+    @torch.inference_mode()
+    def act(self, obs: torch.Tensor, deterministic: bool = False) -> ActOutput:
+        actions = self.actor.policy(obs)
+        if not deterministic:
+            noise = self.noise.sample(actions.shape, self.progress).to(actions.device)
+            actions = (actions + noise).clamp(-1.0, 1.0)
+        zeros = torch.zeros(actions.shape[0], device=actions.device)
+        return ActOutput(actions, zeros, zeros)
+
+    def random_actions(self, n: int) -> torch.Tensor:
+        return torch.rand(n, self.action_dim) * 2 - 1
+
+    def env_actions(self, actions: torch.Tensor) -> np.ndarray:
+        return self.scaler.to_env(actions)
+
+    def _clip(self, params: Any) -> None:
+        if self.max_grad_norm is not None:
+            nn.utils.clip_grad_norm_(params, self.max_grad_norm)
+
+    def update(self, buffer: ReplayBuffer, progress: float) -> dict[str, torch.Tensor]:
+        net = self.actor
+        critic_losses, policy_losses, q_means = [], [], []
+        for _ in range(self.gradient_steps):
+            batch = buffer.sample(self.batch_size, progress)
+            obs, next_obs = net.normalizer(batch.obs), net.normalizer(batch.next_obs)
+            with torch.no_grad():
+                next_actions = net.policy_target(next_obs)
+                if self.target_policy_noise > 0:  # target policy smoothing
+                    smoothing = (torch.randn_like(next_actions) * self.target_policy_noise).clamp(
+                        -self.target_noise_clip, self.target_noise_clip)
+                    next_actions = (next_actions + smoothing).clamp(-1.0, 1.0)
+                next_q = net.critics_target(next_obs, next_actions).min(0).values
+                target = self.reward_scale * batch.rewards + batch.discounts * next_q
+            qs = net.critics(obs, batch.actions)
+            td = qs - target
+            critic_loss = (batch.weights * td.square()).mean(-1).sum()
+            self.critic_optimizer.zero_grad(set_to_none=True)
+            critic_loss.backward()
+            self._clip(net.critics.parameters())
+            self.critic_optimizer.step()
+            if hasattr(buffer, "update_priorities"):
+                buffer.update_priorities(batch.indices, td.detach().abs().mean(0))
+            self.gradient_updates += 1
+            critic_losses.append(critic_loss.detach())
+            q_means.append(qs.detach().mean())
+            if self.gradient_updates % self.policy_delay == 0:
+                policy_loss = -net.critics(obs, net.policy(obs))[0].mean()
+                self.policy_optimizer.zero_grad(set_to_none=True)
+                policy_loss.backward()
+                self._clip(net.policy.parameters())
+                self.policy_optimizer.step()
+                polyak_update(net.critics_target, net.critics, self.tau)
+                polyak_update(net.policy_target, net.policy, self.tau)
+                policy_losses.append(policy_loss.detach())
+        metrics: dict[str, torch.Tensor] = {}
+        if critic_losses:
+            metrics |= {"value_loss": torch.stack(critic_losses).mean(), "q_mean": torch.stack(q_means).mean()}
+        if policy_losses:
+            metrics["policy_loss"] = torch.stack(policy_losses).mean()
+        return metrics
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"actor": self.actor.state_dict(), "policy_optimizer": self.policy_optimizer.state_dict(),
+                "critic_optimizer": self.critic_optimizer.state_dict(), "noise": self.noise.state_dict(),
+                "gradient_updates": self.gradient_updates, "progress": self.progress}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.actor.load_state_dict(state["actor"])
+        self.policy_optimizer.load_state_dict(state["policy_optimizer"])
+        self.critic_optimizer.load_state_dict(state["critic_optimizer"])
+        self.noise.load_state_dict(state["noise"])
+        self.gradient_updates, self.progress = state["gradient_updates"], state["progress"]
+
+
+@ALGOS.register("ddpg")
+class DDPG(TD3):
+    """TD3's machinery with DDPG's choices: one critic, no target smoothing, no policy delay."""
+
+    def __init__(
+        self,
+        actor: Torso,
+        action_space: gym.spaces.Space,
+        num_envs: int,
+        lr: float = 1e-3,
+        batch_size: int = 256,
+        learning_starts: int = 10_000,
+        train_freq: int = 1,
+        gradient_steps: int = 1,
+        gamma: float = 0.99,
+        tau: float = 0.005,
+        num_critics: int = 1,
+        noise: NoiseKind = "gaussian",
+        noise_std: float = 0.1,
+        noise_decay: Literal["constant", "linear"] = "constant",
+        reward_scale: float = 1.0,
+        max_grad_norm: float | None = None,
+    ) -> None:
+        super().__init__(actor, action_space, num_envs, lr, batch_size, learning_starts, train_freq, gradient_steps,
+                         gamma, tau, num_critics, policy_delay=1, target_policy_noise=0.0, target_noise_clip=0.0,
+                         noise=noise, noise_std=noise_std, noise_decay=noise_decay, reward_scale=reward_scale,
+                         max_grad_norm=max_grad_norm)

@@ -1,0 +1,142 @@
+"""Replay buffers against plain references: n-step returns, the sum tree, prioritized sampling."""
+
+import numpy as np
+import pytest
+import torch
+
+from rlcli.buffers.prioritized import PrioritizedReplayBuffer
+from rlcli.buffers.replay import ReplayBuffer
+from rlcli.buffers.sumtree import SumTree
+
+GAMMA = 0.9
+
+
+def make(n_step: int, num_envs: int = 2, capacity: int = 1000) -> ReplayBuffer:
+    return ReplayBuffer(capacity, n_step, num_envs=num_envs, obs_shape=(1,), action_shape=(), discrete=True,
+                        device=torch.device("cpu"), gamma=GAMMA)
+
+
+def simulate(seed: int, num_envs: int, steps: int):
+    """A NEXT_STEP-autoreset vector env trace: obs values are unique ids, episodes end at random."""
+    rng = np.random.default_rng(seed)
+    trace, next_id = [], 0
+    obs = np.arange(num_envs, dtype=np.float32)
+    next_id = num_envs
+    prev_done = np.zeros(num_envs, bool)
+    for _ in range(steps):
+        rewards = rng.normal(size=num_envs).astype(np.float32)
+        terminated = rng.random(num_envs) < 0.08
+        truncated = (rng.random(num_envs) < 0.08) & ~terminated
+        rewards[prev_done] = 0.0
+        terminated[prev_done] = False
+        truncated[prev_done] = False
+        next_obs = np.arange(next_id, next_id + num_envs, dtype=np.float32)
+        next_id += num_envs
+        done = terminated | truncated
+        trace.append((obs.copy(), rewards, next_obs, terminated, done, ~prev_done))
+        obs, prev_done = next_obs, done
+    return trace
+
+
+def reference_nstep(trace, n: int, num_envs: int):
+    """Per env, per valid step: the n-step return, the bootstrap observation and its discount."""
+    out = []
+    for i in range(num_envs):
+        steps = [(o[i], r[i], no[i], t[i], d[i]) for o, r, no, t, d, v in trace if v[i]]
+        for k, (obs, *_rest) in enumerate(steps):
+            ret, discount, boot = 0.0, None, None
+            for j in range(n):
+                if k + j >= len(steps):
+                    break  # the episode has not got this far: not emitted yet
+                _, r, next_obs, term, done = steps[k + j]
+                ret += GAMMA**j * r
+                if done or j == n - 1:
+                    boot, discount = next_obs, (0.0 if term else GAMMA ** (j + 1))
+                    break
+            if boot is not None:
+                out.append((float(obs), float(ret), float(boot), float(discount)))
+    return sorted(out)
+
+
+@pytest.mark.parametrize("n", [1, 3, 5])
+def test_nstep_transitions_match_reference_across_terminations_truncations_and_envs(n):
+    num_envs = 3
+    trace = simulate(seed=n, num_envs=num_envs, steps=200)
+    buf = make(n, num_envs)
+    for obs, rewards, next_obs, terminated, done, valid in trace:
+        buf.add(torch.as_tensor(obs).unsqueeze(-1), torch.zeros(num_envs, dtype=torch.long), rewards,
+                next_obs[:, None], terminated, done, valid)
+    got = sorted(
+        (float(buf.obs[i, 0]), float(buf.rewards[i]), float(buf.next_obs[i, 0]), float(buf.discounts[i]))
+        for i in range(len(buf))
+    )
+    expected = reference_nstep(trace, n, num_envs)  # sorted by obs id, which is unique per transition
+    assert len(got) == len(expected) > 100
+    np.testing.assert_allclose(np.array(got), np.array(expected), rtol=1e-5, atol=1e-5)
+
+
+def test_replay_is_circular_and_sampling_stays_in_range():
+    buf = make(1, num_envs=1, capacity=5)
+    for k in range(8):
+        buf.add(torch.tensor([[float(k)]]), torch.tensor([0]), np.array([k], np.float32),
+                np.array([[k + 1.0]]), np.array([False]), np.array([False]), np.array([True]))
+    assert len(buf) == 5
+    assert sorted(buf.obs[:, 0].tolist()) == [3.0, 4.0, 5.0, 6.0, 7.0]
+    batch = buf.sample(100)
+    assert set(batch.obs[:, 0].tolist()) <= {3.0, 4.0, 5.0, 6.0, 7.0}
+    assert torch.equal(batch.rewards, batch.obs[:, 0])
+
+
+def test_sum_tree_sums_and_prefix_search_match_numpy():
+    rng = np.random.default_rng(0)
+    tree = SumTree(13)
+    priorities = np.zeros(13)
+    for _ in range(20):
+        idx = rng.integers(0, 13, size=4)
+        values = rng.random(4)
+        tree.update(idx, values)
+        for i, v in zip(idx, values, strict=True):
+            priorities[i] = v
+        assert np.isclose(tree.total, priorities.sum())
+        queries = rng.random(50) * priorities.sum()
+        expected = np.searchsorted(np.cumsum(priorities), queries, side="right")
+        np.testing.assert_array_equal(tree.find(queries), expected)
+
+
+def test_prioritized_sampling_frequencies_and_importance_weights():
+    torch.manual_seed(0)
+    buf = PrioritizedReplayBuffer(4, 1, alpha=1.0, beta=0.5, beta_final=1.0, epsilon=1e-9, num_envs=1,
+                                  obs_shape=(1,), action_shape=(), discrete=True, device=torch.device("cpu"),
+                                  gamma=GAMMA)
+    for k in range(4):
+        buf.add(torch.tensor([[float(k)]]), torch.tensor([0]), np.array([0.0], np.float32), np.array([[0.0]]),
+                np.array([False]), np.array([False]), np.array([True]))
+    buf.update_priorities(torch.arange(4), torch.tensor([1.0, 2.0, 3.0, 4.0]))
+    counts = np.zeros(4)
+    for _ in range(500):
+        batch = buf.sample(32, progress=0.0)
+        counts += np.bincount(batch.indices.numpy(), minlength=4)
+    np.testing.assert_allclose(counts / counts.sum(), [0.1, 0.2, 0.3, 0.4], atol=0.01)
+    batch = buf.sample(64, progress=0.0)
+    probs = (batch.indices.double() + 1) / 10
+    expected = (4 * probs) ** -0.5
+    torch.testing.assert_close(batch.weights.double(), expected / expected.max(), rtol=1e-5, atol=1e-6)
+    # beta reaches beta_final at the end of training
+    batch = buf.sample(64, progress=1.0)
+    expected = (4 * (batch.indices.double() + 1) / 10) ** -1.0
+    torch.testing.assert_close(batch.weights.double(), expected / expected.max(), rtol=1e-5, atol=1e-6)
+
+
+def test_new_transitions_get_the_maximum_priority():
+    buf = PrioritizedReplayBuffer(8, 1, alpha=0.6, beta=0.4, beta_final=1.0, epsilon=1e-6, num_envs=1,
+                                  obs_shape=(1,), action_shape=(), discrete=True, device=torch.device("cpu"),
+                                  gamma=GAMMA)
+
+    def add():
+        buf.add(torch.zeros(1, 1), torch.tensor([0]), np.array([0.0], np.float32), np.array([[0.0]]),
+                np.array([False]), np.array([False]), np.array([True]))
+
+    add()
+    buf.update_priorities(torch.tensor([0]), torch.tensor([5.0]))
+    add()
+    assert np.isclose(buf.tree.get(np.array([1]))[0], (5.0 + 1e-6) ** 0.6)
