@@ -94,9 +94,10 @@ BAD_INPUT = [
     (["algo=sac", "env=CartPole-v1"], "algo=sac cannot handle Discrete actions", "it supports: Box"),
     (["algo=td3", "env=CartPole-v1"], "algo=td3 cannot handle Discrete actions", "it supports: Box"),
     (["algo=dqn", "buffer=rollout"], "buffer=rollout does not fit the off-policy algo=dqn",
-     "choose from: nstep, per, replay"),
+     "choose from: ere, her, nstep, per, replay"),
     (["algo=ppo", "buffer=replay"], "buffer=replay does not fit the on-policy algo=ppo", "rollout"),
     (["algo=dqn", "buffer.capacity=0"], "buffer.capacity=0", "must be > 0"),
+    (["algo=dqn", "buffer=her"], "buffer=her needs a goal-conditioned env", "env=BitFlipping-v0"),
     (["algo=sac", "env=Pendulum-v1", "algo.batch_size=5000"], "algo.batch_size=5000", "learning_starts=1000"),
     (["algo=td3", "env=Pendulum-v1", "algo.noise=pink"], "algo.noise='pink'", "gaussian, ornstein_uhlenbeck"),
 ]

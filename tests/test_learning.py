@@ -55,3 +55,16 @@ def test_sac_learns_pendulum(cli, tmp_path):
     assert out.returncode == 0, out.stderr
     returns = _test_returns(tmp_path / "run")
     assert max(returns) > -200
+
+
+@pytest.mark.slow
+def test_dqn_with_her_solves_15_bit_flipping_where_plain_replay_fails(cli, tmp_path):
+    # Tuned config: 15 bits, 4 envs; -15 means no episode reached its goal, about -6.5 is optimal.
+    her = cli("algo=dqn", "env=BitFlipping-v0", "buffer=her", "seed=1", "train.test_every=5000", "log.console=false",
+              f"hydra.run.dir={tmp_path / 'her'}", timeout=900)
+    assert her.returncode == 0, her.stderr
+    assert max(_test_returns(tmp_path / "her")) >= -7.0
+    plain = cli("algo=dqn", "env=BitFlipping-v0", "buffer=replay", "seed=1", "train.total_steps=20000",
+                "train.test_every=5000", "log.console=false", f"hydra.run.dir={tmp_path / 'plain'}", timeout=900)
+    assert plain.returncode == 0, plain.stderr
+    assert max(_test_returns(tmp_path / "plain")) <= -14.0

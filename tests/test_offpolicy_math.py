@@ -13,6 +13,8 @@ from rlcli.actors.normalizer import RunningNorm
 from rlcli.actors.offpolicy import SquashedGaussianPolicy, Torso
 from rlcli.algos.dqn import DQN
 from rlcli.algos.offpolicy import BoxScaler, polyak_update
+from rlcli.algos.sac import SAC
+from rlcli.algos.td3 import TD3
 from rlcli.buffers.replay import ReplayBatch
 
 
@@ -54,7 +56,7 @@ class OneBatch:
     def __init__(self, batch):
         self.batch = batch
 
-    def sample(self, batch_size, progress=0.0):
+    def sample(self, *args):
         return self.batch
 
 
@@ -79,3 +81,53 @@ def test_dqn_td_target_plain_and_double():
         expected = (q - target).square().mean()
         metrics = algo.update(OneBatch(batch), 0.0)
         assert math.isclose(float(metrics["value_loss"]), float(expected), rel_tol=1e-5)
+
+
+def hand_made_batch(obs_dim=3, act_dim=2, n=8):
+    torch.manual_seed(3)
+    return ReplayBatch(torch.randn(n, obs_dim), torch.rand(n, act_dim) * 2 - 1, torch.randn(n),
+                       torch.randn(n, obs_dim), torch.tensor([0.99, 0.0] * (n // 2)), torch.ones(n), torch.arange(n))
+
+
+def box(dim=2):
+    return gym.spaces.Box(-np.ones(dim, np.float32), np.ones(dim, np.float32))
+
+
+def test_td3_critic_loss_uses_smoothed_target_policy_and_min_of_twin_targets():
+    torch.manual_seed(0)
+    algo = TD3(torso(), box(), num_envs=1, lr=1e-12, batch_size=8, learning_starts=8, policy_delay=2,
+               target_policy_noise=0.2, target_noise_clip=0.5)
+    with torch.no_grad():
+        for p in algo.actor.critics_target.parameters():
+            p.add_(torch.randn_like(p))
+    batch = hand_made_batch()
+    net = algo.actor
+    torch.manual_seed(7)
+    noise = (torch.randn(8, 2) * 0.2).clamp(-0.5, 0.5)
+    next_actions = (net.policy_target(batch.next_obs) + noise).clamp(-1, 1)
+    q1 = net.critics_target.nets[0](torch.cat([batch.next_obs, next_actions], -1)).squeeze(-1)
+    q2 = net.critics_target.nets[1](torch.cat([batch.next_obs, next_actions], -1)).squeeze(-1)
+    target = batch.rewards + batch.discounts * torch.minimum(q1, q2)
+    qs = [c(torch.cat([batch.obs, batch.actions], -1)).squeeze(-1) for c in net.critics.nets]
+    expected = sum((q - target).square().mean() for q in qs)
+    torch.manual_seed(7)  # the update draws the same smoothing noise first
+    metrics = algo.update(OneBatch(batch), 0.0)
+    assert math.isclose(float(metrics["value_loss"]), float(expected), rel_tol=1e-5)
+    assert "policy_loss" not in metrics  # delayed: the first gradient step updates only the critics
+
+
+def test_sac_critic_target_includes_the_entropy_bonus():
+    torch.manual_seed(0)
+    algo = SAC(torso(), box(), num_envs=1, lr=1e-12, batch_size=8, learning_starts=8, ent_coef=0.3)
+    batch = hand_made_batch()
+    net = algo.actor
+    torch.manual_seed(11)
+    next_actions, next_log_probs = net.policy(batch.next_obs)
+    next_q = net.critics_target(batch.next_obs, next_actions).min(0).values - 0.3 * next_log_probs
+    target = batch.rewards + batch.discounts * next_q
+    qs = net.critics(batch.obs, batch.actions)
+    expected = 0.5 * (qs - target).square().mean(-1).sum()
+    torch.manual_seed(11)
+    metrics = algo.update(OneBatch(batch), 0.0)
+    assert math.isclose(float(metrics["value_loss"]), float(expected), rel_tol=1e-5)
+    assert math.isclose(float(metrics["alpha"]), 0.3, rel_tol=1e-6)

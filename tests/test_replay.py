@@ -103,6 +103,21 @@ def test_sum_tree_sums_and_prefix_search_match_numpy():
         np.testing.assert_array_equal(tree.find(queries), expected)
 
 
+def test_sum_tree_sampling_frequencies_pass_a_chi_square_test():
+    rng = np.random.default_rng(2)
+    priorities = np.array([0.5, 3.0, 1.0, 0.0, 2.5, 1.0, 2.0])
+    tree = SumTree(len(priorities))
+    tree.update(np.arange(len(priorities)), priorities)
+    tree.update(np.array([], dtype=np.int64), np.array([]))  # an empty update is a no-op
+    draws = 70_000
+    counts = np.bincount(tree.find(rng.random(draws) * tree.total), minlength=len(priorities))
+    assert counts[3] == 0  # zero priority is never drawn
+    expected = draws * priorities / priorities.sum()
+    keep = expected > 0
+    chi2 = (((counts[keep] - expected[keep]) ** 2) / expected[keep]).sum()
+    assert chi2 < 22.46  # chi-square critical value, 6 degrees of freedom, p = 0.001
+
+
 def test_prioritized_sampling_frequencies_and_importance_weights():
     torch.manual_seed(0)
     buf = PrioritizedReplayBuffer(4, 1, alpha=1.0, beta=0.5, beta_final=1.0, epsilon=1e-9, num_envs=1,
@@ -140,3 +155,48 @@ def test_new_transitions_get_the_maximum_priority():
     buf.update_priorities(torch.tensor([0]), torch.tensor([5.0]))
     add()
     assert np.isclose(buf.tree.get(np.array([1]))[0], (5.0 + 1e-6) ** 0.6)
+
+
+def test_sum_tree_prefix_matches_cumsum():
+    rng = np.random.default_rng(1)
+    tree = SumTree(11)
+    p = rng.random(11)
+    tree.update(np.arange(11), p)
+    for i in range(12):
+        assert np.isclose(tree.prefix(i), p[:i].sum())
+
+
+def filled_ere(capacity: int, n_added: int, alpha: float = 0.0, c_min: int = 3) -> PrioritizedReplayBuffer:
+    buf = PrioritizedReplayBuffer(capacity, 1, alpha=alpha, beta=0.4, beta_final=1.0, epsilon=1e-6, eta=0.5,
+                                  eta_final=1.0, c_min=c_min, num_envs=1, obs_shape=(1,), action_shape=(),
+                                  discrete=True, device=torch.device("cpu"), gamma=GAMMA)
+    for k in range(n_added):
+        buf.add(torch.tensor([[float(k)]]), torch.tensor([0]), np.array([0.0], np.float32), np.array([[0.0]]),
+                np.array([False]), np.array([False]), np.array([True]))
+    return buf
+
+
+def test_ere_window_follows_the_formula_and_anneals_to_everything():
+    buf = filled_ere(100, 100, c_min=3)
+    # c_k = max(N * eta^(k * 1000 / K), c_min) with eta = 0.5 at progress 0
+    assert buf.recent_window(0.0, step=0, steps=1000) == 100
+    assert buf.recent_window(0.0, step=2, steps=1000) == 25
+    assert buf.recent_window(0.0, step=10, steps=1000) == 3  # c_min
+    assert buf.recent_window(1.0, step=10, steps=1000) == 100  # eta annealed to 1
+
+
+@pytest.mark.parametrize(("capacity", "n_added"), [(50, 30), (20, 33)])  # not full; full and wrapped
+def test_ere_samples_only_the_newest_transitions_uniformly(capacity, n_added):
+    torch.manual_seed(0)
+    buf = filled_ere(capacity, n_added, c_min=4)
+    window = buf.recent_window(0.0, step=3, steps=1000)  # 0.5^3 * size, at least c_min
+    newest = set(range(n_added - window, n_added))
+    counts: dict[float, int] = {}
+    for _ in range(400):
+        batch = buf.sample(16, progress=0.0, step=3, steps=1000)
+        for value in batch.obs[:, 0].tolist():
+            counts[value] = counts.get(value, 0) + 1
+        torch.testing.assert_close(batch.weights, torch.ones(16))
+    assert set(counts) == newest
+    freq = np.array(list(counts.values())) / sum(counts.values())
+    np.testing.assert_allclose(freq, 1 / window, atol=0.25 / window)

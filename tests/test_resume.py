@@ -36,12 +36,16 @@ CASES = {
     "sac-Pendulum": ["algo=sac", *PENDULUM, *SMALL_OFF_POLICY, "algo.train_freq=8", "algo.gradient_steps=4"],
     "td3-Pendulum": ["algo=td3", *PENDULUM, *SMALL_OFF_POLICY, "algo.train_freq=8", "algo.gradient_steps=4",
                      "algo.noise=ornstein_uhlenbeck"],
+    "dqn-BitFlipping-her": ["algo=dqn", "env=BitFlipping-v0", "env.kwargs.n_bits=6", "buffer=her", "train.num_envs=2",
+                            *SMALL_OFF_POLICY, "algo.train_freq=16", "algo.gradient_steps=8"],
+    "sac-Pendulum-ere": ["algo=sac", *PENDULUM, "buffer=ere", "buffer.c_min=128", *SMALL_OFF_POLICY,
+                         "algo.train_freq=8", "algo.gradient_steps=4"],
     "ddpg-Pendulum": ["algo=ddpg", *PENDULUM, *SMALL_OFF_POLICY, "algo.train_freq=8", "algo.gradient_steps=4"],
 }
 
 
 def budget(case: str) -> list[str]:
-    return [*CASES[case], "train.total_steps=6144", *CADENCE, *QUIET]
+    return [*CASES[case], "train.total_steps=4096", *CADENCE, *QUIET]
 
 
 def test_every_algorithm_has_an_exact_resume_case():
@@ -126,7 +130,7 @@ def test_sigterm_then_resume_is_bit_identical_to_an_uninterrupted_run(case, tmp_
     log = (stopped / "train.log").read_text()
     assert f"resume with: rl-train resume={stopped}" in log
     steps_at_stop = final(stopped)["state"]["env_steps"]
-    assert 0 < steps_at_stop < 6144
+    assert 0 < steps_at_stop < 4096
 
     resumed = run([f"resume={stopped}"], tmp_path)
     assert resumed.returncode == 0, resumed.stderr

@@ -113,7 +113,7 @@ def check_config(cfg: DictConfig) -> None:
     ALGOS.check(_section(cfg, "algo"), context=("actor", "num_envs", "action_space"))
     check_buffer_fits(_section(cfg, "algo")["name"], _section(cfg, "buffer")["name"])
     BUFFERS.check(_section(cfg, "buffer"), context=(
-        "n_steps", "num_envs", "obs_shape", "action_shape", "discrete", "device", "gamma"))
+        "n_steps", "num_envs", "obs_shape", "action_shape", "discrete", "device", "gamma", "goal"))
 
 
 logger = logging.getLogger("rlcli")
@@ -159,7 +159,7 @@ class Trainer:
         self.buffer = BUFFERS.build(
             _section(cfg, "buffer"), n_steps=self.algo.n_steps, num_envs=s.num_envs,
             obs_shape=obs_space.shape, action_shape=act_space.shape, discrete=isinstance(act_space, Discrete),
-            device=self.device, gamma=self.algo.gamma,
+            device=self.device, gamma=self.algo.gamma, goal=env_factory.goal,
         )
         if not on_policy:
             capacity = getattr(self.buffer, "capacity", None)

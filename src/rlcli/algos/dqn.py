@@ -94,8 +94,8 @@ class DQN:
 
     def update(self, buffer: ReplayBuffer, progress: float) -> dict[str, torch.Tensor]:
         net, losses, qs = self.actor, [], []
-        for _ in range(self.gradient_steps):
-            batch = buffer.sample(self.batch_size, progress)
+        for k in range(self.gradient_steps):
+            batch = buffer.sample(self.batch_size, progress, k, self.gradient_steps)
             obs, next_obs = net.normalizer(batch.obs), net.normalizer(batch.next_obs)
             with torch.no_grad():
                 next_q = net.q_target(next_obs)

@@ -103,8 +103,8 @@ class SAC:
     def update(self, buffer: ReplayBuffer, progress: float) -> dict[str, torch.Tensor]:
         net = self.actor
         logs: dict[str, list[torch.Tensor]] = {"value_loss": [], "policy_loss": [], "alpha": [], "entropy": []}
-        for _ in range(self.gradient_steps):
-            batch = buffer.sample(self.batch_size, progress)
+        for k in range(self.gradient_steps):
+            batch = buffer.sample(self.batch_size, progress, k, self.gradient_steps)
             obs, next_obs = net.normalizer(batch.obs), net.normalizer(batch.next_obs)
             alpha = self.alpha()
             with torch.no_grad():

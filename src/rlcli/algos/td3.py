@@ -99,8 +99,8 @@ class TD3:
     def update(self, buffer: ReplayBuffer, progress: float) -> dict[str, torch.Tensor]:
         net = self.actor
         critic_losses, policy_losses, q_means = [], [], []
-        for _ in range(self.gradient_steps):
-            batch = buffer.sample(self.batch_size, progress)
+        for k in range(self.gradient_steps):
+            batch = buffer.sample(self.batch_size, progress, k, self.gradient_steps)
             obs, next_obs = net.normalizer(batch.obs), net.normalizer(batch.next_obs)
             with torch.no_grad():
                 next_actions = net.policy_target(next_obs)

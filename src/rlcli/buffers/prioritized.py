@@ -1,9 +1,14 @@
-"""Prioritized experience replay (Schaul et al. 2016), with n-step returns if asked.
+"""Prioritized experience replay (Schaul et al. 2016) and emphasizing recent experience (ERE).
 
 P(i) = p_i^alpha / sum_k p_k^alpha with p_i = |TD error| + epsilon; new transitions get the largest
 priority seen so far. Samples are stratified over the total priority mass; importance weights
 (N P(i))^-beta, normalized by the batch maximum, correct the bias, with beta annealed to 1 over
 the run. Algorithms call `update_priorities` after each gradient step.
+
+ERE (Wang & Ross 2019): the k-th of K gradient steps of an update phase samples only from the most
+recent c_k = max(N * eta^(k * 1000 / K), c_min) transitions, with eta annealed linearly to
+`eta_final` over the run. `buffer=ere` is ERE with uniform sampling (alpha = 0 makes every priority
+equal); `buffer=per buffer.eta=0.996` is ERE with prioritized sampling. Either takes `n_step`.
 """
 
 from __future__ import annotations
@@ -20,8 +25,13 @@ from rlcli.registry import BUFFERS, require
 
 class PrioritizedReplayBuffer(ReplayBuffer):
     def __init__(self, capacity: int, n_step: int, alpha: float, beta: float, beta_final: float,
-                 epsilon: float, **context: Any) -> None:
+                 epsilon: float, eta: float | None = None, eta_final: float = 1.0, c_min: int = 5000,
+                 **context: Any) -> None:
         super().__init__(capacity, n_step, **context)
+        require(eta is None or 0 < eta <= 1, "buffer.eta", eta, "must be in (0, 1] or null (no ERE)")
+        require(0 < eta_final <= 1, "buffer.eta_final", eta_final, "must be in (0, 1]")
+        require(c_min > 0, "buffer.c_min", c_min, "must be > 0")
+        self.eta, self.eta_final, self.c_min = eta, eta_final, c_min
         require(alpha >= 0, "buffer.alpha", alpha, "must be >= 0")
         require(0 <= beta <= 1, "buffer.beta", beta, "must be in [0, 1]")
         require(0 <= beta_final <= 1, "buffer.beta_final", beta_final, "must be in [0, 1]")
@@ -33,16 +43,33 @@ class PrioritizedReplayBuffer(ReplayBuffer):
     def _on_write(self, idx: torch.Tensor) -> None:
         self.tree.update(idx.cpu().numpy(), np.full(idx.shape[0], self.max_priority**self.alpha))
 
-    def sample(self, batch_size: int, progress: float = 0.0) -> ReplayBatch:
-        total = self.tree.total
-        segment = total / batch_size
-        # torch's generator, so that a resumed run draws the same samples
-        u = torch.rand(batch_size, dtype=torch.float64).numpy()
-        idx = self.tree.find((np.arange(batch_size) + u) * segment)
-        idx = np.minimum(idx, self.size - 1)
-        probs = self.tree.get(idx) / total
+    def recent_window(self, progress: float, step: int, steps: int) -> int:
+        """How many of the newest transitions the `step`-th of `steps` gradient steps may sample (ERE)."""
+        if self.eta is None:
+            return self.size
+        eta = self.eta + (self.eta_final - self.eta) * min(1.0, progress)
+        return int(min(self.size, max(self.size * eta ** (step * 1000 / max(steps, 1)), self.c_min)))
+
+    def sample(self, batch_size: int, progress: float = 0.0, step: int = 0, steps: int = 1) -> ReplayBatch:
+        window = self.recent_window(progress, step, steps)
+        start = (self.pos - window) % self.capacity  # the window is [start, pos) around the ring
+        if window == self.size:  # everything stored
+            first, offset, mass = 0.0, 0.0, self.tree.total
+        elif start < self.pos:
+            offset, first = self.tree.prefix(start), 0.0
+            mass = self.tree.prefix(self.pos) - offset
+        else:  # wraps: [start, capacity) then [0, pos)
+            offset = self.tree.prefix(start)
+            first = self.tree.total - offset
+            mass = first + self.tree.prefix(self.pos)
+        # stratified over the window's mass, with torch's generator so that a resumed run draws the same
+        u = (np.arange(batch_size) + torch.rand(batch_size, dtype=torch.float64).numpy()) * (mass / batch_size)
+        contiguous = window == self.size or start < self.pos
+        values = offset + u if contiguous else np.where(u < first, offset + u, u - first)
+        idx = np.minimum(self.tree.find(values), self.size - 1)
+        probs = self.tree.get(idx) / mass
         beta = self.beta + (self.beta_final - self.beta) * min(1.0, progress)
-        weights = (self.size * probs) ** (-beta)
+        weights = (window * probs) ** (-beta)
         weights /= weights.max()
         index = torch.as_tensor(idx, device=self.device)
         return self._batch(index, torch.as_tensor(weights, dtype=torch.float32, device=self.device))
@@ -63,9 +90,20 @@ class PrioritizedReplayBuffer(ReplayBuffer):
 
 @BUFFERS.register("per")
 def per(capacity: int = 1_000_000, n_step: int = 1, alpha: float = 0.6, beta: float = 0.4,
-        beta_final: float = 1.0, epsilon: float = 1e-6, **context: Any) -> PrioritizedReplayBuffer:
-    """Prioritized replay; combine with n-step returns through `buffer.n_step`."""
-    return PrioritizedReplayBuffer(capacity, n_step, alpha, beta, beta_final, epsilon, **_replay_context(context))
+        beta_final: float = 1.0, epsilon: float = 1e-6, eta: float | None = None, eta_final: float = 1.0,
+        c_min: int = 5000, **context: Any) -> PrioritizedReplayBuffer:
+    """Prioritized replay; with `n_step` > 1 n-step returns, with `eta` set ERE's recency window."""
+    return PrioritizedReplayBuffer(capacity, n_step, alpha, beta, beta_final, epsilon, eta, eta_final, c_min,
+                                   **_replay_context(context))
 
 
-per.on_policy = False  # type: ignore[attr-defined]
+@BUFFERS.register("ere")
+def ere(capacity: int = 1_000_000, n_step: int = 1, eta: float = 0.996, eta_final: float = 1.0,
+        c_min: int = 5000, alpha: float = 0.0, beta: float = 0.4, beta_final: float = 1.0, epsilon: float = 1e-6,
+        **context: Any) -> PrioritizedReplayBuffer:
+    """Emphasizing recent experience; uniform within the window unless `alpha` > 0 (then ERE with PER)."""
+    return PrioritizedReplayBuffer(capacity, n_step, alpha, beta, beta_final, epsilon, eta, eta_final, c_min,
+                                   **_replay_context(context))
+
+
+per.on_policy = ere.on_policy = False  # type: ignore[attr-defined]

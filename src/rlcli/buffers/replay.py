@@ -104,6 +104,8 @@ class ReplayBuffer:
 
     def _write(self, obs, actions, rewards, next_obs, discounts) -> torch.Tensor:
         n = obs.shape[0]
+        if n == 0:  # every env was on a reset step
+            return torch.empty(0, dtype=torch.long, device=self.device)
         idx = (self.pos + torch.arange(n, device=self.device)) % self.capacity
         self.obs[idx], self.actions[idx], self.rewards[idx] = obs, actions, rewards
         self.next_obs[idx], self.discounts[idx] = next_obs, discounts
@@ -120,7 +122,8 @@ class ReplayBuffer:
         return ReplayBatch(self.obs[idx], self.actions[idx], self.rewards[idx], self.next_obs[idx],
                            self.discounts[idx], w, idx)
 
-    def sample(self, batch_size: int, progress: float = 0.0) -> ReplayBatch:
+    def sample(self, batch_size: int, progress: float = 0.0, step: int = 0, steps: int = 1) -> ReplayBatch:
+        """A uniform batch; `progress`, `step` and `steps` (k of K in an update phase) are for PER / ERE."""
         idx = torch.randint(0, self.size, (batch_size,), device=self.device)
         return self._batch(idx)
 

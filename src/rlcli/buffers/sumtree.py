@@ -23,6 +23,8 @@ class SumTree:
     def update(self, indices: np.ndarray, priorities: np.ndarray) -> None:
         """Set leaf priorities, then recompute the sums on every path to the root."""
         nodes = np.asarray(indices, dtype=np.int64) + self.leaves
+        if nodes.size == 0:
+            return
         self.tree[nodes] = priorities  # with duplicate indices the last write wins, as a loop would
         nodes = np.unique(nodes // 2)
         while nodes[0] >= 1:
@@ -30,6 +32,15 @@ class SumTree:
             if nodes[0] == 1:
                 break
             nodes = np.unique(nodes // 2)
+
+    def prefix(self, index: int) -> float:
+        """Sum of the priorities of leaves [0, index)."""
+        total, node = 0.0, index + self.leaves
+        while node > 1:
+            if node % 2 == 1:  # a right child: everything under its left sibling comes before it
+                total += self.tree[node - 1]
+            node //= 2
+        return float(total)
 
     def find(self, prefix_sums: np.ndarray) -> np.ndarray:
         """For each value v in [0, total), the leaf i with sum(p[:i]) <= v < sum(p[:i+1])."""

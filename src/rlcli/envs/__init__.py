@@ -8,12 +8,15 @@ that sub-env is a reset step whose action is ignored. The collector relies on ex
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv
 
+from rlcli.envs import bit_flipping  # noqa: F401  (registers BitFlipping-v0 with gymnasium)
 from rlcli.registry import ENVS, ConfigError, did_you_mean, require
 
 VectorMode = Literal["auto", "sync", "async", "numpy"]
@@ -67,6 +70,7 @@ class GymEnvFactory:
         require(clip_reward is None or clip_reward > 0, "env.clip_reward", clip_reward, "must be > 0 or null")
         self.normalize_obs = normalize_obs
         self.clip_obs = clip_obs
+        self.goal: GoalLayout | None = None  # set by make() for goal-conditioned envs
         self.normalize_reward = normalize_reward
         self.clip_reward = clip_reward
 
@@ -99,6 +103,10 @@ class GymEnvFactory:
             raise ConfigError(f"env {self.spec.id}: rlcli needs NEXT_STEP autoreset vector envs")
         envs = gym.wrappers.vector.RecordEpisodeStatistics(envs)  # raw returns, before any scaling
         if not eval:
+            self.goal = goal_layout(envs)
+        if isinstance(envs.single_observation_space, gym.spaces.Dict):
+            envs = gym.wrappers.vector.FlattenObservation(envs)
+        if not eval:
             if self.normalize_reward:
                 envs = gym.wrappers.vector.NormalizeReward(envs, gamma=gamma)
             if self.clip_reward is not None:
@@ -112,3 +120,35 @@ def finished_episodes(infos: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
         return np.empty(0), np.empty(0)
     mask = infos["_episode"]
     return infos["episode"]["r"][mask], infos["episode"]["l"][mask]
+
+
+@dataclass
+class GoalLayout:
+    """Where a flattened goal-env observation keeps its goals, and the env's reward function."""
+
+    achieved: slice
+    desired: slice
+    compute_reward: Callable[[np.ndarray, np.ndarray, Any], np.ndarray]
+    compute_terminated: Callable[[np.ndarray, np.ndarray, Any], np.ndarray] | None
+
+
+def goal_layout(envs: VectorEnv) -> GoalLayout | None:
+    """For Dict observations with observation / achieved_goal / desired_goal, their flat slices."""
+    space = envs.single_observation_space
+    if not isinstance(space, gym.spaces.Dict) or not {"achieved_goal", "desired_goal"} <= set(space.spaces):
+        return None
+    slices, start = {}, 0
+    for key, sub in space.spaces.items():  # the order gymnasium's flatten uses
+        size = gym.spaces.flatdim(sub)
+        slices[key] = slice(start, start + size)
+        start += size
+    base = envs
+    while not hasattr(base, "envs") and hasattr(base, "env"):
+        base = base.env
+    if not hasattr(base, "envs"):
+        return None  # async or custom vector envs: no local env to ask for compute_reward
+    env = base.envs[0].unwrapped
+    if not hasattr(env, "compute_reward"):
+        return None
+    return GoalLayout(slices["achieved_goal"], slices["desired_goal"], env.compute_reward,
+                      getattr(env, "compute_terminated", None))
