@@ -68,3 +68,12 @@ def test_dqn_with_her_solves_15_bit_flipping_where_plain_replay_fails(cli, tmp_p
                 "train.test_every=5000", "log.console=false", f"hydra.run.dir={tmp_path / 'plain'}", timeout=900)
     assert plain.returncode == 0, plain.stderr
     assert max(_test_returns(tmp_path / "plain")) <= -14.0
+
+
+@pytest.mark.slow
+def test_td3_learns_pendulum(cli, tmp_path):
+    # RL-Zoo's tuned TD3 (20k steps budget, 10k random steps first); stops once the test mean beats -200.
+    out = cli("algo=td3", "env=Pendulum-v1", "seed=1", "train.test_every=2000", "train.test_episodes=5",
+              "train.stop_reward=-200", "log.console=false", f"hydra.run.dir={tmp_path / 'run'}", timeout=1200)
+    assert out.returncode == 0, out.stderr
+    assert max(_test_returns(tmp_path / "run")) > -200
