@@ -97,6 +97,8 @@ BAD_INPUT = [
      "choose from: ere, her, nstep, per, replay"),
     (["algo=ppo", "buffer=replay"], "buffer=replay does not fit the on-policy algo=ppo", "rollout"),
     (["algo=dqn", "buffer.capacity=0"], "buffer.capacity=0", "must be > 0"),
+    (["algo=ppo", "actor.obs_extractor=[32]"], "actor.obs_extractor and actor.act_extractor shape off-policy",
+     "actor.hidden_sizes"),
     (["algo=dqn", "buffer=her"], "buffer=her needs a goal-conditioned env", "env=BitFlipping-v0"),
     (["algo=sac", "env=Pendulum-v1", "algo.batch_size=5000"], "algo.batch_size=5000", "learning_starts=1000"),
     (["algo=td3", "env=Pendulum-v1", "algo.noise=pink"], "algo.noise='pink'", "gaussian, ornstein_uhlenbeck"),

@@ -10,7 +10,7 @@ from torch.distributions import Independent, Normal, TransformedDistribution
 from torch.distributions.transforms import TanhTransform
 
 from rlcli.actors.normalizer import RunningNorm
-from rlcli.actors.offpolicy import SquashedGaussianPolicy, Torso
+from rlcli.actors.offpolicy import Critics, SquashedGaussianPolicy, Torso
 from rlcli.algos.dqn import DQN
 from rlcli.algos.offpolicy import BoxScaler, polyak_update
 from rlcli.algos.sac import SAC
@@ -105,10 +105,10 @@ def test_td3_critic_loss_uses_smoothed_target_policy_and_min_of_twin_targets():
     torch.manual_seed(7)
     noise = (torch.randn(8, 2) * 0.2).clamp(-0.5, 0.5)
     next_actions = (net.policy_target(batch.next_obs) + noise).clamp(-1, 1)
-    q1 = net.critics_target.nets[0](torch.cat([batch.next_obs, next_actions], -1)).squeeze(-1)
-    q2 = net.critics_target.nets[1](torch.cat([batch.next_obs, next_actions], -1)).squeeze(-1)
+    q1 = net.critics_target.nets[0](batch.next_obs, next_actions)
+    q2 = net.critics_target.nets[1](batch.next_obs, next_actions)
     target = batch.rewards + batch.discounts * torch.minimum(q1, q2)
-    qs = [c(torch.cat([batch.obs, batch.actions], -1)).squeeze(-1) for c in net.critics.nets]
+    qs = [c(batch.obs, batch.actions) for c in net.critics.nets]
     expected = sum((q - target).square().mean() for q in qs)
     torch.manual_seed(7)  # the update draws the same smoothing noise first
     metrics = algo.update(OneBatch(batch), 0.0)
@@ -131,3 +131,15 @@ def test_sac_critic_target_includes_the_entropy_bonus():
     metrics = algo.update(OneBatch(batch), 0.0)
     assert math.isclose(float(metrics["value_loss"]), float(expected), rel_tol=1e-5)
     assert math.isclose(float(metrics["alpha"]), 0.3, rel_tol=1e-6)
+
+
+def test_critics_apply_observation_action_and_common_extractors():
+    t = Torso(3, [8], "relu", False, RunningNorm((3,), enabled=False), obs_extractor=[5], act_extractor=[4])
+    q = Critics(t, 2, 2).nets[0]
+    assert q.obs_net[0].in_features == 3 and q.obs_net[0].out_features == 5
+    assert q.act_net[0].in_features == 2 and q.act_net[0].out_features == 4
+    assert q.common[0].in_features == 9 and q.head.out_features == 1
+    out = q(torch.randn(6, 3), torch.randn(6, 2))
+    assert out.shape == (6,)
+    policy = SquashedGaussianPolicy(t, 2)  # policies use the observation extractor, not the action one
+    assert policy.net[0][0].in_features == 3 and policy.net[0][0].out_features == 5

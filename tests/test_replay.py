@@ -200,3 +200,14 @@ def test_ere_samples_only_the_newest_transitions_uniformly(capacity, n_added):
     assert set(counts) == newest
     freq = np.array(list(counts.values())) / sum(counts.values())
     np.testing.assert_allclose(freq, 1 / window, atol=0.25 / window)
+
+
+def test_storage_device_keeps_replay_on_the_gpu_only_while_it_fits():
+    from rlcli.buffers.replay import storage_device
+
+    cuda, cpu = torch.device("cuda:0"), torch.device("cpu")
+    assert storage_device(cpu, 10**12) == cpu  # CPU training: always host memory
+    assert storage_device(cuda, 10**9, free_bytes=4 * 10**9) == cuda  # fits: on the GPU
+    assert storage_device(cuda, 10**10, free_bytes=4 * 10**9) == cpu  # would not fit: pinned host memory
+    assert storage_device(cuda, 10**10, "device", free_bytes=4 * 10**9) == cuda  # forced
+    assert storage_device(cuda, 10, "cpu", free_bytes=4 * 10**9) == cpu

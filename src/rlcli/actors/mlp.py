@@ -130,19 +130,27 @@ def build_mlp_actor(
     shared: bool = False,
     ortho_init: bool = True,
     log_std_init: float = 0.0,
+    obs_extractor: list[int] = (),  # type: ignore[assignment]
+    act_extractor: list[int] = (),  # type: ignore[assignment]
 ) -> ActorCritic | Any:
     """An ActorCritic for on-policy algorithms, or a Torso from which off-policy ones build heads."""
     if not isinstance(observation_space, gym.spaces.Box):
         raise ConfigError(
             f"actor=mlp needs a Box observation space; the env has {type(observation_space).__name__}"
         )
-    require(all(h > 0 for h in hidden_sizes), "actor.hidden_sizes", list(hidden_sizes), "sizes must be > 0")
+    for key, sizes in (("hidden_sizes", hidden_sizes), ("obs_extractor", obs_extractor),
+                       ("act_extractor", act_extractor)):
+        require(all(h > 0 for h in sizes), f"actor.{key}", list(sizes), "sizes must be > 0")
     if heads == "torso":  # off-policy algorithms build their own heads on this torso
         from rlcli.actors.offpolicy import Torso
 
         obs_dim = int(np.prod(observation_space.shape))
         normalizer = RunningNorm(tuple(observation_space.shape), clip=clip_obs, enabled=normalize_obs)
-        return Torso(obs_dim, list(hidden_sizes), activation, ortho_init, normalizer)
+        return Torso(obs_dim, list(hidden_sizes), activation, ortho_init, normalizer, list(obs_extractor),
+                     list(act_extractor))
+    if obs_extractor or act_extractor:
+        raise ConfigError("actor.obs_extractor and actor.act_extractor shape off-policy networks; on-policy "
+                          "algorithms use actor.hidden_sizes (and actor.shared)")
     return ActorCritic(
         observation_space, action_space, list(hidden_sizes), activation, shared, ortho_init,
         log_std_init, normalize_obs, clip_obs,

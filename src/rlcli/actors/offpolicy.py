@@ -8,7 +8,7 @@ deterministic tanh policy, a tanh-squashed Gaussian policy, and N critics Q(s, a
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import nn
@@ -21,21 +21,43 @@ LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0  # SAC's usual clamp of the policy's log s
 
 @dataclass
 class Torso:
-    """How to build one network body; `normalizer` is shared by every network of the agent."""
+    """How to build the agent's networks; `normalizer` is shared by all of them.
+
+    As in reference 000's off-policy actor: an observation feature extractor (`obs_extractor`, used by
+    every network), an action feature extractor (`act_extractor`, used by the critics), and the common
+    layers (`hidden_sizes`) over their concatenation. Empty extractors pass their input through.
+    """
 
     obs_dim: int
     hidden_sizes: list[int]
     activation: Activation
     ortho_init: bool
     normalizer: RunningNorm
+    obs_extractor: list[int] = field(default_factory=list)
+    act_extractor: list[int] = field(default_factory=list)
 
-    def make(self, in_features: int, out_features: int, out_gain: float = 1.0) -> nn.Sequential:
-        body = mlp(in_features, self.hidden_sizes, self.activation)
-        last = nn.Linear(self.hidden_sizes[-1] if self.hidden_sizes else in_features, out_features)
+    def mlp(self, in_features: int, sizes: list[int]) -> tuple[nn.Sequential, int]:
+        body = mlp(in_features, sizes, self.activation)
         if self.ortho_init:
             orthogonal_init(body, math.sqrt(2))
-            orthogonal_init(last, out_gain)
-        return nn.Sequential(*body, last)
+        return body, (sizes[-1] if sizes else in_features)
+
+    def features(self, extra_in: int = 0) -> tuple[nn.Module, nn.Module, int]:
+        """Observation extractor and common layers (with `extra_in` action features joining them)."""
+        obs_net, width = self.mlp(self.obs_dim, self.obs_extractor)
+        common, width = self.mlp(width + extra_in, self.hidden_sizes)
+        return obs_net, common, width
+
+    def head(self, in_features: int, out_features: int, gain: float) -> nn.Linear:
+        layer = nn.Linear(in_features, out_features)
+        if self.ortho_init:
+            orthogonal_init(layer, gain)
+        return layer
+
+    def make(self, out_features: int, out_gain: float = 1.0) -> nn.Sequential:
+        """obs -> obs extractor -> common layers -> linear(out_features)."""
+        obs_net, common, width = self.features()
+        return nn.Sequential(obs_net, common, self.head(width, out_features, out_gain))
 
 
 class QNetwork(nn.Module):
@@ -45,19 +67,33 @@ class QNetwork(nn.Module):
         super().__init__()
         self.dueling = dueling
         if dueling:
-            self.body = torso.make(torso.obs_dim, torso.hidden_sizes[-1]) if torso.hidden_sizes else nn.Identity()
-            width = torso.hidden_sizes[-1] if torso.hidden_sizes else torso.obs_dim
-            self.value = nn.Linear(width, 1)
-            self.advantage = nn.Linear(width, n_actions)
+            obs_net, common, width = torso.features()
+            self.body = nn.Sequential(obs_net, common)
+            self.value = torso.head(width, 1, 1.0)
+            self.advantage = torso.head(width, n_actions, 1.0)
         else:
-            self.q = torso.make(torso.obs_dim, n_actions)
+            self.q = torso.make(n_actions)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         if not self.dueling:
             return self.q(obs)
-        h = torch.relu(self.body(obs))
+        h = self.body(obs)
         adv = self.advantage(h)
         return self.value(h) + adv - adv.mean(-1, keepdim=True)
+
+
+class QValue(nn.Module):
+    """Q(s, a) = head(common([obs_extractor(s), act_extractor(a)]))."""
+
+    def __init__(self, torso: Torso, action_dim: int):
+        super().__init__()
+        self.act_net, act_width = torso.mlp(action_dim, torso.act_extractor)
+        self.obs_net, self.common, width = torso.features(extra_in=act_width)
+        self.head = torso.head(width, 1, 1.0)
+
+    def forward(self, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        x = torch.cat([self.obs_net(obs), self.act_net(actions)], -1)
+        return self.head(self.common(x)).squeeze(-1)
 
 
 class Critics(nn.Module):
@@ -65,11 +101,10 @@ class Critics(nn.Module):
 
     def __init__(self, torso: Torso, action_dim: int, n: int):
         super().__init__()
-        self.nets = nn.ModuleList(torso.make(torso.obs_dim + action_dim, 1) for _ in range(n))
+        self.nets = nn.ModuleList(QValue(torso, action_dim) for _ in range(n))
 
     def forward(self, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
-        x = torch.cat([obs, actions], -1)
-        return torch.stack([net(x).squeeze(-1) for net in self.nets])
+        return torch.stack([net(obs, actions) for net in self.nets])
 
 
 class DeterministicPolicy(nn.Module):
@@ -77,7 +112,7 @@ class DeterministicPolicy(nn.Module):
 
     def __init__(self, torso: Torso, action_dim: int):
         super().__init__()
-        self.net = torso.make(torso.obs_dim, action_dim, out_gain=0.01)
+        self.net = torso.make(action_dim, out_gain=0.01)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         return torch.tanh(self.net(obs))
@@ -88,7 +123,7 @@ class SquashedGaussianPolicy(nn.Module):
 
     def __init__(self, torso: Torso, action_dim: int):
         super().__init__()
-        self.net = torso.make(torso.obs_dim, 2 * action_dim, out_gain=0.01)
+        self.net = torso.make(2 * action_dim, out_gain=0.01)
 
     def forward(self, obs: torch.Tensor, deterministic: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
         mean, log_std = self.net(obs).chunk(2, -1)

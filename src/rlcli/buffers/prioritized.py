@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from rlcli.buffers.replay import ReplayBatch, ReplayBuffer, _replay_context
+from rlcli.buffers.replay import ReplayBatch, ReplayBuffer, Storage, _replay_context
 from rlcli.buffers.sumtree import SumTree
 from rlcli.registry import BUFFERS, require
 
@@ -71,8 +71,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         beta = self.beta + (self.beta_final - self.beta) * min(1.0, progress)
         weights = (window * probs) ** (-beta)
         weights /= weights.max()
-        index = torch.as_tensor(idx, device=self.device)
-        return self._batch(index, torch.as_tensor(weights, dtype=torch.float32, device=self.device))
+        return self._batch(torch.as_tensor(idx), torch.as_tensor(weights, dtype=torch.float32))
 
     def update_priorities(self, indices: torch.Tensor, td_errors: torch.Tensor) -> None:
         priorities = td_errors.detach().abs().double().cpu().numpy() + self.epsilon
@@ -91,19 +90,19 @@ class PrioritizedReplayBuffer(ReplayBuffer):
 @BUFFERS.register("per")
 def per(capacity: int = 1_000_000, n_step: int = 1, alpha: float = 0.6, beta: float = 0.4,
         beta_final: float = 1.0, epsilon: float = 1e-6, eta: float | None = None, eta_final: float = 1.0,
-        c_min: int = 5000, **context: Any) -> PrioritizedReplayBuffer:
+        c_min: int = 5000, storage: Storage = "auto", **context: Any) -> PrioritizedReplayBuffer:
     """Prioritized replay; with `n_step` > 1 n-step returns, with `eta` set ERE's recency window."""
     return PrioritizedReplayBuffer(capacity, n_step, alpha, beta, beta_final, epsilon, eta, eta_final, c_min,
-                                   **_replay_context(context))
+                                   **_replay_context(context), storage=storage)
 
 
 @BUFFERS.register("ere")
 def ere(capacity: int = 1_000_000, n_step: int = 1, eta: float = 0.996, eta_final: float = 1.0,
         c_min: int = 5000, alpha: float = 0.0, beta: float = 0.4, beta_final: float = 1.0, epsilon: float = 1e-6,
-        **context: Any) -> PrioritizedReplayBuffer:
+        storage: Storage = "auto", **context: Any) -> PrioritizedReplayBuffer:
     """Emphasizing recent experience; uniform within the window unless `alpha` > 0 (then ERE with PER)."""
     return PrioritizedReplayBuffer(capacity, n_step, alpha, beta, beta_final, epsilon, eta, eta_final, c_min,
-                                   **_replay_context(context))
+                                   **_replay_context(context), storage=storage)
 
 
 per.on_policy = ere.on_policy = False  # type: ignore[attr-defined]

@@ -9,7 +9,7 @@ following reset step is not a transition and is never stored.
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 import numpy as np
 import torch
@@ -27,8 +27,25 @@ class ReplayBatch(NamedTuple):
     indices: torch.Tensor
 
 
+def storage_device(
+    device: torch.device, nbytes: int, choice: str = "auto", free_bytes: int | None = None
+) -> torch.device:
+    """Where replay lives: the training device, or host memory when it would not fit there (auto).
+
+    On a GPU, `auto` keeps the buffer in GPU memory while it takes under 80% of what is free, and in
+    pinned host memory otherwise; batches then move to the GPU with one non-blocking copy each.
+    """
+    if choice == "cpu" or device.type == "cpu":
+        return torch.device("cpu")
+    if choice == "device":
+        return device
+    if free_bytes is None:
+        free_bytes = torch.cuda.mem_get_info(device)[0]
+    return device if nbytes < 0.8 * free_bytes else torch.device("cpu")
+
+
 class ReplayBuffer:
-    """Preallocated circular storage on the training device; memory is flat once full."""
+    """Preallocated circular storage (see `storage_device` for where); memory is flat once full."""
 
     on_policy = False
 
@@ -42,17 +59,25 @@ class ReplayBuffer:
         discrete: bool,
         device: torch.device,
         gamma: float,
+        storage: str = "auto",
     ) -> None:
         require(capacity > 0, "buffer.capacity", capacity, "must be > 0")
         require(n_step > 0, "buffer.n_step", n_step, "must be >= 1")
         self.capacity, self.n_step, self.gamma, self.device = capacity, n_step, gamma, device
         self.num_envs = num_envs
-        self.obs = torch.zeros(capacity, *obs_shape, device=device)
-        self.next_obs = torch.zeros(capacity, *obs_shape, device=device)
-        self.actions = torch.zeros(capacity, *action_shape, device=device,
-                                   dtype=torch.long if discrete else torch.float32)
-        self.rewards = torch.zeros(capacity, device=device)
-        self.discounts = torch.zeros(capacity, device=device)
+        per_item = 4 * (2 * int(np.prod(obs_shape)) + int(np.prod(action_shape)) * (2 if discrete else 1) + 2)
+        self.storage = storage_device(device, capacity * per_item, storage)
+        pin = self.storage.type == "cpu" and device.type == "cuda"
+
+        def zeros(*shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+            tensor = torch.zeros(*shape, dtype=dtype, device=self.storage)
+            return tensor.pin_memory() if pin else tensor
+
+        self.obs = zeros(capacity, *obs_shape)
+        self.next_obs = zeros(capacity, *obs_shape)
+        self.actions = zeros(capacity, *action_shape, dtype=torch.long if discrete else torch.float32)
+        self.rewards = zeros(capacity)
+        self.discounts = zeros(capacity)
         self.pos = 0
         self.size = 0
         # n-step: per env, the (obs, action, reward) of steps whose return is not complete yet
@@ -72,8 +97,9 @@ class ReplayBuffer:
         valid: np.ndarray,
     ) -> None:
         """One step of the vector env. `valid` is False for reset steps, which are skipped."""
+        obs, actions = obs.to(self.storage), actions.to(self.storage)
         if self.n_step == 1:
-            keep = torch.as_tensor(valid, device=self.device)
+            keep = torch.as_tensor(valid, device=self.storage)
             discounts = self.gamma * (1.0 - terminated.astype(np.float32))
             self._write(obs[keep], actions[keep], self._t(rewards)[keep], self._t(next_obs)[keep],
                         self._t(discounts)[keep])
@@ -100,13 +126,13 @@ class ReplayBuffer:
         return pending[0][0], pending[0][1], ret, next_obs, discount
 
     def _t(self, x: Any) -> torch.Tensor:
-        return torch.as_tensor(x, dtype=torch.float32, device=self.device)
+        return torch.as_tensor(x, dtype=torch.float32, device=self.storage)
 
     def _write(self, obs, actions, rewards, next_obs, discounts) -> torch.Tensor:
         n = obs.shape[0]
         if n == 0:  # every env was on a reset step
-            return torch.empty(0, dtype=torch.long, device=self.device)
-        idx = (self.pos + torch.arange(n, device=self.device)) % self.capacity
+            return torch.empty(0, dtype=torch.long, device=self.storage)
+        idx = (self.pos + torch.arange(n, device=self.storage)) % self.capacity
         self.obs[idx], self.actions[idx], self.rewards[idx] = obs, actions, rewards
         self.next_obs[idx], self.discounts[idx] = next_obs, discounts
         self.pos = (self.pos + n) % self.capacity
@@ -118,13 +144,19 @@ class ReplayBuffer:
         """Hook for prioritized replay (new transitions get the maximum priority)."""
 
     def _batch(self, idx: torch.Tensor, weights: torch.Tensor | None = None) -> ReplayBatch:
-        w = torch.ones(idx.shape[0], device=self.device) if weights is None else weights
-        return ReplayBatch(self.obs[idx], self.actions[idx], self.rewards[idx], self.next_obs[idx],
-                           self.discounts[idx], w, idx)
+        """Gather on the storage device; one non-blocking copy per tensor to the training device."""
+        idx = idx.to(self.storage)
+        w = torch.ones(idx.shape[0]) if weights is None else weights
+
+        def move(x: torch.Tensor) -> torch.Tensor:
+            return x.to(self.device, non_blocking=True)
+
+        return ReplayBatch(move(self.obs[idx]), move(self.actions[idx]), move(self.rewards[idx]),
+                           move(self.next_obs[idx]), move(self.discounts[idx]), move(w), move(idx))
 
     def sample(self, batch_size: int, progress: float = 0.0, step: int = 0, steps: int = 1) -> ReplayBatch:
         """A uniform batch; `progress`, `step` and `steps` (k of K in an update phase) are for PER / ERE."""
-        idx = torch.randint(0, self.size, (batch_size,), device=self.device)
+        idx = torch.randint(0, self.size, (batch_size,))  # torch's CPU generator: resume draws the same
         return self._batch(idx)
 
     def state_dict(self) -> dict[str, Any]:
@@ -135,19 +167,22 @@ class ReplayBuffer:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.pos, self.size, self.pending = state["pos"], state["size"], state["pending"]
         for k in ("obs", "next_obs", "actions", "rewards", "discounts"):
-            getattr(self, k)[: self.size] = state[k].to(self.device)
+            getattr(self, k)[: self.size] = state[k].to(self.storage)
+
+
+Storage = Literal["auto", "device", "cpu"]
 
 
 @BUFFERS.register("replay")
-def replay(capacity: int = 1_000_000, n_step: int = 1, **context: Any) -> ReplayBuffer:
+def replay(capacity: int = 1_000_000, n_step: int = 1, storage: Storage = "auto", **context: Any) -> ReplayBuffer:
     """Uniform replay; `n_step` > 1 stores n-step returns."""
-    return ReplayBuffer(capacity, n_step, **_replay_context(context))
+    return ReplayBuffer(capacity, n_step, **_replay_context(context), storage=storage)
 
 
 @BUFFERS.register("nstep")
-def nstep(capacity: int = 1_000_000, n_step: int = 3, **context: Any) -> ReplayBuffer:
+def nstep(capacity: int = 1_000_000, n_step: int = 3, storage: Storage = "auto", **context: Any) -> ReplayBuffer:
     """Uniform replay of n-step returns (n-step Q-learning targets)."""
-    return ReplayBuffer(capacity, n_step, **_replay_context(context))
+    return ReplayBuffer(capacity, n_step, **_replay_context(context), storage=storage)
 
 
 def _replay_context(context: dict[str, Any]) -> dict[str, Any]:
