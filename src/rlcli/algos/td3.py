@@ -151,30 +151,6 @@ class TD3:
         self.gradient_updates, self.progress = state["gradient_updates"], state["progress"]
 
 
-@ALGOS.register("ddpg")
-class DDPG(TD3):
-    """TD3's machinery with DDPG's choices: one critic, no target smoothing, no policy delay."""
-
-    def __init__(
-        self,
-        actor: Torso,
-        action_space: gym.spaces.Space,
-        num_envs: int,
-        lr: float = 1e-3,
-        batch_size: int = 256,
-        learning_starts: int = 10_000,
-        train_freq: int = 1,
-        gradient_steps: int = 1,
-        gamma: float = 0.99,
-        tau: float = 0.005,
-        num_critics: int = 1,
-        noise: NoiseKind = "gaussian",
-        noise_std: float = 0.1,
-        noise_decay: Literal["constant", "linear"] = "constant",
-        reward_scale: float = 1.0,
-        max_grad_norm: float | None = None,
-    ) -> None:
-        super().__init__(actor, action_space, num_envs, lr, batch_size, learning_starts, train_freq, gradient_steps,
-                         gamma, tau, num_critics, policy_delay=1, target_policy_noise=0.0, target_noise_clip=0.0,
-                         noise=noise, noise_std=noise_std, noise_decay=noise_decay, reward_scale=reward_scale,
-                         max_grad_norm=max_grad_norm)
+# DDPG is TD3's machinery with DDPG's choices, set in conf/algo/ddpg.yaml: one critic, no target
+# policy smoothing, no policy delay.
+ALGOS.register("ddpg")(TD3)
