@@ -6,7 +6,6 @@ from typing import Any, Literal
 
 import numpy as np
 import torch
-from torch import nn
 
 from rlcli.actors.mlp import ActorCritic, ActOutput
 from rlcli.algos.base import (
@@ -14,6 +13,7 @@ from rlcli.algos.base import (
     check_common,
     clipped_env_actions,
     explained_variance,
+    gradient_step,
     masked_mean,
     normalize_masked,
     param_groups,
@@ -73,11 +73,7 @@ class A2C:
         entropy_mean = masked_mean(entropy, mask)
         loss = policy_loss - self.ent_coef * entropy_mean + self.vf_coef * value_loss
 
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        if self.max_grad_norm is not None:
-            nn.utils.clip_grad_norm_(self.actor.parameters(), self.max_grad_norm)
-        self.optimizer.step()
+        gradient_step(self.optimizer, loss, self.actor.parameters(), self.max_grad_norm)
         return {
             "policy_loss": policy_loss.detach(), "value_loss": value_loss.detach(),
             "entropy": entropy_mean.detach(), "loss": loss.detach(),

@@ -36,6 +36,17 @@ class Algorithm(Protocol):
     def load_state_dict(self, state: dict[str, Any]) -> None: ...
 
 
+def gradient_step(
+    optimizer: torch.optim.Optimizer, loss: torch.Tensor, params: Any, max_grad_norm: float | None
+) -> None:
+    """zero_grad -> backward -> optional global grad-norm clip over `params` -> step."""
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    if max_grad_norm is not None:
+        nn.utils.clip_grad_norm_(params, max_grad_norm)
+    optimizer.step()
+
+
 def schedule_factor(kind: Schedule, progress: float) -> float:
     """Multiplier for a scheduled value at `progress` in [0, 1] of the step budget."""
     return 1.0 if kind == "constant" else max(0.0, 1.0 - progress)

@@ -11,6 +11,7 @@ from torch import nn
 
 from rlcli.actors.mlp import ActOutput
 from rlcli.actors.offpolicy import QNetwork, Torso
+from rlcli.algos.base import gradient_step
 from rlcli.algos.offpolicy import check_offpolicy, polyak_update
 from rlcli.buffers.replay import ReplayBuffer
 from rlcli.registry import ALGOS, require
@@ -112,11 +113,7 @@ class DQN:
             else:
                 per_sample = td.square()
             loss = (batch.weights * per_sample).mean()
-            self.optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            if self.max_grad_norm is not None:
-                nn.utils.clip_grad_norm_(net.q.parameters(), self.max_grad_norm)
-            self.optimizer.step()
+            gradient_step(self.optimizer, loss, net.q.parameters(), self.max_grad_norm)
             if hasattr(buffer, "update_priorities"):
                 buffer.update_priorities(batch.indices, td)
             self.gradient_updates += 1

@@ -6,7 +6,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch import nn
 
 from rlcli.actors.mlp import ActorCritic, ActOutput
 from rlcli.algos.base import (
@@ -14,6 +13,7 @@ from rlcli.algos.base import (
     check_common,
     clipped_env_actions,
     explained_variance,
+    gradient_step,
     masked_mean,
     normalize_masked,
     param_groups,
@@ -113,11 +113,7 @@ class PPO:
         entropy_mean = masked_mean(entropy, mask)
         loss = policy_loss - self.ent_coef * entropy_mean + self.vf_coef * value_loss
 
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        if self.max_grad_norm is not None:
-            nn.utils.clip_grad_norm_(self.actor.parameters(), self.max_grad_norm)
-        self.optimizer.step()
+        gradient_step(self.optimizer, loss, self.actor.parameters(), self.max_grad_norm)
 
         with torch.no_grad():
             approx_kl = masked_mean(ratio - 1 - log_ratio, mask)  # Schulman's low-variance estimator

@@ -12,6 +12,7 @@ from torch import nn
 
 from rlcli.actors.mlp import ActOutput
 from rlcli.actors.offpolicy import Critics, SquashedGaussianPolicy, Torso
+from rlcli.algos.base import gradient_step
 from rlcli.algos.offpolicy import BoxScaler, check_offpolicy, polyak_update
 from rlcli.buffers.replay import ReplayBuffer
 from rlcli.registry import ALGOS, require
@@ -93,13 +94,6 @@ class SAC:
     def env_actions(self, actions: torch.Tensor) -> np.ndarray:
         return self.scaler.to_env(actions)
 
-    def _step(self, optimizer: torch.optim.Optimizer, loss: torch.Tensor, params: Any) -> None:
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        if self.max_grad_norm is not None:
-            nn.utils.clip_grad_norm_(params, self.max_grad_norm)
-        optimizer.step()
-
     def update(self, buffer: ReplayBuffer, progress: float) -> dict[str, torch.Tensor]:
         net = self.actor
         logs: dict[str, list[torch.Tensor]] = {"value_loss": [], "policy_loss": [], "alpha": [], "entropy": []}
@@ -114,17 +108,17 @@ class SAC:
             qs = net.critics(obs, batch.actions)
             td = qs - target
             critic_loss = 0.5 * (batch.weights * td.square()).mean(-1).sum()
-            self._step(self.critic_optimizer, critic_loss, net.critics.parameters())
+            gradient_step(self.critic_optimizer, critic_loss, net.critics.parameters(), self.max_grad_norm)
             if hasattr(buffer, "update_priorities"):
                 buffer.update_priorities(batch.indices, td.detach().abs().mean(0))
 
             actions, log_probs = net.policy(obs)
             q_pi = net.critics(obs, actions).min(0).values
             policy_loss = (alpha * log_probs - q_pi).mean()
-            self._step(self.policy_optimizer, policy_loss, net.policy.parameters())
+            gradient_step(self.policy_optimizer, policy_loss, net.policy.parameters(), self.max_grad_norm)
             if self.auto_alpha:
                 alpha_loss = -(net.log_alpha * (log_probs.detach() + self.target_entropy)).mean()
-                self._step(self.alpha_optimizer, alpha_loss, [net.log_alpha])
+                gradient_step(self.alpha_optimizer, alpha_loss, [net.log_alpha], self.max_grad_norm)
             self.gradient_updates += 1
             if self.gradient_updates % self.target_update_interval == 0:
                 polyak_update(net.critics_target, net.critics, self.tau)

@@ -16,6 +16,7 @@ from torch import nn
 
 from rlcli.actors.mlp import ActOutput
 from rlcli.actors.offpolicy import Critics, DeterministicPolicy, Torso
+from rlcli.algos.base import gradient_step
 from rlcli.algos.offpolicy import BoxScaler, ExplorationNoise, NoiseKind, check_offpolicy, polyak_update
 from rlcli.buffers.replay import ReplayBuffer
 from rlcli.registry import ALGOS, require
@@ -92,10 +93,6 @@ class TD3:
     def env_actions(self, actions: torch.Tensor) -> np.ndarray:
         return self.scaler.to_env(actions)
 
-    def _clip(self, params: Any) -> None:
-        if self.max_grad_norm is not None:
-            nn.utils.clip_grad_norm_(params, self.max_grad_norm)
-
     def update(self, buffer: ReplayBuffer, progress: float) -> dict[str, torch.Tensor]:
         net = self.actor
         critic_losses, policy_losses, q_means = [], [], []
@@ -113,10 +110,7 @@ class TD3:
             qs = net.critics(obs, batch.actions)
             td = qs - target
             critic_loss = (batch.weights * td.square()).mean(-1).sum()
-            self.critic_optimizer.zero_grad(set_to_none=True)
-            critic_loss.backward()
-            self._clip(net.critics.parameters())
-            self.critic_optimizer.step()
+            gradient_step(self.critic_optimizer, critic_loss, net.critics.parameters(), self.max_grad_norm)
             if hasattr(buffer, "update_priorities"):
                 buffer.update_priorities(batch.indices, td.detach().abs().mean(0))
             self.gradient_updates += 1
@@ -124,10 +118,7 @@ class TD3:
             q_means.append(qs.detach().mean())
             if self.gradient_updates % self.policy_delay == 0:
                 policy_loss = -net.critics(obs, net.policy(obs))[0].mean()
-                self.policy_optimizer.zero_grad(set_to_none=True)
-                policy_loss.backward()
-                self._clip(net.policy.parameters())
-                self.policy_optimizer.step()
+                gradient_step(self.policy_optimizer, policy_loss, net.policy.parameters(), self.max_grad_norm)
                 polyak_update(net.critics_target, net.critics, self.tau)
                 polyak_update(net.policy_target, net.policy, self.tau)
                 policy_losses.append(policy_loss.detach())
