@@ -32,13 +32,15 @@ class RunLogger:
     """One object per run; the trainer calls `scalars`, `progress` and `close`."""
 
     def __init__(
-        self, run_dir: Path, total_steps: int, show_console: bool, tensorboard: bool,
-        start_step: int = 0, start_seconds: float = 0.0,
+        self, run_dir: Path, total_steps: int, console_mode: str, tensorboard: bool,
+        start_step: int = 0, start_seconds: float = 0.0, prefix: str = "",
     ) -> None:
         """`start_step` > 0 continues a run: anything logged after that step by the interrupted
-        process is dropped (TensorBoard's purge_step, eval.jsonl rewritten), so no point appears twice."""
+        process is dropped (TensorBoard's purge_step, eval.jsonl rewritten), so no point appears twice.
+        `console_mode`: full (progress bar and tables), lines (messages only: sweeps), off."""
         self.run_dir = run_dir
-        self.show_console = show_console
+        self.show_console = console_mode != "off"
+        self.prefix = prefix
         self.writer = None
         if tensorboard:
             from torch.utils.tensorboard import SummaryWriter  # slow import: only when used
@@ -47,7 +49,7 @@ class RunLogger:
         self._truncate_test_records(start_step)
         self.latest: dict[str, float] = {}
         self._progress: Progress | None = None
-        if show_console:
+        if console_mode == "full":
             self._progress = Progress(
                 TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(), TextColumn("steps"),
                 TextColumn("{task.fields[sps]:>6} SPS"), TimeRemainingColumn(),
@@ -99,7 +101,7 @@ class RunLogger:
     def message(self, text: str) -> None:
         logger.info(text)
         if self.show_console:
-            console.print(text)
+            console.print(self.prefix + text, highlight=False, markup=False)
 
     def close(self) -> None:
         if self._progress is not None:

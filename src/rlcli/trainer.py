@@ -14,6 +14,7 @@ import logging
 import signal
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -171,6 +172,12 @@ class Trainer:
         self.recent_returns: collections.deque[float] = collections.deque(maxlen=100)
         self.recent_lengths: collections.deque[int] = collections.deque(maxlen=100)
         self._stop_signal: int | None = None
+        # Set by whoever runs the trainer: sweeps print one line per event instead of progress bars,
+        # and an Optuna trial gets each test result (`after_test` returns True to stop: pruned).
+        self.console_mode: Literal["full", "lines", "off"] = "full" if cfg.log.console else "off"
+        self.console_prefix = ""
+        self.after_test: Callable[[TrainState], bool] | None = None
+        self.stop_reason: Literal["budget", "stop_reward", "pruned"] | None = None
         if cfg.get("resume"):
             self.restore(Path(str(cfg.resume)))
 
@@ -186,8 +193,8 @@ class Trainer:
                   file=sys.stderr)
             return _as_return(state.last_test_return)
         state.finished = False
-        log = RunLogger(self.run_dir, s.total_steps, bool(self.cfg.log.console), bool(self.cfg.log.tensorboard),
-                        start_step=state.env_steps, start_seconds=state.train_seconds)
+        log = RunLogger(self.run_dir, s.total_steps, self.console_mode, bool(self.cfg.log.tensorboard),
+                        start_step=state.env_steps, start_seconds=state.train_seconds, prefix=self.console_prefix)
         log.message(f"rlcli: {self.cfg.algo.name} on {self.cfg.env.id}, {s.total_steps:,} env steps, "
                     f"device {self.device}, run dir {self.run_dir}"
                     + (f", resumed at {state.env_steps:,} env steps" if state.env_steps else ""))
@@ -214,10 +221,11 @@ class Trainer:
                 sps = (state.env_steps - start_steps) / (time.perf_counter() - start)
                 # test
                 last_phase = state.env_steps >= s.total_steps
-                reached = False
+                reached = pruned = False
                 if crossed(state.env_steps, previous, s.test_every) or (last_phase and s.test_every > 0):
                     self._test(log)
                     reached = self.stop_reward is not None and state.last_test_return >= self.stop_reward
+                    pruned = not reached and self.after_test is not None and self.after_test(state)
                 # log
                 if crossed(state.env_steps, previous, s.log_every) or last_phase or reached:
                     scalars = {f"train/{k}": float(v) for k, v in metrics.items()}  # one sync per log
@@ -229,6 +237,11 @@ class Trainer:
                     log.scalars(scalars, state.env_steps)
                     log.table(state.env_steps)
                 log.progress(state.env_steps, sps, state.last_test_return)
+                if pruned and not last_phase:
+                    self.stop_reason = "pruned"
+                    log.message(f"pruned at {state.env_steps:,} env steps (test return {state.last_test_return:.1f}): "
+                                "the sweeper judged this trial hopeless")
+                    break
                 if reached:
                     stopped_early = not last_phase
                     log.message(f"test return {state.last_test_return:.1f} >= stop reward {self.stop_reward}: "
@@ -247,12 +260,13 @@ class Trainer:
                     self._save(start)
         finally:
             restore_signals()
-        state.finished = True
+        self.stop_reason = self.stop_reason or ("stop_reward" if stopped_early else "budget")
+        state.finished = self.stop_reason != "pruned"  # a pruned run can still be resumed and finished
         self._save(start)
         log.message(f"done: {state.env_steps:,} env steps in {state.train_seconds:.1f} s "
                     f"({(state.env_steps - start_steps) / (time.perf_counter() - start):.0f} SPS), "
                     f"last test return {state.last_test_return}, "
-                    f"{'stopped early' if stopped_early else 'budget reached'}")
+                    f"{ {'budget': 'budget reached', 'stop_reward': 'stopped early'}.get(self.stop_reason, 'pruned')}")
         log.close()
         self.close()
         return _as_return(state.last_test_return)

@@ -17,3 +17,20 @@ class MultiBinaryToy(gym.Env):
 
 
 gym.register("MultiBinaryToy-v0", entry_point=MultiBinaryToy)
+
+
+class CrashAfter(gym.Wrapper):
+    """CartPole that raises after `crash_after` steps: a job that fails mid-run in a sweep."""
+
+    def __init__(self, crash_after: int = 100):
+        super().__init__(gym.make("CartPole-v1"))
+        self.crash_after, self.steps = crash_after, 0
+
+    def step(self, action):
+        self.steps += 1
+        if self.steps > self.crash_after:
+            raise RuntimeError(f"simulated crash after {self.crash_after} steps")
+        return self.env.step(action)
+
+
+gym.register("CrashAfter-v0", entry_point=CrashAfter, max_episode_steps=500)

@@ -1,0 +1,160 @@
+"""Sweeps: multirun with the basic, joblib and Ray launchers, the Optuna sweeper, resume=auto."""
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import RL_TRAIN
+
+PLUGINS = str(Path(__file__).parent / "plugins")
+TINY = ["train.total_steps=1000", "train.test_every=500", "train.test_episodes=2", "train.num_envs=2",
+        "algo.n_steps=64", "algo.batch_size=64", "log.tensorboard=false"]
+
+
+def statuses(sweep_dir: Path) -> dict[int, dict]:
+    return {int(p.parent.name): json.loads(p.read_text()) for p in sweep_dir.glob("*/status.json")}
+
+
+@pytest.mark.slow
+def test_basic_multirun_keeps_going_past_a_failed_job(cli, tmp_path):
+    """Job 1 crashes mid-run: job 0 still completes, the summary names the failure, exit code 1."""
+    env = dict(os.environ, PYTHONPATH=PLUGINS, HYDRA_FULL_ERROR="0")
+    out = subprocess.run(
+        [str(RL_TRAIN), "-m", "env=gym", "env.id=odd_envs:CrashAfter-v0", "+env.kwargs.crash_after=100000,30",
+         "train.vector_mode=sync", *TINY, "hydra.sweep.dir=sw"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env)
+    assert out.returncode == 1, out.stderr[-2000:]
+    jobs = statuses(tmp_path / "sw")
+    assert jobs[0]["status"] == "completed" and jobs[0]["env_steps"] >= 1000
+    assert jobs[1]["status"] == "failed" and "simulated crash after 30 steps" in jobs[1]["error"]
+    assert (tmp_path / "sw" / "1" / "error.txt").is_file()
+    assert "1 of 2 jobs did not complete" in out.stderr
+    for job in (0, 1):  # every job has its own Hydra record
+        assert (tmp_path / "sw" / str(job) / ".hydra" / "overrides.yaml").is_file()
+
+
+@pytest.mark.slow
+def test_joblib_sweep_in_parallel_then_rl_report_plots_it(cli, tmp_path):
+    out = cli("-m", "seed=0,1", *TINY, "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "hydra.sweep.dir=jl")
+    assert out.returncode == 0, out.stderr[-2000:]
+    jobs = statuses(tmp_path / "jl")
+    assert [jobs[i]["status"] for i in (0, 1)] == ["completed", "completed"]
+    assert (tmp_path / "jl" / "0" / "checkpoints" / "latest").is_file()
+    assert "seed=1" in out.stderr and "completed" in out.stderr  # the summary table
+
+    report = subprocess.run([str(RL_TRAIN.parent / "rl-report"), "jl", "--plot", "curves.png", "--csv", "t.csv"],
+                            cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert report.returncode == 0, report.stderr
+    assert "2 (0,1)" in report.stdout  # one configuration, two seeds
+    import matplotlib.image
+
+    assert (tmp_path / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    image = matplotlib.image.imread(tmp_path / "curves.png")
+    assert image.ndim == 3 and image.shape[0] > 100 and image.shape[1] > 100
+
+
+@pytest.mark.parametrize(("args", "expected"), [
+    (["train.num_envs=8,0"], "train.num_envs=0 is invalid: must be > 0"),
+    (["algo=ppo,dqnn"], "unknown algo 'dqnn'"),
+    (["algo.lrr=1e-3,1e-4"], "unknown key 'algo.lrr'"),
+    (["hydra/launcher=submitit_local", "seed=0,1"], "pip install hydra-submitit-launcher"),
+    (["hydra/sweeper=optuna", "seed=0,1"], "hydra/sweeper=rlcli_optuna"),
+    (["resume=auto", "seed=0,1"], "needs hydra.sweep.dir"),
+    (["resume=runs/x", "seed=0,1"], "cannot apply to a sweep"),
+    (["hparams_search=ppo_cartpole", "algo.n_epochs=0,4"], "algo.n_epochs=0 is invalid"),
+    (["hparams_search=ppo_cartpole", "algo.n_epochs=choice(4,-1)"], "algo.n_epochs=-1 is invalid"),
+    (["hparams_search=ppo_cartpole", "algo.clip_range=interval(0.1,-0.3)"], "the interval is empty"),
+    (["hparams_search=ppo_cartpole", "algo.clip_range=interval(-0.3,0.1)"], "algo.clip_range=-0.3 is invalid"),
+    (["algo.lr=interval(oops"], "cannot parse 'algo.lr=interval(oops'"),
+])
+def test_bad_sweep_fails_before_any_job(cli, tmp_path, args, expected):
+    out = cli("-m", *args, *([] if "resume=auto" in args else ["hydra.sweep.dir=sw"]))
+    assert out.returncode == 2, out.stderr[-2000:]
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and expected in lines[0], out.stderr
+    assert not (tmp_path / "sw").exists()
+
+
+@pytest.mark.slow
+def test_killed_sweep_is_finished_with_resume_auto(tmp_path):
+    args = [str(RL_TRAIN), "-m", "seed=0,1,2", "algo.n_steps=16", "algo.batch_size=32", "algo.n_epochs=2", "train.num_envs=2",
+            "train.total_steps=6000", "train.checkpoint_every=300", "train.test_every=3000", "train.test_episodes=2",
+            "train.stop_reward=null", "log.tensorboard=false", "hydra.sweep.dir=sw"]
+    proc = subprocess.Popen(args, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 120
+    while not (tmp_path / "sw" / "1" / "checkpoints" / "latest").is_file():
+        assert time.time() < deadline and proc.poll() is None
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    before = statuses(tmp_path / "sw")
+    assert before[0]["status"] == "completed" and before[1]["status"] == "running" and 2 not in before
+    ended_0 = before[0]["ended"]
+    out = subprocess.run([*args, "resume=auto"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "[job 0]" in out.stderr and "already completed, skipped" in out.stderr
+    assert "[job 1]" in out.stderr and "resuming from ckpt_" in out.stderr
+    after = statuses(tmp_path / "sw")
+    assert after[0]["ended"] == ended_0  # not run again
+    assert all(after[i]["status"] == "completed" and after[i]["env_steps"] >= 6000 for i in (0, 1, 2))
+
+
+@pytest.mark.slow
+def test_optuna_sweeper_runs_trials_over_seeds(cli, tmp_path):
+    out = cli("-m", "hparams_search=ppo_cartpole", "hydra.sweeper.n_trials=3", "hydra.sweeper.seed=0",
+              "sweep.seeds=[0,1]", "sweep.objective=iqm", "train.total_steps=1024", "train.test_every=512",
+              "train.test_episodes=2", "log.tensorboard=false", "hydra.sweep.dir=op")
+    assert out.returncode == 0, out.stderr[-2000:]
+    result = yaml.safe_load((tmp_path / "op" / "optimization_results.yaml").read_text())
+    assert sum(result["trials"].values()) == 3 and result["seeds"] == [0, 1]
+    assert set(result["best_params"]) == {"algo.lr", "algo.n_steps", "algo.n_epochs", "algo.gae_lambda",
+                                          "algo.ent_coef"}
+    jobs = statuses(tmp_path / "op")
+    assert sorted(jobs) == [0, 1, 2, 3, 4, 5]  # trial t, seed i -> job 2t + i
+    for num, record in jobs.items():
+        assert f"seed={num % 2}" in record["overrides"]
+    # the best value is the IQM (here: the mean of 2) of the best trial's two final test returns
+    best = result["best_trial"]
+    finals = [jobs[2 * best + i]["final_test_return"] for i in (0, 1)]
+    assert result["best_value"] == pytest.approx(sum(finals) / 2)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow
+def test_ray_cluster_on_localhost_runs_a_sweep(tmp_path):
+    """A one-node Ray cluster on 127.0.0.1 (loopback only), a 2-job sweep on it, then `ray stop`."""
+    ray = Path(sys.executable).parent / "ray"
+    port = _free_port()
+    temp_dir = tempfile.mkdtemp(prefix="ray", dir="/tmp")  # Ray's socket paths must stay under 108 bytes
+    env = dict(os.environ, RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0",  # keeps Ray on the loopback address
+               RAY_USAGE_STATS_ENABLED="0", HYDRA_FULL_ERROR="0")
+    start = [str(ray), "start", "--head", "--node-ip-address=127.0.0.1", f"--port={port}", "--num-cpus=2",
+             "--include-dashboard=false", "--disable-usage-stats", f"--temp-dir={temp_dir}"]
+    subprocess.run(start, check=True, capture_output=True, env=env, timeout=120)
+    try:
+        out = subprocess.run(
+            [str(RL_TRAIN), "-m", "seed=0,1", *TINY, "hydra/launcher=ray_cluster",
+             f"hydra.launcher.ray.init.address=127.0.0.1:{port}",
+             f"hydra.sweep.dir={tmp_path / 'ry'}"],  # absolute: Ray workers have their own working dir
+            cwd=tmp_path, capture_output=True, text=True, env=env, timeout=300)
+        assert out.returncode == 0, out.stderr[-3000:]
+        assert f"Connecting to existing Ray cluster at address: 127.0.0.1:{port}" in out.stderr
+        jobs = statuses(tmp_path / "ry")
+        assert [jobs[i]["status"] for i in (0, 1)] == ["completed", "completed"]
+    finally:
+        subprocess.run([str(ray), "stop", "--force"], capture_output=True, env=env, timeout=120)
+        shutil.rmtree(temp_dir, ignore_errors=True)
