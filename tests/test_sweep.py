@@ -86,9 +86,9 @@ def test_bad_sweep_fails_before_any_job(cli, tmp_path, args, expected):
 
 @pytest.mark.slow
 def test_killed_sweep_is_finished_with_resume_auto(tmp_path):
-    args = [str(RL_TRAIN), "-m", "seed=0,1,2", "algo.n_steps=16", "algo.batch_size=32", "algo.n_epochs=2", "train.num_envs=2",
-            "train.total_steps=6000", "train.checkpoint_every=300", "train.test_every=3000", "train.test_episodes=2",
-            "train.stop_reward=null", "log.tensorboard=false", "hydra.sweep.dir=sw"]
+    args = [str(RL_TRAIN), "-m", "seed=0,1,2", "algo.n_steps=16", "algo.batch_size=32", "algo.n_epochs=2",
+            "train.num_envs=2", "train.total_steps=6000", "train.checkpoint_every=300", "train.test_every=3000",
+            "train.test_episodes=2", "train.stop_reward=null", "log.tensorboard=false", "hydra.sweep.dir=sw"]
     proc = subprocess.Popen(args, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 120
     while not (tmp_path / "sw" / "1" / "checkpoints" / "latest").is_file():
