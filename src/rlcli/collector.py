@@ -7,6 +7,7 @@ buffer; a *test phase* runs the deterministic policy on separate envs for a numb
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,6 +20,7 @@ from rlcli.algos.base import Algorithm
 from rlcli.buffers.replay import ReplayBuffer
 from rlcli.buffers.rollout import RolloutBuffer
 from rlcli.envs import finished_episodes
+from rlcli.timing import PhaseClock
 
 
 @dataclass
@@ -41,8 +43,10 @@ class TestStats:
 class Collector:
     """Keeps the training envs' current observations between collect phases."""
 
-    def __init__(self, envs: VectorEnv, normalizer: RunningNorm, device: torch.device, seed: int) -> None:
+    def __init__(self, envs: VectorEnv, normalizer: RunningNorm, device: torch.device, seed: int,
+                 clock: PhaseClock | None = None) -> None:
         self.envs, self.normalizer, self.device = envs, normalizer, device
+        self.clock = clock or PhaseClock()
         self.reset(seed)
 
     def reset(self, seed: int) -> None:
@@ -66,13 +70,19 @@ class Collector:
     def _collect_transitions(self, algo: Any, buffer: ReplayBuffer, random_actions: bool) -> CollectStats:
         """Replay stores raw observations; algorithms normalize sampled batches with the current statistics."""
         stats = CollectStats(steps=algo.n_steps * self.envs.num_envs)
+        clock = time.perf_counter
+        act_s = env_s = buffer_s = 0.0
         for _ in range(algo.n_steps):
+            t0 = clock()
             self.normalizer.update(self.obs)
             if random_actions:  # before learning_starts; torch's generator keeps resume exact
                 actions = algo.random_actions(self.envs.num_envs).to(self.device)
             else:
                 actions = algo.act(self.normalizer(self.obs)).actions
-            next_obs, rewards, terminated, truncated, infos = self.envs.step(algo.env_actions(actions))
+            env_actions = algo.env_actions(actions)
+            t1 = clock()
+            next_obs, rewards, terminated, truncated, infos = self.envs.step(env_actions)
+            t2 = clock()
             done = np.logical_or(terminated, truncated)
             buffer.add(self.obs, actions, rewards, next_obs, terminated, done, ~self.prev_done)
             returns, lengths = finished_episodes(infos)
@@ -80,6 +90,9 @@ class Collector:
             stats.episode_lengths.extend(lengths.tolist())
             self.obs = torch.as_tensor(next_obs, dtype=torch.float32, device=self.device)
             self.prev_done = done
+            t3 = clock()
+            act_s, env_s, buffer_s = act_s + (t1 - t0), env_s + (t2 - t1), buffer_s + (t3 - t2)
+        self._account(act_s, env_s, buffer_s)
         return stats
 
     def _collect_rollout(self, algo: Algorithm, buffer: RolloutBuffer) -> CollectStats:
@@ -87,11 +100,17 @@ class Collector:
         buffer.reset()
         stats = CollectStats(steps=buffer.n_steps * self.envs.num_envs)
         to_tensor = lambda x: torch.as_tensor(x, dtype=torch.float32, device=self.device)  # noqa: E731
+        clock = time.perf_counter
+        act_s = env_s = buffer_s = 0.0
         for _ in range(buffer.n_steps):
+            t0 = clock()
             self.normalizer.update(self.obs)
             obs = self.normalizer(self.obs)
             out = algo.act(obs)
-            next_obs, rewards, terminated, truncated, infos = self.envs.step(algo.env_actions(out.actions))
+            env_actions = algo.env_actions(out.actions)
+            t1 = clock()
+            next_obs, rewards, terminated, truncated, infos = self.envs.step(env_actions)
+            t2 = clock()
             done = np.logical_or(terminated, truncated)
             buffer.add(
                 obs, out.actions, out.log_probs, out.values, to_tensor(rewards), to_tensor(terminated),
@@ -102,10 +121,20 @@ class Collector:
             stats.episode_lengths.extend(lengths.tolist())
             self.obs = to_tensor(next_obs)
             self.prev_done = done
+            t3 = clock()
+            act_s, env_s, buffer_s = act_s + (t1 - t0), env_s + (t2 - t1), buffer_s + (t3 - t2)
+        t0 = clock()
         with torch.inference_mode():
             last_values = algo.actor.value(self.normalizer(self.obs))
         buffer.compute_returns(last_values, algo.gamma, algo.gae_lambda)
+        self._account(act_s, env_s, buffer_s + clock() - t0)
         return stats
+
+    def _account(self, act_s: float, env_s: float, buffer_s: float) -> None:
+        seconds = self.clock.seconds
+        seconds["act"] += act_s
+        seconds["env"] += env_s
+        seconds["buffer"] += buffer_s
 
 
 def evaluate(envs: VectorEnv, algo: Algorithm, normalizer: RunningNorm, device: torch.device, seed: int) -> TestStats:

@@ -12,6 +12,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
+from rlcli.timing import PhaseClock
+
 console = Console(stderr=True)
 logger = logging.getLogger("rlcli")
 
@@ -53,12 +55,14 @@ class RunLogger:
             self._progress = Progress(
                 TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(), TextColumn("steps"),
                 TextColumn("{task.fields[sps]:>6} SPS"), TimeRemainingColumn(),
-                TextColumn("test {task.fields[test]}"), console=console, transient=False,
+                TextColumn("test {task.fields[test]}"), TextColumn("[dim]{task.fields[time]}"), console=console,
+                transient=False,
             )
             self._task = self._progress.add_task("train", total=total_steps, completed=start_step, sps="-",
-                                                 test="-")
+                                                 test="-", time="")
             self._progress.start()
         self._start = time.time() - start_seconds
+        self._last_refresh = 0.0
 
     def _truncate_test_records(self, start_step: int) -> None:
         path = self.run_dir / "eval.jsonl"
@@ -93,10 +97,16 @@ class RunLogger:
         table.add_row(f"{step:,}", *[v for _, v in shown])
         self._progress.console.print(table)
 
-    def progress(self, step: int, sps: float, test_return: float | None) -> None:
+    def progress(self, step: int, sps: float, test_return: float | None, clock: PhaseClock | None = None) -> None:
+        """The live line: steps, SPS, last test return and the phases the time goes to."""
         if self._progress is not None:
+            now = time.perf_counter()
+            if now - self._last_refresh < 0.1 and step < self._progress.tasks[0].total:
+                return  # the bar redraws at 10 Hz anyway; skip the bookkeeping in between
+            self._last_refresh = now
             test = "-" if test_return is None else f"{test_return:.1f}"
-            self._progress.update(self._task, completed=step, sps=f"{sps:.0f}", test=test)
+            self._progress.update(self._task, completed=step, sps=f"{sps:.0f}", test=test,
+                                  time=clock.summary() if clock is not None else "")
 
     def message(self, text: str) -> None:
         logger.info(text)

@@ -33,6 +33,7 @@ from rlcli.envs.state import capturable, get_env_state, set_env_state
 from rlcli.log import RunLogger
 from rlcli.registry import ACTORS, ALGOS, BUFFERS, ENVS, ConfigError, check_kwargs, require
 from rlcli.runtime import configure_torch, resolve_device, seed_everything
+from rlcli.timing import PhaseClock
 
 
 @dataclass
@@ -167,7 +168,8 @@ class Trainer:
             require(capacity is None or capacity >= self.algo.batch_size, "buffer.capacity", capacity,
                     f"must hold at least algo.batch_size={self.algo.batch_size} transitions")
         self.stop_reward = env_factory.reward_threshold if s.stop_reward == "env" else s.stop_reward
-        self.collector = Collector(self.envs, actor.normalizer, self.device, seed=cfg.seed)
+        self.clock = PhaseClock()
+        self.collector = Collector(self.envs, actor.normalizer, self.device, seed=cfg.seed, clock=self.clock)
         self.state = TrainState()
         self.recent_returns: collections.deque[float] = collections.deque(maxlen=100)
         self.recent_lengths: collections.deque[int] = collections.deque(maxlen=100)
@@ -199,6 +201,8 @@ class Trainer:
                     f"device {self.device}, run dir {self.run_dir}"
                     + (f", resumed at {state.env_steps:,} env steps" if state.env_steps else ""))
         restore_signals = self._catch_stop_signals()
+        clock = self.clock
+        clock.restart()
         start, start_steps, stopped_early = time.perf_counter(), state.env_steps, False
         self._seconds_before_run = state.train_seconds
         try:
@@ -216,27 +220,32 @@ class Trainer:
                 metrics: dict[str, Any] = {}
                 if self.algo.on_policy or state.env_steps >= self.algo.learning_starts:
                     self.algo.env_steps = state.env_steps
-                    metrics = self.algo.update(self.buffer, progress=min(1.0, state.env_steps / s.total_steps))
+                    with clock("update"):
+                        metrics = self.algo.update(self.buffer, progress=min(1.0, state.env_steps / s.total_steps))
                     state.updates += 1
                 sps = (state.env_steps - start_steps) / (time.perf_counter() - start)
                 # test
                 last_phase = state.env_steps >= s.total_steps
                 reached = pruned = False
                 if crossed(state.env_steps, previous, s.test_every) or (last_phase and s.test_every > 0):
-                    self._test(log)
+                    with clock("test"):
+                        self._test(log)
                     reached = self.stop_reward is not None and state.last_test_return >= self.stop_reward
                     pruned = not reached and self.after_test is not None and self.after_test(state)
                 # log
                 if crossed(state.env_steps, previous, s.log_every) or last_phase or reached:
-                    scalars = {f"train/{k}": float(v) for k, v in metrics.items()}  # one sync per log
-                    scalars["time/sps"] = sps
-                    scalars["rollout/episodes"] = state.episodes
-                    if self.recent_returns:
-                        scalars["rollout/return_mean"] = float(np.mean(self.recent_returns))
-                        scalars["rollout/ep_len_mean"] = float(np.mean(self.recent_lengths))
-                    log.scalars(scalars, state.env_steps)
-                    log.table(state.env_steps)
-                log.progress(state.env_steps, sps, state.last_test_return)
+                    with clock("log"):
+                        scalars = {f"train/{k}": float(v) for k, v in metrics.items()}  # one sync per log
+                        scalars["time/sps"] = sps
+                        scalars.update(clock.scalars())
+                        scalars["rollout/episodes"] = state.episodes
+                        if self.recent_returns:
+                            scalars["rollout/return_mean"] = float(np.mean(self.recent_returns))
+                            scalars["rollout/ep_len_mean"] = float(np.mean(self.recent_lengths))
+                        log.scalars(scalars, state.env_steps)
+                        log.table(state.env_steps)
+                with clock("log"):
+                    log.progress(state.env_steps, sps, state.last_test_return, clock)
                 if pruned and not last_phase:
                     self.stop_reason = "pruned"
                     log.message(f"pruned at {state.env_steps:,} env steps (test return {state.last_test_return:.1f}): "
@@ -257,16 +266,19 @@ class Trainer:
                     self.close()
                     raise SystemExit(128 + self._stop_signal)
                 if crossed(state.env_steps, previous, s.checkpoint_every) and state.env_steps < s.total_steps:
-                    self._save(start)
+                    with clock("checkpoint"):
+                        self._save(start)
         finally:
             restore_signals()
         self.stop_reason = self.stop_reason or ("stop_reward" if stopped_early else "budget")
         state.finished = self.stop_reason != "pruned"  # a pruned run can still be resumed and finished
-        self._save(start)
+        with clock("checkpoint"):
+            self._save(start)
         log.message(f"done: {state.env_steps:,} env steps in {state.train_seconds:.1f} s "
                     f"({(state.env_steps - start_steps) / (time.perf_counter() - start):.0f} SPS), "
                     f"last test return {state.last_test_return}, "
                     f"{ {'budget': 'budget reached', 'stop_reward': 'stopped early'}.get(self.stop_reason, 'pruned')}")
+        log.message(f"time: {clock.summary(top=8)}")
         log.close()
         self.close()
         return _as_return(state.last_test_return)

@@ -10,6 +10,7 @@ import torch
 from rlcli.actors.mlp import ActorCritic, ActOutput
 from rlcli.algos.base import (
     Schedule,
+    adam,
     check_common,
     clipped_env_actions,
     explained_variance,
@@ -54,7 +55,7 @@ class A2C:
         if optimizer == "rmsprop":  # SB3's (TF-like) settings, which A2C's published results use
             self.optimizer: torch.optim.Optimizer = torch.optim.RMSprop(groups, alpha=0.99, eps=1e-5)
         else:
-            self.optimizer = torch.optim.Adam(groups, eps=1e-5)
+            self.optimizer = adam(groups, eps=1e-5)
 
     @torch.inference_mode()
     def act(self, obs: torch.Tensor, deterministic: bool = False) -> ActOutput:

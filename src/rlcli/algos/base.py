@@ -36,6 +36,12 @@ class Algorithm(Protocol):
     def load_state_dict(self, state: dict[str, Any]) -> None: ...
 
 
+def adam(params: Any, lr: float = 1e-3, eps: float = 1e-8) -> torch.optim.Adam:
+    """Adam with the fused kernel (one call for all tensors): the same update as the default
+    per-tensor loop, which on CPU costs about a quarter of a small PPO minibatch step."""
+    return torch.optim.Adam(params, lr=lr, eps=eps, fused=True)
+
+
 def gradient_step(
     optimizer: torch.optim.Optimizer, loss: torch.Tensor, params: Any, max_grad_norm: float | None
 ) -> None:
@@ -43,7 +49,7 @@ def gradient_step(
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
     if max_grad_norm is not None:
-        nn.utils.clip_grad_norm_(params, max_grad_norm)
+        nn.utils.clip_grad_norm_(params, max_grad_norm, foreach=True)
     optimizer.step()
 
 

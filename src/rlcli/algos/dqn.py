@@ -11,7 +11,7 @@ from torch import nn
 
 from rlcli.actors.mlp import ActOutput
 from rlcli.actors.offpolicy import QNetwork, Torso
-from rlcli.algos.base import gradient_step
+from rlcli.algos.base import adam, gradient_step
 from rlcli.algos.offpolicy import check_offpolicy, polyak_update
 from rlcli.buffers.replay import ReplayBuffer
 from rlcli.registry import ALGOS, require
@@ -60,7 +60,7 @@ class DQN:
             require(0 <= eps <= 1, key, eps, "must be in [0, 1]")
         self.n_actions = int(action_space.n)
         self.actor = DQNNetworks(actor, self.n_actions, dueling)
-        self.optimizer = torch.optim.Adam(self.actor.q.parameters(), lr=lr)
+        self.optimizer = adam(self.actor.q.parameters(), lr=lr)
         self.n_steps = train_freq  # env steps per env between update phases
         self.batch_size, self.learning_starts, self.gradient_steps = batch_size, learning_starts, gradient_steps
         self.gamma, self.tau, self.target_update_interval = gamma, tau, target_update_interval

@@ -10,6 +10,7 @@ import torch
 from rlcli.actors.mlp import ActorCritic, ActOutput
 from rlcli.algos.base import (
     Schedule,
+    adam,
     check_common,
     clipped_env_actions,
     explained_variance,
@@ -64,7 +65,7 @@ class PPO:
         self.lr_schedule, self.clip_range, self.clip_range_schedule = lr_schedule, clip_range, clip_range_schedule
         self.clip_range_vf, self.normalize_advantage = clip_range_vf, normalize_advantage
         self.ent_coef, self.vf_coef, self.max_grad_norm, self.target_kl = ent_coef, vf_coef, max_grad_norm, target_kl
-        self.optimizer = torch.optim.Adam(param_groups(actor, lr, lr_pi, lr_v), eps=1e-5)
+        self.optimizer = adam(param_groups(actor, lr, lr_pi, lr_v), eps=1e-5)
 
     @torch.inference_mode()
     def act(self, obs: torch.Tensor, deterministic: bool = False) -> ActOutput:

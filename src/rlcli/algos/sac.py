@@ -12,7 +12,7 @@ from torch import nn
 
 from rlcli.actors.mlp import ActOutput
 from rlcli.actors.offpolicy import Critics, SquashedGaussianPolicy, Torso
-from rlcli.algos.base import gradient_step
+from rlcli.algos.base import adam, gradient_step
 from rlcli.algos.offpolicy import BoxScaler, check_offpolicy, polyak_update
 from rlcli.buffers.replay import ReplayBuffer
 from rlcli.registry import ALGOS, require
@@ -68,9 +68,9 @@ class SAC:
         self.actor = SACNetworks(actor, self.action_dim, num_critics, np.log(init))
         self.fixed_alpha = None if self.auto_alpha else float(ent_coef)
         self.target_entropy = -float(self.action_dim) if target_entropy == "auto" else float(target_entropy)
-        self.policy_optimizer = torch.optim.Adam(self.actor.policy.parameters(), lr=lr)
-        self.critic_optimizer = torch.optim.Adam(self.actor.critics.parameters(), lr=lr)
-        self.alpha_optimizer = torch.optim.Adam([self.actor.log_alpha], lr=lr)
+        self.policy_optimizer = adam(self.actor.policy.parameters(), lr=lr)
+        self.critic_optimizer = adam(self.actor.critics.parameters(), lr=lr)
+        self.alpha_optimizer = adam([self.actor.log_alpha], lr=lr)
         self.n_steps = train_freq
         self.batch_size, self.learning_starts, self.gradient_steps = batch_size, learning_starts, gradient_steps
         self.gamma, self.tau, self.target_update_interval = gamma, tau, target_update_interval

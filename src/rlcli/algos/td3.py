@@ -16,7 +16,7 @@ from torch import nn
 
 from rlcli.actors.mlp import ActOutput
 from rlcli.actors.offpolicy import Critics, DeterministicPolicy, Torso
-from rlcli.algos.base import gradient_step
+from rlcli.algos.base import adam, gradient_step
 from rlcli.algos.offpolicy import BoxScaler, ExplorationNoise, NoiseKind, check_offpolicy, polyak_update
 from rlcli.buffers.replay import ReplayBuffer
 from rlcli.registry import ALGOS, require
@@ -67,8 +67,8 @@ class TD3:
         self.scaler = BoxScaler(action_space)
         self.action_dim = int(np.prod(action_space.shape))
         self.actor = TD3Networks(actor, self.action_dim, num_critics)
-        self.policy_optimizer = torch.optim.Adam(self.actor.policy.parameters(), lr=lr)
-        self.critic_optimizer = torch.optim.Adam(self.actor.critics.parameters(), lr=lr)
+        self.policy_optimizer = adam(self.actor.policy.parameters(), lr=lr)
+        self.critic_optimizer = adam(self.actor.critics.parameters(), lr=lr)
         self.noise = ExplorationNoise(noise, noise_std, noise_decay, num_envs, self.action_dim)
         self.n_steps = train_freq
         self.batch_size, self.learning_starts, self.gradient_steps = batch_size, learning_starts, gradient_steps
