@@ -77,7 +77,10 @@ def test_deterministic_runs_are_bit_identical(cli, tmp_path):
 
 
 BAD_INPUT = [
-    (["algo=nope"], "unknown algo 'nope'", "choose from: a2c, ddpg, dqn, ppo, sac, td3"),
+    (["algo=nope"], "unknown algo 'nope'", "choose from: a2c, ddpg, dqn, pg, ppo, ppo_kl, sac, td3"),
+    (["algo.schedules.ent_coef=linear:0.01"], "algo.schedules.ent_coef='linear:0.01' does not parse", "linear:A:B"),
+    (["algo.schedules.n_epochs=linear:10:1"], "no numeric parameter 'n_epochs'", "schedulable: clip_range"),
+    (["algo=ppo", "algo.clip_range=null"], "algo.clip_range=None", "only with the KL penalty"),
     (["env=NoSuchEnv-v0"], "unknown env 'NoSuchEnv-v0'", "CartPole-v1"),
     (["env=gym", "env.id=NoSuchEnv-v0"], "env.id='NoSuchEnv-v0' is not a registered gymnasium id", "pprint_registry"),
     (["algo.lr=-1"], "algo.lr=-1", "must be > 0"),

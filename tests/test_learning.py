@@ -22,6 +22,16 @@ def test_ppo_solves_cartpole(cli, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("algo", ["pg", "ppo_kl"])
+def test_pg_and_ppo_kl_solve_cartpole(cli, tmp_path, algo):
+    # Shipped configs (pg: 8 envs x 500 steps per rollout; ppo_kl: RL-Zoo's PPO settings with the KL penalty).
+    out = cli(f"algo={algo}", "env=CartPole-v1", "seed=1", "train.test_every=8000", "train.total_steps=150000",
+              "log.console=false", f"hydra.run.dir={tmp_path / 'run'}", timeout=900)
+    assert out.returncode == 0, out.stderr
+    assert max(_test_returns(tmp_path / "run")) >= 475
+
+
+@pytest.mark.slow
 def test_a2c_solves_cartpole(cli, tmp_path):
     out = cli("algo=a2c", "env=CartPole-v1", "seed=1", "train.test_every=10000", "train.stop_reward=400",
               "log.console=false", f"hydra.run.dir={tmp_path / 'run'}", timeout=1200)

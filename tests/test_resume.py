@@ -29,6 +29,10 @@ CASES = {
     "ppo-Pendulum": ["algo=ppo", "algo.n_steps=32", *PENDULUM],
     "a2c-CartPole": ["algo=a2c", "algo.n_steps=8", "env=CartPole-v1"],
     "a2c-Pendulum": ["algo=a2c", "algo.n_steps=8", *PENDULUM],
+    # the KL coefficient adapts after every update and a schedule moves ent_coef: both must resume exactly
+    "ppo_kl-CartPole-scheduled": ["algo=ppo_kl", "algo.n_steps=32", "algo.n_epochs=2", "env=CartPole-v1",
+                                  "algo.schedules.ent_coef=linear:0.01:0.0"],
+    "pg-CartPole": ["algo=pg", "algo.n_steps=64", "env=CartPole-v1"],
     "dqn-CartPole": ["algo=dqn", "env=CartPole-v1", "train.num_envs=2", *SMALL_OFF_POLICY, "algo.train_freq=16",
                      "algo.gradient_steps=8", "algo.target_update_interval=256"],
     "dqn-CartPole-per-nstep": ["algo=dqn", "env=CartPole-v1", "train.num_envs=2", "buffer=per", "buffer.n_step=3",

@@ -125,7 +125,8 @@ class Collector:
             act_s, env_s, buffer_s = act_s + (t1 - t0), env_s + (t2 - t1), buffer_s + (t3 - t2)
         t0 = clock()
         with torch.inference_mode():
-            last_values = algo.actor.value(self.normalizer(self.obs))
+            value = getattr(algo, "value", algo.actor.value)  # an algorithm may define its own baseline
+            last_values = value(self.normalizer(self.obs))
         buffer.compute_returns(last_values, algo.gamma, algo.gae_lambda)
         self._account(act_s, env_s, buffer_s + clock() - t0)
         return stats

@@ -15,7 +15,6 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from rlcli import checkpoint
 from rlcli.registry import ConfigError
 
 # Keys that may differ between a checkpoint's config and the resumed run's.
@@ -48,6 +47,8 @@ def resume_args(args: list[str]) -> list[str]:
     resume = [a for a in args if _key(a) == "resume"]
     if not resume:
         return args
+    from rlcli import checkpoint  # imports torch: only when resuming, so `rl-train --help` stays fast
+
     value = _value(resume[-1])
     rest = [a for a in args if _key(a) != "resume"]
     if value.lower() in ("", "null", "none"):

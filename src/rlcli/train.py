@@ -195,9 +195,14 @@ def _value(arg: str) -> str:
     return arg.split("=", 1)[1].strip().strip("'\"") if "=" in arg else ""
 
 
+def _schedule_args(args: list[str]) -> list[str]:
+    """`algo.schedules.X=...` adds a key to a dict that most configs leave empty: make it `++`."""
+    return [f"++{a}" if a.startswith("algo.schedules.") else a for a in args]
+
+
 def main(argv: list[str] | None = None) -> None:
     """Console entry point of `rl-train`."""
-    args = list(sys.argv[1:] if argv is None else argv)
+    args = _schedule_args(list(sys.argv[1:] if argv is None else argv))
     multirun = any(a in ("-m", "--multirun") for a in args)
     try:
         if multirun:

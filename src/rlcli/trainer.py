@@ -32,7 +32,8 @@ from rlcli.envs import GymEnvFactory
 from rlcli.envs.state import capturable, get_env_state, set_env_state
 from rlcli.log import RunLogger
 from rlcli.registry import ACTORS, ALGOS, BUFFERS, ENVS, ConfigError, check_kwargs, require
-from rlcli.runtime import configure_torch, resolve_device, seed_everything
+from rlcli.runtime import configure_torch, resolve_device, seconds_since_process_start, seed_everything
+from rlcli.schedules import apply_schedules, build_schedules
 from rlcli.timing import PhaseClock
 
 
@@ -95,6 +96,13 @@ def _actor_section(cfg: DictConfig) -> dict[str, Any]:
     return actor
 
 
+def _algo_section(cfg: DictConfig) -> dict[str, Any]:
+    """The algo config without `schedules`, which the trainer applies for every algorithm alike."""
+    algo = _section(cfg, "algo")
+    algo.pop("schedules", None)
+    return algo
+
+
 def check_buffer_fits(algo_name: str, buffer_name: str) -> None:
     """On-policy algorithms need rollout storage, off-policy ones a replay buffer."""
     on_policy = bool(getattr(ALGOS.get(algo_name), "on_policy", True))
@@ -112,7 +120,7 @@ def check_config(cfg: DictConfig) -> None:
     ENVS.check(_section(cfg, "env"))
     ACTORS.check(_actor_section(cfg), context=("observation_space", "action_space", "normalize_obs", "clip_obs",
                                                 "heads"))
-    ALGOS.check(_section(cfg, "algo"), context=("actor", "num_envs", "action_space"))
+    ALGOS.check(_algo_section(cfg), context=("actor", "num_envs", "action_space"))
     check_buffer_fits(_section(cfg, "algo")["name"], _section(cfg, "buffer")["name"])
     BUFFERS.check(_section(cfg, "buffer"), context=(
         "n_steps", "num_envs", "obs_shape", "action_shape", "discrete", "device", "gamma", "goal"))
@@ -132,7 +140,7 @@ class Trainer:
         seed_everything(cfg.seed)
 
         env_factory: GymEnvFactory = ENVS.build(_section(cfg, "env"))
-        algo_cfg = _section(cfg, "algo")
+        algo_cfg = _algo_section(cfg)
         algo_cls = ALGOS.get(algo_cfg["name"])
         s = self.settings
         self.envs = env_factory.make(s.num_envs, s.vector_mode, gamma=float(algo_cfg.get("gamma", 0.99)))
@@ -155,6 +163,8 @@ class Trainer:
         else:  # off-policy algorithms build their own heads on the actor config's torso
             self.algo = ALGOS.build(algo_cfg, actor=actor, action_space=act_space, num_envs=s.num_envs)
             self.algo.actor.to(self.device)
+        schedules = cfg.algo.get("schedules")
+        self.schedules = build_schedules(self.algo, OmegaConf.to_container(schedules) if schedules else None)
         init_from = cfg.actor.get("init_from")
         if init_from:
             load_actor_weights(self.algo.actor, Path(str(init_from)))
@@ -204,6 +214,9 @@ class Trainer:
         clock = self.clock
         clock.restart()
         start, start_steps, stopped_early = time.perf_counter(), state.env_steps, False
+        age = seconds_since_process_start()
+        if age is not None:
+            logger.info("start-up: the first env step comes %.2f s after the process started", age)
         self._seconds_before_run = state.train_seconds
         try:
             while state.env_steps < s.total_steps:
@@ -220,8 +233,11 @@ class Trainer:
                 metrics: dict[str, Any] = {}
                 if self.algo.on_policy or state.env_steps >= self.algo.learning_starts:
                     self.algo.env_steps = state.env_steps
+                    progress = min(1.0, state.env_steps / s.total_steps)
+                    scheduled = apply_schedules(self.algo, self.schedules, progress)
                     with clock("update"):
-                        metrics = self.algo.update(self.buffer, progress=min(1.0, state.env_steps / s.total_steps))
+                        metrics = self.algo.update(self.buffer, progress=progress)
+                    metrics.update({f"schedule_{k}": v for k, v in scheduled.items()})
                     state.updates += 1
                 sps = (state.env_steps - start_steps) / (time.perf_counter() - start)
                 # test

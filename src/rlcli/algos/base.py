@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any, Literal, Protocol
 
 import numpy as np
@@ -36,10 +38,28 @@ class Algorithm(Protocol):
     def load_state_dict(self, state: dict[str, Any]) -> None: ...
 
 
-def adam(params: Any, lr: float = 1e-3, eps: float = 1e-8) -> torch.optim.Adam:
-    """Adam with the fused kernel (one call for all tensors): the same update as the default
-    per-tensor loop, which on CPU costs about a quarter of a small PPO minibatch step."""
-    return torch.optim.Adam(params, lr=lr, eps=eps, fused=True)
+def adam(params: Any, lr: float = 1e-3, eps: float = 1e-8) -> Any:
+    """Adam with the fused kernel (one call for all tensors). The default per-tensor loop costs
+    about a quarter of a small PPO minibatch step on a CPU; see rlcli/optim.py for the rest."""
+    from rlcli.optim import FusedAdam, fused_adam_available
+
+    if fused_adam_available():
+        return FusedAdam(params, lr=lr, eps=eps)
+    return torch.optim.Adam(params, lr=lr, eps=eps)
+
+
+@contextlib.contextmanager
+def frozen(module: nn.Module) -> Iterator[None]:
+    """Gradients flow through `module` to its inputs but are not computed for its weights:
+    an actor loss through the critics then skips a third of the critics' backward matmuls."""
+    params = [p for p in module.parameters() if p.requires_grad]
+    for p in params:
+        p.requires_grad_(False)
+    try:
+        yield
+    finally:
+        for p in params:
+            p.requires_grad_(True)
 
 
 def gradient_step(

@@ -1,4 +1,5 @@
-"""Proximal Policy Optimization (clipped surrogate), Schulman et al. 2017."""
+"""Proximal Policy Optimization, Schulman et al. 2017: the clipped surrogate (`ppo`) or the
+adaptive KL penalty (`ppo_kl`: the same class with `kl_coef` set and, by default, no clipping)."""
 
 from __future__ import annotations
 
@@ -42,7 +43,7 @@ class PPO:
         lr_schedule: Schedule = "constant",
         gamma: float = 0.99,
         gae_lambda: float = 0.95,
-        clip_range: float = 0.2,
+        clip_range: float | None = 0.2,
         clip_range_schedule: Schedule = "constant",
         clip_range_vf: float | None = None,
         normalize_advantage: bool = True,
@@ -50,13 +51,20 @@ class PPO:
         vf_coef: float = 0.5,
         max_grad_norm: float | None = 0.5,
         target_kl: float | None = None,
+        kl_coef: float | None = None,
+        kl_target: float = 0.01,
     ) -> None:
         check_common(n_steps, lr, lr_pi, lr_v, gamma, gae_lambda, ent_coef, vf_coef, max_grad_norm)
         rollout = n_steps * num_envs
         require(0 < batch_size <= rollout, "algo.batch_size", batch_size,
                 f"must be in [1, n_steps * num_envs = {rollout}]")
         require(n_epochs > 0, "algo.n_epochs", n_epochs, "must be > 0")
-        require(clip_range > 0, "algo.clip_range", clip_range, "must be > 0")
+        require(clip_range is None or clip_range > 0, "algo.clip_range", clip_range,
+                "must be > 0 (or null with kl_coef)")
+        require(clip_range is not None or kl_coef is not None, "algo.clip_range", clip_range,
+                "may be null only with the KL penalty (algo=ppo_kl, or set algo.kl_coef)")
+        require(kl_coef is None or kl_coef >= 0, "algo.kl_coef", kl_coef, "must be >= 0 or null")
+        require(kl_target > 0, "algo.kl_target", kl_target, "must be > 0")
         require(clip_range_vf is None or clip_range_vf > 0, "algo.clip_range_vf", clip_range_vf, "must be > 0 or null")
         require(target_kl is None or target_kl > 0, "algo.target_kl", target_kl, "must be > 0 or null")
         self.actor = actor
@@ -65,6 +73,7 @@ class PPO:
         self.lr_schedule, self.clip_range, self.clip_range_schedule = lr_schedule, clip_range, clip_range_schedule
         self.clip_range_vf, self.normalize_advantage = clip_range_vf, normalize_advantage
         self.ent_coef, self.vf_coef, self.max_grad_norm, self.target_kl = ent_coef, vf_coef, max_grad_norm, target_kl
+        self.kl_coef, self.kl_target = kl_coef, kl_target
         self.optimizer = adam(param_groups(actor, lr, lr_pi, lr_v), eps=1e-5)
 
     @torch.inference_mode()
@@ -73,7 +82,8 @@ class PPO:
 
     def update(self, buffer: RolloutBuffer, progress: float) -> dict[str, torch.Tensor]:
         lr = set_lr(self.optimizer, schedule_factor(self.lr_schedule, progress))
-        clip = self.clip_range * schedule_factor(self.clip_range_schedule, progress)
+        clip = (None if self.clip_range is None
+                else self.clip_range * schedule_factor(self.clip_range_schedule, progress))
         batch = buffer.flat()
         size = batch.mask.shape[0]
         sums: dict[str, torch.Tensor] = {}
@@ -91,10 +101,14 @@ class PPO:
         metrics = {k: v / n_minibatches for k, v in sums.items()}
         metrics["explained_variance"] = explained_variance(batch.values, batch.returns, batch.mask)
         metrics["learning_rate"] = torch.tensor(lr)
-        metrics["clip_range"] = torch.tensor(clip)
+        if clip is not None:
+            metrics["clip_range"] = torch.tensor(clip)
+        if self.kl_coef is not None:
+            metrics["kl_coef"] = torch.tensor(self.kl_coef)  # the coefficient this update used
+            self.kl_coef = adapt_kl_coef(self.kl_coef, float(metrics["approx_kl"]), self.kl_target)
         return metrics
 
-    def _minibatch_step(self, batch: Any, idx: torch.Tensor, clip: float) -> dict[str, torch.Tensor]:
+    def _minibatch_step(self, batch: Any, idx: torch.Tensor, clip: float | None) -> dict[str, torch.Tensor]:
         mask = batch.mask[idx]
         log_probs, entropy, values = self.actor.evaluate(batch.obs[idx], batch.actions[idx])
         advantages = batch.advantages[idx]
@@ -102,9 +116,15 @@ class PPO:
             advantages = normalize_masked(advantages, mask)
         log_ratio = log_probs - batch.log_probs[idx]
         ratio = log_ratio.exp()
-        policy_loss = masked_mean(
-            torch.maximum(-advantages * ratio, -advantages * ratio.clamp(1 - clip, 1 + clip)), mask
-        )
+        if clip is None:
+            policy_loss = -masked_mean(advantages * ratio, mask)
+        else:
+            policy_loss = masked_mean(
+                torch.maximum(-advantages * ratio, -advantages * ratio.clamp(1 - clip, 1 + clip)), mask
+            )
+        kl = masked_mean(ratio - 1 - log_ratio, mask)  # KL(old || new), Schulman's low-variance estimator
+        if self.kl_coef is not None:
+            policy_loss = policy_loss + self.kl_coef * kl
         old_values, returns = batch.values[idx], batch.returns[idx]
         if self.clip_range_vf is None:
             value_loss = masked_mean((values - returns).square(), mask)
@@ -116,21 +136,35 @@ class PPO:
 
         gradient_step(self.optimizer, loss, self.actor.parameters(), self.max_grad_norm)
 
-        with torch.no_grad():
-            approx_kl = masked_mean(ratio - 1 - log_ratio, mask)  # Schulman's low-variance estimator
-            clip_fraction = masked_mean(((ratio - 1).abs() > clip).float(), mask)
-        return {
+        stats = {
             "policy_loss": policy_loss.detach(), "value_loss": value_loss.detach(),
-            "entropy": entropy_mean.detach(), "approx_kl": approx_kl, "clip_fraction": clip_fraction,
-            "loss": loss.detach(),
+            "entropy": entropy_mean.detach(), "approx_kl": kl.detach(), "loss": loss.detach(),
         }
+        if clip is not None:
+            with torch.no_grad():
+                stats["clip_fraction"] = masked_mean(((ratio - 1).abs() > clip).float(), mask)
+        return stats
 
     def env_actions(self, actions: torch.Tensor) -> np.ndarray:
         return clipped_env_actions(self.actor, actions)
 
     def state_dict(self) -> dict[str, Any]:
-        return {"actor": self.actor.state_dict(), "optimizer": self.optimizer.state_dict()}
+        return {"actor": self.actor.state_dict(), "optimizer": self.optimizer.state_dict(), "kl_coef": self.kl_coef}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.actor.load_state_dict(state["actor"])
         self.optimizer.load_state_dict(state["optimizer"])
+        self.kl_coef = state.get("kl_coef", self.kl_coef)
+
+
+ALGOS.register("ppo_kl")(PPO)
+
+
+def adapt_kl_coef(coef: float, kl: float, target: float) -> float:
+    """The PPO paper's rule, after each update: halve the penalty when the policy moved less than
+    target / 1.5, double it when it moved more than 1.5 x target."""
+    if kl < target / 1.5:
+        return coef / 2
+    if kl > target * 1.5:
+        return coef * 2
+    return coef

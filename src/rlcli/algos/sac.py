@@ -12,7 +12,7 @@ from torch import nn
 
 from rlcli.actors.mlp import ActOutput
 from rlcli.actors.offpolicy import Critics, SquashedGaussianPolicy, Torso
-from rlcli.algos.base import adam, gradient_step
+from rlcli.algos.base import adam, frozen, gradient_step
 from rlcli.algos.offpolicy import BoxScaler, check_offpolicy, polyak_update
 from rlcli.buffers.replay import ReplayBuffer
 from rlcli.registry import ALGOS, require
@@ -113,7 +113,8 @@ class SAC:
                 buffer.update_priorities(batch.indices, td.detach().abs().mean(0))
 
             actions, log_probs = net.policy(obs)
-            q_pi = net.critics(obs, actions).min(0).values
+            with frozen(net.critics):  # the policy loss needs dQ/da only, not the critics' weight gradients
+                q_pi = net.critics(obs, actions).min(0).values
             policy_loss = (alpha * log_probs - q_pi).mean()
             gradient_step(self.policy_optimizer, policy_loss, net.policy.parameters(), self.max_grad_norm)
             if self.auto_alpha:

@@ -16,7 +16,7 @@ from torch import nn
 
 from rlcli.actors.mlp import ActOutput
 from rlcli.actors.offpolicy import Critics, DeterministicPolicy, Torso
-from rlcli.algos.base import adam, gradient_step
+from rlcli.algos.base import adam, frozen, gradient_step
 from rlcli.algos.offpolicy import BoxScaler, ExplorationNoise, NoiseKind, check_offpolicy, polyak_update
 from rlcli.buffers.replay import ReplayBuffer
 from rlcli.registry import ALGOS, require
@@ -117,7 +117,8 @@ class TD3:
             critic_losses.append(critic_loss.detach())
             q_means.append(qs.detach().mean())
             if self.gradient_updates % self.policy_delay == 0:
-                policy_loss = -net.critics(obs, net.policy(obs))[0].mean()
+                with frozen(net.critics):  # Q1 only, and no weight gradients for it
+                    policy_loss = -net.critics.nets[0](obs, net.policy(obs)).mean()
                 gradient_step(self.policy_optimizer, policy_loss, net.policy.parameters(), self.max_grad_norm)
                 polyak_update(net.critics_target, net.critics, self.tau)
                 polyak_update(net.policy_target, net.policy, self.tau)
