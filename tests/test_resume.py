@@ -33,6 +33,8 @@ CASES = {
     "ppo_kl-CartPole-scheduled": ["algo=ppo_kl", "algo.n_steps=32", "algo.n_epochs=2", "env=CartPole-v1",
                                   "algo.schedules.ent_coef=linear:0.01:0.0"],
     "pg-CartPole": ["algo=pg", "algo.n_steps=64", "env=CartPole-v1"],
+    # the recurrent carry between steps and the episode starts must survive the resume too
+    "ppo-CartPoleNoVel-gru": ["algo=ppo", "actor=gru", "env=CartPoleNoVel-v1", "algo.n_steps=32", "algo.n_epochs=2"],
     "dqn-CartPole": ["algo=dqn", "env=CartPole-v1", "train.num_envs=2", *SMALL_OFF_POLICY, "algo.train_freq=16",
                      "algo.gradient_steps=8", "algo.target_update_interval=256"],
     "dqn-CartPole-per-nstep": ["algo=dqn", "env=CartPole-v1", "train.num_envs=2", "buffer=per", "buffer.n_step=3",

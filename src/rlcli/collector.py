@@ -53,13 +53,20 @@ class Collector:
         obs, _ = self.envs.reset(seed=seed)
         self.obs = torch.as_tensor(obs, dtype=torch.float32, device=self.device)
         self.prev_done = np.zeros(self.envs.num_envs, dtype=bool)  # next step of these envs is a reset step
+        # Recurrent actors: the carry between steps, and which envs begin an episode at the next step.
+        self.carry: torch.Tensor | None = None
+        self.episode_start = np.ones(self.envs.num_envs, dtype=bool)
 
     def state_dict(self) -> dict[str, object]:
-        return {"obs": self.obs.cpu(), "prev_done": self.prev_done.copy()}
+        return {"obs": self.obs.cpu(), "prev_done": self.prev_done.copy(), "episode_start": self.episode_start.copy(),
+                "carry": None if self.carry is None else self.carry.clone().cpu()}
 
     def load_state_dict(self, state: dict[str, object]) -> None:
         self.obs = torch.as_tensor(state["obs"], device=self.device)
         self.prev_done = np.asarray(state["prev_done"]).copy()
+        self.episode_start = np.asarray(state.get("episode_start", self.episode_start)).copy()
+        carry = state.get("carry")
+        self.carry = None if carry is None else torch.as_tensor(carry, device=self.device).clone()
 
     def collect(self, algo: Algorithm, buffer: Any, random_actions: bool = False) -> CollectStats:
         """n_steps of every env into `buffer`: a whole rollout (on-policy) or transitions (off-policy)."""
@@ -102,11 +109,21 @@ class Collector:
         to_tensor = lambda x: torch.as_tensor(x, dtype=torch.float32, device=self.device)  # noqa: E731
         clock = time.perf_counter
         act_s = env_s = buffer_s = 0.0
+        actor = algo.actor
+        recurrent = getattr(actor, "recurrent", False)
+        if recurrent and self.carry is None:
+            self.carry = actor.initial_carry(self.envs.num_envs, self.device)
+        starts = carry = None
         for _ in range(buffer.n_steps):
             t0 = clock()
             self.normalizer.update(self.obs)
             obs = self.normalizer(self.obs)
+            if recurrent:  # the actor reads and advances the carry, zeroed where an episode starts
+                starts, carry = to_tensor(self.episode_start), self.carry
+                actor.carry, actor.starts = carry, starts
             out = algo.act(obs)
+            if recurrent:
+                self.carry = actor.carry
             env_actions = algo.env_actions(out.actions)
             t1 = clock()
             next_obs, rewards, terminated, truncated, infos = self.envs.step(env_actions)
@@ -114,16 +131,19 @@ class Collector:
             done = np.logical_or(terminated, truncated)
             buffer.add(
                 obs, out.actions, out.log_probs, out.values, to_tensor(rewards), to_tensor(terminated),
-                to_tensor(done), to_tensor(~self.prev_done),
+                to_tensor(done), to_tensor(~self.prev_done), *((starts, carry) if recurrent else ()),
             )
             returns, lengths = finished_episodes(infos)
             stats.episode_returns.extend(returns.tolist())
             stats.episode_lengths.extend(lengths.tolist())
             self.obs = to_tensor(next_obs)
+            self.episode_start = self.prev_done.copy()  # after a reset step comes a new episode's first step
             self.prev_done = done
             t3 = clock()
             act_s, env_s, buffer_s = act_s + (t1 - t0), env_s + (t2 - t1), buffer_s + (t3 - t2)
         t0 = clock()
+        if recurrent:
+            actor.carry, actor.starts = self.carry, to_tensor(self.episode_start)
         with torch.inference_mode():
             value = getattr(algo, "value", algo.actor.value)  # an algorithm may define its own baseline
             last_values = value(self.normalizer(self.obs))
@@ -144,10 +164,17 @@ def evaluate(envs: VectorEnv, algo: Algorithm, normalizer: RunningNorm, device: 
     returns, lengths = np.zeros(n), np.zeros(n, dtype=np.int64)
     finished = np.zeros(n, dtype=bool)
     obs, _ = envs.reset(seed=seed)
+    actor = algo.actor
+    recurrent = getattr(actor, "recurrent", False)
+    if recurrent:  # one episode per env: a fresh carry at the first step, never reset after it
+        actor.carry = actor.initial_carry(n, device)
+        actor.starts = torch.ones(n, device=device)
     while not finished.all():
         with torch.inference_mode():
             x = normalizer(torch.as_tensor(obs, dtype=torch.float32, device=device))
             actions = algo.act(x, deterministic=True).actions
+        if recurrent:
+            actor.starts = torch.zeros(n, device=device)
         obs, _, _, _, infos = envs.step(algo.env_actions(actions))
         if "_episode" in infos:
             first = infos["_episode"] & ~finished

@@ -172,6 +172,7 @@ class Trainer:
             _section(cfg, "buffer"), n_steps=self.algo.n_steps, num_envs=s.num_envs,
             obs_shape=obs_space.shape, action_shape=act_space.shape, discrete=isinstance(act_space, Discrete),
             device=self.device, gamma=self.algo.gamma, goal=env_factory.goal,
+            **({"carry_size": actor.carry_size} if getattr(actor, "recurrent", False) else {}),
         )
         if not on_policy:
             capacity = getattr(self.buffer, "capacity", None)

@@ -1,3 +1,3 @@
 """Actors register themselves on import."""
 
-from rlcli.actors import mlp  # noqa: F401
+from rlcli.actors import mlp, recurrent  # noqa: F401

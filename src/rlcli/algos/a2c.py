@@ -13,6 +13,7 @@ from rlcli.algos.base import (
     adam,
     check_common,
     clipped_env_actions,
+    evaluate_batch,
     explained_variance,
     gradient_step,
     masked_mean,
@@ -65,7 +66,7 @@ class A2C:
         lr = set_lr(self.optimizer, schedule_factor(self.lr_schedule, progress))
         batch = buffer.flat()
         mask = batch.mask
-        log_probs, entropy, values = self.actor.evaluate(batch.obs, batch.actions)
+        log_probs, entropy, values = evaluate_batch(self.actor, batch)
         advantages = batch.advantages
         if self.normalize_advantage:
             advantages = normalize_masked(advantages, mask)

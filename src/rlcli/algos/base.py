@@ -62,6 +62,16 @@ def frozen(module: nn.Module) -> Iterator[None]:
             p.requires_grad_(True)
 
 
+def evaluate_batch(actor: Any, batch: Any) -> Any:
+    """log-probs, entropies and values of a rollout batch: flat for MLPs, unrolled for recurrent actors."""
+    if batch.starts is None:
+        return actor.evaluate(batch.obs, batch.actions)
+    steps, envs = batch.starts.shape
+    return actor.evaluate_sequence(batch.obs.reshape(steps, envs, *batch.obs.shape[1:]),
+                                   batch.actions.reshape(steps, envs, *batch.actions.shape[1:]),
+                                   batch.starts, batch.carry0)
+
+
 def gradient_step(
     optimizer: torch.optim.Optimizer, loss: torch.Tensor, params: Any, max_grad_norm: float | None
 ) -> None:

@@ -19,6 +19,7 @@ from rlcli.algos.base import (
     adam,
     check_common,
     clipped_env_actions,
+    evaluate_batch,
     explained_variance,
     gradient_step,
     masked_mean,
@@ -74,7 +75,7 @@ class PolicyGradient:
         lr = set_lr(self.optimizer, schedule_factor(self.lr_schedule, progress))
         batch = buffer.flat()
         mask = batch.mask
-        log_probs, entropy, values = self.actor.evaluate(batch.obs, batch.actions)
+        log_probs, entropy, values = evaluate_batch(self.actor, batch)
         advantages = batch.advantages  # G - b(s) (b = 0 without a baseline)
         if self.normalize_advantage:
             advantages = normalize_masked(advantages, mask)

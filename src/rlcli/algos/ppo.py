@@ -3,6 +3,7 @@ adaptive KL penalty (`ppo_kl`: the same class with `kl_coef` set and, by default
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -14,6 +15,7 @@ from rlcli.algos.base import (
     adam,
     check_common,
     clipped_env_actions,
+    evaluate_batch,
     explained_variance,
     gradient_step,
     masked_mean,
@@ -22,7 +24,7 @@ from rlcli.algos.base import (
     schedule_factor,
     set_lr,
 )
-from rlcli.buffers.rollout import RolloutBuffer
+from rlcli.buffers.rollout import RolloutBatch, RolloutBuffer
 from rlcli.registry import ALGOS, require
 
 
@@ -65,6 +67,10 @@ class PPO:
                 "may be null only with the KL penalty (algo=ppo_kl, or set algo.kl_coef)")
         require(kl_coef is None or kl_coef >= 0, "algo.kl_coef", kl_coef, "must be >= 0 or null")
         require(kl_target > 0, "algo.kl_target", kl_target, "must be > 0")
+        self.recurrent = bool(getattr(actor, "recurrent", False))
+        require(not self.recurrent or batch_size % n_steps == 0, "algo.batch_size", batch_size,
+                f"must be a multiple of algo.n_steps={n_steps} with a recurrent actor (minibatches are whole env "
+                "sequences)")
         require(clip_range_vf is None or clip_range_vf > 0, "algo.clip_range_vf", clip_range_vf, "must be > 0 or null")
         require(target_kl is None or target_kl > 0, "algo.target_kl", target_kl, "must be > 0 or null")
         self.actor = actor
@@ -90,8 +96,8 @@ class PPO:
         n_minibatches = 0
         for _epoch in range(self.n_epochs):
             kls = []
-            for idx in torch.randperm(size, device=batch.mask.device).split(self.batch_size):
-                stats = self._minibatch_step(batch, idx, clip)
+            for minibatch in self._minibatches(buffer, batch, size):
+                stats = self._minibatch_step(minibatch, clip)
                 for k, v in stats.items():
                     sums[k] = sums.get(k, 0.0) + v
                 kls.append(stats["approx_kl"])
@@ -108,13 +114,23 @@ class PPO:
             self.kl_coef = adapt_kl_coef(self.kl_coef, float(metrics["approx_kl"]), self.kl_target)
         return metrics
 
-    def _minibatch_step(self, batch: Any, idx: torch.Tensor, clip: float | None) -> dict[str, torch.Tensor]:
-        mask = batch.mask[idx]
-        log_probs, entropy, values = self.actor.evaluate(batch.obs[idx], batch.actions[idx])
-        advantages = batch.advantages[idx]
-        if self.normalize_advantage and idx.numel() > 1:
+    def _minibatches(self, buffer: RolloutBuffer, batch: RolloutBatch, size: int) -> Iterator[RolloutBatch]:
+        """Shuffled minibatches of steps, or of whole env sequences for a recurrent actor."""
+        device = batch.mask.device
+        if self.recurrent:
+            for envs in torch.randperm(buffer.num_envs, device=device).split(self.batch_size // buffer.n_steps):
+                yield buffer.env_batch(envs)
+            return
+        for idx in torch.randperm(size, device=device).split(self.batch_size):
+            yield RolloutBatch(*(x[idx] for x in batch[:7]))
+
+    def _minibatch_step(self, batch: RolloutBatch, clip: float | None) -> dict[str, torch.Tensor]:
+        mask = batch.mask
+        log_probs, entropy, values = evaluate_batch(self.actor, batch)
+        advantages = batch.advantages
+        if self.normalize_advantage and advantages.numel() > 1:
             advantages = normalize_masked(advantages, mask)
-        log_ratio = log_probs - batch.log_probs[idx]
+        log_ratio = log_probs - batch.log_probs
         ratio = log_ratio.exp()
         if clip is None:
             policy_loss = -masked_mean(advantages * ratio, mask)
@@ -125,7 +141,7 @@ class PPO:
         kl = masked_mean(ratio - 1 - log_ratio, mask)  # KL(old || new), Schulman's low-variance estimator
         if self.kl_coef is not None:
             policy_loss = policy_loss + self.kl_coef * kl
-        old_values, returns = batch.values[idx], batch.returns[idx]
+        old_values, returns = batch.values, batch.returns
         if self.clip_range_vf is None:
             value_loss = masked_mean((values - returns).square(), mask)
         else:  # clip the value update around the old prediction, as PPO2 did

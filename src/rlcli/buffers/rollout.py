@@ -50,6 +50,10 @@ class RolloutBatch(NamedTuple):
     advantages: torch.Tensor
     returns: torch.Tensor
     mask: torch.Tensor  # 1 for real transitions, 0 for reset steps
+    # Recurrent actors only: [T, B] episode starts and each env's carry when the rollout began.
+    # The other fields are then time-major flat [T * B] over those B envs.
+    starts: torch.Tensor | None = None
+    carry0: torch.Tensor | None = None
 
 
 @BUFFERS.register("rollout")
@@ -66,9 +70,11 @@ class RolloutBuffer:
         action_shape: tuple[int, ...],
         discrete: bool,
         device: torch.device,
+        carry_size: int = 0,
         **_unused_context: object,
     ) -> None:
         self.n_steps, self.num_envs, self.device = n_steps, num_envs, device
+        self.carry_size = carry_size
         shape = (n_steps, num_envs)
 
         def zeros(*extra: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
@@ -84,6 +90,8 @@ class RolloutBuffer:
         self.valid = zeros()
         self.advantages = zeros()
         self.returns = zeros()
+        self.starts = zeros() if carry_size else None  # recurrent actors: episode starts and carries
+        self.carries = zeros(carry_size) if carry_size else None
         self.pos = 0
 
     def add(
@@ -96,8 +104,13 @@ class RolloutBuffer:
         terminated: torch.Tensor,
         dones: torch.Tensor,
         valid: torch.Tensor,
+        starts: torch.Tensor | None = None,
+        carry: torch.Tensor | None = None,
     ) -> None:
         t = self.pos
+        if self.carries is not None:
+            self.starts[t] = starts
+            self.carries[t] = carry
         self.obs[t] = obs
         self.actions[t] = actions
         self.log_probs[t] = log_probs
@@ -126,6 +139,18 @@ class RolloutBuffer:
         return RolloutBatch(
             f(self.obs), f(self.actions), f(self.log_probs), f(self.values),
             f(self.advantages), f(self.returns), f(self.valid),
+            self.starts, None if self.carries is None else self.carries[0],
+        )
+
+    def env_batch(self, envs: torch.Tensor) -> RolloutBatch:
+        """Whole sequences of some envs (recurrent minibatches never cut an env's rollout)."""
+
+        def f(x: torch.Tensor) -> torch.Tensor:
+            return x[:, envs].reshape(-1, *x.shape[2:])
+
+        return RolloutBatch(
+            f(self.obs), f(self.actions), f(self.log_probs), f(self.values),
+            f(self.advantages), f(self.returns), f(self.valid), self.starts[:, envs], self.carries[0, envs],
         )
 
     def reset(self) -> None:
@@ -133,6 +158,7 @@ class RolloutBuffer:
 
     def state_dict(self) -> dict[str, object]:
         names = ("obs", "actions", "log_probs", "values", "rewards", "terminated", "dones", "valid")
+        names += ("starts", "carries") if self.carries is not None else ()
         return {"pos": self.pos} | {n: getattr(self, n).clone() for n in names}
 
     def load_state_dict(self, state: dict[str, object]) -> None:

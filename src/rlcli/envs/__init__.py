@@ -59,8 +59,10 @@ class GymEnvFactory:
         clip_obs: float = 10.0,
         normalize_reward: bool = False,
         clip_reward: float | None = None,
+        observation_indices: list[int] | None = None,
     ) -> None:
         self.spec = resolve_env_id(id)
+        self.observation_indices = None if observation_indices is None else [int(i) for i in observation_indices]
         self.id = id
         self.kwargs = dict(kwargs or {})
         if max_episode_steps is not None:
@@ -73,6 +75,20 @@ class GymEnvFactory:
         self.goal: GoalLayout | None = None  # set by make() for goal-conditioned envs
         self.normalize_reward = normalize_reward
         self.clip_reward = clip_reward
+
+    def _keep_observations(self, envs: VectorEnv) -> VectorEnv:
+        """`env.observation_indices=[0,2]`: keep only these entries of a flat Box observation (hide the
+        rest, e.g. CartPole's velocities, to make a task partially observed)."""
+        space, keep = envs.single_observation_space, self.observation_indices
+        if not isinstance(space, gym.spaces.Box) or len(space.shape) != 1:
+            raise ConfigError(f"env.observation_indices needs a flat Box observation; {self.spec.id} has {space}")
+        bad = [i for i in keep if not -space.shape[0] <= i < space.shape[0]]
+        if bad or not keep:
+            raise ConfigError(f"env.observation_indices={keep}: indices must be in [0, {space.shape[0] - 1}] "
+                              f"for {self.spec.id}'s {space.shape[0]} observation entries")
+        return gym.wrappers.vector.TransformObservation(
+            envs, lambda obs: obs[..., keep], observation_space=_select_box(envs.observation_space, keep),
+            single_observation_space=_select_box(space, keep))
 
     @property
     def reward_threshold(self) -> float | None:
@@ -106,12 +122,18 @@ class GymEnvFactory:
             self.goal = goal_layout(envs)
         if isinstance(envs.single_observation_space, gym.spaces.Dict):
             envs = gym.wrappers.vector.FlattenObservation(envs)
+        if self.observation_indices is not None:
+            envs = self._keep_observations(envs)
         if not eval:
             if self.normalize_reward:
                 envs = gym.wrappers.vector.NormalizeReward(envs, gamma=gamma)
             if self.clip_reward is not None:
                 envs = gym.wrappers.vector.ClipReward(envs, -self.clip_reward, self.clip_reward)
         return envs
+
+
+def _select_box(space: gym.spaces.Box, keep: list[int]) -> gym.spaces.Box:
+    return gym.spaces.Box(space.low[..., keep], space.high[..., keep], dtype=space.dtype)
 
 
 def finished_episodes(infos: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:

@@ -1,0 +1,144 @@
+"""Recurrent actor-critics (`actor=gru`, `actor=lstm`) for the on-policy algorithms.
+
+An MLP encoder feeds one recurrent cell whose output drives the policy and value heads. The
+recurrent state (the *carry*: h for a GRU, [h, c] for an LSTM, one tensor either way) is zeroed
+at every episode start, so nothing flows from one episode into the next. Acting steps the cell
+once; training unrolls whole rollouts per env (`evaluate_sequence`) from the carry each env had
+when the rollout began, resetting at the same episode starts as during collection.
+
+With NEXT_STEP autoreset, the step after an episode's last step shows the final observation and
+is masked out of the losses; the carry is reset on the step after that, the new episode's first.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch import nn
+
+from rlcli.actors.heads import CategoricalHead, GaussianHead
+from rlcli.actors.mlp import Activation, ActOutput, EvalOutput, mlp, orthogonal_init
+from rlcli.actors.normalizer import RunningNorm
+from rlcli.registry import ACTORS, ConfigError, require
+
+
+class RecurrentActorCritic(nn.Module):
+    recurrent = True
+
+    def __init__(self, observation_space: gym.spaces.Box, action_space: gym.spaces.Space, cell: Literal["gru", "lstm"],
+                 hidden_sizes: list[int], rnn_size: int, activation: Activation, ortho_init: bool,
+                 log_std_init: float, normalize_obs: bool, clip_obs: float) -> None:
+        super().__init__()
+        obs_dim = int(np.prod(observation_space.shape))
+        self.obs_shape = tuple(observation_space.shape)
+        self.normalizer = RunningNorm(self.obs_shape, clip=clip_obs, enabled=normalize_obs)
+        self.encoder = mlp(obs_dim, hidden_sizes, activation)
+        features = hidden_sizes[-1] if hidden_sizes else obs_dim
+        self.cell_type, self.rnn_size = cell, rnn_size
+        self.cell: nn.GRUCell | nn.LSTMCell = (nn.GRUCell(features, rnn_size) if cell == "gru"
+                                               else nn.LSTMCell(features, rnn_size))
+        self.carry_size = rnn_size * (2 if cell == "lstm" else 1)
+        self.discrete = isinstance(action_space, gym.spaces.Discrete)
+        self.action_bounds = None if self.discrete else (action_space.low, action_space.high)
+        if self.discrete:
+            self.head: CategoricalHead | GaussianHead = CategoricalHead(rnn_size, int(action_space.n))
+        else:
+            self.head = GaussianHead(rnn_size, int(np.prod(action_space.shape)), log_std_init)
+        self.value_head = nn.Linear(rnn_size, 1)
+        if ortho_init:
+            orthogonal_init(self.encoder, math.sqrt(2))
+            orthogonal_init(self.head, 0.01)
+            orthogonal_init(self.value_head, 1.0)
+        # Set by the collector around each acting call: the carry going in (and coming out) and
+        # which envs start an episode at this step. Training never uses these.
+        self.carry: torch.Tensor | None = None
+        self.starts: torch.Tensor | None = None
+
+    def initial_carry(self, n: int, device: torch.device | str = "cpu") -> torch.Tensor:
+        return torch.zeros(n, self.carry_size, device=device)
+
+    def param_groups(self) -> dict[str, list[nn.Parameter]]:
+        """The encoder and cell feed both heads: they are shared."""
+        shared = list(self.encoder.parameters()) + list(self.cell.parameters())
+        return {"shared": shared, "pi": list(self.head.parameters()), "v": list(self.value_head.parameters())}
+
+    def _step(self, x: torch.Tensor, carry: torch.Tensor, starts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        carry = carry * (1.0 - starts).unsqueeze(-1)  # a new episode starts from zeros
+        if self.cell_type == "gru":
+            h = self.cell(x, carry)
+            return h, h
+        h, c = self.cell(x, (carry[:, : self.rnn_size], carry[:, self.rnn_size:]))
+        return h, torch.cat([h, c], -1)
+
+    def _features(self, obs: torch.Tensor) -> torch.Tensor:
+        carry = self.carry if self.carry is not None else self.initial_carry(obs.shape[0], obs.device)
+        starts = self.starts if self.starts is not None else torch.zeros(obs.shape[0], device=obs.device)
+        h, self.carry = self._step(self.encoder(obs.flatten(1)), carry, starts)
+        return h
+
+    def act(self, obs: torch.Tensor, deterministic: bool = False) -> ActOutput:
+        h = self._features(obs)
+        params = self.head(h)
+        actions = self.head.sample(params, deterministic)
+        return ActOutput(actions, self.head.log_prob(params, actions), self.value_head(h).squeeze(-1))
+
+    def value(self, obs: torch.Tensor) -> torch.Tensor:
+        """V of the observation after the rollout, continuing the carry (does not advance it)."""
+        carry = self.carry
+        h = self._features(obs)
+        self.carry = carry
+        return self.value_head(h).squeeze(-1)
+
+    def evaluate(self, obs: torch.Tensor, actions: torch.Tensor) -> EvalOutput:
+        raise RuntimeError("a recurrent actor evaluates whole sequences: use evaluate_sequence")
+
+    def evaluate_sequence(self, obs: torch.Tensor, actions: torch.Tensor, starts: torch.Tensor,
+                          carry0: torch.Tensor) -> EvalOutput:
+        """obs [T, B, ...], actions [T, B, ...], starts [T, B], carry0 [B, carry]: outputs flat [T * B]."""
+        steps, envs = starts.shape
+        x = self.encoder(obs.reshape(steps * envs, -1)).reshape(steps, envs, -1)
+        carry, outputs = carry0, []
+        for t in range(steps):
+            h, carry = self._step(x[t], carry, starts[t])
+            outputs.append(h)
+        h = torch.stack(outputs).reshape(steps * envs, -1)
+        params = self.head(h)
+        flat_actions = actions.reshape(steps * envs, *actions.shape[2:])
+        return EvalOutput(self.head.log_prob(params, flat_actions), self.head.entropy(params),
+                          self.value_head(h).squeeze(-1))
+
+
+def _build(cell: Literal["gru", "lstm"]):
+    def build(
+        observation_space: gym.spaces.Space,
+        action_space: gym.spaces.Space,
+        normalize_obs: bool = False,
+        clip_obs: float = 10.0,
+        heads: Literal["actor_critic", "torso"] = "actor_critic",
+        hidden_sizes: list[int] = (64,),  # type: ignore[assignment]
+        rnn_size: int = 64,
+        activation: Activation = "tanh",
+        ortho_init: bool = True,
+        log_std_init: float = 0.0,
+    ) -> RecurrentActorCritic:
+        if heads != "actor_critic":
+            raise ConfigError(f"actor={cell} works with the on-policy algorithms (ppo, ppo_kl, a2c, pg); "
+                              "recurrent off-policy agents are not built yet: use actor=mlp")
+        if not isinstance(observation_space, gym.spaces.Box):
+            raise ConfigError(f"actor={cell} needs a Box observation space; the env has "
+                              f"{type(observation_space).__name__}")
+        require(all(h > 0 for h in hidden_sizes), "actor.hidden_sizes", list(hidden_sizes), "sizes must be > 0")
+        require(rnn_size > 0, "actor.rnn_size", rnn_size, "must be > 0")
+        return RecurrentActorCritic(observation_space, action_space, cell, list(hidden_sizes), rnn_size, activation,
+                                    ortho_init, log_std_init, normalize_obs, clip_obs)
+
+    build.__doc__ = f"A {cell.upper()} actor-critic for on-policy algorithms."
+    return build
+
+
+build_gru_actor = ACTORS.register("gru")(_build("gru"))
+build_lstm_actor = ACTORS.register("lstm")(_build("lstm"))
