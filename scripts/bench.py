@@ -76,7 +76,8 @@ def run_sb3(row: str, seed: int, steps: int, threads: int) -> dict[str, Any]:
     from stable_baselines3.common.env_util import make_vec_env
     from stable_baselines3.common.evaluation import evaluate_policy
 
-    torch.set_num_threads(threads)
+    if threads > 0:  # 0: torch's default (every core), what an SB3 user gets without setting anything
+        torch.set_num_threads(threads)
     env_id = ROWS[row]["env"]
     if row == "ppo":
         env = make_vec_env(env_id, n_envs=8, seed=seed)
@@ -265,6 +266,8 @@ def main() -> None:
     parser.add_argument("--seeds", nargs="+", type=int, default=[1, 2, 3, 4, 5])
     parser.add_argument("--steps", type=int, default=0, help="env steps per run (default: each row's own)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads, the same for both sides")
+    parser.add_argument("--sb3-threads", type=int, default=None,
+                        help="torch threads for SB3 only (0: torch's default, SB3's out-of-the-box setting)")
     parser.add_argument("--no-floor", action="store_true", help="skip the floor runs")
     parser.add_argument("--out", type=Path, default=Path("bench.json"))
     parser.add_argument("--worker", choices=["rlcli", "sb3", "floor"], help=argparse.SUPPRESS)
@@ -285,7 +288,8 @@ def main() -> None:
         for row in args.rows:
             steps = args.steps or ROWS[row]["steps"]
             ours = measure("rlcli", row, seed, steps, args.threads)
-            theirs = measure("sb3", row, seed, steps, args.threads)
+            sb3_threads = args.threads if args.sb3_threads is None else args.sb3_threads
+            theirs = measure("sb3", row, seed, steps, sb3_threads)
             results += [ours, theirs]
             if not args.no_floor:
                 results.append(measure("floor", row, seed, steps, args.threads, grad_steps=ours["grad_steps"]))
@@ -294,7 +298,8 @@ def main() -> None:
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=f"rlcli vs Stable-Baselines3, {len(args.seeds)} seeds, torch threads {args.threads}",
+    sb3_label = "" if args.sb3_threads is None else f", SB3 threads {args.sb3_threads or 'torch default'}"
+    table = Table(title=f"rlcli vs Stable-Baselines3, {len(args.seeds)} seeds, torch threads {args.threads}{sb3_label}",
                   header_style="bold cyan")
     for column in ("row", "side", "train s", "SPS", "grad steps/s", "final return", "rlcli / SB3", "rlcli / floor"):
         table.add_column(column, justify="left" if column in ("row", "side") else "right")
@@ -318,7 +323,8 @@ def main() -> None:
     Console(width=160).print(table)
     print("ratios: median (min-max) over the seed pairs; returns: median (min-max) of 10-episode deterministic tests")
     record = {"date": time.strftime("%Y-%m-%d %H:%M"), "machine": platform.platform(), "cpus": _cpus(),
-              "versions": versions(), "threads": args.threads, "seeds": args.seeds, "results": results,
+              "versions": versions(), "threads": args.threads, "sb3_threads": args.sb3_threads, "seeds": args.seeds,
+              "results": results,
               "summary": summary}
     args.out.write_text(json.dumps(record, indent=1))
     print(f"wrote {args.out}")

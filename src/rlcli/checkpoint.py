@@ -121,3 +121,18 @@ def find_good(directory: Path, warn: Any = print) -> Path | None:
             continue
         return path
     return None
+
+
+def resolve(path: Path | str) -> Path:
+    """A checkpoint file from what a user may name: the file, a `checkpoints/latest` pointer, a run's
+    `checkpoints/` directory or the run directory (the newest good checkpoint there)."""
+    path = Path(path).expanduser()
+    if path.name == LATEST and path.is_file():
+        return path.parent / path.read_text().strip()
+    if path.is_dir():
+        directory = path / "checkpoints" if (path / "checkpoints").is_dir() else path
+        found = find_good(directory, warn=lambda message: None)
+        if found is None:
+            raise CheckpointError(f"no usable checkpoint in {directory}")
+        return found
+    return path

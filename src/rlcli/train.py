@@ -196,8 +196,9 @@ def _value(arg: str) -> str:
 
 
 def _schedule_args(args: list[str]) -> list[str]:
-    """`algo.schedules.X=...` adds a key to a dict that most configs leave empty: make it `++`."""
-    return [f"++{a}" if a.startswith("algo.schedules.") else a for a in args]
+    """`algo.schedules.X=...` (and `algo.policy_loss_addons.X...`) add keys to dicts that configs leave
+    empty: make them `++`."""
+    return [f"++{a}" if a.startswith(("algo.schedules.", "algo.policy_loss_addons.")) else a for a in args]
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -27,6 +27,7 @@ import rlcli.actors  # noqa: F401  (registers actors)
 import rlcli.algos  # noqa: F401  (registers algorithms)
 import rlcli.buffers  # noqa: F401  (registers buffers)
 from rlcli import checkpoint
+from rlcli.addons import build_addons
 from rlcli.collector import Collector, evaluate
 from rlcli.envs import GymEnvFactory
 from rlcli.envs.state import capturable, get_env_state, set_env_state
@@ -100,6 +101,7 @@ def _algo_section(cfg: DictConfig) -> dict[str, Any]:
     """The algo config without `schedules`, which the trainer applies for every algorithm alike."""
     algo = _section(cfg, "algo")
     algo.pop("schedules", None)
+    algo.pop("policy_loss_addons", None)
     return algo
 
 
@@ -163,6 +165,8 @@ class Trainer:
         else:  # off-policy algorithms build their own heads on the actor config's torso
             self.algo = ALGOS.build(algo_cfg, actor=actor, action_space=act_space, num_envs=s.num_envs)
             self.algo.actor.to(self.device)
+        addons = cfg.algo.get("policy_loss_addons")
+        build_addons(self.algo, OmegaConf.to_container(addons) if addons else None)
         schedules = cfg.algo.get("schedules")
         self.schedules = build_schedules(self.algo, OmegaConf.to_container(schedules) if schedules else None)
         init_from = cfg.actor.get("init_from")
@@ -388,6 +392,7 @@ class Trainer:
 
 def load_actor_weights(actor: Any, path: Path) -> None:
     """Warm start (`actor.init_from=<checkpoint>`): copy another run's network and normalizer."""
+    path = checkpoint.resolve(path)
     data = checkpoint.load(path)
     weights = data["algo"]["actor"]
     try:

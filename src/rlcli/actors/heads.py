@@ -41,6 +41,11 @@ class CategoricalHead(nn.Module):
     def entropy(log_probs: torch.Tensor) -> torch.Tensor:
         return -(log_probs.exp() * log_probs).sum(-1)
 
+    @staticmethod
+    def kl(p_log_probs: torch.Tensor, q_log_probs: torch.Tensor, p_head: nn.Module | None = None) -> torch.Tensor:
+        """KL(p || q) per state, from both distributions' log-probabilities."""
+        return (p_log_probs.exp() * (p_log_probs - q_log_probs)).sum(-1)
+
 
 class GaussianHead(nn.Module):
     """Box actions: a diagonal Gaussian with a state-independent learned log std.
@@ -69,3 +74,10 @@ class GaussianHead(nn.Module):
     def entropy(self, mean: torch.Tensor) -> torch.Tensor:
         per_dim = 0.5 + 0.5 * _LOG_2PI + self.log_std
         return per_dim.sum().expand(mean.shape[:-1])
+
+    def kl(self, p_mean: torch.Tensor, q_mean: torch.Tensor, p_head: GaussianHead) -> torch.Tensor:
+        """KL(p || q) per state for diagonal Gaussians; p's log std comes from `p_head`, q's is this head's."""
+        p_log_std, q_log_std = p_head.log_std, self.log_std
+        var_ratio = torch.exp(2 * (p_log_std - q_log_std))
+        mean_term = ((p_mean - q_mean) * torch.exp(-q_log_std)).square()
+        return 0.5 * (var_ratio + mean_term - 1 - 2 * (p_log_std - q_log_std)).sum(-1)

@@ -106,6 +106,11 @@ class ActorCritic(nn.Module):
         actions = self.head.sample(params, deterministic)
         return ActOutput(actions, self.head.log_prob(params, actions), self.value_head(v).squeeze(-1))
 
+    def policy_params(self, obs: torch.Tensor) -> torch.Tensor:
+        """The policy head's output (log-probs or means) at these states: for KL terms between policies."""
+        x = obs.flatten(1)
+        return self.head(self.pi_body(x))
+
     def value(self, obs: torch.Tensor) -> torch.Tensor:
         _, v = self._features(obs)
         return self.value_head(v).squeeze(-1)

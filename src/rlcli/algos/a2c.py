@@ -8,6 +8,7 @@ import numpy as np
 import torch
 
 from rlcli.actors.mlp import ActorCritic, ActOutput
+from rlcli.addons import addon_losses
 from rlcli.algos.base import (
     Schedule,
     adam,
@@ -71,6 +72,8 @@ class A2C:
         if self.normalize_advantage:
             advantages = normalize_masked(advantages, mask)
         policy_loss = -masked_mean(advantages * log_probs, mask)
+        extra, addon_logs = addon_losses(self, batch.obs, mask)
+        policy_loss = policy_loss + extra
         value_loss = masked_mean((values - batch.returns).square(), mask)
         entropy_mean = masked_mean(entropy, mask)
         loss = policy_loss - self.ent_coef * entropy_mean + self.vf_coef * value_loss
@@ -80,7 +83,7 @@ class A2C:
             "policy_loss": policy_loss.detach(), "value_loss": value_loss.detach(),
             "entropy": entropy_mean.detach(), "loss": loss.detach(),
             "explained_variance": explained_variance(batch.values, batch.returns, mask),
-            "learning_rate": torch.tensor(lr),
+            "learning_rate": torch.tensor(lr), **addon_logs,
         }
 
     def env_actions(self, actions: torch.Tensor) -> np.ndarray:

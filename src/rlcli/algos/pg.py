@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from rlcli.actors.mlp import ActorCritic, ActOutput
+from rlcli.addons import addon_losses
 from rlcli.algos.base import (
     Schedule,
     adam,
@@ -80,6 +81,8 @@ class PolicyGradient:
         if self.normalize_advantage:
             advantages = normalize_masked(advantages, mask)
         policy_loss = -masked_mean(advantages * log_probs, mask)
+        extra, addon_logs = addon_losses(self, batch.obs, mask)
+        policy_loss = policy_loss + extra
         entropy_mean = masked_mean(entropy, mask)
         loss = policy_loss - self.ent_coef * entropy_mean
         metrics = {"policy_loss": policy_loss.detach(), "entropy": entropy_mean.detach()}
@@ -89,7 +92,7 @@ class PolicyGradient:
             metrics["value_loss"] = value_loss.detach()
             metrics["explained_variance"] = explained_variance(batch.values, batch.returns, mask)
         gradient_step(self.optimizer, loss, self.actor.parameters(), self.max_grad_norm)
-        metrics.update(loss=loss.detach(), learning_rate=torch.tensor(lr))
+        metrics.update(loss=loss.detach(), learning_rate=torch.tensor(lr), **addon_logs)
         return metrics
 
     def env_actions(self, actions: torch.Tensor) -> np.ndarray:

@@ -10,6 +10,7 @@ import numpy as np
 import torch
 
 from rlcli.actors.mlp import ActorCritic, ActOutput
+from rlcli.addons import addon_losses
 from rlcli.algos.base import (
     Schedule,
     adam,
@@ -141,6 +142,8 @@ class PPO:
         kl = masked_mean(ratio - 1 - log_ratio, mask)  # KL(old || new), Schulman's low-variance estimator
         if self.kl_coef is not None:
             policy_loss = policy_loss + self.kl_coef * kl
+        extra, addon_logs = addon_losses(self, batch.obs, mask)
+        policy_loss = policy_loss + extra
         old_values, returns = batch.values, batch.returns
         if self.clip_range_vf is None:
             value_loss = masked_mean((values - returns).square(), mask)
@@ -154,7 +157,7 @@ class PPO:
 
         stats = {
             "policy_loss": policy_loss.detach(), "value_loss": value_loss.detach(),
-            "entropy": entropy_mean.detach(), "approx_kl": kl.detach(), "loss": loss.detach(),
+            "entropy": entropy_mean.detach(), "approx_kl": kl.detach(), "loss": loss.detach(), **addon_logs,
         }
         if clip is not None:
             with torch.no_grad():

@@ -1,0 +1,79 @@
+"""Policy-loss add-ons: the KL attraction toward a prior policy loaded from a checkpoint."""
+
+import pytest
+import torch
+from test_configs import composed
+from torch.distributions import Categorical, Independent, Normal, kl_divergence
+
+from rlcli.actors.heads import CategoricalHead, GaussianHead
+from rlcli.addons import addon_losses
+from rlcli.registry import ConfigError
+from rlcli.trainer import Trainer
+
+
+def test_categorical_kl_matches_torch_distributions():
+    p, q = torch.log_softmax(torch.randn(5, 3), -1), torch.log_softmax(torch.randn(5, 3), -1)
+    expected = kl_divergence(Categorical(logits=p), Categorical(logits=q))
+    assert torch.allclose(CategoricalHead.kl(p, q), expected, atol=1e-6)
+
+
+def test_gaussian_kl_matches_torch_distributions():
+    p_head, q_head = GaussianHead(4, 2, log_std_init=-0.3), GaussianHead(4, 2, log_std_init=0.4)
+    p_mean, q_mean = torch.randn(5, 2), torch.randn(5, 2)
+    expected = kl_divergence(Independent(Normal(p_mean, p_head.log_std.exp()), 1),
+                             Independent(Normal(q_mean, q_head.log_std.exp()), 1))
+    assert torch.allclose(q_head.kl(p_mean, q_mean, p_head), expected, atol=1e-5)
+
+
+@pytest.fixture(scope="module")
+def prior_checkpoint(tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("prior")
+    cfg = composed("algo=ppo", "env=CartPole-v1", "train.total_steps=512", "train.test_every=0", "seed=3",
+                   "log.console=false", "log.tensorboard=false")
+    Trainer(cfg, run_dir).run()
+    return run_dir / "checkpoints" / "latest"
+
+
+def _with_prior(path, *extra):
+    cfg = composed("algo=ppo", "env=CartPole-v1", "log.console=false", "log.tensorboard=false",
+                   f"++algo.policy_loss_addons.kl_prior.checkpoint={path}",
+                   "++algo.policy_loss_addons.kl_prior.coef=0.5", *extra)
+    return Trainer(cfg, run_dir=None)
+
+
+def test_kl_prior_is_zero_against_itself_and_positive_against_another_policy(prior_checkpoint):
+    same = _with_prior(prior_checkpoint, f"actor.init_from={prior_checkpoint}")
+    other = _with_prior(prior_checkpoint, "seed=9")
+    obs = torch.randn(64, 4)
+    mask = torch.ones(64)
+    term, logs = addon_losses(same.algo, obs, mask)
+    assert float(logs["kl_prior"]) == pytest.approx(0.0, abs=1e-7)
+    term, logs = addon_losses(other.algo, obs, mask)
+    assert float(logs["kl_prior"]) > 0 and float(term.detach()) == pytest.approx(0.5 * float(logs["kl_prior"]))
+    term.backward()  # the gradient reaches the current policy only
+    assert other.algo.actor.pi_body[0].weight.grad is not None
+    assert all(p.grad is None for p in other.algo.policy_addons[0].prior.parameters())
+    same.close()
+    other.close()
+
+
+def test_kl_prior_coefficient_is_schedulable_and_logged(prior_checkpoint):
+    trainer = _with_prior(prior_checkpoint, "++algo.schedules.kl_prior_coef=linear:0.5:0.0", "algo.n_steps=32",
+                          "algo.n_epochs=1")
+    trainer.collector.collect(trainer.algo, trainer.buffer)
+    from rlcli.schedules import apply_schedules
+
+    apply_schedules(trainer.algo, trainer.schedules, 0.5)
+    assert trainer.algo.kl_prior_coef == pytest.approx(0.25)
+    metrics = trainer.algo.update(trainer.buffer, progress=0.5)
+    assert "kl_prior" in metrics
+    trainer.close()
+
+
+def test_bad_addons_are_one_line_errors(prior_checkpoint):
+    with pytest.raises(ConfigError, match="unknown add-on.*choose from: kl_prior"):
+        Trainer(composed("algo=ppo", "++algo.policy_loss_addons.kl_pior.coef=1"), run_dir=None)
+    with pytest.raises(ConfigError, match="checkpoint is not set"):
+        Trainer(composed("algo=ppo", "++algo.policy_loss_addons.kl_prior.coef=1"), run_dir=None)
+    with pytest.raises(ConfigError, match="does not fit this actor"):
+        _with_prior(prior_checkpoint, "actor.hidden_sizes=[8]")
