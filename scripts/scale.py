@@ -55,7 +55,7 @@ def main() -> None:
             print(f"ppo {mode:5} num_envs {n:4}: {result['sps']:7,} SPS  {result['shares']}", flush=True)
             rows.append(result)
     for batch in args.batches:
-        steps = 2_256
+        steps = 1_000
         result = train(["algo=sac", "env=Pendulum-v1", "train.num_envs=1", f"algo.batch_size={batch}",
                         f"algo.learning_starts={max(batch, 256)}", f"train.total_steps={steps + max(batch, 256)}",
                         "actor.hidden_sizes=[256,256]"])
