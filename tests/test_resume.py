@@ -28,7 +28,6 @@ CASES = {
     "ppo-CartPole": ["algo=ppo", "algo.n_steps=32", "env=CartPole-v1"],
     "ppo-Pendulum": ["algo=ppo", "algo.n_steps=32", *PENDULUM],
     "a2c-CartPole": ["algo=a2c", "algo.n_steps=8", "env=CartPole-v1"],
-    "a2c-Pendulum": ["algo=a2c", "algo.n_steps=8", *PENDULUM],
     # the KL coefficient adapts after every update and a schedule moves ent_coef: both must resume exactly
     "ppo_kl-CartPole-scheduled": ["algo=ppo_kl", "algo.n_steps=32", "algo.n_epochs=2", "env=CartPole-v1",
                                   "algo.schedules.ent_coef=linear:0.01:0.0"],
