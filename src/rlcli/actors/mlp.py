@@ -47,6 +47,13 @@ def orthogonal_init(module: nn.Module, gain: float) -> None:
             nn.init.zeros_(layer.bias)
 
 
+def policy_head(features: int, action_space: gym.spaces.Space, log_std_init: float) -> CategoricalHead | GaussianHead:
+    """Categorical logits for Discrete actions, a diagonal Gaussian for Box actions."""
+    if isinstance(action_space, gym.spaces.Discrete):
+        return CategoricalHead(features, int(action_space.n))
+    return GaussianHead(features, int(np.prod(action_space.shape)), log_std_init)
+
+
 class ActorCritic(nn.Module):
     """Policy and value function for on-policy algorithms over flat Box observations.
 
@@ -76,10 +83,7 @@ class ActorCritic(nn.Module):
         features = hidden_sizes[-1] if hidden_sizes else obs_dim
         self.discrete = isinstance(action_space, gym.spaces.Discrete)
         self.action_bounds = None if self.discrete else (action_space.low, action_space.high)
-        if self.discrete:
-            self.head: CategoricalHead | GaussianHead = CategoricalHead(features, int(action_space.n))
-        else:
-            self.head = GaussianHead(features, int(np.prod(action_space.shape)), log_std_init)
+        self.head = policy_head(features, action_space, log_std_init)
         self.value_head = nn.Linear(features, 1)
         if ortho_init:
             orthogonal_init(self.pi_body, math.sqrt(2))

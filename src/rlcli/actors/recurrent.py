@@ -20,8 +20,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from rlcli.actors.heads import CategoricalHead, GaussianHead
-from rlcli.actors.mlp import Activation, ActOutput, EvalOutput, mlp, orthogonal_init
+from rlcli.actors.mlp import Activation, ActOutput, EvalOutput, mlp, orthogonal_init, policy_head
 from rlcli.actors.normalizer import RunningNorm
 from rlcli.registry import ACTORS, ConfigError, require
 
@@ -44,10 +43,7 @@ class RecurrentActorCritic(nn.Module):
         self.carry_size = rnn_size * (2 if cell == "lstm" else 1)
         self.discrete = isinstance(action_space, gym.spaces.Discrete)
         self.action_bounds = None if self.discrete else (action_space.low, action_space.high)
-        if self.discrete:
-            self.head: CategoricalHead | GaussianHead = CategoricalHead(rnn_size, int(action_space.n))
-        else:
-            self.head = GaussianHead(rnn_size, int(np.prod(action_space.shape)), log_std_init)
+        self.head = policy_head(rnn_size, action_space, log_std_init)
         self.value_head = nn.Linear(rnn_size, 1)
         if ortho_init:
             orthogonal_init(self.encoder, math.sqrt(2))
