@@ -19,7 +19,8 @@ import time
 from pathlib import Path
 
 
-def run_one(algo: str, env: str, seed: int, extra: list[str], root: Path) -> dict[str, object]:
+def run_one(algo: str, env: str, seed: int, extra: list[str], root: Path,
+            above: float | None = None) -> dict[str, object]:
     run_dir = root / f"{algo}_{env}_{seed}"
     rl_train = Path(sys.executable).parent / "rl-train"
     start = time.perf_counter()
@@ -36,6 +37,10 @@ def run_one(algo: str, env: str, seed: int, extra: list[str], root: Path) -> dic
         "sps": int(done.group(3)),
         "process_s": round(wall, 1),
         "final_test_return": sum(tests[-1]["returns"]) / len(tests[-1]["returns"]),
+        "best_test_return": max(sum(t["returns"]) / len(t["returns"]) for t in tests),
+        # exploration tasks: when a test first did better than `above` (e.g. -200: reached MountainCar's goal)
+        **({"first_above_steps": next((t["env_steps"] for t in tests if sum(t["returns"]) / len(t["returns"]) > above),
+                                      None)} if above is not None else {}),
     }
 
 
@@ -44,13 +49,15 @@ def main() -> None:
     parser.add_argument("--algo", default="ppo")
     parser.add_argument("--env", default="CartPole-v1")
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
+    parser.add_argument("--above", type=float, default=None,
+                        help="also report the env steps of the first test whose mean return exceeds this")
     parser.add_argument("overrides", nargs="*", help="extra rl-train overrides, e.g. train.test_every=5000")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        rows = [run_one(args.algo, args.env, s, args.overrides, Path(tmp)) for s in args.seeds]
+        rows = [run_one(args.algo, args.env, s, args.overrides, Path(tmp), args.above) for s in args.seeds]
     for row in rows:
         print(json.dumps(row))
-    for key in ("env_steps", "train_s", "process_s", "sps", "final_test_return"):
+    for key in ("env_steps", "train_s", "process_s", "sps", "final_test_return", "best_test_return"):
         values = [float(r[key]) for r in rows]  # type: ignore[arg-type]
         print(f"{key}: median {statistics.median(values):.1f}, min {min(values):.1f}, max {max(values):.1f}")
 

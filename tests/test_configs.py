@@ -31,9 +31,15 @@ def test_every_group_option_composes_and_is_registered(group, option):
 TUNED = sorted(Path(conf_dir(), "tuned").rglob("*.yaml"))
 
 
-@pytest.mark.parametrize("path", TUNED, ids=lambda p: f"{p.parent.name}/{p.stem}")
+def tuned_pair(path: Path) -> tuple[str, str]:
+    """conf/tuned/<algo>/<env>.yaml -> (algo, env); env ids may hold a slash (dqn/ALE/Pong-v5.yaml)."""
+    algo, *env = path.relative_to(Path(conf_dir(), "tuned")).with_suffix("").parts
+    return algo, "/".join(env)
+
+
+@pytest.mark.parametrize("path", TUNED, ids=lambda p: "/".join(tuned_pair(p)))
 def test_every_tuned_file_applies_and_builds(path, tmp_path):
-    algo, env = path.parent.name, path.stem
+    algo, env = tuned_pair(path)
     cfg = composed(f"algo={algo}", f"env={env}", "log.console=false", "log.tensorboard=false")
     raw = OmegaConf.load(path)
     for section in ("algo", "train", "env", "actor", "buffer"):

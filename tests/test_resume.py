@@ -32,6 +32,9 @@ CASES = {
     "ppo_kl-CartPole-scheduled": ["algo=ppo_kl", "algo.n_steps=32", "algo.n_epochs=2", "env=CartPole-v1",
                                   "algo.schedules.ent_coef=linear:0.01:0.0"],
     "pg-CartPole": ["algo=pg", "algo.n_steps=64", "env=CartPole-v1"],
+    # RND's networks, observation and reward statistics, forward filter and warm-up count must resume exactly
+    "rnd_ppo-MountainCar": ["algo=rnd_ppo", "env=MountainCar-v0", "train.num_envs=4", "algo.n_steps=32",
+                            "algo.batch_size=64", "algo.n_epochs=2", "algo.obs_norm_warmup_steps=256"],
     # the recurrent carry between steps and the episode starts must survive the resume too
     "ppo-CartPoleNoVel-gru": ["algo=ppo", "actor=gru", "env=CartPoleNoVel-v1", "algo.n_steps=32", "algo.n_epochs=2"],
     "dqn-CartPole": ["algo=dqn", "env=CartPole-v1", "train.num_envs=2", *SMALL_OFF_POLICY, "algo.train_freq=16",

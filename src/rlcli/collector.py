@@ -44,14 +44,15 @@ class Collector:
     """Keeps the training envs' current observations between collect phases."""
 
     def __init__(self, envs: VectorEnv, normalizer: RunningNorm, device: torch.device, seed: int,
-                 clock: PhaseClock | None = None) -> None:
+                 clock: PhaseClock | None = None, obs_dtype: torch.dtype = torch.float32) -> None:
         self.envs, self.normalizer, self.device = envs, normalizer, device
+        self.obs_dtype = obs_dtype  # uint8 for pixels: they stay uint8 until the network scales them
         self.clock = clock or PhaseClock()
         self.reset(seed)
 
     def reset(self, seed: int) -> None:
         obs, _ = self.envs.reset(seed=seed)
-        self.obs = torch.as_tensor(obs, dtype=torch.float32, device=self.device)
+        self.obs = torch.as_tensor(obs, dtype=self.obs_dtype, device=self.device)
         self.prev_done = np.zeros(self.envs.num_envs, dtype=bool)  # next step of these envs is a reset step
         # Recurrent actors: the carry between steps, and which envs begin an episode at the next step.
         self.carry: torch.Tensor | None = None
@@ -95,7 +96,7 @@ class Collector:
             returns, lengths = finished_episodes(infos)
             stats.episode_returns.extend(returns.tolist())
             stats.episode_lengths.extend(lengths.tolist())
-            self.obs = torch.as_tensor(next_obs, dtype=torch.float32, device=self.device)
+            self.obs = torch.as_tensor(next_obs, dtype=self.obs_dtype, device=self.device)
             self.prev_done = done
             t3 = clock()
             act_s, env_s, buffer_s = act_s + (t1 - t0), env_s + (t2 - t1), buffer_s + (t3 - t2)
@@ -136,7 +137,7 @@ class Collector:
             returns, lengths = finished_episodes(infos)
             stats.episode_returns.extend(returns.tolist())
             stats.episode_lengths.extend(lengths.tolist())
-            self.obs = to_tensor(next_obs)
+            self.obs = torch.as_tensor(next_obs, dtype=self.obs_dtype, device=self.device)
             self.episode_start = self.prev_done.copy()  # after a reset step comes a new episode's first step
             self.prev_done = done
             t3 = clock()
@@ -144,10 +145,15 @@ class Collector:
         t0 = clock()
         if recurrent:
             actor.carry, actor.starts = self.carry, to_tensor(self.episode_start)
-        with torch.inference_mode():
-            value = getattr(algo, "value", algo.actor.value)  # an algorithm may define its own baseline
-            last_values = value(self.normalizer(self.obs))
-        buffer.compute_returns(last_values, algo.gamma, algo.gae_lambda)
+        last_obs = self.normalizer(self.obs)
+        finish = getattr(algo, "finish_rollout", None)
+        if finish is not None:  # the algorithm computes its own returns (rnd_ppo: intrinsic rewards too)
+            finish(buffer, last_obs)
+        else:
+            with torch.inference_mode():
+                value = getattr(algo, "value", algo.actor.value)  # an algorithm may define its own baseline
+                last_values = value(last_obs)
+            buffer.compute_returns(last_values, algo.gamma, algo.gae_lambda)
         self._account(act_s, env_s, buffer_s + clock() - t0)
         return stats
 
@@ -158,7 +164,8 @@ class Collector:
         seconds["buffer"] += buffer_s
 
 
-def evaluate(envs: VectorEnv, algo: Algorithm, normalizer: RunningNorm, device: torch.device, seed: int) -> TestStats:
+def evaluate(envs: VectorEnv, algo: Algorithm, normalizer: RunningNorm, device: torch.device, seed: int,
+             obs_dtype: torch.dtype = torch.float32) -> TestStats:
     """One episode in each test env with the deterministic policy and frozen normalization."""
     n = envs.num_envs
     returns, lengths = np.zeros(n), np.zeros(n, dtype=np.int64)
@@ -171,7 +178,7 @@ def evaluate(envs: VectorEnv, algo: Algorithm, normalizer: RunningNorm, device: 
         actor.starts = torch.ones(n, device=device)
     while not finished.all():
         with torch.inference_mode():
-            x = normalizer(torch.as_tensor(obs, dtype=torch.float32, device=device))
+            x = normalizer(torch.as_tensor(obs, dtype=obs_dtype, device=device))
             actions = algo.act(x, deterministic=True).actions
         if recurrent:
             actor.starts = torch.zeros(n, device=device)

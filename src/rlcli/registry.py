@@ -8,6 +8,7 @@ Third-party packages add components through the entry-point group `rlcli.<kind>s
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import importlib
 import inspect
@@ -97,16 +98,7 @@ def check_kwargs(
     factory: Callable[..., Any], kwargs: Mapping[str, Any], prefix: str, context: tuple[str, ...] = ()
 ) -> None:
     """Unknown keys and values of the wrong type become one-line ConfigErrors naming `prefix.key`."""
-    target = factory.__init__ if inspect.isclass(factory) else factory
-    params = {
-        n: p
-        for n, p in inspect.signature(target).parameters.items()
-        if n not in ("self", *context) and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
-    }
-    try:
-        hints = typing.get_type_hints(target)
-    except Exception:  # unresolvable annotations (plugins): skip type checks, keep key checks
-        hints = {}
+    params, hints = _accepted_parameters(factory, context)
     for key, value in kwargs.items():
         if key not in params:
             valid = sorted(params)
@@ -121,6 +113,28 @@ def check_kwargs(
     missing = [n for n, p in params.items() if p.default is p.empty and n not in kwargs]
     if missing:
         raise ConfigError(f"{prefix} is missing required key(s): {', '.join(f'{prefix}.{m}' for m in missing)}")
+
+
+def _accepted_parameters(
+    factory: Callable[..., Any], context: tuple[str, ...]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Keyword parameters and type hints of a factory. A class whose __init__ passes **kwargs on to
+    its base class (rnd_ppo -> ppo) accepts the base's parameters too."""
+    targets = [factory]
+    if inspect.isclass(factory):
+        targets = [c.__init__ for c in factory.__mro__ if c is not object and "__init__" in c.__dict__]
+    params: dict[str, Any] = {}
+    hints: dict[str, Any] = {}
+    for target in targets:
+        signature = inspect.signature(target)
+        for n, p in signature.parameters.items():
+            if n not in ("self", *context) and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+                params.setdefault(n, p)
+        with contextlib.suppress(Exception):  # unresolvable annotations (plugins): skip type checks, keep key checks
+            hints = typing.get_type_hints(target) | hints
+        if not any(p.kind is p.VAR_KEYWORD for p in signature.parameters.values()):
+            break
+    return params, hints
 
 
 def _type_problem(value: Any, hint: Any) -> str | None:

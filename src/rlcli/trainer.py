@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
+import torch
 from gymnasium.spaces import Discrete
 from omegaconf import DictConfig, OmegaConf
 
@@ -121,11 +122,12 @@ def check_config(cfg: DictConfig) -> None:
     check_kwargs(TrainSettings, _section(cfg, "train"), prefix="train")
     ENVS.check(_section(cfg, "env"))
     ACTORS.check(_actor_section(cfg), context=("observation_space", "action_space", "normalize_obs", "clip_obs",
-                                                "heads"))
+                                                "heads", "value_outputs"))
     ALGOS.check(_algo_section(cfg), context=("actor", "num_envs", "action_space"))
     check_buffer_fits(_section(cfg, "algo")["name"], _section(cfg, "buffer")["name"])
     BUFFERS.check(_section(cfg, "buffer"), context=(
-        "n_steps", "num_envs", "obs_shape", "action_shape", "discrete", "device", "gamma", "goal"))
+        "n_steps", "num_envs", "obs_shape", "action_shape", "discrete", "device", "gamma", "goal", "value_size",
+        "obs_dtype"))
 
 
 logger = logging.getLogger("rlcli")
@@ -155,10 +157,19 @@ class Trainer:
                 f"{env_factory.spec.id}; it supports: {', '.join(supported)}"
             )
         on_policy = bool(getattr(algo_cls, "on_policy", True))
+        actor_name = _section(cfg, "actor")["name"]
+        supported_actors = getattr(algo_cls, "supported_actors", None)
+        if supported_actors is not None and actor_name not in supported_actors:
+            raise ConfigError(f"algo={algo_cfg['name']} does not support actor={actor_name} yet; "
+                              f"choose from: {', '.join(supported_actors)}")
+        if hasattr(algo_cls, "check_observation_space"):
+            algo_cls.check_observation_space(obs_space, env_factory.spec.id)
+        value_outputs = int(getattr(algo_cls, "value_outputs", 1))  # rnd_ppo: extrinsic + intrinsic
         actor = ACTORS.build(
             _actor_section(cfg), observation_space=obs_space, action_space=act_space,
             normalize_obs=env_factory.normalize_obs, clip_obs=env_factory.clip_obs,
             heads="actor_critic" if on_policy else "torso",
+            **({"value_outputs": value_outputs} if value_outputs > 1 else {}),
         )
         if on_policy:
             self.algo = ALGOS.build(algo_cfg, actor=actor.to(self.device), num_envs=s.num_envs)
@@ -172,11 +183,14 @@ class Trainer:
         init_from = cfg.actor.get("init_from")
         if init_from:
             load_actor_weights(self.algo.actor, Path(str(init_from)))
+        self.obs_dtype = torch.uint8 if getattr(actor, "uint8_input", False) else torch.float32
         self.buffer = BUFFERS.build(
             _section(cfg, "buffer"), n_steps=self.algo.n_steps, num_envs=s.num_envs,
             obs_shape=obs_space.shape, action_shape=act_space.shape, discrete=isinstance(act_space, Discrete),
             device=self.device, gamma=self.algo.gamma, goal=env_factory.goal,
             **({"carry_size": actor.carry_size} if getattr(actor, "recurrent", False) else {}),
+            **({"value_size": value_outputs} if value_outputs > 1 else {}),
+            **({"obs_dtype": self.obs_dtype} if self.obs_dtype != torch.float32 else {}),
         )
         if not on_policy:
             capacity = getattr(self.buffer, "capacity", None)
@@ -184,7 +198,8 @@ class Trainer:
                     f"must hold at least algo.batch_size={self.algo.batch_size} transitions")
         self.stop_reward = env_factory.reward_threshold if s.stop_reward == "env" else s.stop_reward
         self.clock = PhaseClock()
-        self.collector = Collector(self.envs, actor.normalizer, self.device, seed=cfg.seed, clock=self.clock)
+        self.collector = Collector(self.envs, actor.normalizer, self.device, seed=cfg.seed, clock=self.clock,
+                                   obs_dtype=self.obs_dtype)
         self.state = TrainState()
         self.recent_returns: collections.deque[float] = collections.deque(maxlen=100)
         self.recent_lengths: collections.deque[int] = collections.deque(maxlen=100)
@@ -319,7 +334,7 @@ class Trainer:
     def _test(self, log: RunLogger) -> None:
         state = self.state
         result = evaluate(self.test_envs, self.algo, self.algo.actor.normalizer, self.device,
-                          seed=int(self.cfg.seed) + 100_003 * (state.tests + 1))
+                          seed=int(self.cfg.seed) + 100_003 * (state.tests + 1), obs_dtype=self.obs_dtype)
         state.tests += 1
         state.last_test_return = result.mean_return
         best = state.best_test_return

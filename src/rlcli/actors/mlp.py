@@ -42,7 +42,7 @@ def mlp(in_features: int, hidden_sizes: list[int], activation: Activation) -> nn
 
 def orthogonal_init(module: nn.Module, gain: float) -> None:
     for layer in module.modules():
-        if isinstance(layer, nn.Linear):
+        if isinstance(layer, (nn.Linear, nn.Conv2d)):
             nn.init.orthogonal_(layer.weight, gain)
             nn.init.zeros_(layer.bias)
 
@@ -55,7 +55,8 @@ def policy_head(features: int, action_space: gym.spaces.Space, log_std_init: flo
 
 
 class ActorCritic(nn.Module):
-    """Policy and value function for on-policy algorithms over flat Box observations.
+    """Policy and value function for on-policy algorithms over flat Box observations, or over the
+    features of an `encoder` shared by policy and value (actor=cnn passes its convolutions).
 
     `normalizer` belongs to the actor (its statistics are saved with it) but is applied by the
     callers: the collector updates it and stores normalized observations, so the update sees exactly
@@ -73,9 +74,12 @@ class ActorCritic(nn.Module):
         log_std_init: float,
         normalize_obs: bool,
         clip_obs: float,
+        value_outputs: int = 1,
+        encoder: nn.Module | None = None,
     ):
         super().__init__()
-        obs_dim = int(np.prod(observation_space.shape))
+        self.encoder = nn.Flatten() if encoder is None else encoder
+        obs_dim = int(np.prod(observation_space.shape)) if encoder is None else int(encoder.out_features)
         self.obs_shape = tuple(observation_space.shape)
         self.normalizer = RunningNorm(self.obs_shape, clip=clip_obs, enabled=normalize_obs)
         self.pi_body = mlp(obs_dim, hidden_sizes, activation)
@@ -84,7 +88,8 @@ class ActorCritic(nn.Module):
         self.discrete = isinstance(action_space, gym.spaces.Discrete)
         self.action_bounds = None if self.discrete else (action_space.low, action_space.high)
         self.head = policy_head(features, action_space, log_std_init)
-        self.value_head = nn.Linear(features, 1)
+        self.value_outputs = value_outputs  # 2 for rnd_ppo: extrinsic and intrinsic value heads
+        self.value_head = nn.Linear(features, value_outputs)
         if ortho_init:
             orthogonal_init(self.pi_body, math.sqrt(2))
             if not shared:
@@ -97,10 +102,11 @@ class ActorCritic(nn.Module):
         shared = self.pi_body is self.v_body
         pi = list(self.head.parameters()) + ([] if shared else list(self.pi_body.parameters()))
         v = list(self.value_head.parameters()) + ([] if shared else list(self.v_body.parameters()))
-        return {"shared": list(self.pi_body.parameters()) if shared else [], "pi": pi, "v": v}
+        common = list(self.encoder.parameters()) + (list(self.pi_body.parameters()) if shared else [])
+        return {"shared": common, "pi": pi, "v": v}
 
     def _features(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        x = obs.flatten(1)  # already normalized by the caller: see `normalizer`
+        x = self.encoder(obs)  # already normalized by the caller: see `normalizer`
         pi = self.pi_body(x)
         return pi, (pi if self.v_body is self.pi_body else self.v_body(x))
 
@@ -108,22 +114,26 @@ class ActorCritic(nn.Module):
         pi, v = self._features(obs)
         params = self.head(pi)
         actions = self.head.sample(params, deterministic)
-        return ActOutput(actions, self.head.log_prob(params, actions), self.value_head(v).squeeze(-1))
+        return ActOutput(actions, self.head.log_prob(params, actions), self._values(v))
 
     def policy_params(self, obs: torch.Tensor) -> torch.Tensor:
         """The policy head's output (log-probs or means) at these states: for KL terms between policies."""
-        x = obs.flatten(1)
-        return self.head(self.pi_body(x))
+        return self.head(self.pi_body(self.encoder(obs)))
+
+    def _values(self, v: torch.Tensor) -> torch.Tensor:
+        """[B] for one value head, [B, value_outputs] for several."""
+        values = self.value_head(v)
+        return values.squeeze(-1) if self.value_outputs == 1 else values
 
     def value(self, obs: torch.Tensor) -> torch.Tensor:
         _, v = self._features(obs)
-        return self.value_head(v).squeeze(-1)
+        return self._values(v)
 
     def evaluate(self, obs: torch.Tensor, actions: torch.Tensor) -> EvalOutput:
         pi, v = self._features(obs)
         params = self.head(pi)
         return EvalOutput(
-            self.head.log_prob(params, actions), self.head.entropy(params), self.value_head(v).squeeze(-1)
+            self.head.log_prob(params, actions), self.head.entropy(params), self._values(v)
         )
 
 
@@ -141,6 +151,7 @@ def build_mlp_actor(
     log_std_init: float = 0.0,
     obs_extractor: list[int] = (),  # type: ignore[assignment]
     act_extractor: list[int] = (),  # type: ignore[assignment]
+    value_outputs: int = 1,
 ) -> ActorCritic | Any:
     """An ActorCritic for on-policy algorithms, or a Torso from which off-policy ones build heads."""
     if not isinstance(observation_space, gym.spaces.Box):
@@ -162,5 +173,5 @@ def build_mlp_actor(
                           "algorithms use actor.hidden_sizes (and actor.shared)")
     return ActorCritic(
         observation_space, action_space, list(hidden_sizes), activation, shared, ortho_init,
-        log_std_init, normalize_obs, clip_obs,
+        log_std_init, normalize_obs, clip_obs, value_outputs,
     )

@@ -8,6 +8,7 @@ deterministic tanh policy, a tanh-squashed Gaussian policy, and N critics Q(s, a
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -35,6 +36,9 @@ class Torso:
     normalizer: RunningNorm
     obs_extractor: list[int] = field(default_factory=list)
     act_extractor: list[int] = field(default_factory=list)
+    # actor=cnn: makes a fresh image encoder (module, output width) for each network that sees observations
+    encoder: Callable[[], tuple[nn.Module, int]] | None = None
+    uint8_input: bool = False  # observations are stored and passed as uint8 pixels
 
     def mlp(self, in_features: int, sizes: list[int]) -> tuple[nn.Sequential, int]:
         body = mlp(in_features, sizes, self.activation)
@@ -44,7 +48,12 @@ class Torso:
 
     def features(self, extra_in: int = 0) -> tuple[nn.Module, nn.Module, int]:
         """Observation extractor and common layers (with `extra_in` action features joining them)."""
-        obs_net, width = self.mlp(self.obs_dim, self.obs_extractor)
+        if self.encoder is None:
+            obs_net, width = self.mlp(self.obs_dim, self.obs_extractor)
+        else:
+            encoder, width = self.encoder()
+            extractor, width = self.mlp(width, self.obs_extractor)
+            obs_net = nn.Sequential(encoder, extractor)
         common, width = self.mlp(width + extra_in, self.hidden_sizes)
         return obs_net, common, width
 

@@ -106,7 +106,10 @@ class PPO:
             if self.target_kl is not None and torch.stack(kls).mean().item() > 1.5 * self.target_kl:
                 break
         metrics = {k: v / n_minibatches for k, v in sums.items()}
-        metrics["explained_variance"] = explained_variance(batch.values, batch.returns, batch.mask)
+        values, returns = batch.values, batch.returns
+        if values.dim() > 1:  # several value heads (rnd_ppo): report the extrinsic one
+            values, returns = values[:, 0], returns[:, 0]
+        metrics["explained_variance"] = explained_variance(values, returns, batch.mask)
         metrics["learning_rate"] = torch.tensor(lr)
         if clip is not None:
             metrics["clip_range"] = torch.tensor(clip)
@@ -145,24 +148,36 @@ class PPO:
         extra, addon_logs = addon_losses(self, batch.obs, mask)
         policy_loss = policy_loss + extra
         old_values, returns = batch.values, batch.returns
-        if self.clip_range_vf is None:
-            value_loss = masked_mean((values - returns).square(), mask)
-        else:  # clip the value update around the old prediction, as PPO2 did
+        value_error = (values - returns).square()
+        if self.clip_range_vf is not None:  # clip the value update around the old prediction, as PPO2 did
             clipped = old_values + (values - old_values).clamp(-self.clip_range_vf, self.clip_range_vf)
-            value_loss = masked_mean(torch.maximum((values - returns).square(), (clipped - returns).square()), mask)
+            value_error = torch.maximum(value_error, (clipped - returns).square())
+        if value_error.dim() > 1:  # several value heads (rnd_ppo): the sum of their losses
+            value_error = value_error.sum(-1)
+        value_loss = masked_mean(value_error, mask)
         entropy_mean = masked_mean(entropy, mask)
-        loss = policy_loss - self.ent_coef * entropy_mean + self.vf_coef * value_loss
+        aux_loss, aux_logs = self.auxiliary_loss(batch)
+        loss = policy_loss - self.ent_coef * entropy_mean + self.vf_coef * value_loss + aux_loss
 
-        gradient_step(self.optimizer, loss, self.actor.parameters(), self.max_grad_norm)
+        gradient_step(self.optimizer, loss, self.trained_parameters(), self.max_grad_norm)
 
         stats = {
             "policy_loss": policy_loss.detach(), "value_loss": value_loss.detach(),
             "entropy": entropy_mean.detach(), "approx_kl": kl.detach(), "loss": loss.detach(), **addon_logs,
+            **aux_logs,
         }
         if clip is not None:
             with torch.no_grad():
                 stats["clip_fraction"] = masked_mean(((ratio - 1).abs() > clip).float(), mask)
         return stats
+
+    def auxiliary_loss(self, batch: RolloutBatch) -> tuple[torch.Tensor | float, dict[str, torch.Tensor]]:
+        """An extra loss trained in the same step (rnd_ppo's predictor); none for plain PPO."""
+        return 0.0, {}
+
+    def trained_parameters(self) -> Iterator[torch.nn.Parameter]:
+        """What the optimizer steps and gradient clipping covers."""
+        return self.actor.parameters()
 
     def env_actions(self, actions: torch.Tensor) -> np.ndarray:
         return clipped_env_actions(self.actor, actions)

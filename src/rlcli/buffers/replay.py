@@ -60,21 +60,27 @@ class ReplayBuffer:
         device: torch.device,
         gamma: float,
         storage: str = "auto",
+        obs_dtype: torch.dtype = torch.float32,
     ) -> None:
         require(capacity > 0, "buffer.capacity", capacity, "must be > 0")
         require(n_step > 0, "buffer.n_step", n_step, "must be >= 1")
         self.capacity, self.n_step, self.gamma, self.device = capacity, n_step, gamma, device
         self.num_envs = num_envs
-        per_item = 4 * (2 * int(np.prod(obs_shape)) + int(np.prod(action_shape)) * (2 if discrete else 1) + 2)
+        self.obs_dtype = obs_dtype  # uint8 for pixels (actor=cnn): a quarter of float32's memory
+        obs_bytes = torch.empty(0, dtype=obs_dtype).element_size()
+        per_item = (2 * obs_bytes * int(np.prod(obs_shape))
+                    + 4 * (int(np.prod(action_shape)) * (2 if discrete else 1) + 2))
         self.storage = storage_device(device, capacity * per_item, storage)
         pin = self.storage.type == "cpu" and device.type == "cuda"
 
-        def zeros(*shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-            tensor = torch.zeros(*shape, dtype=dtype, device=self.storage)
+        def zeros(*shape: int, dtype: torch.dtype = torch.float32, lazy: bool = False) -> torch.Tensor:
+            # lazy: left uninitialized, so host memory is committed as transitions arrive, not all at
+            # once (2 x 100k Atari frames are 5.6 GB); only slots below `size` are ever read
+            tensor = (torch.empty if lazy else torch.zeros)(*shape, dtype=dtype, device=self.storage)
             return tensor.pin_memory() if pin else tensor
 
-        self.obs = zeros(capacity, *obs_shape)
-        self.next_obs = zeros(capacity, *obs_shape)
+        self.obs = zeros(capacity, *obs_shape, dtype=obs_dtype, lazy=True)
+        self.next_obs = zeros(capacity, *obs_shape, dtype=obs_dtype, lazy=True)
         self.actions = zeros(capacity, *action_shape, dtype=torch.long if discrete else torch.float32)
         self.rewards = zeros(capacity)
         self.discounts = zeros(capacity)
@@ -101,7 +107,7 @@ class ReplayBuffer:
         if self.n_step == 1:
             keep = torch.as_tensor(valid, device=self.storage)
             discounts = self.gamma * (1.0 - terminated.astype(np.float32))
-            self._write(obs[keep], actions[keep], self._t(rewards)[keep], self._t(next_obs)[keep],
+            self._write(obs[keep], actions[keep], self._t(rewards)[keep], self._obs(next_obs)[keep],
                         self._t(discounts)[keep])
             return
         out: list[tuple[Any, Any, float, Any, float]] = []
@@ -117,7 +123,7 @@ class ReplayBuffer:
                 pending.pop(0)
         if out:
             o, a, r, n, d = zip(*out, strict=True)
-            self._write(torch.stack(o), torch.stack(a), self._t(np.array(r)), self._t(np.stack(n)),
+            self._write(torch.stack(o), torch.stack(a), self._t(np.array(r)), self._obs(np.stack(n)),
                         self._t(np.array(d)))
 
     def _n_step_transition(self, pending: list, next_obs: np.ndarray, terminated: bool) -> tuple:
@@ -127,6 +133,9 @@ class ReplayBuffer:
 
     def _t(self, x: Any) -> torch.Tensor:
         return torch.as_tensor(x, dtype=torch.float32, device=self.storage)
+
+    def _obs(self, x: Any) -> torch.Tensor:
+        return torch.as_tensor(x, dtype=self.obs_dtype, device=self.storage)
 
     def _write(self, obs, actions, rewards, next_obs, discounts) -> torch.Tensor:
         n = obs.shape[0]
@@ -187,7 +196,7 @@ def nstep(capacity: int = 1_000_000, n_step: int = 3, storage: Storage = "auto",
 
 def _replay_context(context: dict[str, Any]) -> dict[str, Any]:
     keys = ("num_envs", "obs_shape", "action_shape", "discrete", "device", "gamma")
-    return {k: context[k] for k in keys}
+    return {k: context[k] for k in keys} | {"obs_dtype": context.get("obs_dtype", torch.float32)}
 
 
 replay.on_policy = nstep.on_policy = False  # type: ignore[attr-defined]

@@ -71,6 +71,8 @@ class RolloutBuffer:
         discrete: bool,
         device: torch.device,
         carry_size: int = 0,
+        value_size: int = 1,
+        obs_dtype: torch.dtype = torch.float32,
         **_unused_context: object,
     ) -> None:
         self.n_steps, self.num_envs, self.device = n_steps, num_envs, device
@@ -80,10 +82,10 @@ class RolloutBuffer:
         def zeros(*extra: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
             return torch.zeros(*shape, *extra, dtype=dtype, device=device)
 
-        self.obs = zeros(*obs_shape)
+        self.obs = zeros(*obs_shape, dtype=obs_dtype)  # uint8 for pixels (actor=cnn)
         self.actions = zeros(*action_shape, dtype=torch.long if discrete else torch.float32)
         self.log_probs = zeros()
-        self.values = zeros()
+        self.values = zeros() if value_size == 1 else zeros(value_size)  # rnd_ppo: [extrinsic, intrinsic]
         self.rewards = zeros()
         self.terminated = zeros()
         self.dones = zeros()

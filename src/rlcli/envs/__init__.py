@@ -16,7 +16,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv
 
-from rlcli.envs import bit_flipping  # noqa: F401  (registers BitFlipping-v0 with gymnasium)
+from rlcli.envs import bit_flipping, pixel_goal  # noqa: F401  (register BitFlipping-v0, PixelGoal-v0)
 from rlcli.registry import ENVS, ConfigError, did_you_mean, require
 
 VectorMode = Literal["auto", "sync", "async", "numpy"]
@@ -26,6 +26,13 @@ def resolve_env_id(env_id: str | None) -> gym.envs.registration.EnvSpec:
     """Look a gymnasium id up (importing `module` first for `module:Env-v0`), or fail in one line."""
     if not env_id:
         raise ConfigError("env.id is not set; use env=<shipped id> or env=gym env.id=<gymnasium id>")
+    if env_id.startswith("ALE/") and env_id not in gym.registry:
+        try:
+            import ale_py
+        except ImportError:
+            raise ConfigError(f"env.id={env_id!r} needs the Atari emulator: pip install 'rlcli[atari]' "
+                              "(ale-py, which ships the ROMs, and opencv for the preprocessing)") from None
+        gym.register_envs(ale_py)
     if ":" in env_id:
         module, _, _ = env_id.partition(":")
         try:
@@ -60,6 +67,9 @@ class GymEnvFactory:
         normalize_reward: bool = False,
         clip_reward: float | None = None,
         observation_indices: list[int] | None = None,
+        sparse_reward: bool = False,
+        atari: bool = False,
+        frame_stack: int = 1,
     ) -> None:
         self.spec = resolve_env_id(id)
         self.observation_indices = None if observation_indices is None else [int(i) for i in observation_indices]
@@ -75,6 +85,18 @@ class GymEnvFactory:
         self.goal: GoalLayout | None = None  # set by make() for goal-conditioned envs
         self.normalize_reward = normalize_reward
         self.clip_reward = clip_reward
+        self.sparse_reward = sparse_reward
+        require(frame_stack >= 1, "env.frame_stack", frame_stack, "must be >= 1 (1 = no stacking)")
+        self.atari, self.frame_stack = atari, frame_stack
+        if atari:
+            if not self.spec.id.startswith("ALE/"):
+                raise ConfigError(f"env.atari=true applies gymnasium's Atari preprocessing, which needs an ALE/... "
+                                  f"env id; env.id={self.spec.id!r}")
+            try:
+                import cv2  # noqa: F401  (AtariPreprocessing resizes frames with it)
+            except ImportError:
+                raise ConfigError("env.atari=true needs opencv: pip install 'rlcli[atari]'") from None
+            self.kwargs.setdefault("frameskip", 1)  # the preprocessing skips frames itself
 
     def _keep_observations(self, envs: VectorEnv) -> VectorEnv:
         """`env.observation_indices=[0,2]`: keep only these entries of a flat Box observation (hide the
@@ -90,21 +112,33 @@ class GymEnvFactory:
             envs, lambda obs: obs[..., keep], observation_space=_select_box(envs.observation_space, keep),
             single_observation_space=_select_box(space, keep))
 
+    def _env_wrappers(self) -> list[Callable[[gym.Env], gym.Env]]:
+        """Per-env wrappers: Atari preprocessing (no-op starts, 4-frame skip with max-pooling, 84 x 84
+        grayscale; episodes end with the game, not with a lost life) and frame stacking."""
+        wrappers: list[Callable[[gym.Env], gym.Env]] = []
+        if self.atari:
+            wrappers.append(lambda env: gym.wrappers.AtariPreprocessing(env, noop_max=30, frame_skip=4,
+                                                                          screen_size=84, grayscale_obs=True))
+        if self.frame_stack > 1:
+            wrappers.append(lambda env: gym.wrappers.FrameStackObservation(env, self.frame_stack))
+        return wrappers
+
     @property
     def reward_threshold(self) -> float | None:
-        return self.spec.reward_threshold
+        """The registered one; with `sparse_reward`, 1.0 (every test episode reached its goal)."""
+        return 1.0 if self.sparse_reward else self.spec.reward_threshold
 
     def make(
         self, num_envs: int, mode: VectorMode = "auto", *, gamma: float = 0.99, eval: bool = False
     ) -> VectorEnv:
         """A vector env with episode statistics; training envs also get reward scaling / clipping."""
         if mode == "auto":
-            mode = "numpy" if self.spec.vector_entry_point is not None else "sync"
+            mode = "numpy" if self.spec.vector_entry_point is not None and not self._env_wrappers() else "sync"
         if mode == "numpy":
-            if self.spec.vector_entry_point is None:
+            if self.spec.vector_entry_point is None or self._env_wrappers():
                 raise ConfigError(
-                    f"train.vector_mode=numpy: {self.spec.id} has no numpy-vectorized version; "
-                    "choose from: auto, sync, async"
+                    f"train.vector_mode=numpy: {self.spec.id} has no numpy-vectorized version (or per-env wrappers "
+                    "such as env.atari / env.frame_stack are on); choose from: auto, sync, async"
                 )
             envs = gym.make_vec(self.spec.id, num_envs, vectorization_mode="vector_entry_point", **self.kwargs)
         else:
@@ -113,10 +147,13 @@ class GymEnvFactory:
                 num_envs,
                 vectorization_mode=mode,
                 vector_kwargs={"autoreset_mode": AutoresetMode.NEXT_STEP},
+                wrappers=self._env_wrappers(),
                 **self.kwargs,
             )
         if envs.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP) != AutoresetMode.NEXT_STEP:
             raise ConfigError(f"env {self.spec.id}: rlcli needs NEXT_STEP autoreset vector envs")
+        if self.sparse_reward:
+            envs = SparseReward(envs)
         envs = gym.wrappers.vector.RecordEpisodeStatistics(envs)  # raw returns, before any scaling
         if not eval:
             self.goal = goal_layout(envs)
@@ -130,6 +167,15 @@ class GymEnvFactory:
             if self.clip_reward is not None:
                 envs = gym.wrappers.vector.ClipReward(envs, -self.clip_reward, self.clip_reward)
         return envs
+
+
+class SparseReward(gym.vector.VectorWrapper):
+    """`env.sparse_reward=true`: reward 1 on the step an episode terminates (reaches its goal), else 0.
+    For tasks whose termination is success (MountainCar, Acrobot): a test return is then a success rate."""
+
+    def step(self, actions: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        obs, _, terminated, truncated, infos = self.env.step(actions)
+        return obs, terminated.astype(np.float64), terminated, truncated, infos
 
 
 def _select_box(space: gym.spaces.Box, keep: list[int]) -> gym.spaces.Box:
