@@ -112,3 +112,21 @@ def test_atari_preprocessing_and_frame_stacking_shapes():
     assert trainer.buffer.obs.shape == (8, 2, 4, 84, 84) and trainer.buffer.obs.dtype == torch.uint8
     assert trainer.buffer.obs.nbytes == 8 * 2 * 4 * 84 * 84
     trainer.close()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("algo", "steps", "settings"), [
+    ("ppo", 1024, ["algo.n_steps=64"]),  # two updates of 8 envs x 64 steps
+    ("dqn", 1200, ["algo.learning_starts=600", "buffer.capacity=2000"]),
+])
+def test_a_few_thousand_atari_frames_train_with_uint8_storage(algo, steps, settings, cli, tmp_path):
+    pytest.importorskip("ale_py", reason="the [atari] extra is not installed")
+    from rlcli import checkpoint
+
+    out = cli(f"algo={algo}", "env=ALE/Pong-v5", f"train.total_steps={steps}", *settings, "train.test_every=0",
+              "log.console=false", f"hydra.run.dir={tmp_path / 'run'}", timeout=600)
+    assert out.returncode == 0, out.stderr
+    data = checkpoint.load(checkpoint.resolve(tmp_path / "run"))
+    obs = data["buffer"]["obs"]
+    assert obs.dtype == torch.uint8 and tuple(obs.shape[-3:]) == (4, 84, 84)
+    assert data["state"]["env_steps"] >= steps and data["state"]["updates"] > 0  # 4 emulator frames per step

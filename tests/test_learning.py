@@ -97,3 +97,25 @@ def test_td3_learns_pendulum(cli, tmp_path):
               "train.stop_reward=-200", "log.console=false", f"hydra.run.dir={tmp_path / 'run'}", timeout=1200)
     assert out.returncode == 0, out.stderr
     assert max(_test_returns(tmp_path / "run")) > -200
+
+
+@pytest.mark.slow
+def test_rnd_ppo_solves_sparse_mountain_car_where_ppo_does_not(cli, tmp_path):
+    # Reward 1 only at the flag. Same seed, settings and 40,960-step budget (tuned/*/MountainCarSparse-v0):
+    # with the RND bonus every test episode reaches the flag; without it no test episode does.
+    common = ["env=MountainCarSparse-v0", "seed=2", "train.total_steps=40960", "log.console=false"]
+    out = cli("algo=rnd_ppo", *common, f"hydra.run.dir={tmp_path / 'rnd'}", timeout=900)
+    assert out.returncode == 0, out.stderr
+    assert max(_test_returns(tmp_path / "rnd")) == 1.0
+    out = cli("algo=ppo", *common, f"hydra.run.dir={tmp_path / 'ppo'}", timeout=900)
+    assert out.returncode == 0, out.stderr
+    assert max(_test_returns(tmp_path / "ppo")) == 0.0
+
+
+@pytest.mark.slow
+def test_ppo_with_a_cnn_learns_pixel_goal(cli, tmp_path):
+    # 2 x 7 x 7 uint8 images, actor=cnn_small picked by the env config; a random policy scores well under 0.5.
+    out = cli("algo=ppo", "env=PixelGoal-v0", "seed=2", "train.total_steps=60000", "log.console=false",
+              f"hydra.run.dir={tmp_path / 'run'}", timeout=900)
+    assert out.returncode == 0, out.stderr
+    assert max(_test_returns(tmp_path / "run")) >= 0.85

@@ -37,6 +37,9 @@ CASES = {
                             "algo.batch_size=64", "algo.n_epochs=2", "algo.obs_norm_warmup_steps=256"],
     # the recurrent carry between steps and the episode starts must survive the resume too
     "ppo-CartPoleNoVel-gru": ["algo=ppo", "actor=gru", "env=CartPoleNoVel-v1", "algo.n_steps=32", "algo.n_epochs=2"],
+    # pixels stored as uint8 in replay, convolutional Q-networks (and their target copy)
+    "dqn-PixelGoal-cnn": ["algo=dqn", "env=PixelGoal-v0", "train.num_envs=2", "algo.learning_starts=512",
+                          "algo.batch_size=64", "algo.train_freq=16", "algo.gradient_steps=4"],
     "dqn-CartPole": ["algo=dqn", "env=CartPole-v1", "train.num_envs=2", *SMALL_OFF_POLICY, "algo.train_freq=16",
                      "algo.gradient_steps=8", "algo.target_update_interval=256"],
     "dqn-CartPole-per-nstep": ["algo=dqn", "env=CartPole-v1", "train.num_envs=2", "buffer=per", "buffer.n_step=3",
