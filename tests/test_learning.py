@@ -119,3 +119,17 @@ def test_ppo_with_a_cnn_learns_pixel_goal(cli, tmp_path):
               f"hydra.run.dir={tmp_path / 'run'}", timeout=900)
     assert out.returncode == 0, out.stderr
     assert max(_test_returns(tmp_path / "run")) >= 0.85
+
+
+@pytest.mark.slow
+def test_recurrent_dqn_remembers_the_cue_where_mlp_dqn_cannot(cli, tmp_path):
+    # MemoryCue-v0 (8 blank steps between cue and question), tuned/dqn/MemoryCue-v0.yaml for both.
+    # R2D2-style (actor=gru, buffer=sequence) answers all 20 test episodes right; the MLP cannot beat chance.
+    out = cli("algo=dqn", "actor=gru", "buffer=sequence", "env=MemoryCue-v0", "seed=1", "log.console=false",
+              f"hydra.run.dir={tmp_path / 'gru'}", timeout=900)
+    assert out.returncode == 0, out.stderr
+    assert max(_test_returns(tmp_path / "gru")) == 1.0
+    out = cli("algo=dqn", "actor=mlp", "env=MemoryCue-v0", "seed=1", "log.console=false",
+              f"hydra.run.dir={tmp_path / 'mlp'}", timeout=900)
+    assert out.returncode == 0, out.stderr
+    assert max(_test_returns(tmp_path / "mlp")) < 0.95

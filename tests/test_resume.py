@@ -40,6 +40,10 @@ CASES = {
     # pixels stored as uint8 in replay, convolutional Q-networks (and their target copy)
     "dqn-PixelGoal-cnn": ["algo=dqn", "env=PixelGoal-v0", "train.num_envs=2", "algo.learning_starts=512",
                           "algo.batch_size=64", "algo.train_freq=16", "algo.gradient_steps=4"],
+    # R2D2: stored sequences, the pending steps of each env, and the acting carry must resume exactly
+    "dqn-MemoryCue-gru": ["algo=dqn", "actor=gru", "buffer=sequence", "env=MemoryCue-v0", "train.num_envs=2",
+                          "algo.learning_starts=512", "algo.batch_size=16", "algo.train_freq=16",
+                          "algo.gradient_steps=4", "buffer.seq_len=8", "buffer.burn_in=4"],
     "dqn-CartPole": ["algo=dqn", "env=CartPole-v1", "train.num_envs=2", *SMALL_OFF_POLICY, "algo.train_freq=16",
                      "algo.gradient_steps=8", "algo.target_update_interval=256"],
     "dqn-CartPole-per-nstep": ["algo=dqn", "env=CartPole-v1", "train.num_envs=2", "buffer=per", "buffer.n_step=3",

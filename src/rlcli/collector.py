@@ -80,23 +80,35 @@ class Collector:
         stats = CollectStats(steps=algo.n_steps * self.envs.num_envs)
         clock = time.perf_counter
         act_s = env_s = buffer_s = 0.0
+        actor = algo.actor
+        recurrent = getattr(actor, "recurrent", False)  # R2D2: sequences with the carry they began with
+        if recurrent and self.carry is None:
+            self.carry = actor.initial_carry(self.envs.num_envs, self.device)
+        sequence_args: tuple[torch.Tensor, ...] = ()
         for _ in range(algo.n_steps):
             t0 = clock()
             self.normalizer.update(self.obs)
+            if recurrent:  # the Q-network reads and advances the carry even when the action is random
+                starts = torch.as_tensor(self.episode_start, dtype=torch.float32, device=self.device)
+                sequence_args = (starts, self.carry)
+                actor.carry, actor.starts = self.carry, starts
+                actions = algo.act(self.normalizer(self.obs)).actions
+                self.carry = actor.carry
             if random_actions:  # before learning_starts; torch's generator keeps resume exact
                 actions = algo.random_actions(self.envs.num_envs).to(self.device)
-            else:
+            elif not recurrent:
                 actions = algo.act(self.normalizer(self.obs)).actions
             env_actions = algo.env_actions(actions)
             t1 = clock()
             next_obs, rewards, terminated, truncated, infos = self.envs.step(env_actions)
             t2 = clock()
             done = np.logical_or(terminated, truncated)
-            buffer.add(self.obs, actions, rewards, next_obs, terminated, done, ~self.prev_done)
+            buffer.add(self.obs, actions, rewards, next_obs, terminated, done, ~self.prev_done, *sequence_args)
             returns, lengths = finished_episodes(infos)
             stats.episode_returns.extend(returns.tolist())
             stats.episode_lengths.extend(lengths.tolist())
             self.obs = torch.as_tensor(next_obs, dtype=self.obs_dtype, device=self.device)
+            self.episode_start = self.prev_done.copy()  # after a reset step comes a new episode's first step
             self.prev_done = done
             t3 = clock()
             act_s, env_s, buffer_s = act_s + (t1 - t0), env_s + (t2 - t1), buffer_s + (t3 - t2)

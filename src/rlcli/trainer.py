@@ -183,6 +183,11 @@ class Trainer:
         init_from = cfg.actor.get("init_from")
         if init_from:
             load_actor_weights(self.algo.actor, Path(str(init_from)))
+        buffer_name = _section(cfg, "buffer")["name"]
+        sequences = bool(getattr(BUFFERS.get(buffer_name), "sequences", False))
+        if not on_policy and getattr(actor, "recurrent", False) and not sequences:
+            raise ConfigError(f"algo={algo_cfg['name']} with actor={actor_name} learns from stored sequences: use "
+                              f"buffer=sequence (R2D2 burn-in); buffer={buffer_name} holds single transitions")
         self.obs_dtype = torch.uint8 if getattr(actor, "uint8_input", False) else torch.float32
         self.buffer = BUFFERS.build(
             _section(cfg, "buffer"), n_steps=self.algo.n_steps, num_envs=s.num_envs,

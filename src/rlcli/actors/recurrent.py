@@ -13,6 +13,7 @@ is masked out of the losses; the carry is reset on the step after that, the new 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Literal
 
 import gymnasium as gym
@@ -23,6 +24,18 @@ from torch import nn
 from rlcli.actors.mlp import Activation, ActOutput, EvalOutput, mlp, orthogonal_init, policy_head
 from rlcli.actors.normalizer import RunningNorm
 from rlcli.registry import ACTORS, ConfigError, require
+
+
+def cell_step(cell: nn.GRUCell | nn.LSTMCell, x: torch.Tensor, carry: torch.Tensor,
+              starts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """One step of the cell: (output h, next carry). The carry is zeroed where an episode starts."""
+    carry = carry * (1.0 - starts).unsqueeze(-1)
+    if isinstance(cell, nn.GRUCell):
+        h = cell(x, carry)
+        return h, h
+    size = cell.hidden_size
+    h, c = cell(x, (carry[:, :size], carry[:, size:]))
+    return h, torch.cat([h, c], -1)
 
 
 class RecurrentActorCritic(nn.Module):
@@ -63,12 +76,7 @@ class RecurrentActorCritic(nn.Module):
         return {"shared": shared, "pi": list(self.head.parameters()), "v": list(self.value_head.parameters())}
 
     def _step(self, x: torch.Tensor, carry: torch.Tensor, starts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        carry = carry * (1.0 - starts).unsqueeze(-1)  # a new episode starts from zeros
-        if self.cell_type == "gru":
-            h = self.cell(x, carry)
-            return h, h
-        h, c = self.cell(x, (carry[:, : self.rnn_size], carry[:, self.rnn_size:]))
-        return h, torch.cat([h, c], -1)
+        return cell_step(self.cell, x, carry, starts)
 
     def _features(self, obs: torch.Tensor) -> torch.Tensor:
         carry = self.carry if self.carry is not None else self.initial_carry(obs.shape[0], obs.device)
@@ -108,6 +116,53 @@ class RecurrentActorCritic(nn.Module):
                           self.value_head(h).squeeze(-1))
 
 
+@dataclass
+class RecurrentTorso:
+    """What off-policy algorithms build recurrent networks from (only dqn so far: R2D2-style)."""
+
+    obs_dim: int
+    hidden_sizes: list[int]
+    rnn_size: int
+    cell: Literal["gru", "lstm"]
+    activation: Activation
+    ortho_init: bool
+    normalizer: RunningNorm
+    recurrent: bool = True
+
+    @property
+    def carry_size(self) -> int:
+        return self.rnn_size * (2 if self.cell == "lstm" else 1)
+
+
+class RecurrentQNetwork(nn.Module):
+    """Q-values from an MLP encoder and a recurrent cell: stepped while acting, unrolled to learn."""
+
+    def __init__(self, torso: RecurrentTorso, n_actions: int) -> None:
+        super().__init__()
+        self.encoder = mlp(torso.obs_dim, torso.hidden_sizes, torso.activation)
+        features = torso.hidden_sizes[-1] if torso.hidden_sizes else torso.obs_dim
+        self.cell: nn.GRUCell | nn.LSTMCell = (nn.GRUCell(features, torso.rnn_size) if torso.cell == "gru"
+                                               else nn.LSTMCell(features, torso.rnn_size))
+        self.head = nn.Linear(torso.rnn_size, n_actions)
+        if torso.ortho_init:
+            orthogonal_init(self.encoder, math.sqrt(2))
+
+    def step(self, obs: torch.Tensor, carry: torch.Tensor, starts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        h, carry = cell_step(self.cell, self.encoder(obs.flatten(1)), carry, starts)
+        return self.head(h), carry
+
+    def unroll(self, obs: torch.Tensor, starts: torch.Tensor,
+               carry: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """obs [T, B, ...], starts [T, B], carry [B, C] -> (Q-values [T, B, actions], the carry after T steps)."""
+        steps, batch = starts.shape
+        x = self.encoder(obs.reshape(steps * batch, -1)).reshape(steps, batch, -1)
+        outputs = []
+        for t in range(steps):
+            h, carry = cell_step(self.cell, x[t], carry, starts[t])
+            outputs.append(h)
+        return self.head(torch.stack(outputs)), carry
+
+
 def _build(cell: Literal["gru", "lstm"]):
     def build(
         observation_space: gym.spaces.Space,
@@ -120,15 +175,16 @@ def _build(cell: Literal["gru", "lstm"]):
         activation: Activation = "tanh",
         ortho_init: bool = True,
         log_std_init: float = 0.0,
-    ) -> RecurrentActorCritic:
-        if heads != "actor_critic":
-            raise ConfigError(f"actor={cell} works with the on-policy algorithms (ppo, ppo_kl, a2c, pg); "
-                              "recurrent off-policy agents are not built yet: use actor=mlp")
+    ) -> RecurrentActorCritic | RecurrentTorso:
         if not isinstance(observation_space, gym.spaces.Box):
             raise ConfigError(f"actor={cell} needs a Box observation space; the env has "
                               f"{type(observation_space).__name__}")
         require(all(h > 0 for h in hidden_sizes), "actor.hidden_sizes", list(hidden_sizes), "sizes must be > 0")
         require(rnn_size > 0, "actor.rnn_size", rnn_size, "must be > 0")
+        if heads == "torso":  # off-policy: dqn builds a recurrent Q-network from this (R2D2)
+            normalizer = RunningNorm(tuple(observation_space.shape), clip=clip_obs, enabled=normalize_obs)
+            return RecurrentTorso(int(np.prod(observation_space.shape)), list(hidden_sizes), rnn_size, cell,
+                                  activation, ortho_init, normalizer)
         return RecurrentActorCritic(observation_space, action_space, cell, list(hidden_sizes), rnn_size, activation,
                                     ortho_init, log_std_init, normalize_obs, clip_obs)
 

@@ -11,9 +11,11 @@ from torch import nn
 
 from rlcli.actors.mlp import ActOutput
 from rlcli.actors.offpolicy import QNetwork, Torso
+from rlcli.actors.recurrent import RecurrentQNetwork, RecurrentTorso
 from rlcli.algos.base import adam, gradient_step
 from rlcli.algos.offpolicy import check_offpolicy, polyak_update
 from rlcli.buffers.replay import ReplayBuffer
+from rlcli.buffers.sequence import SequenceBatch
 from rlcli.registry import ALGOS, require
 
 
@@ -23,6 +25,32 @@ class DQNNetworks(nn.Module):
         self.normalizer = torso.normalizer
         self.q = QNetwork(torso, n_actions, dueling)
         self.q_target = copy.deepcopy(self.q).requires_grad_(False)
+
+
+class RecurrentDQNNetworks(nn.Module):
+    """R2D2's networks. Like the recurrent actor-critics, acting reads and advances `carry` (set by
+    the collector, with `starts` marking the envs whose episode begins at this step)."""
+
+    recurrent = True
+
+    def __init__(self, torso: RecurrentTorso, n_actions: int):
+        super().__init__()
+        self.normalizer = torso.normalizer
+        self.carry_size = torso.carry_size
+        self.q = RecurrentQNetwork(torso, n_actions)
+        self.q_target = copy.deepcopy(self.q).requires_grad_(False)
+        self.carry: torch.Tensor | None = None
+        self.starts: torch.Tensor | None = None
+
+    def initial_carry(self, n: int, device: torch.device | str = "cpu") -> torch.Tensor:
+        return torch.zeros(n, self.carry_size, device=device)
+
+    def q_values(self, obs: torch.Tensor) -> torch.Tensor:
+        n, device = obs.shape[0], obs.device
+        carry = self.carry if self.carry is not None else self.initial_carry(n, device)
+        starts = self.starts if self.starts is not None else torch.zeros(n, device=device)
+        q, self.carry = self.q.step(obs, carry, starts)
+        return q
 
 
 @ALGOS.register("dqn")
@@ -59,7 +87,10 @@ class DQN:
                          ("algo.exploration_final_eps", exploration_final_eps)):
             require(0 <= eps <= 1, key, eps, "must be in [0, 1]")
         self.n_actions = int(action_space.n)
-        self.actor = DQNNetworks(actor, self.n_actions, dueling)
+        self.recurrent = bool(getattr(actor, "recurrent", False))
+        require(not (self.recurrent and dueling), "algo.dueling", dueling, "is not built for recurrent Q-networks")
+        self.actor = (RecurrentDQNNetworks(actor, self.n_actions) if self.recurrent  # type: ignore[arg-type]
+                      else DQNNetworks(actor, self.n_actions, dueling))
         self.optimizer = adam(self.actor.q.parameters(), lr=lr)
         self.n_steps = train_freq  # env steps per env between update phases
         self.batch_size, self.learning_starts, self.gradient_steps = batch_size, learning_starts, gradient_steps
@@ -79,7 +110,8 @@ class DQN:
 
     @torch.inference_mode()
     def act(self, obs: torch.Tensor, deterministic: bool = False) -> ActOutput:
-        actions = self.actor.q(obs).argmax(-1)
+        q = self.actor.q_values(obs) if self.recurrent else self.actor.q(obs)
+        actions = q.argmax(-1)
         if not deterministic:
             explore = torch.rand(actions.shape) < self.epsilon()
             random = torch.randint(0, self.n_actions, actions.shape)
@@ -96,6 +128,15 @@ class DQN:
     def update(self, buffer: ReplayBuffer, progress: float) -> dict[str, torch.Tensor]:
         net, losses, qs = self.actor, [], []
         for k in range(self.gradient_steps):
+            if self.recurrent:
+                if len(buffer) == 0:  # no whole sequence stored yet
+                    break
+                loss, q_mean = self._sequence_loss(buffer.sample(self.batch_size), buffer.burn_in)  # type: ignore
+                gradient_step(self.optimizer, loss, net.q.parameters(), self.max_grad_norm)
+                self.gradient_updates += 1
+                losses.append(loss.detach())
+                qs.append(q_mean)
+                continue
             batch = buffer.sample(self.batch_size, progress, k, self.gradient_steps)
             obs, next_obs = net.normalizer(batch.obs), net.normalizer(batch.next_obs)
             with torch.no_grad():
@@ -128,6 +169,34 @@ class DQN:
         return {"value_loss": torch.stack(losses).mean(), "q_mean": torch.stack(qs).mean(),
                 "epsilon": torch.tensor(self.epsilon()),
                 "learning_rate": torch.tensor(self.optimizer.param_groups[0]["lr"])}
+
+    def _sequence_loss(self, batch: SequenceBatch, burn: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """R2D2: refresh the stored state over the burn-in steps (no gradients), then 1-step Q-learning on
+        the rest of the sequence, the target network unrolled over the whole sequence from the stored state."""
+        net = self.actor
+        obs = net.normalizer(batch.obs)
+        with torch.no_grad():
+            target_q, _ = net.q_target.unroll(obs, batch.starts, batch.carry0)  # [L + 1, B, A]
+            carry = batch.carry0
+            if burn > 0:
+                _, carry = net.q.unroll(obs[:burn], batch.starts[:burn], carry)
+        q, _ = net.q.unroll(obs[burn:], batch.starts[burn:], carry)  # [L + 1 - burn, B, A]
+        taken = q[:-1].gather(-1, batch.actions[burn:].unsqueeze(-1)).squeeze(-1)
+        with torch.no_grad():
+            next_target = target_q[burn + 1:]
+            if self.double:
+                next_value = next_target.gather(-1, q[1:].argmax(-1, keepdim=True)).squeeze(-1)
+            else:
+                next_value = next_target.max(-1).values
+            target = (self.reward_scale * batch.rewards[burn:]
+                      + self.gamma * (1.0 - batch.terminated[burn:]) * next_value)
+        if self.loss == "huber":
+            per_step = nn.functional.smooth_l1_loss(taken, target, reduction="none")
+        else:
+            per_step = (taken - target).square()
+        valid = batch.valid[burn:]
+        loss = (per_step * valid).sum() / valid.sum().clamp_min(1.0)
+        return loss, (taken.detach() * valid).sum() / valid.sum().clamp_min(1.0)
 
     def state_dict(self) -> dict[str, Any]:
         return {"actor": self.actor.state_dict(), "optimizer": self.optimizer.state_dict(),

@@ -32,6 +32,7 @@ class SACNetworks(nn.Module):
 class SAC:
     on_policy = False
     action_spaces = ("Box",)
+    supported_actors = ("mlp", "cnn")  # no recurrent critics yet
 
     def __init__(
         self,

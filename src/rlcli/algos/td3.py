@@ -36,6 +36,7 @@ class TD3Networks(nn.Module):
 class TD3:
     on_policy = False
     action_spaces = ("Box",)
+    supported_actors = ("mlp", "cnn")  # no recurrent critics yet
 
     def __init__(
         self,

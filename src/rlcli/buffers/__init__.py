@@ -1,3 +1,3 @@
 """Buffers register themselves on import."""
 
-from rlcli.buffers import her, prioritized, replay, rollout  # noqa: F401
+from rlcli.buffers import her, prioritized, replay, rollout, sequence  # noqa: F401

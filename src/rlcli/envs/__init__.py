@@ -16,7 +16,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv
 
-from rlcli.envs import bit_flipping, pixel_goal  # noqa: F401  (register BitFlipping-v0, PixelGoal-v0)
+from rlcli.envs import bit_flipping, memory_cue, pixel_goal  # noqa: F401  (register the shipped envs)
 from rlcli.registry import ENVS, ConfigError, did_you_mean, require
 
 VectorMode = Literal["auto", "sync", "async", "numpy"]

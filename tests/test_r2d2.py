@@ -1,0 +1,132 @@
+"""Recurrent DQN (R2D2): sequence storage with overlap, episode starts, burn-in, bad input."""
+
+import numpy as np
+import pytest
+import torch
+from test_configs import composed
+
+from rlcli.buffers.sequence import SequenceReplayBuffer
+from rlcli.envs.memory_cue import MemoryCueEnv
+from rlcli.registry import ConfigError
+from rlcli.trainer import Trainer
+
+QUIET = ["log.console=false", "log.tensorboard=false"]
+
+
+def feed(buffer, steps, envs=1, valid_at=lambda t: True):
+    """Step t of env i has observation 100 * i + t, action t % 2, reward t, and carry t."""
+    for t in range(steps):
+        obs = torch.tensor([[100.0 * i + t] for i in range(envs)])
+        next_obs = np.array([[100.0 * i + t + 1] for i in range(envs)])
+        valid = np.array([valid_at(t)] * envs)
+        starts = torch.tensor([float(t > 0 and not valid_at(t - 1))] * envs)
+        carry = torch.full((envs, 3), float(t))
+        buffer.add(obs, torch.full((envs,), t % 2), np.full(envs, float(t)), next_obs, np.zeros(envs),
+                   np.zeros(envs, bool), valid, starts, carry)
+
+
+def test_sequences_overlap_and_keep_their_first_carry():
+    buffer = SequenceReplayBuffer(capacity=600, seq_len=4, burn_in=2, sequence_overlap=0.5, num_envs=2,
+                                  obs_shape=(1,), carry_size=3, device=torch.device("cpu"))
+    assert buffer.length == 6 and buffer.stride == 3 and buffer.capacity == 100
+    feed(buffer, 12, envs=2)
+    # per env, sequences start at steps 0, 3, 6 (the one starting at 9 is not complete yet)
+    assert len(buffer) == 6
+    firsts = sorted(buffer.obs[: len(buffer), 0, 0].tolist())
+    assert firsts == [0, 3, 6, 100, 103, 106]
+    k = buffer.obs[:, 0, 0].tolist().index(103.0)
+    assert buffer.obs[k, :, 0].tolist() == [103, 104, 105, 106, 107, 108, 109]  # L + 1 observations
+    assert buffer.rewards[k].tolist() == [3, 4, 5, 6, 7, 8]
+    assert buffer.actions[k].tolist() == [1, 0, 1, 0, 1, 0]
+    assert buffer.carry0[k].tolist() == [3, 3, 3]  # the carry the actor had at the sequence's first step
+
+
+def test_reset_steps_are_kept_but_invalid_and_the_next_step_starts_an_episode():
+    buffer = SequenceReplayBuffer(capacity=100, seq_len=5, burn_in=0, sequence_overlap=0.0, num_envs=1,
+                                  obs_shape=(1,), carry_size=3, device=torch.device("cpu"))
+    feed(buffer, 5, valid_at=lambda t: t != 2)  # step 2 is a reset step: step 3 begins an episode
+    assert buffer.valid[0].tolist() == [1, 1, 0, 1, 1]
+    assert buffer.starts[0].tolist() == [0, 0, 0, 1, 0, 0]
+    feed(buffer, 5, valid_at=lambda t: t != 4)  # the last step is a reset step: the extra obs starts one
+    assert buffer.starts[1].tolist() == [0, 0, 0, 0, 0, 1]
+
+
+def test_sampled_batches_are_time_major():
+    buffer = SequenceReplayBuffer(capacity=100, seq_len=3, burn_in=1, sequence_overlap=0.0, num_envs=1,
+                                  obs_shape=(1,), carry_size=3, device=torch.device("cpu"))
+    feed(buffer, 40)
+    batch = buffer.sample(5)
+    assert batch.obs.shape == (5, 5, 1) and batch.actions.shape == (4, 5) and batch.starts.shape == (5, 5)
+    assert batch.carry0.shape == (5, 3)
+    assert torch.equal(batch.obs[1:, :, 0] - batch.obs[:-1, :, 0], torch.ones(4, 5))  # consecutive steps
+
+
+def test_bad_sequence_settings():
+    for kwargs, message in [({"seq_len": 0}, "buffer.seq_len=0"), ({"burn_in": -1}, "buffer.burn_in=-1"),
+                            ({"sequence_overlap": 1.0}, "buffer.sequence_overlap=1.0"),
+                            ({"capacity": 5}, "buffer.capacity=5")]:
+        settings = {"capacity": 100, "seq_len": 4, "burn_in": 2, "sequence_overlap": 0.5} | kwargs
+        with pytest.raises(ConfigError, match=message.replace(".", r"\.")):
+            SequenceReplayBuffer(**settings, num_envs=1, obs_shape=(1,), carry_size=3, device=torch.device("cpu"))
+
+
+def r2d2_trainer(*extra):
+    cfg = composed("algo=dqn", "actor=gru", "buffer=sequence", "env=MemoryCue-v0", "buffer.seq_len=6",
+                   "buffer.burn_in=3", "algo.learning_starts=64", "algo.batch_size=8", *extra, *QUIET)
+    return Trainer(cfg, run_dir=None)
+
+
+def test_burn_in_refreshes_the_stored_state_without_gradients():
+    trainer = r2d2_trainer()
+    algo, buffer = trainer.algo, trainer.buffer
+    for _ in range(40):
+        trainer.collector.collect(algo, buffer, random_actions=True)
+    batch = buffer.sample(8)
+    net = algo.actor
+    # the loss's Q-values after burn-in equal a plain unroll over the whole sequence from the stored carry
+    with torch.no_grad():
+        full, _ = net.q.unroll(batch.obs, batch.starts, batch.carry0)
+    obs = batch.obs.clone().requires_grad_(True)
+    loss, q_mean = algo._sequence_loss(batch._replace(obs=obs), burn=3)
+    taken = full[3:-1].gather(-1, batch.actions[3:].unsqueeze(-1)).squeeze(-1)
+    valid = batch.valid[3:]
+    assert float(q_mean) == pytest.approx(float((taken * valid).sum() / valid.sum()), rel=1e-5)
+    # no gradient flows through the burn-in steps (nor the target), only through the learned ones
+    loss.backward()
+    assert torch.all(obs.grad[:3] == 0) and obs.grad[3:-1].abs().sum() > 0
+    assert all(p.grad is not None for p in net.q.parameters())
+    trainer.close()
+
+
+def test_acting_steps_the_same_network_that_learning_unrolls():
+    trainer = r2d2_trainer()
+    net = trainer.algo.actor
+    env = MemoryCueEnv(delay=8)
+    obs, _ = env.reset(seed=0)
+    observations = [obs]
+    for _ in range(5):
+        obs, *_ = env.step(0)
+        observations.append(obs)
+    x = torch.as_tensor(np.stack(observations)).unsqueeze(1)  # [T, 1, 2]
+    starts = torch.zeros(6, 1)
+    starts[0] = 1
+    unrolled, _ = net.q.unroll(x, starts, net.initial_carry(1))
+    net.carry, stepped = net.initial_carry(1), []
+    for t in range(6):
+        net.starts = starts[t]
+        stepped.append(net.q_values(x[t]))
+    assert torch.allclose(torch.stack(stepped), unrolled, atol=1e-6)
+    trainer.close()
+
+
+@pytest.mark.parametrize(("overrides", "message"), [
+    (["algo=dqn", "actor=gru", "env=MemoryCue-v0"], "algo=dqn with actor=gru learns from stored sequences: use "
+                                                    "buffer=sequence"),
+    (["algo=dqn", "buffer=sequence", "env=MemoryCue-v0"], "buffer=sequence stores sequences for recurrent actors"),
+    (["algo=sac", "actor=gru", "env=Pendulum-v1"], "algo=sac does not support actor=gru yet; choose from: mlp, cnn"),
+    (["algo=dqn", "actor=lstm", "buffer=sequence", "algo.dueling=true"], "algo.dueling=True is invalid"),
+])
+def test_bad_recurrent_off_policy_settings(overrides, message):
+    with pytest.raises(ConfigError) as error:
+        Trainer(composed(*overrides, *QUIET), run_dir=None)
+    assert message in str(error.value) and "\n" not in str(error.value)
