@@ -133,15 +133,16 @@ def assert_same_run(a: Path, b: Path) -> None:
 @pytest.mark.parametrize("case", list(CASES))
 def test_sigterm_then_resume_is_bit_identical_to_an_uninterrupted_run(case, tmp_path):
     args = budget(case)
-    straight = run([*args, f"hydra.run.dir={tmp_path / 'straight'}"], tmp_path)
-    assert straight.returncode == 0, straight.stderr
-
+    # the uninterrupted run and the one to be stopped run side by side (deterministic, one thread each)
+    straight = start([*args, f"hydra.run.dir={tmp_path / 'straight'}"], tmp_path)
     stopped = tmp_path / "stopped"
     proc = start([*args, f"hydra.run.dir={stopped}"], tmp_path)
     wait_for_checkpoint(stopped, proc)
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 128 + signal.SIGTERM, err
+    _, err = straight.communicate(timeout=600)
+    assert straight.returncode == 0, err
     log = (stopped / "train.log").read_text()
     assert f"resume with: rl-train resume={stopped}" in log
     steps_at_stop = final(stopped)["state"]["env_steps"]
