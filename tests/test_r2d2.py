@@ -123,10 +123,38 @@ def test_acting_steps_the_same_network_that_learning_unrolls():
     (["algo=dqn", "actor=gru", "env=MemoryCue-v0"], "algo=dqn with actor=gru learns from stored sequences: use "
                                                     "buffer=sequence"),
     (["algo=dqn", "buffer=sequence", "env=MemoryCue-v0"], "buffer=sequence stores sequences for recurrent actors"),
-    (["algo=sac", "actor=gru", "env=Pendulum-v1"], "algo=sac does not support actor=gru yet; choose from: mlp, cnn"),
+    (["algo=td3", "actor=gru", "env=Pendulum-v1"], "algo=td3 does not support actor=gru yet; choose from: mlp, cnn"),
+    (["algo=sac", "actor=gru", "env=Pendulum-v1"], "algo=sac with actor=gru learns from stored sequences: use "
+                                                   "buffer=sequence"),
     (["algo=dqn", "actor=lstm", "buffer=sequence", "algo.dueling=true"], "algo.dueling=True is invalid"),
 ])
 def test_bad_recurrent_off_policy_settings(overrides, message):
     with pytest.raises(ConfigError) as error:
         Trainer(composed(*overrides, *QUIET), run_dir=None)
     assert message in str(error.value) and "\n" not in str(error.value)
+
+
+def test_recurrent_sac_stores_float_actions_and_learns_only_after_burn_in():
+    cfg = composed("algo=sac", "actor=gru", "buffer=sequence", "env=Pendulum-v1", "train.num_envs=2",
+                   "buffer.seq_len=6", "buffer.burn_in=2", "algo.learning_starts=64", "algo.batch_size=8",
+                   "actor.rnn_size=16", *QUIET)
+    trainer = Trainer(cfg, run_dir=None)
+    algo, buffer = trainer.algo, trainer.buffer
+    for _ in range(40):
+        trainer.collector.collect(algo, buffer, random_actions=True)
+    assert buffer.actions.dtype == torch.float32 and buffer.actions.shape[1:] == (8, 1)
+    assert len(buffer) > 0 and buffer.actions[: len(buffer)].abs().max() <= 1.0  # stored in [-1, 1]
+    policy = [p.clone() for p in algo.actor.policy.parameters()]
+    critics = [p.clone() for p in algo.actor.critics.parameters()]
+    metrics = algo.update(buffer, progress=0.0)
+    assert {"value_loss", "policy_loss", "alpha", "entropy"} <= set(metrics)
+    assert all(torch.isfinite(v) for v in metrics.values())
+    changed = lambda before, now: any(not torch.equal(a, b) for a, b in zip(before, now, strict=True))  # noqa: E731
+    assert changed(policy, algo.actor.policy.parameters()) and changed(critics, algo.actor.critics.parameters())
+    # burn-in: no gradient reaches the first burn_in observations through the critics' loss
+    batch = buffer.sample(8)
+    obs = batch.obs.clone().requires_grad_(True)
+    features = algo.actor.critics.features(obs, batch.starts, 2)
+    algo.actor.critics.q([h[:-1] for h in features], batch.actions[2:]).sum().backward()
+    assert torch.all(obs.grad[:2] == 0) and obs.grad[2:-1].abs().sum() > 0
+    trainer.close()

@@ -135,14 +135,19 @@ class SquashedGaussianPolicy(nn.Module):
         self.net = torso.make(2 * action_dim, out_gain=0.01)
 
     def forward(self, obs: torch.Tensor, deterministic: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
-        mean, log_std = self.net(obs).chunk(2, -1)
-        log_std = log_std.clamp(LOG_STD_MIN, LOG_STD_MAX)
-        if deterministic:
-            return torch.tanh(mean), torch.zeros(mean.shape[:-1], device=mean.device)
-        noise = torch.randn_like(mean)
-        u = mean + log_std.exp() * noise
-        action = torch.tanh(u)
-        log_prob = (-0.5 * noise.square() - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
-        # log|d tanh(u)/du| = 2 (log 2 - u - softplus(-2u)), numerically stable
-        log_prob = log_prob - (2 * (math.log(2) - u - nn.functional.softplus(-2 * u))).sum(-1)
-        return action, log_prob
+        return squashed_gaussian(self.net(obs), deterministic)
+
+
+def squashed_gaussian(params: torch.Tensor, deterministic: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """Actions and log-probs from [..., 2 * action_dim] network outputs (means, then log stds)."""
+    mean, log_std = params.chunk(2, -1)
+    log_std = log_std.clamp(LOG_STD_MIN, LOG_STD_MAX)
+    if deterministic:
+        return torch.tanh(mean), torch.zeros(mean.shape[:-1], device=mean.device)
+    noise = torch.randn_like(mean)
+    u = mean + log_std.exp() * noise
+    action = torch.tanh(u)
+    log_prob = (-0.5 * noise.square() - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
+    # log|d tanh(u)/du| = 2 (log 2 - u - softplus(-2u)), numerically stable
+    log_prob = log_prob - (2 * (math.log(2) - u - nn.functional.softplus(-2 * u))).sum(-1)
+    return action, log_prob

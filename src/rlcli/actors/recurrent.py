@@ -134,33 +134,84 @@ class RecurrentTorso:
         return self.rnn_size * (2 if self.cell == "lstm" else 1)
 
 
-class RecurrentQNetwork(nn.Module):
-    """Q-values from an MLP encoder and a recurrent cell: stepped while acting, unrolled to learn."""
+class RecurrentBody(nn.Module):
+    """MLP encoder -> recurrent cell: stepped while acting, unrolled over stored sequences to learn."""
 
-    def __init__(self, torso: RecurrentTorso, n_actions: int) -> None:
+    def __init__(self, torso: RecurrentTorso) -> None:
         super().__init__()
         self.encoder = mlp(torso.obs_dim, torso.hidden_sizes, torso.activation)
         features = torso.hidden_sizes[-1] if torso.hidden_sizes else torso.obs_dim
         self.cell: nn.GRUCell | nn.LSTMCell = (nn.GRUCell(features, torso.rnn_size) if torso.cell == "gru"
                                                else nn.LSTMCell(features, torso.rnn_size))
-        self.head = nn.Linear(torso.rnn_size, n_actions)
         if torso.ortho_init:
             orthogonal_init(self.encoder, math.sqrt(2))
 
     def step(self, obs: torch.Tensor, carry: torch.Tensor, starts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        h, carry = cell_step(self.cell, self.encoder(obs.flatten(1)), carry, starts)
-        return self.head(h), carry
+        return cell_step(self.cell, self.encoder(obs.flatten(1)), carry, starts)
 
     def unroll(self, obs: torch.Tensor, starts: torch.Tensor,
                carry: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """obs [T, B, ...], starts [T, B], carry [B, C] -> (Q-values [T, B, actions], the carry after T steps)."""
+        """obs [T, B, ...], starts [T, B], carry [B, C] -> (outputs [T, B, H], the carry after T steps)."""
         steps, batch = starts.shape
         x = self.encoder(obs.reshape(steps * batch, -1)).reshape(steps, batch, -1)
         outputs = []
         for t in range(steps):
             h, carry = cell_step(self.cell, x[t], carry, starts[t])
             outputs.append(h)
-        return self.head(torch.stack(outputs)), carry
+        return torch.stack(outputs), carry
+
+
+class RecurrentNet(nn.Module):
+    """A recurrent body with a linear head: DQN's Q-values, or SAC's policy parameters."""
+
+    def __init__(self, torso: RecurrentTorso, out_features: int, out_gain: float = 1.0) -> None:
+        super().__init__()
+        self.body = RecurrentBody(torso)
+        self.head = nn.Linear(torso.rnn_size, out_features)
+        if torso.ortho_init:
+            orthogonal_init(self.head, out_gain)
+
+    def step(self, obs: torch.Tensor, carry: torch.Tensor, starts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        h, carry = self.body.step(obs, carry, starts)
+        return self.head(h), carry
+
+    def unroll(self, obs: torch.Tensor, starts: torch.Tensor,
+               carry: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        h, carry = self.body.unroll(obs, starts, carry)
+        return self.head(h), carry
+
+
+RecurrentQNetwork = RecurrentNet  # DQN's Q-values per discrete action
+
+
+class RecurrentCritics(nn.Module):
+    """N critics Q(s, a): each a recurrent body over observations whose output joins the action in an
+    MLP head. While acting nothing steps them, so every stored sequence unrolls them from a zero state
+    (R2D2's zero-state variant); burn-in steps warm that state up."""
+
+    def __init__(self, torso: RecurrentTorso, action_dim: int, n: int) -> None:
+        super().__init__()
+        self.bodies = nn.ModuleList(RecurrentBody(torso) for _ in range(n))
+        self.heads = nn.ModuleList(mlp(torso.rnn_size + action_dim, [torso.rnn_size], torso.activation)
+                                   .append(nn.Linear(torso.rnn_size, 1)) for _ in range(n))
+        self.carry_size = torso.carry_size
+
+    def features(self, obs: torch.Tensor, starts: torch.Tensor, burn_in: int) -> list[torch.Tensor]:
+        """Each body's outputs [T - burn_in, B, H] after a burn-in without gradients from a zero state."""
+        out = []
+        for body in self.bodies:
+            carry = torch.zeros(starts.shape[1], self.carry_size, device=starts.device)
+            if burn_in > 0:
+                with torch.no_grad():
+                    _, carry = body.unroll(obs[:burn_in], starts[:burn_in], carry)
+            h, _ = body.unroll(obs[burn_in:], starts[burn_in:], carry)
+            out.append(h)
+        return out
+
+    def q(self, features: list[torch.Tensor], actions: torch.Tensor) -> torch.Tensor:
+        """Q-values [N, T, B] from each critic's features [T, B, H] and actions [T, B, A]."""
+        return torch.stack([head(torch.cat([h, actions], -1)).squeeze(-1)
+                            for head, h in zip(self.heads, features, strict=True)])
 
 
 def _build(cell: Literal["gru", "lstm"]):

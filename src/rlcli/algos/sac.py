@@ -11,10 +11,12 @@ import torch
 from torch import nn
 
 from rlcli.actors.mlp import ActOutput
-from rlcli.actors.offpolicy import Critics, SquashedGaussianPolicy, Torso
+from rlcli.actors.offpolicy import Critics, SquashedGaussianPolicy, Torso, squashed_gaussian
+from rlcli.actors.recurrent import RecurrentCritics, RecurrentNet, RecurrentTorso
 from rlcli.algos.base import adam, frozen, gradient_step
 from rlcli.algos.offpolicy import BoxScaler, check_offpolicy, polyak_update
 from rlcli.buffers.replay import ReplayBuffer
+from rlcli.buffers.sequence import SequenceBatch
 from rlcli.registry import ALGOS, require
 
 
@@ -28,11 +30,38 @@ class SACNetworks(nn.Module):
         self.log_alpha = nn.Parameter(torch.tensor(float(log_alpha)))
 
 
+class RecurrentSACNetworks(nn.Module):
+    """Recurrent SAC: a recurrent policy stepped with the acting carry (stored with each sequence) and
+    recurrent critics unrolled from zero over each sequence; see RecurrentCritics."""
+
+    recurrent = True
+
+    def __init__(self, torso: RecurrentTorso, action_dim: int, num_critics: int, log_alpha: float):
+        super().__init__()
+        self.normalizer = torso.normalizer
+        self.carry_size = torso.carry_size
+        self.policy = RecurrentNet(torso, 2 * action_dim, out_gain=0.01)
+        self.critics = RecurrentCritics(torso, action_dim, num_critics)
+        self.critics_target = copy.deepcopy(self.critics).requires_grad_(False)
+        self.log_alpha = nn.Parameter(torch.tensor(float(log_alpha)))
+        self.carry: torch.Tensor | None = None
+        self.starts: torch.Tensor | None = None
+
+    def initial_carry(self, n: int, device: torch.device | str = "cpu") -> torch.Tensor:
+        return torch.zeros(n, self.carry_size, device=device)
+
+    def act(self, obs: torch.Tensor, deterministic: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        n, device = obs.shape[0], obs.device
+        carry = self.carry if self.carry is not None else self.initial_carry(n, device)
+        starts = self.starts if self.starts is not None else torch.zeros(n, device=device)
+        params, self.carry = self.policy.step(obs, carry, starts)
+        return squashed_gaussian(params, deterministic)
+
+
 @ALGOS.register("sac")
 class SAC:
     on_policy = False
     action_spaces = ("Box",)
-    supported_actors = ("mlp", "cnn")  # no recurrent critics yet
 
     def __init__(
         self,
@@ -66,7 +95,9 @@ class SAC:
         self.action_dim = int(np.prod(action_space.shape))
         self.auto_alpha = ent_coef == "auto"
         init = ent_coef_init if self.auto_alpha else max(float(ent_coef), 1e-30)
-        self.actor = SACNetworks(actor, self.action_dim, num_critics, np.log(init))
+        self.recurrent = bool(getattr(actor, "recurrent", False))
+        networks = RecurrentSACNetworks if self.recurrent else SACNetworks
+        self.actor = networks(actor, self.action_dim, num_critics, np.log(init))  # type: ignore[arg-type]
         self.fixed_alpha = None if self.auto_alpha else float(ent_coef)
         self.target_entropy = -float(self.action_dim) if target_entropy == "auto" else float(target_entropy)
         self.policy_optimizer = adam(self.actor.policy.parameters(), lr=lr)
@@ -86,7 +117,10 @@ class SAC:
 
     @torch.inference_mode()
     def act(self, obs: torch.Tensor, deterministic: bool = False) -> ActOutput:
-        actions, log_probs = self.actor.policy(obs, deterministic)
+        if self.recurrent:
+            actions, log_probs = self.actor.act(obs, deterministic)
+        else:
+            actions, log_probs = self.actor.policy(obs, deterministic)
         return ActOutput(actions, log_probs, torch.zeros_like(log_probs))
 
     def random_actions(self, n: int) -> torch.Tensor:
@@ -99,6 +133,11 @@ class SAC:
         net = self.actor
         logs: dict[str, list[torch.Tensor]] = {"value_loss": [], "policy_loss": [], "alpha": [], "entropy": []}
         for k in range(self.gradient_steps):
+            if self.recurrent:
+                if len(buffer) == 0:  # no whole sequence stored yet
+                    break
+                self._sequence_step(buffer.sample(self.batch_size), buffer.burn_in, logs)  # type: ignore
+                continue
             batch = buffer.sample(self.batch_size, progress, k, self.gradient_steps)
             obs, next_obs = net.normalizer(batch.obs), net.normalizer(batch.next_obs)
             alpha = self.alpha()
@@ -129,6 +168,47 @@ class SAC:
             logs["alpha"].append(alpha)
             logs["entropy"].append(-log_probs.detach().mean())
         return {k: torch.stack(v).mean() for k, v in logs.items() if v}
+
+    def _sequence_step(self, batch: SequenceBatch, burn: int, logs: dict[str, list[torch.Tensor]]) -> None:
+        """One SAC update on stored sequences: burn-in without gradients (the policy from its stored carry,
+        the critics from zero), then the usual losses over the remaining steps, masked to real transitions."""
+        net, alpha = self.actor, self.alpha()
+        obs, starts, valid = net.normalizer(batch.obs), batch.starts, batch.valid[burn:]
+
+        def masked_mean(x: torch.Tensor) -> torch.Tensor:
+            return (x * valid).sum(-1).sum(-1) / valid.sum().clamp_min(1.0)
+
+        carry = batch.carry0
+        if burn > 0:
+            with torch.no_grad():
+                _, carry = net.policy.unroll(obs[:burn], starts[:burn], carry)
+        params, _ = net.policy.unroll(obs[burn:], starts[burn:], carry)  # positions burn .. L
+        actions, log_probs = squashed_gaussian(params)
+        with torch.no_grad():
+            target_features = [h[burn:] for h in net.critics_target.features(obs, starts, 0)]
+            next_q = net.critics_target.q([h[1:] for h in target_features], actions[1:]).min(0).values
+            next_q = next_q - alpha * log_probs[1:]
+            target = (self.reward_scale * batch.rewards[burn:]
+                      + self.gamma * (1.0 - batch.terminated[burn:]) * next_q)
+        features = net.critics.features(obs, starts, burn)
+        qs = net.critics.q([h[:-1] for h in features], batch.actions[burn:])  # [N, seq_len, B]
+        critic_loss = 0.5 * masked_mean((qs - target).square()).sum()
+        gradient_step(self.critic_optimizer, critic_loss, net.critics.parameters(), self.max_grad_norm)
+
+        with frozen(net.critics):  # dQ/da only, on the critics' (detached) features
+            q_pi = net.critics.q([h[:-1].detach() for h in features], actions[:-1]).min(0).values
+        policy_loss = masked_mean(alpha * log_probs[:-1] - q_pi)
+        gradient_step(self.policy_optimizer, policy_loss, net.policy.parameters(), self.max_grad_norm)
+        if self.auto_alpha:
+            alpha_loss = -masked_mean(net.log_alpha * (log_probs[:-1].detach() + self.target_entropy))
+            gradient_step(self.alpha_optimizer, alpha_loss, [net.log_alpha], self.max_grad_norm)
+        self.gradient_updates += 1
+        if self.gradient_updates % self.target_update_interval == 0:
+            polyak_update(net.critics_target, net.critics, self.tau)
+        logs["value_loss"].append(critic_loss.detach())
+        logs["policy_loss"].append(policy_loss.detach())
+        logs["alpha"].append(alpha)
+        logs["entropy"].append(-masked_mean(log_probs[:-1].detach()))
 
     def state_dict(self) -> dict[str, Any]:
         return {"actor": self.actor.state_dict(), "policy_optimizer": self.policy_optimizer.state_dict(),

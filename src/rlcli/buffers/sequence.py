@@ -23,7 +23,8 @@ from rlcli.registry import BUFFERS, ConfigError, require
 
 
 class SequenceBatch(NamedTuple):
-    """Time-major: obs and starts [L + 1, B, ...]; actions, rewards, terminated, valid [L, B]; carry0 [B, C]."""
+    """Time-major: obs and starts [L + 1, B, ...]; actions [L, B, ...]; rewards, terminated, valid [L, B];
+    carry0 [B, C]."""
 
     obs: torch.Tensor
     actions: torch.Tensor
@@ -40,7 +41,8 @@ class SequenceReplayBuffer:
 
     def __init__(self, capacity: int, seq_len: int, burn_in: int, sequence_overlap: float, num_envs: int,
                  obs_shape: tuple[int, ...], carry_size: int, device: torch.device,
-                 obs_dtype: torch.dtype = torch.float32) -> None:
+                 obs_dtype: torch.dtype = torch.float32, action_shape: tuple[int, ...] = (),
+                 discrete: bool = True) -> None:
         require(seq_len > 0, "buffer.seq_len", seq_len, "must be > 0")
         require(burn_in >= 0, "buffer.burn_in", burn_in, "must be >= 0")
         require(0 <= sequence_overlap < 1, "buffer.sequence_overlap", sequence_overlap, "must be in [0, 1)")
@@ -53,7 +55,7 @@ class SequenceReplayBuffer:
         self.num_envs, self.device = num_envs, device
         n, steps = self.capacity, self.length
         self.obs = torch.empty(n, steps + 1, *obs_shape, dtype=obs_dtype)  # committed as sequences arrive
-        self.actions = torch.zeros(n, steps, dtype=torch.long)
+        self.actions = torch.zeros(n, steps, *action_shape, dtype=torch.long if discrete else torch.float32)
         self.rewards = torch.zeros(n, steps)
         self.terminated = torch.zeros(n, steps)
         self.valid = torch.zeros(n, steps)
@@ -73,7 +75,7 @@ class SequenceReplayBuffer:
         obs, actions, starts, carry = obs.cpu(), actions.cpu(), starts.cpu(), carry.cpu()
         for i in range(self.num_envs):
             pending = self.pending[i]
-            pending.append((obs[i], int(actions[i]), float(rewards[i]), float(terminated[i]), float(valid[i]),
+            pending.append((obs[i], actions[i], float(rewards[i]), float(terminated[i]), float(valid[i]),
                             float(starts[i]), carry[i]))
             if len(pending) == self.length:
                 # the step after this one starts an episode exactly when this one is a reset step
@@ -84,7 +86,7 @@ class SequenceReplayBuffer:
         o, a, r, term, val, st, carries = zip(*steps, strict=True)
         k = self.pos
         self.obs[k] = torch.stack([*o, last_obs.to(self.obs.dtype)])
-        self.actions[k] = torch.tensor(a)
+        self.actions[k] = torch.stack(a)
         self.rewards[k] = torch.tensor(r)
         self.terminated[k] = torch.tensor(term)
         self.valid[k] = torch.tensor(val)
@@ -122,7 +124,8 @@ def sequence(capacity: int = 100_000, seq_len: int = 20, burn_in: int = 10, sequ
                           "(or lstm)")
     return SequenceReplayBuffer(capacity, seq_len, burn_in, sequence_overlap, context["num_envs"],
                                 context["obs_shape"], context["carry_size"], context["device"],
-                                context.get("obs_dtype", torch.float32))
+                                context.get("obs_dtype", torch.float32), tuple(context.get("action_shape", ())),
+                                bool(context.get("discrete", True)))
 
 
 sequence.on_policy = False  # type: ignore[attr-defined]
