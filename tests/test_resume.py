@@ -35,8 +35,11 @@ CASES = {
     # RND's networks, observation and reward statistics, forward filter and warm-up count must resume exactly
     "rnd_ppo-MountainCar": ["algo=rnd_ppo", "env=MountainCar-v0", "train.num_envs=4", "algo.n_steps=32",
                             "algo.batch_size=64", "algo.n_epochs=2", "algo.obs_norm_warmup_steps=256"],
-    # the recurrent carry between steps and the episode starts must survive the resume too
-    "ppo-CartPoleNoVel-gru": ["algo=ppo", "actor=gru", "env=CartPoleNoVel-v1", "algo.n_steps=32", "algo.n_epochs=2"],
+    # the recurrent carry ([h, c] for an LSTM) between steps and the episode starts must survive the resume too
+    "ppo-CartPoleNoVel-lstm": ["algo=ppo", "actor=lstm", "env=CartPoleNoVel-v1", "algo.n_steps=32",
+                               "algo.n_epochs=2"],
+    # uint8 pixels in the rollout buffer and a convolutional actor-critic
+    "ppo-PixelGoal-cnn": ["algo=ppo", "env=PixelGoal-v0", "algo.n_steps=32", "algo.n_epochs=2"],
     # pixels stored as uint8 in replay, convolutional Q-networks (and their target copy)
     "dqn-PixelGoal-cnn": ["algo=dqn", "env=PixelGoal-v0", "train.num_envs=2", "algo.learning_starts=512",
                           "algo.batch_size=64", "algo.train_freq=16", "algo.gradient_steps=4"],
