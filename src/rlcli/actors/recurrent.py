@@ -38,6 +38,14 @@ def cell_step(cell: nn.GRUCell | nn.LSTMCell, x: torch.Tensor, carry: torch.Tens
     return h, torch.cat([h, c], -1)
 
 
+def acting_state(net: nn.Module, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The carry and episode starts the collector set on `net` for this acting call (zeros when unset)."""
+    n, device = obs.shape[0], obs.device
+    carry = net.carry if net.carry is not None else net.initial_carry(n, device)
+    starts = net.starts if net.starts is not None else torch.zeros(n, device=device)
+    return carry, starts
+
+
 class RecurrentActorCritic(nn.Module):
     recurrent = True
 
@@ -79,8 +87,7 @@ class RecurrentActorCritic(nn.Module):
         return cell_step(self.cell, x, carry, starts)
 
     def _features(self, obs: torch.Tensor) -> torch.Tensor:
-        carry = self.carry if self.carry is not None else self.initial_carry(obs.shape[0], obs.device)
-        starts = self.starts if self.starts is not None else torch.zeros(obs.shape[0], device=obs.device)
+        carry, starts = acting_state(self, obs)
         h, self.carry = self._step(self.encoder(obs.flatten(1)), carry, starts)
         return h
 

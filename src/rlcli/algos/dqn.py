@@ -11,7 +11,7 @@ from torch import nn
 
 from rlcli.actors.mlp import ActOutput
 from rlcli.actors.offpolicy import QNetwork, Torso
-from rlcli.actors.recurrent import RecurrentQNetwork, RecurrentTorso
+from rlcli.actors.recurrent import RecurrentQNetwork, RecurrentTorso, acting_state
 from rlcli.algos.base import adam, gradient_step
 from rlcli.algos.offpolicy import check_offpolicy, polyak_update
 from rlcli.buffers.replay import ReplayBuffer
@@ -46,10 +46,7 @@ class RecurrentDQNNetworks(nn.Module):
         return torch.zeros(n, self.carry_size, device=device)
 
     def q_values(self, obs: torch.Tensor) -> torch.Tensor:
-        n, device = obs.shape[0], obs.device
-        carry = self.carry if self.carry is not None else self.initial_carry(n, device)
-        starts = self.starts if self.starts is not None else torch.zeros(n, device=device)
-        q, self.carry = self.q.step(obs, carry, starts)
+        q, self.carry = self.q.step(obs, *acting_state(self, obs))
         return q
 
 

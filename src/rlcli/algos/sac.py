@@ -12,7 +12,7 @@ from torch import nn
 
 from rlcli.actors.mlp import ActOutput
 from rlcli.actors.offpolicy import Critics, SquashedGaussianPolicy, Torso, squashed_gaussian
-from rlcli.actors.recurrent import RecurrentCritics, RecurrentNet, RecurrentTorso
+from rlcli.actors.recurrent import RecurrentCritics, RecurrentNet, RecurrentTorso, acting_state
 from rlcli.algos.base import adam, frozen, gradient_step
 from rlcli.algos.offpolicy import BoxScaler, check_offpolicy, polyak_update
 from rlcli.buffers.replay import ReplayBuffer
@@ -51,10 +51,7 @@ class RecurrentSACNetworks(nn.Module):
         return torch.zeros(n, self.carry_size, device=device)
 
     def act(self, obs: torch.Tensor, deterministic: bool) -> tuple[torch.Tensor, torch.Tensor]:
-        n, device = obs.shape[0], obs.device
-        carry = self.carry if self.carry is not None else self.initial_carry(n, device)
-        starts = self.starts if self.starts is not None else torch.zeros(n, device=device)
-        params, self.carry = self.policy.step(obs, carry, starts)
+        params, self.carry = self.policy.step(obs, *acting_state(self, obs))
         return squashed_gaussian(params, deterministic)
 
 
@@ -156,17 +153,7 @@ class SAC:
             with frozen(net.critics):  # the policy loss needs dQ/da only, not the critics' weight gradients
                 q_pi = net.critics(obs, actions).min(0).values
             policy_loss = (alpha * log_probs - q_pi).mean()
-            gradient_step(self.policy_optimizer, policy_loss, net.policy.parameters(), self.max_grad_norm)
-            if self.auto_alpha:
-                alpha_loss = -(net.log_alpha * (log_probs.detach() + self.target_entropy)).mean()
-                gradient_step(self.alpha_optimizer, alpha_loss, [net.log_alpha], self.max_grad_norm)
-            self.gradient_updates += 1
-            if self.gradient_updates % self.target_update_interval == 0:
-                polyak_update(net.critics_target, net.critics, self.tau)
-            logs["value_loss"].append(critic_loss.detach())
-            logs["policy_loss"].append(policy_loss.detach())
-            logs["alpha"].append(alpha)
-            logs["entropy"].append(-log_probs.detach().mean())
+            self._finish_step(critic_loss, policy_loss, log_probs.detach(), lambda x: x.mean(), alpha, logs)
         return {k: torch.stack(v).mean() for k, v in logs.items() if v}
 
     def _sequence_step(self, batch: SequenceBatch, burn: int, logs: dict[str, list[torch.Tensor]]) -> None:
@@ -198,9 +185,16 @@ class SAC:
         with frozen(net.critics):  # dQ/da only, on the critics' (detached) features
             q_pi = net.critics.q([h[:-1].detach() for h in features], actions[:-1]).min(0).values
         policy_loss = masked_mean(alpha * log_probs[:-1] - q_pi)
+        self._finish_step(critic_loss, policy_loss, log_probs[:-1].detach(), masked_mean, alpha, logs)
+
+    def _finish_step(self, critic_loss: torch.Tensor, policy_loss: torch.Tensor, log_probs: torch.Tensor,
+                     mean: Any, alpha: torch.Tensor, logs: dict[str, list[torch.Tensor]]) -> None:
+        """After the critic step: the policy step, the temperature step, target updates and logs.
+        `mean` averages over the batch (masked to real transitions for sequences)."""
+        net = self.actor
         gradient_step(self.policy_optimizer, policy_loss, net.policy.parameters(), self.max_grad_norm)
         if self.auto_alpha:
-            alpha_loss = -masked_mean(net.log_alpha * (log_probs[:-1].detach() + self.target_entropy))
+            alpha_loss = -mean(net.log_alpha * (log_probs + self.target_entropy))
             gradient_step(self.alpha_optimizer, alpha_loss, [net.log_alpha], self.max_grad_norm)
         self.gradient_updates += 1
         if self.gradient_updates % self.target_update_interval == 0:
@@ -208,7 +202,7 @@ class SAC:
         logs["value_loss"].append(critic_loss.detach())
         logs["policy_loss"].append(policy_loss.detach())
         logs["alpha"].append(alpha)
-        logs["entropy"].append(-masked_mean(log_probs[:-1].detach()))
+        logs["entropy"].append(-mean(log_probs))
 
     def state_dict(self) -> dict[str, Any]:
         return {"actor": self.actor.state_dict(), "policy_optimizer": self.policy_optimizer.state_dict(),
