@@ -95,6 +95,8 @@ BAD_INPUT = [
     (["algo.clip_range=abc"], "algo.clip_range='abc'", "expected a number"),
     (["algo.lrr=1e-3"], "unknown key 'algo.lrr'", "did you mean 'lr'"),
     (["env.normalise_obs=true"], "unknown key 'env.normalise_obs'", "did you mean 'normalize_obs'"),
+    (["env.kwargs.sutton_barto_reward=true"], "'env.kwargs.sutton_barto_reward' is not in the config yet",
+     "+env.kwargs.sutton_barto_reward=true"),
     (["actor.activation=swish"], "actor.activation='swish'", "choose from: tanh"),
     (["algo.batch_size=100000"], "algo.batch_size=100000", "n_steps * num_envs"),
     (["env=gym", "env.id=odd_envs:MultiBinaryToy-v0"], "cannot handle MultiBinary actions", "Discrete, Box"),

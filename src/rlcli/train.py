@@ -63,6 +63,10 @@ def _explain_composition_error(error: Exception, args: list[str]) -> str:
     if bad_key and "not in struct" in str(error.__cause__ or ""):
         key = bad_key.group(1)
         parent, _, leaf = key.rpartition(".")
+        if parent.endswith("kwargs"):  # a free-form mapping (env.kwargs): new keys need Hydra's `+`
+            value = next((a.split("=", 1)[1] for a in args if a.split("=", 1)[0] == key), "<value>")
+            return (f"'{key}' is not in the config yet; {parent} is passed to the env as given, so add the key "
+                    f"with +{key}={value}")
         from hydra import compose
 
         base = compose("config", overrides=[a for a in args if a.split("=", 1)[0] in GROUPS])
