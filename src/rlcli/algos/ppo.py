@@ -81,7 +81,7 @@ class PPO:
         self.clip_range_vf, self.normalize_advantage = clip_range_vf, normalize_advantage
         self.ent_coef, self.vf_coef, self.max_grad_norm, self.target_kl = ent_coef, vf_coef, max_grad_norm, target_kl
         self.kl_coef, self.kl_target = kl_coef, kl_target
-        self.optimizer = adam(param_groups(actor, lr, lr_pi, lr_v), eps=1e-5)
+        self.optimizer = adam(param_groups(actor, lr, lr_pi, lr_v) + self.extra_param_groups(lr), eps=1e-5)
 
     @torch.inference_mode()
     def act(self, obs: torch.Tensor, deterministic: bool = False) -> ActOutput:
@@ -170,6 +170,10 @@ class PPO:
             with torch.no_grad():
                 stats["clip_fraction"] = masked_mean(((ratio - 1).abs() > clip).float(), mask)
         return stats
+
+    def extra_param_groups(self, lr: float) -> list[dict[str, Any]]:
+        """Optimizer groups beyond the actor's (rnd_ppo's predictor); none for plain PPO."""
+        return []
 
     def auxiliary_loss(self, batch: RolloutBatch) -> tuple[torch.Tensor | float, dict[str, torch.Tensor]]:
         """An extra loss trained in the same step (rnd_ppo's predictor); none for plain PPO."""

@@ -27,7 +27,6 @@ from torch import nn
 
 from rlcli.actors.mlp import ActorCritic, mlp, orthogonal_init
 from rlcli.actors.normalizer import RunningNorm
-from rlcli.algos.base import adam, param_groups
 from rlcli.algos.ppo import PPO
 from rlcli.buffers.rollout import RolloutBatch, RolloutBuffer, compute_gae
 from rlcli.registry import ALGOS, ConfigError, require
@@ -83,7 +82,6 @@ class RNDPPO(PPO):
         rnd_features: int = 64,
         **ppo_settings: Any,
     ) -> None:
-        super().__init__(actor, num_envs, **ppo_settings)
         require(0 <= int_gamma <= 1, "algo.int_gamma", int_gamma, "must be in [0, 1]")
         require(ext_coef >= 0, "algo.ext_coef", ext_coef, "must be >= 0")
         require(int_coef >= 0, "algo.int_coef", int_coef, "must be >= 0")
@@ -94,15 +92,13 @@ class RNDPPO(PPO):
         self.int_gamma, self.ext_coef, self.int_coef = int_gamma, ext_coef, int_coef
         self.update_proportion, self.obs_norm_warmup_steps = update_proportion, obs_norm_warmup_steps
         device = next(actor.parameters()).device
+        # built before PPO's optimizer, which takes the predictor through `extra_param_groups`
         self.rnd = RandomNetworkDistillation(int(actor.obs_shape[0]), list(rnd_hidden_sizes), rnd_features).to(device)
+        super().__init__(actor, num_envs, **ppo_settings)
         self.int_reward_norm = RunningNorm(()).to(device)  # statistics of the discounted intrinsic sums
         self.int_running = torch.zeros(num_envs, device=device)
         self.warmup_seen = 0  # env steps whose observations only fed RND's statistics
         self.warming_up = False  # the rollout just collected was a warm-up one
-        lr, lr_pi, lr_v = ppo_settings.get("lr", 3e-4), ppo_settings.get("lr_pi"), ppo_settings.get("lr_v")
-        groups = param_groups(actor, lr, lr_pi, lr_v)
-        groups.append({"params": list(self.rnd.predictor.parameters()), "lr": lr, "base_lr": lr, "name": "rnd"})
-        self.optimizer = adam(groups, eps=1e-5)
         self.last_int_rewards: torch.Tensor | None = None
 
     @staticmethod
@@ -111,6 +107,9 @@ class RNDPPO(PPO):
         if not isinstance(space, gym.spaces.Box) or len(space.shape) != 1:
             raise ConfigError(f"algo=rnd_ppo normalizes observations entry by entry and needs a flat Box observation; "
                               f"{env_id} has {space}")
+
+    def extra_param_groups(self, lr: float) -> list[dict[str, Any]]:
+        return [{"params": list(self.rnd.predictor.parameters()), "lr": lr, "base_lr": lr, "name": "rnd"}]
 
     def trained_parameters(self) -> Iterator[nn.Parameter]:
         yield from self.actor.parameters()
