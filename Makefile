@@ -19,10 +19,12 @@ train: $(BIN)/rl-train
 
 test: $(BIN)/rl-train
 	$(BIN)/ruff check src tests scripts
+	$(BIN)/mypy
 	$(BIN)/python -m pytest -q tests
 
 lint: $(BIN)/rl-train
 	$(BIN)/ruff check src tests scripts
+	$(BIN)/mypy
 
 clean-venv:
 	rm -rf $(VENV)

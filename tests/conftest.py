@@ -18,3 +18,10 @@ def run_cli(*args: str, cwd: Path, timeout: float = 300) -> subprocess.Completed
 @pytest.fixture
 def cli(tmp_path):
     return lambda *args, **kw: run_cli(*args, cwd=tmp_path, **kw)
+
+
+def at(progress: float):
+    """The run clock at `progress` of a 1,000-step budget, for calling `algo.update` directly."""
+    from rlcli.contracts import RunClock
+
+    return RunClock(int(progress * 1000), 1000)

@@ -2,12 +2,15 @@
 
 import pytest
 import torch
+from conftest import at
 from test_configs import composed
 from torch.distributions import Categorical, Independent, Normal, kl_divergence
 
 from rlcli.actors.heads import CategoricalHead, GaussianHead
 from rlcli.addons import addon_losses
+from rlcli.build import build
 from rlcli.registry import ConfigError
+from rlcli.run_state import prepare
 from rlcli.trainer import Trainer
 
 
@@ -30,7 +33,8 @@ def prior_checkpoint(tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("prior")
     cfg = composed("algo=ppo", "env=CartPole-v1", "train.total_steps=512", "train.test_every=0", "seed=3",
                    "log.console=false", "log.tensorboard=false")
-    Trainer(cfg, run_dir).run()
+    components, state = prepare(cfg)
+    Trainer(components, run_dir, state).run()
     return run_dir / "checkpoints" / "latest"
 
 
@@ -38,7 +42,7 @@ def _with_prior(path, *extra):
     cfg = composed("algo=ppo", "env=CartPole-v1", "log.console=false", "log.tensorboard=false",
                    f"++algo.policy_loss_addons.kl_prior.checkpoint={path}",
                    "++algo.policy_loss_addons.kl_prior.coef=0.5", *extra)
-    return Trainer(cfg, run_dir=None)
+    return build(cfg)
 
 
 def test_kl_prior_is_zero_against_itself_and_positive_against_another_policy(prior_checkpoint):
@@ -46,34 +50,34 @@ def test_kl_prior_is_zero_against_itself_and_positive_against_another_policy(pri
     other = _with_prior(prior_checkpoint, "seed=9")
     obs = torch.randn(64, 4)
     mask = torch.ones(64)
-    term, logs = addon_losses(same.algo, obs, mask)
+    term, logs = addon_losses(same.algo.policy_addons, same.algo.networks, obs, mask)
     assert float(logs["kl_prior"]) == pytest.approx(0.0, abs=1e-7)
-    term, logs = addon_losses(other.algo, obs, mask)
+    term, logs = addon_losses(other.algo.policy_addons, other.algo.networks, obs, mask)
     assert float(logs["kl_prior"]) > 0 and float(term.detach()) == pytest.approx(0.5 * float(logs["kl_prior"]))
     term.backward()  # the gradient reaches the current policy only
-    assert other.algo.actor.pi_body[0].weight.grad is not None
+    assert other.algo.networks.pi_body[0].weight.grad is not None
     assert all(p.grad is None for p in other.algo.policy_addons[0].prior.parameters())
     same.close()
     other.close()
 
 
 def test_kl_prior_coefficient_is_schedulable_and_logged(prior_checkpoint):
-    trainer = _with_prior(prior_checkpoint, "++algo.schedules.kl_prior_coef=linear:0.5:0.0", "algo.n_steps=32",
+    parts = _with_prior(prior_checkpoint, "++algo.schedules.kl_prior_coef=linear:0.5:0.0", "algo.n_steps=32",
                           "algo.n_epochs=1")
-    trainer.collector.collect(trainer.algo, trainer.buffer)
+    parts.collector.collect(parts.algo, parts.buffer, 0.0)
     from rlcli.schedules import apply_schedules
 
-    apply_schedules(trainer.algo, trainer.schedules, 0.5)
-    assert trainer.algo.kl_prior_coef == pytest.approx(0.25)
-    metrics = trainer.algo.update(trainer.buffer, progress=0.5)
+    apply_schedules(parts.algo, parts.schedules, 0.5, parts.addons)
+    assert parts.addons[0].coef == pytest.approx(0.25)
+    metrics = parts.algo.update(parts.buffer, at(0.5))
     assert "kl_prior" in metrics
-    trainer.close()
+    parts.close()
 
 
 def test_bad_addons_are_one_line_errors(prior_checkpoint):
     with pytest.raises(ConfigError, match="unknown add-on.*choose from: kl_prior"):
-        Trainer(composed("algo=ppo", "++algo.policy_loss_addons.kl_pior.coef=1"), run_dir=None)
+        build(composed("algo=ppo", "++algo.policy_loss_addons.kl_pior.coef=1"))
     with pytest.raises(ConfigError, match="checkpoint is not set"):
-        Trainer(composed("algo=ppo", "++algo.policy_loss_addons.kl_prior.coef=1"), run_dir=None)
+        build(composed("algo=ppo", "++algo.policy_loss_addons.kl_prior.coef=1"))
     with pytest.raises(ConfigError, match="does not fit this actor"):
         _with_prior(prior_checkpoint, "actor.hidden_sizes=[8]")

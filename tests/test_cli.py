@@ -47,7 +47,7 @@ def test_a2c_on_box_actions_with_normalization_runs(cli, tmp_path):
               "train.vector_mode=async", f"hydra.run.dir={tmp_path / 'run'}")
     assert out.returncode == 0, out.stderr
     state = checkpoint.load(next((tmp_path / "run" / "checkpoints").glob("*.pt")))
-    assert state["algo"]["actor"]["normalizer.count"] > 2000  # statistics travel with the agent
+    assert state["algo"]["networks"]["normalizer.count"] > 2000  # statistics travel with the agent
 
 
 def test_stop_reward_stops_early_and_null_never_stops(cli, tmp_path):
@@ -69,8 +69,8 @@ def test_deterministic_runs_are_bit_identical(cli, tmp_path):
         assert out.returncode == 0, out.stderr
         ckpt = checkpoint.load(next((tmp_path / name / "checkpoints").glob("*.pt")))
         weights.append(ckpt["algo"])
-    for key, value in weights[0]["actor"].items():
-        assert torch.equal(value, weights[1]["actor"][key]), key
+    for key, value in weights[0]["networks"].items():
+        assert torch.equal(value, weights[1]["networks"][key]), key
     records = [[(r["returns"], r["lengths"]) for r in map(json.loads, (tmp_path / n / "eval.jsonl").open())]
                for n in ("a", "b")]
     assert records[0] == records[1]

@@ -6,9 +6,9 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
+from rlcli.build import build, check_config
+from rlcli.compose import conf_dir, group_options
 from rlcli.registry import ACTORS, ALGOS, BUFFERS, ENVS
-from rlcli.train import conf_dir, group_options
-from rlcli.trainer import Trainer, check_config
 
 REGISTRIES = {"env": ENVS, "algo": ALGOS, "actor": ACTORS, "buffer": BUFFERS}
 
@@ -45,7 +45,7 @@ def test_every_tuned_file_applies_and_builds(path, tmp_path):
     for section in ("algo", "train", "env", "actor", "buffer"):
         for key, value in (raw.get(section) or {}).items():
             assert cfg[section][key] == value, f"{path}: {section}.{key} not applied"
-    Trainer(cfg, tmp_path)  # builds envs, actor, algorithm and buffer: every tuned value is valid
+    build(cfg).close()  # builds envs, networks, algorithm and buffer: every tuned value is valid
 
 
 def test_ppo_cartpole_tuned_is_rl_zoo_exactly():

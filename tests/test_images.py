@@ -3,12 +3,13 @@
 import numpy as np
 import pytest
 import torch
+from conftest import at
 from test_configs import composed
 
 from rlcli.actors.cnn import NATURE_CONVS, ConvEncoder
+from rlcli.build import build
 from rlcli.envs.pixel_goal import PixelGoalEnv
 from rlcli.registry import ConfigError
-from rlcli.trainer import Trainer
 
 QUIET = ["log.console=false", "log.tensorboard=false"]
 
@@ -68,21 +69,21 @@ def test_pixel_goal_env_draws_what_it_says():
 def test_pixels_are_stored_as_uint8_and_scaled_in_the_network(algo):
     extra = ["algo.learning_starts=64", "algo.batch_size=32", "buffer.capacity=500"] if algo == "dqn" else \
         ["algo.n_steps=16", "algo.batch_size=64"]
-    trainer = Trainer(composed(f"algo={algo}", "env=PixelGoal-v0", "train.num_envs=4", *extra, *QUIET), run_dir=None)
-    assert trainer.cfg.actor.name == "cnn"  # PixelGoal-v0 picks the small CNN
-    buffer, collector = trainer.buffer, trainer.collector
+    parts = build(composed(f"algo={algo}", "env=PixelGoal-v0", "train.num_envs=4", *extra, *QUIET))
+    assert parts.cfg.actor.name == "cnn"  # PixelGoal-v0 picks the small CNN
+    buffer, collector = parts.buffer, parts.collector
     assert buffer.obs.dtype == torch.uint8 and collector.obs.dtype == torch.uint8
     for _ in range(4 if algo == "ppo" else 20):
-        trainer.collector.collect(trainer.algo, buffer, random_actions=algo == "dqn")
+        parts.collector.collect(parts.algo, buffer, 0.0, random_actions=algo == "dqn")
     if algo == "ppo":
         assert buffer.obs.shape == (16, 4, 2, 7, 7)
         assert set(buffer.obs.unique().tolist()) == {0, 255}
     else:
         assert buffer.obs.shape == (500, 2, 7, 7) and buffer.next_obs.dtype == torch.uint8
         assert buffer.obs.nbytes == 500 * 2 * 7 * 7  # one byte per pixel
-    metrics = trainer.algo.update(buffer, progress=0.5)
+    metrics = parts.algo.update(buffer, at(0.5))
     assert all(torch.isfinite(torch.as_tensor(v)).all() for v in metrics.values())
-    trainer.close()
+    parts.close()
 
 
 @pytest.mark.parametrize(("overrides", "message"), [
@@ -97,21 +98,21 @@ def test_pixels_are_stored_as_uint8_and_scaled_in_the_network(algo):
 ])
 def test_bad_image_settings_are_one_line(overrides, message):
     with pytest.raises(ConfigError) as error:
-        Trainer(composed(*overrides, *QUIET), run_dir=None)
+        build(composed(*overrides, *QUIET))
     assert message in str(error.value) and "\n" not in str(error.value)
 
 
 def test_atari_preprocessing_and_frame_stacking_shapes():
     pytest.importorskip("ale_py", reason="the [atari] extra is not installed")
-    trainer = Trainer(composed("algo=ppo", "env=ALE/Pong-v5", "train.num_envs=2", "algo.n_steps=8",
-                               "algo.batch_size=16", *QUIET), run_dir=None)
-    space = trainer.envs.single_observation_space
+    parts = build(composed("algo=ppo", "env=ALE/Pong-v5", "train.num_envs=2", "algo.n_steps=8",
+                               "algo.batch_size=16", *QUIET))
+    space = parts.envs.single_observation_space
     assert space.shape == (4, 84, 84) and space.dtype == np.uint8
-    assert trainer.cfg.actor.name == "cnn" and trainer.cfg.actor.convs == NATURE_CONVS
-    trainer.collector.collect(trainer.algo, trainer.buffer)
-    assert trainer.buffer.obs.shape == (8, 2, 4, 84, 84) and trainer.buffer.obs.dtype == torch.uint8
-    assert trainer.buffer.obs.nbytes == 8 * 2 * 4 * 84 * 84
-    trainer.close()
+    assert parts.cfg.actor.name == "cnn" and parts.cfg.actor.convs == NATURE_CONVS
+    parts.collector.collect(parts.algo, parts.buffer, 0.0)
+    assert parts.buffer.obs.shape == (8, 2, 4, 84, 84) and parts.buffer.obs.dtype == torch.uint8
+    assert parts.buffer.obs.nbytes == 8 * 2 * 4 * 84 * 84
+    parts.close()
 
 
 @pytest.mark.slow

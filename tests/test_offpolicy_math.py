@@ -6,11 +6,12 @@ import math
 import gymnasium as gym
 import numpy as np
 import torch
+from conftest import at
 from torch.distributions import Independent, Normal, TransformedDistribution
 from torch.distributions.transforms import TanhTransform
 
 from rlcli.actors.normalizer import RunningNorm
-from rlcli.actors.offpolicy import Critics, SquashedGaussianPolicy, Torso
+from rlcli.actors.offpolicy import Critics, NetworkRecipe, SquashedGaussianPolicy
 from rlcli.algos.dqn import DQN
 from rlcli.algos.offpolicy import BoxScaler, polyak_update
 from rlcli.algos.sac import SAC
@@ -19,7 +20,7 @@ from rlcli.buffers.replay import ReplayBatch
 
 
 def torso(obs_dim=3, sizes=(16,)):
-    return Torso(obs_dim, list(sizes), "relu", False, RunningNorm((obs_dim,), enabled=False))
+    return NetworkRecipe(obs_dim, list(sizes), "relu", False, RunningNorm((obs_dim,), enabled=False))
 
 
 def test_squashed_gaussian_log_prob_matches_torch_tanh_transform():
@@ -67,19 +68,19 @@ def test_dqn_td_target_plain_and_double():
         algo = DQN(torso(), gym.spaces.Discrete(4), num_envs=1, lr=1e-12, batch_size=8, learning_starts=8,
                    double=double, loss="mse", max_grad_norm=None)
         with torch.no_grad():  # make target and online nets differ so that double matters
-            for p in algo.actor.q_target.parameters():
+            for p in algo.networks.q_target.parameters():
                 p.add_(torch.randn_like(p))
         batch = ReplayBatch(torch.randn(8, 3), torch.randint(0, 4, (8,)), torch.randn(8), torch.randn(8, 3),
                             torch.tensor([0.99, 0.0] * 4), torch.ones(8), torch.arange(8))
-        q_next_target = algo.actor.q_target(batch.next_obs)
+        q_next_target = algo.networks.q_target(batch.next_obs)
         if double:
-            next_value = q_next_target.gather(1, algo.actor.q(batch.next_obs).argmax(1, keepdim=True)).squeeze(1)
+            next_value = q_next_target.gather(1, algo.networks.q(batch.next_obs).argmax(1, keepdim=True)).squeeze(1)
         else:
             next_value = q_next_target.max(1).values
         target = batch.rewards + batch.discounts * next_value
-        q = algo.actor.q(batch.obs).gather(1, batch.actions[:, None]).squeeze(1)
+        q = algo.networks.q(batch.obs).gather(1, batch.actions[:, None]).squeeze(1)
         expected = (q - target).square().mean()
-        metrics = algo.update(OneBatch(batch), 0.0)
+        metrics = algo.update(OneBatch(batch), at(0.0))
         assert math.isclose(float(metrics["value_loss"]), float(expected), rel_tol=1e-5)
 
 
@@ -98,10 +99,10 @@ def test_td3_critic_loss_uses_smoothed_target_policy_and_min_of_twin_targets():
     algo = TD3(torso(), box(), num_envs=1, lr=1e-12, batch_size=8, learning_starts=8, policy_delay=2,
                target_policy_noise=0.2, target_noise_clip=0.5)
     with torch.no_grad():
-        for p in algo.actor.critics_target.parameters():
+        for p in algo.networks.critics_target.parameters():
             p.add_(torch.randn_like(p))
     batch = hand_made_batch()
-    net = algo.actor
+    net = algo.networks
     torch.manual_seed(7)
     noise = (torch.randn(8, 2) * 0.2).clamp(-0.5, 0.5)
     next_actions = (net.policy_target(batch.next_obs) + noise).clamp(-1, 1)
@@ -111,7 +112,7 @@ def test_td3_critic_loss_uses_smoothed_target_policy_and_min_of_twin_targets():
     qs = [c(batch.obs, batch.actions) for c in net.critics.nets]
     expected = sum((q - target).square().mean() for q in qs)
     torch.manual_seed(7)  # the update draws the same smoothing noise first
-    metrics = algo.update(OneBatch(batch), 0.0)
+    metrics = algo.update(OneBatch(batch), at(0.0))
     assert math.isclose(float(metrics["value_loss"]), float(expected), rel_tol=1e-5)
     assert "policy_loss" not in metrics  # delayed: the first gradient step updates only the critics
 
@@ -120,7 +121,7 @@ def test_sac_critic_target_includes_the_entropy_bonus():
     torch.manual_seed(0)
     algo = SAC(torso(), box(), num_envs=1, lr=1e-12, batch_size=8, learning_starts=8, ent_coef=0.3)
     batch = hand_made_batch()
-    net = algo.actor
+    net = algo.networks
     torch.manual_seed(11)
     next_actions, next_log_probs = net.policy(batch.next_obs)
     next_q = net.critics_target(batch.next_obs, next_actions).min(0).values - 0.3 * next_log_probs
@@ -128,13 +129,13 @@ def test_sac_critic_target_includes_the_entropy_bonus():
     qs = net.critics(batch.obs, batch.actions)
     expected = 0.5 * (qs - target).square().mean(-1).sum()
     torch.manual_seed(11)
-    metrics = algo.update(OneBatch(batch), 0.0)
+    metrics = algo.update(OneBatch(batch), at(0.0))
     assert math.isclose(float(metrics["value_loss"]), float(expected), rel_tol=1e-5)
     assert math.isclose(float(metrics["alpha"]), 0.3, rel_tol=1e-6)
 
 
 def test_critics_apply_observation_action_and_common_extractors():
-    t = Torso(3, [8], "relu", False, RunningNorm((3,), enabled=False), obs_extractor=[5], act_extractor=[4])
+    t = NetworkRecipe(3, [8], "relu", False, RunningNorm((3,), enabled=False), obs_extractor=[5], act_extractor=[4])
     q = Critics(t, 2, 2).nets[0]
     assert q.obs_net[0].in_features == 3 and q.obs_net[0].out_features == 5
     assert q.act_net[0].in_features == 2 and q.act_net[0].out_features == 4

@@ -3,12 +3,14 @@
 import numpy as np
 import pytest
 import torch
+from conftest import at
 from test_configs import composed
 
 from rlcli.buffers.sequence import SequenceReplayBuffer
+from rlcli.build import build
+from rlcli.contracts import RecurrentState
 from rlcli.envs.memory_cue import MemoryCueEnv
 from rlcli.registry import ConfigError
-from rlcli.trainer import Trainer
 
 QUIET = ["log.console=false", "log.tensorboard=false"]
 
@@ -70,19 +72,19 @@ def test_bad_sequence_settings():
             SequenceReplayBuffer(**settings, num_envs=1, obs_shape=(1,), carry_size=3, device=torch.device("cpu"))
 
 
-def r2d2_trainer(*extra):
+def r2d2_parts(*extra):
     cfg = composed("algo=dqn", "actor=gru", "buffer=sequence", "env=MemoryCue-v0", "buffer.seq_len=6",
                    "buffer.burn_in=3", "algo.learning_starts=64", "algo.batch_size=8", *extra, *QUIET)
-    return Trainer(cfg, run_dir=None)
+    return build(cfg)
 
 
 def test_burn_in_refreshes_the_stored_state_without_gradients():
-    trainer = r2d2_trainer()
-    algo, buffer = trainer.algo, trainer.buffer
+    parts = r2d2_parts()
+    algo, buffer = parts.algo, parts.buffer
     for _ in range(40):
-        trainer.collector.collect(algo, buffer, random_actions=True)
+        parts.collector.collect(algo, buffer, 0.0, random_actions=True)
     batch = buffer.sample(8)
-    net = algo.actor
+    net = algo.networks
     # the loss's Q-values after burn-in equal a plain unroll over the whole sequence from the stored carry
     with torch.no_grad():
         full, _ = net.q.unroll(batch.obs, batch.starts, batch.carry0)
@@ -95,12 +97,12 @@ def test_burn_in_refreshes_the_stored_state_without_gradients():
     loss.backward()
     assert torch.all(obs.grad[:3] == 0) and obs.grad[3:-1].abs().sum() > 0
     assert all(p.grad is not None for p in net.q.parameters())
-    trainer.close()
+    parts.close()
 
 
 def test_acting_steps_the_same_network_that_learning_unrolls():
-    trainer = r2d2_trainer()
-    net = trainer.algo.actor
+    parts = r2d2_parts()
+    net = parts.algo.networks
     env = MemoryCueEnv(delay=8)
     obs, _ = env.reset(seed=0)
     observations = [obs]
@@ -111,12 +113,12 @@ def test_acting_steps_the_same_network_that_learning_unrolls():
     starts = torch.zeros(6, 1)
     starts[0] = 1
     unrolled, _ = net.q.unroll(x, starts, net.initial_carry(1))
-    net.carry, stepped = net.initial_carry(1), []
+    carry, stepped = net.initial_carry(1), []
     for t in range(6):
-        net.starts = starts[t]
-        stepped.append(net.q_values(x[t]))
+        q, carry = net.q_values(x[t], RecurrentState(carry, starts[t]))
+        stepped.append(q)
     assert torch.allclose(torch.stack(stepped), unrolled, atol=1e-6)
-    trainer.close()
+    parts.close()
 
 
 @pytest.mark.parametrize(("overrides", "message"), [
@@ -130,7 +132,7 @@ def test_acting_steps_the_same_network_that_learning_unrolls():
 ])
 def test_bad_recurrent_off_policy_settings(overrides, message):
     with pytest.raises(ConfigError) as error:
-        Trainer(composed(*overrides, *QUIET), run_dir=None)
+        build(composed(*overrides, *QUIET))
     assert message in str(error.value) and "\n" not in str(error.value)
 
 
@@ -138,23 +140,23 @@ def test_recurrent_sac_stores_float_actions_and_learns_only_after_burn_in():
     cfg = composed("algo=sac", "actor=gru", "buffer=sequence", "env=Pendulum-v1", "train.num_envs=2",
                    "buffer.seq_len=6", "buffer.burn_in=2", "algo.learning_starts=64", "algo.batch_size=8",
                    "actor.rnn_size=16", *QUIET)
-    trainer = Trainer(cfg, run_dir=None)
-    algo, buffer = trainer.algo, trainer.buffer
+    parts = build(cfg)
+    algo, buffer = parts.algo, parts.buffer
     for _ in range(40):
-        trainer.collector.collect(algo, buffer, random_actions=True)
+        parts.collector.collect(algo, buffer, 0.0, random_actions=True)
     assert buffer.actions.dtype == torch.float32 and buffer.actions.shape[1:] == (8, 1)
     assert len(buffer) > 0 and buffer.actions[: len(buffer)].abs().max() <= 1.0  # stored in [-1, 1]
-    policy = [p.clone() for p in algo.actor.policy.parameters()]
-    critics = [p.clone() for p in algo.actor.critics.parameters()]
-    metrics = algo.update(buffer, progress=0.0)
+    policy = [p.clone() for p in algo.networks.policy.parameters()]
+    critics = [p.clone() for p in algo.networks.critics.parameters()]
+    metrics = algo.update(buffer, at(0.0))
     assert {"value_loss", "policy_loss", "alpha", "entropy"} <= set(metrics)
     assert all(torch.isfinite(v) for v in metrics.values())
     changed = lambda before, now: any(not torch.equal(a, b) for a, b in zip(before, now, strict=True))  # noqa: E731
-    assert changed(policy, algo.actor.policy.parameters()) and changed(critics, algo.actor.critics.parameters())
+    assert changed(policy, algo.networks.policy.parameters()) and changed(critics, algo.networks.critics.parameters())
     # burn-in: no gradient reaches the first burn_in observations through the critics' loss
     batch = buffer.sample(8)
     obs = batch.obs.clone().requires_grad_(True)
-    features = algo.actor.critics.features(obs, batch.starts, 2)
-    algo.actor.critics.q([h[:-1] for h in features], batch.actions[2:]).sum().backward()
+    features = algo.networks.critics.features(obs, batch.starts, 2)
+    algo.networks.critics.q([h[:-1] for h in features], batch.actions[2:]).sum().backward()
     assert torch.all(obs.grad[:2] == 0) and obs.grad[2:-1].abs().sum() > 0
-    trainer.close()
+    parts.close()

@@ -2,39 +2,40 @@
 
 import pytest
 import torch
+from conftest import at
 from test_configs import composed
 
 from rlcli.algos.base import evaluate_batch
-from rlcli.trainer import Trainer
+from rlcli.build import Components, build
 
 
-def _trainer(*extra: str) -> Trainer:
+def _parts(*extra: str) -> Components:
     cfg = composed("algo=ppo", "env=CartPoleNoVel-v1", "train.num_envs=4", "algo.n_steps=64", "algo.batch_size=128",
                    "log.console=false", "log.tensorboard=false", *extra)
-    return Trainer(cfg, run_dir=None)
+    return build(cfg)
 
 
 @pytest.mark.parametrize("cell", ["gru", "lstm"])
 def test_unrolled_rollout_reproduces_what_acting_computed(cell):
-    trainer = _trainer(f"actor={cell}")
+    parts = _parts(f"actor={cell}")
     for _ in range(2):  # the second rollout starts from a non-zero carry, mid-episode
-        trainer.collector.collect(trainer.algo, trainer.buffer)
-    buffer = trainer.buffer
+        parts.collector.collect(parts.algo, parts.buffer, 0.0)
+    buffer = parts.buffer
     assert buffer.starts.sum() > 4  # episodes ended (and restarted) inside the rollout
     batch = buffer.flat()
     with torch.no_grad():
-        log_probs, _, values = evaluate_batch(trainer.algo.actor, batch)
+        log_probs, _, values = evaluate_batch(parts.algo.networks, batch)
     assert torch.allclose(log_probs, batch.log_probs, atol=1e-5)
     assert torch.allclose(values, batch.values, atol=1e-5)
-    trainer.close()
+    parts.close()
 
 
 def test_a_start_erases_the_carry_so_episodes_never_mix():
-    trainer = _trainer("actor=gru")
+    parts = _parts("actor=gru")
     for _ in range(2):  # the second rollout begins mid-episode (step 0 is not a start)
-        trainer.collector.collect(trainer.algo, trainer.buffer)
-    batch = trainer.buffer.flat()
-    actor = trainer.algo.actor
+        parts.collector.collect(parts.algo, parts.buffer, 0.0)
+    batch = parts.buffer.flat()
+    actor = parts.algo.networks
     steps, envs = batch.starts.shape
     with torch.no_grad():
         base = evaluate_batch(actor, batch).values.reshape(steps, envs)
@@ -49,28 +50,28 @@ def test_a_start_erases_the_carry_so_episodes_never_mix():
         assert not torch.allclose(base[:first_start, env], noisy[:first_start, env])  # the carry matters...
         assert torch.allclose(base[first_start:, env], noisy[first_start:, env], atol=1e-6)  # ...until a start
     assert checked >= 2
-    trainer.close()
+    parts.close()
 
 
 def test_ppo_minibatches_are_whole_env_sequences():
-    trainer = _trainer("actor=lstm")
-    trainer.collector.collect(trainer.algo, trainer.buffer)
-    batch = trainer.buffer.flat()
-    minibatches = list(trainer.algo._minibatches(trainer.buffer, batch, batch.mask.shape[0]))
+    parts = _parts("actor=lstm")
+    parts.collector.collect(parts.algo, parts.buffer, 0.0)
+    batch = parts.buffer.flat()
+    minibatches = list(parts.algo._minibatches(parts.buffer, batch, batch.mask.shape[0]))
     assert len(minibatches) == 2  # 4 envs, 128 / 64 = 2 envs per minibatch
     for mb in minibatches:
         assert mb.starts.shape == (64, 2) and mb.obs.shape == (128, 2) and mb.carry0.shape == (2, 128)
     seen = torch.cat([mb.obs.reshape(64, 2, 2) for mb in minibatches], 1)
-    assert sorted(seen[0, :, 0].tolist()) == sorted(trainer.buffer.obs[0, :, 0].tolist())
-    trainer.close()
+    assert sorted(seen[0, :, 0].tolist()) == sorted(parts.buffer.obs[0, :, 0].tolist())
+    parts.close()
 
 
 def test_recurrent_a2c_and_pg_update():
     for algo in ("a2c", "pg"):
         cfg = composed(f"algo={algo}", "env=CartPoleNoVel-v1", "actor=gru", "train.num_envs=2", "algo.n_steps=16",
                        "log.console=false", "log.tensorboard=false")
-        trainer = Trainer(cfg, run_dir=None)
-        trainer.collector.collect(trainer.algo, trainer.buffer)
-        metrics = trainer.algo.update(trainer.buffer, progress=0.0)
+        parts = build(cfg)
+        parts.collector.collect(parts.algo, parts.buffer, 0.0)
+        metrics = parts.algo.update(parts.buffer, at(0.0))
         assert torch.isfinite(metrics["loss"])
-        trainer.close()
+        parts.close()

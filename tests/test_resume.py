@@ -15,8 +15,8 @@ from conftest import RL_TRAIN
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from rlcli import checkpoint
+from rlcli.compose import group_options
 from rlcli.registry import ALGOS
-from rlcli.train import group_options
 
 QUIET = ["log.console=false", "deterministic=true", "train.stop_reward=null"]
 CADENCE = ["train.checkpoint_every=512", "train.test_every=1024", "train.log_every=512", "train.test_episodes=2"]
@@ -278,16 +278,16 @@ def test_resume_a_finished_run_says_so_and_a_higher_budget_continues(finished_ru
 def test_warm_start_copies_weights_and_refuses_a_mismatched_network(finished_run, tmp_path):
     from hydra import compose, initialize_config_dir
 
+    from rlcli.build import build
     from rlcli.train import conf_dir
-    from rlcli.trainer import Trainer
 
     source = finished_run / "checkpoints" / "ckpt_000000002048.pt"
     with initialize_config_dir(config_dir=conf_dir(), version_base="1.3", job_name="test"):
         cfg = compose("config", overrides=[f"actor.init_from={source}", "log.console=false"])
-    trainer = Trainer(cfg, tmp_path)
-    for key, value in checkpoint.load(source)["algo"]["actor"].items():
-        assert torch.equal(trainer.algo.actor.state_dict()[key], value), key
-    trainer.close()
+    components = build(cfg)
+    for key, value in checkpoint.load(source)["algo"]["networks"].items():
+        assert torch.equal(components.algo.networks.state_dict()[key], value), key
+    components.close()
     out = run([f"actor.init_from={source}", "actor.hidden_sizes=[32]"], tmp_path)
     lines = [line for line in out.stderr.splitlines() if line.strip()]
     assert out.returncode == 2 and len(lines) == 1 and "does not fit this actor" in lines[0], out.stderr

@@ -3,11 +3,12 @@
 import numpy as np
 import pytest
 import torch
+from conftest import at
 from test_configs import composed
 
 from rlcli.algos.rnd import RandomNetworkDistillation, discounted_forward_filter
+from rlcli.build import build
 from rlcli.registry import ConfigError
-from rlcli.trainer import Trainer
 
 QUIET = ["log.console=false", "log.tensorboard=false"]
 
@@ -37,24 +38,24 @@ def test_forward_filter_is_the_running_discounted_sum():
     np.testing.assert_allclose(running.numpy(), expected[-1], rtol=1e-6)  # carried into the next rollout
 
 
-def rnd_trainer(*extra):
+def rnd_parts(*extra):
     cfg = composed("algo=rnd_ppo", "env=MountainCar-v0", "train.num_envs=2", "algo.n_steps=16", "algo.batch_size=32",
                    "algo.n_epochs=1", *extra, *QUIET)
-    return Trainer(cfg, run_dir=None)
+    return build(cfg)
 
 
 def test_intrinsic_rewards_are_normalized_and_both_gaes_combined():
-    trainer = rnd_trainer("algo.obs_norm_warmup_steps=0", "algo.ext_coef=2.0", "algo.int_coef=0.5",
+    parts = rnd_parts("algo.obs_norm_warmup_steps=0", "algo.ext_coef=2.0", "algo.int_coef=0.5",
                           "algo.int_gamma=0.9", "algo.gamma=0.99", "algo.gae_lambda=0.8")
-    algo, buffer = trainer.algo, trainer.buffer
+    algo, buffer = parts.algo, parts.buffer
     rnd_before = RandomNetworkDistillation(2, [64, 64], 64)
     rnd_before.load_state_dict(algo.rnd.state_dict())  # RND as it was when the rewards were computed
-    trainer.collector.collect(algo, buffer)
-    last_obs = algo.actor.normalizer(trainer.collector.obs)  # the tuned config normalizes observations
+    parts.collector.collect(algo, buffer, 0.0)
+    last_obs = algo.networks.normalizer(parts.collector.obs)  # the tuned config normalizes observations
     next_obs = torch.cat([buffer.obs[1:], last_obs.unsqueeze(0)], 0)
     with torch.no_grad():
         raw = (rnd_before.errors(next_obs) * buffer.valid).numpy()
-        last_values = algo.actor.value(last_obs).numpy()
+        last_values = algo.networks.value(last_obs).numpy()
     # the divisor is the spread of the discounted running sums, merged with the normalizer's prior
     # (mean 0, variance 1, weight 1e-4 of a sample)
     sums = np.zeros_like(raw)
@@ -74,41 +75,41 @@ def test_intrinsic_rewards_are_normalized_and_both_gaes_combined():
     np.testing.assert_allclose(buffer.advantages.numpy(), 2.0 * adv_ext + 0.5 * adv_int, rtol=1e-3, atol=1e-4)
     # RND's observation statistics were updated after the rewards, with the rollout's next observations
     assert float(algo.rnd.obs_norm.count) == pytest.approx(32 + 1e-4)
-    metrics = algo.update(buffer, progress=0.0)
+    metrics = algo.update(buffer, at(0.0))
     assert {"rnd_loss", "intrinsic_reward", "value_loss", "explained_variance"} <= set(metrics)
-    trainer.close()
+    parts.close()
 
 
 def test_warmup_only_gathers_observation_statistics():
-    trainer = rnd_trainer("algo.obs_norm_warmup_steps=40")  # 2 rollouts of 2 x 16 steps
-    algo, buffer = trainer.algo, trainer.buffer
-    before = {k: v.clone() for k, v in algo.actor.state_dict().items() if not k.startswith("normalizer.")}
+    parts = rnd_parts("algo.obs_norm_warmup_steps=40")  # 2 rollouts of 2 x 16 steps
+    algo, buffer = parts.algo, parts.buffer
+    before = {k: v.clone() for k, v in algo.networks.state_dict().items() if not k.startswith("normalizer.")}
     predictor = [p.clone() for p in algo.rnd.predictor.parameters()]
     for rollout in range(2):
-        trainer.collector.collect(algo, buffer)
+        parts.collector.collect(algo, buffer, 0.0)
         assert algo.warming_up
-        metrics = algo.update(buffer, progress=0.0)
+        metrics = algo.update(buffer, at(0.0))
         assert float(metrics["rnd_warmup_steps"]) == 32 * (rollout + 1)
-    assert all(torch.equal(v, algo.actor.state_dict()[k]) for k, v in before.items())
+    assert all(torch.equal(v, algo.networks.state_dict()[k]) for k, v in before.items())
     assert all(torch.equal(a, b) for a, b in zip(predictor, algo.rnd.predictor.parameters(), strict=True))
     assert float(algo.rnd.obs_norm.count) == pytest.approx(64 + 1e-4)
-    trainer.collector.collect(algo, buffer)  # the third rollout learns
+    parts.collector.collect(algo, buffer, 0.0)  # the third rollout learns
     assert not algo.warming_up
-    algo.update(buffer, progress=0.0)
+    algo.update(buffer, at(0.0))
     assert not all(torch.equal(a, b) for a, b in zip(predictor, algo.rnd.predictor.parameters(), strict=True))
-    trainer.close()
+    parts.close()
 
 
 def test_warmup_rollouts_have_no_intrinsic_reward():
-    trainer = rnd_trainer("algo.obs_norm_warmup_steps=1")
-    algo, buffer = trainer.algo, trainer.buffer
-    trainer.collector.collect(algo, buffer)
+    parts = rnd_parts("algo.obs_norm_warmup_steps=1")
+    algo, buffer = parts.algo, parts.buffer
+    parts.collector.collect(algo, buffer, 0.0)
     # with zero intrinsic rewards the intrinsic returns are the values bootstrapped with int_gamma alone
     with torch.no_grad():
-        last = algo.actor.value(algo.actor.normalizer(trainer.collector.obs))[:, 1]
+        last = algo.networks.value(algo.networks.normalizer(parts.collector.obs))[:, 1]
     _, expected = plain_gae(np.zeros((16, 2)), buffer.values[..., 1].numpy(), last.numpy(), 0.99, 0.95)
     np.testing.assert_allclose(buffer.returns[..., 1].numpy(), expected, rtol=1e-4, atol=1e-5)
-    trainer.close()
+    parts.close()
 
 
 def test_the_predictor_error_falls_on_seen_states_only():
@@ -135,5 +136,5 @@ def test_the_predictor_error_falls_on_seen_states_only():
 ])
 def test_bad_rnd_settings_are_one_line(overrides, message):
     with pytest.raises(ConfigError, match=None) as error:
-        Trainer(composed("algo=rnd_ppo", "env=MountainCar-v0", *overrides, *QUIET), run_dir=None)
+        build(composed("algo=rnd_ppo", "env=MountainCar-v0", *overrides, *QUIET))
     assert message in str(error.value) and "\n" not in str(error.value)

@@ -2,12 +2,13 @@
 
 import pytest
 import torch
+from conftest import at
 from test_configs import composed
 
 from rlcli.algos.ppo import adapt_kl_coef
+from rlcli.build import build
 from rlcli.registry import ConfigError
 from rlcli.schedules import apply_schedules, build_schedules, parse_schedule
-from rlcli.trainer import Trainer
 
 
 @pytest.mark.parametrize(("text", "at", "expected"), [
@@ -58,25 +59,25 @@ def test_kl_coefficient_adaptation_follows_the_paper():
 def test_ppo_kl_update_adapts_its_coefficient(tmp_path):
     cfg = composed("algo=ppo_kl", "env=CartPole-v1", "algo.n_steps=32", "algo.n_epochs=2", "algo.batch_size=64",
                    "algo.kl_target=1e-9", "log.console=false", "log.tensorboard=false")
-    trainer = Trainer(cfg, run_dir=None)
-    trainer.collector.collect(trainer.algo, trainer.buffer)
-    metrics = trainer.algo.update(trainer.buffer, progress=0.0)
+    parts = build(cfg)
+    parts.collector.collect(parts.algo, parts.buffer, 0.0)
+    metrics = parts.algo.update(parts.buffer, at(0.0))
     assert "clip_fraction" not in metrics and float(metrics["kl_coef"]) == 1.0
-    assert trainer.algo.kl_coef == 2.0  # any movement is far above a target of 1e-9
-    trainer.close()
+    assert parts.algo.kl_coef == 2.0  # any movement is far above a target of 1e-9
+    parts.close()
 
 
 def test_pg_without_baseline_uses_plain_discounted_returns():
     cfg = composed("algo=pg", "env=CartPole-v1", "algo.baseline=false", "algo.n_steps=16", "algo.gamma=0.5",
                    "train.num_envs=1", "log.console=false", "log.tensorboard=false")
-    trainer = Trainer(cfg, run_dir=None)
-    trainer.collector.collect(trainer.algo, trainer.buffer)
-    batch = trainer.buffer.flat()
+    parts = build(cfg)
+    parts.collector.collect(parts.algo, parts.buffer, 0.0)
+    batch = parts.buffer.flat()
     assert torch.all(batch.values == 0)
     # CartPole pays 1 per step; with b = 0 the advantage is the discounted return-to-go (cut at the rollout end)
     adv, mask = batch.advantages, batch.mask
     assert torch.all(adv[mask > 0] <= 2.0) and torch.all(adv[mask > 0] >= 1.0)
     assert adv[-1] == pytest.approx(1.0) or mask[-1] == 0
-    trainer.close()
+    parts.close()
 
 

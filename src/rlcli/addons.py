@@ -13,69 +13,75 @@ from __future__ import annotations
 
 import copy
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
 from rlcli.registry import ConfigError, did_you_mean, require
+from rlcli.weights import load_network_weights
+
+
+class PolicyAddon(Protocol):
+    """An extra policy-loss term; `coef` is schedulable as `algo.schedules.<name>_coef`."""
+
+    name: str
+    coef: float
+
+    def loss(self, networks: Any, obs: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]: ...
 
 
 class KLPrior:
     name = "kl_prior"
 
-    def __init__(self, actor: Any, checkpoint: str | None = None, coef: float = 0.1) -> None:
-        from rlcli.trainer import load_actor_weights
-
+    def __init__(self, networks: Any, checkpoint: str | None = None, coef: float = 0.1) -> None:
         if not checkpoint:
             raise ConfigError("algo.policy_loss_addons.kl_prior.checkpoint is not set: give the prior policy's "
                               "checkpoint (a run's checkpoints/latest or a ckpt_*.pt file)")
         require(coef >= 0, "algo.policy_loss_addons.kl_prior.coef", coef, "must be >= 0")
-        path = Path(checkpoint)  # a file, checkpoints/latest, or a run directory (see load_actor_weights)
-        self.prior = copy.deepcopy(actor)
-        load_actor_weights(self.prior, path)
+        path = Path(checkpoint)  # a file, checkpoints/latest, or a run directory (see load_network_weights)
+        self.prior = copy.deepcopy(networks)
+        load_network_weights(self.prior, path, "algo.policy_loss_addons.kl_prior.checkpoint")
         self.prior.requires_grad_(False)
         self.coef = coef
 
-    def loss(self, actor: Any, obs: torch.Tensor, mask: torch.Tensor, coef: float) -> tuple[torch.Tensor, torch.Tensor]:
+    def loss(self, networks: Any, obs: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(coef * mean KL, mean KL) over a minibatch's real (unmasked) states."""
-        from rlcli.algos.base import masked_mean
-
         with torch.no_grad():
             prior_params = self.prior.policy_params(obs)
-        kl = masked_mean(actor.head.kl(prior_params, actor.policy_params(obs), self.prior.head), mask)
-        return coef * kl, kl.detach()
+        kl = networks.head.kl(prior_params, networks.policy_params(obs), self.prior.head)
+        kl = (kl * mask).sum() / mask.sum().clamp_min(1.0)
+        return self.coef * kl, kl.detach()
 
 
 ADDONS = {"kl_prior": KLPrior}
 
 
-def build_addons(algo: Any, spec: dict[str, Any] | None) -> list[Any]:
-    """Attach the configured add-ons to `algo`; each coefficient becomes the schedulable `<name>_coef`."""
-    addons = []
+def build_addons(networks: Any, spec: dict[str, Any] | None, supported: bool) -> list[PolicyAddon]:
+    """The configured add-ons for an algorithm's `policy_addons` (`supported`: an on-policy algorithm with a
+    feed-forward network, the only kind whose policy loss they join)."""
+    addons: list[PolicyAddon] = []
     for name, settings in (spec or {}).items():
         if name not in ADDONS:
             raise ConfigError(f"algo.policy_loss_addons.{name}: unknown add-on{did_you_mean(name, list(ADDONS))}; "
                               f"choose from: {', '.join(ADDONS)}")
-        if not getattr(algo, "on_policy", False) or getattr(algo.actor, "recurrent", False):
+        if not supported:
             raise ConfigError(f"algo.policy_loss_addons.{name} works with the on-policy algorithms and MLP actors")
         settings = dict(settings or {})
         unknown = set(settings) - {"checkpoint", "coef"}
         if unknown:
             raise ConfigError(f"algo.policy_loss_addons.{name}: unknown keys {sorted(unknown)}; "
                               "valid: checkpoint, coef")
-        addon = ADDONS[name](algo.actor, **settings)
-        setattr(algo, f"{name}_coef", float(addon.coef))
-        addons.append(addon)
-    algo.policy_addons = addons
+        addons.append(ADDONS[name](networks, **settings))
     return addons
 
 
-def addon_losses(algo: Any, obs: torch.Tensor, mask: torch.Tensor) -> tuple[Any, dict[str, torch.Tensor]]:
+def addon_losses(addons: list[PolicyAddon], networks: Any, obs: torch.Tensor,
+                 mask: torch.Tensor) -> tuple[Any, dict[str, torch.Tensor]]:
     """The sum of the add-on terms for these observations (0 without add-ons), and each term for logging."""
     total: Any = 0.0
     logs = {}
-    for addon in getattr(algo, "policy_addons", ()):
-        term, value = addon.loss(algo.actor, obs, mask, getattr(algo, f"{addon.name}_coef"))
+    for addon in addons:
+        term, value = addon.loss(networks, obs, mask)
         total = total + term
         logs[addon.name] = value
     return total, logs

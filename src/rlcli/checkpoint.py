@@ -79,11 +79,24 @@ def load(path: Path | str, map_location: str | torch.device = "cpu") -> dict[str
     return torch.load(io.BytesIO(verify(path)), map_location=map_location, weights_only=False)
 
 
+# The last file verified, with its size and mtime: resuming checks the file, then loads it; it is read
+# and hashed once, not once per step.
+_verified: dict[str, Any] = {}
+
+
+def _read_file(path: Path) -> bytes:
+    return path.read_bytes()
+
+
 def verify(path: Path | str) -> memoryview:
     """Check magic, format version and checksum; return the payload."""
     path = Path(path)
     try:
-        raw = path.read_bytes()
+        stat = path.stat()
+        key = (str(path.resolve()), stat.st_size, stat.st_mtime_ns)
+        if _verified.get("key") == key:
+            return _verified["body"]
+        raw = _read_file(path)
     except OSError as e:
         raise CheckpointError(f"cannot read checkpoint {path}: {e.strerror}") from None
     if len(raw) < _HEADER.size or raw[:8] != MAGIC:
@@ -96,6 +109,8 @@ def verify(path: Path | str) -> memoryview:
     body = memoryview(raw)[_HEADER.size:]
     if hashlib.sha256(body).digest() != digest:
         raise CheckpointError(f"{path} is corrupted or truncated (checksum mismatch)")
+    _verified.clear()
+    _verified.update(key=key, body=body)
     return body
 
 

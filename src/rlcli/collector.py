@@ -16,9 +16,7 @@ import torch
 from gymnasium.vector import VectorEnv
 
 from rlcli.actors.normalizer import RunningNorm
-from rlcli.algos.base import Algorithm
-from rlcli.buffers.replay import ReplayBuffer
-from rlcli.buffers.rollout import RolloutBuffer
+from rlcli.contracts import Algorithm, RecurrentState
 from rlcli.envs import finished_episodes
 from rlcli.timing import PhaseClock
 
@@ -41,11 +39,18 @@ class TestStats:
 
 
 class Collector:
-    """Keeps the training envs' current observations between collect phases."""
+    """Keeps the training envs' current observations (and a recurrent network's carry) between collect phases.
+
+    Observations are normalized here, once, for acting (updating the running statistics); the rollout
+    stores what acting saw, replay stores raw observations (its batches are normalized with the
+    statistics of the moment they are sampled).
+    """
 
     def __init__(self, envs: VectorEnv, normalizer: RunningNorm, device: torch.device, seed: int,
-                 clock: PhaseClock | None = None, obs_dtype: torch.dtype = torch.float32) -> None:
+                 on_policy: bool, carry_size: int = 0, clock: PhaseClock | None = None,
+                 obs_dtype: torch.dtype = torch.float32) -> None:
         self.envs, self.normalizer, self.device = envs, normalizer, device
+        self.on_policy, self.carry_size = on_policy, carry_size  # carry_size > 0: a recurrent network
         self.obs_dtype = obs_dtype  # uint8 for pixels: they stay uint8 until the network scales them
         self.clock = clock or PhaseClock()
         self.reset(seed)
@@ -54,7 +59,7 @@ class Collector:
         obs, _ = self.envs.reset(seed=seed)
         self.obs = torch.as_tensor(obs, dtype=self.obs_dtype, device=self.device)
         self.prev_done = np.zeros(self.envs.num_envs, dtype=bool)  # next step of these envs is a reset step
-        # Recurrent actors: the carry between steps, and which envs begin an episode at the next step.
+        # Recurrent networks: the carry between steps, and which envs begin an episode at the next step.
         self.carry: torch.Tensor | None = None
         self.episode_start = np.ones(self.envs.num_envs, dtype=bool)
 
@@ -65,45 +70,53 @@ class Collector:
     def load_state_dict(self, state: dict[str, object]) -> None:
         self.obs = torch.as_tensor(state["obs"], device=self.device)
         self.prev_done = np.asarray(state["prev_done"]).copy()
-        self.episode_start = np.asarray(state.get("episode_start", self.episode_start)).copy()
-        carry = state.get("carry")
+        self.episode_start = np.asarray(state["episode_start"]).copy()
+        carry = state["carry"]
         self.carry = None if carry is None else torch.as_tensor(carry, device=self.device).clone()
 
-    def collect(self, algo: Algorithm, buffer: Any, random_actions: bool = False) -> CollectStats:
-        """n_steps of every env into `buffer`: a whole rollout (on-policy) or transitions (off-policy)."""
-        if algo.on_policy:
-            return self._collect_rollout(algo, buffer)
-        return self._collect_transitions(algo, buffer, random_actions)
+    def _recurrent_state(self) -> RecurrentState | None:
+        if not self.carry_size:
+            return None
+        if self.carry is None:
+            self.carry = torch.zeros(self.envs.num_envs, self.carry_size, device=self.device)
+        starts = torch.as_tensor(self.episode_start, dtype=torch.float32, device=self.device)
+        return RecurrentState(self.carry, starts)
 
-    def _collect_transitions(self, algo: Any, buffer: ReplayBuffer, random_actions: bool) -> CollectStats:
-        """Replay stores raw observations; algorithms normalize sampled batches with the current statistics."""
-        stats = CollectStats(steps=algo.n_steps * self.envs.num_envs)
+    def collect(self, algo: Algorithm, buffer: Any, progress: float, random_actions: bool = False) -> CollectStats:
+        """algo.n_steps steps of every env into `buffer`: a whole rollout, finished by the algorithm's
+        `finish_rollout` (on-policy), or transitions (off-policy). `random_actions`: the off-policy warm-up,
+        uniformly random actions (a recurrent network still steps its carry)."""
+        if self.on_policy:
+            buffer.reset()
+        n_envs = self.envs.num_envs
+        stats = CollectStats(steps=algo.n_steps * n_envs)
+        to_tensor = lambda x: torch.as_tensor(x, dtype=torch.float32, device=self.device)  # noqa: E731
         clock = time.perf_counter
         act_s = env_s = buffer_s = 0.0
-        actor = algo.actor
-        recurrent = getattr(actor, "recurrent", False)  # R2D2: sequences with the carry they began with
-        if recurrent and self.carry is None:
-            self.carry = actor.initial_carry(self.envs.num_envs, self.device)
-        sequence_args: tuple[torch.Tensor, ...] = ()
         for _ in range(algo.n_steps):
             t0 = clock()
             self.normalizer.update(self.obs)
-            if recurrent:  # the Q-network reads and advances the carry even when the action is random
-                starts = torch.as_tensor(self.episode_start, dtype=torch.float32, device=self.device)
-                sequence_args = (starts, self.carry)
-                actor.carry, actor.starts = self.carry, starts
-                actions = algo.act(self.normalizer(self.obs)).actions
-                self.carry = actor.carry
-            if random_actions:  # before learning_starts; torch's generator keeps resume exact
-                actions = algo.random_actions(self.envs.num_envs).to(self.device)
-            elif not recurrent:
-                actions = algo.act(self.normalizer(self.obs)).actions
+            obs = self.normalizer(self.obs)
+            state = self._recurrent_state()
+            out = None
+            if state is not None or not random_actions:  # random warm-up actions skip the policy's sampling
+                out = algo.act(obs, state=state, progress=progress)
+                self.carry = out.carry
+            actions = out.actions if out is not None and not random_actions else None
+            if actions is None:  # torch's generator draws them, so a resume stays exact
+                actions = algo.random_actions(n_envs).to(self.device)  # type: ignore[attr-defined]
             env_actions = algo.env_actions(actions)
             t1 = clock()
             next_obs, rewards, terminated, truncated, infos = self.envs.step(env_actions)
             t2 = clock()
             done = np.logical_or(terminated, truncated)
-            buffer.add(self.obs, actions, rewards, next_obs, terminated, done, ~self.prev_done, *sequence_args)
+            recurrent = () if state is None else tuple(state)  # (carry, starts) this step began with
+            if self.on_policy:
+                assert out is not None
+                buffer.add(obs, out.actions, out.log_probs, out.values, to_tensor(rewards), to_tensor(terminated),
+                           to_tensor(done), to_tensor(~self.prev_done), *recurrent[::-1])
+            else:
+                buffer.add(self.obs, actions, rewards, next_obs, terminated, done, ~self.prev_done, *recurrent[::-1])
             returns, lengths = finished_episodes(infos)
             stats.episode_returns.extend(returns.tolist())
             stats.episode_lengths.extend(lengths.tolist())
@@ -112,61 +125,11 @@ class Collector:
             self.prev_done = done
             t3 = clock()
             act_s, env_s, buffer_s = act_s + (t1 - t0), env_s + (t2 - t1), buffer_s + (t3 - t2)
-        self._account(act_s, env_s, buffer_s)
-        return stats
-
-    def _collect_rollout(self, algo: Algorithm, buffer: RolloutBuffer) -> CollectStats:
-        """Fill `buffer` with n_steps of every env, then compute its advantages and returns."""
-        buffer.reset()
-        stats = CollectStats(steps=buffer.n_steps * self.envs.num_envs)
-        to_tensor = lambda x: torch.as_tensor(x, dtype=torch.float32, device=self.device)  # noqa: E731
-        clock = time.perf_counter
-        act_s = env_s = buffer_s = 0.0
-        actor = algo.actor
-        recurrent = getattr(actor, "recurrent", False)
-        if recurrent and self.carry is None:
-            self.carry = actor.initial_carry(self.envs.num_envs, self.device)
-        starts = carry = None
-        for _ in range(buffer.n_steps):
+        if self.on_policy:
             t0 = clock()
-            self.normalizer.update(self.obs)
-            obs = self.normalizer(self.obs)
-            if recurrent:  # the actor reads and advances the carry, zeroed where an episode starts
-                starts, carry = to_tensor(self.episode_start), self.carry
-                actor.carry, actor.starts = carry, starts
-            out = algo.act(obs)
-            if recurrent:
-                self.carry = actor.carry
-            env_actions = algo.env_actions(out.actions)
-            t1 = clock()
-            next_obs, rewards, terminated, truncated, infos = self.envs.step(env_actions)
-            t2 = clock()
-            done = np.logical_or(terminated, truncated)
-            buffer.add(
-                obs, out.actions, out.log_probs, out.values, to_tensor(rewards), to_tensor(terminated),
-                to_tensor(done), to_tensor(~self.prev_done), *((starts, carry) if recurrent else ()),
-            )
-            returns, lengths = finished_episodes(infos)
-            stats.episode_returns.extend(returns.tolist())
-            stats.episode_lengths.extend(lengths.tolist())
-            self.obs = torch.as_tensor(next_obs, dtype=self.obs_dtype, device=self.device)
-            self.episode_start = self.prev_done.copy()  # after a reset step comes a new episode's first step
-            self.prev_done = done
-            t3 = clock()
-            act_s, env_s, buffer_s = act_s + (t1 - t0), env_s + (t2 - t1), buffer_s + (t3 - t2)
-        t0 = clock()
-        if recurrent:
-            actor.carry, actor.starts = self.carry, to_tensor(self.episode_start)
-        last_obs = self.normalizer(self.obs)
-        finish = getattr(algo, "finish_rollout", None)
-        if finish is not None:  # the algorithm computes its own returns (rnd_ppo: intrinsic rewards too)
-            finish(buffer, last_obs)
-        else:
-            with torch.inference_mode():
-                value = getattr(algo, "value", algo.actor.value)  # an algorithm may define its own baseline
-                last_values = value(last_obs)
-            buffer.compute_returns(last_values, algo.gamma, algo.gae_lambda)
-        self._account(act_s, env_s, buffer_s + clock() - t0)
+            algo.finish_rollout(buffer, self.normalizer(self.obs), self._recurrent_state())  # type: ignore[attr-defined]
+            buffer_s += clock() - t0
+        self._account(act_s, env_s, buffer_s)
         return stats
 
     def _account(self, act_s: float, env_s: float, buffer_s: float) -> None:
@@ -177,24 +140,23 @@ class Collector:
 
 
 def evaluate(envs: VectorEnv, algo: Algorithm, normalizer: RunningNorm, device: torch.device, seed: int,
-             obs_dtype: torch.dtype = torch.float32) -> TestStats:
+             obs_dtype: torch.dtype = torch.float32, carry_size: int = 0) -> TestStats:
     """One episode in each test env with the deterministic policy and frozen normalization."""
     n = envs.num_envs
     returns, lengths = np.zeros(n), np.zeros(n, dtype=np.int64)
     finished = np.zeros(n, dtype=bool)
     obs, _ = envs.reset(seed=seed)
-    actor = algo.actor
-    recurrent = getattr(actor, "recurrent", False)
-    if recurrent:  # one episode per env: a fresh carry at the first step, never reset after it
-        actor.carry = actor.initial_carry(n, device)
-        actor.starts = torch.ones(n, device=device)
+    # one episode per env: a fresh carry at the first step, never reset after it
+    state = (RecurrentState(torch.zeros(n, carry_size, device=device), torch.ones(n, device=device))
+             if carry_size else None)
     while not finished.all():
         with torch.inference_mode():
             x = normalizer(torch.as_tensor(obs, dtype=obs_dtype, device=device))
-            actions = algo.act(x, deterministic=True).actions
-        if recurrent:
-            actor.starts = torch.zeros(n, device=device)
-        obs, _, _, _, infos = envs.step(algo.env_actions(actions))
+            out = algo.act(x, deterministic=True, state=state)
+        if state is not None:
+            assert out.carry is not None
+            state = RecurrentState(out.carry, torch.zeros(n, device=device))
+        obs, _, _, _, infos = envs.step(algo.env_actions(out.actions))
         if "_episode" in infos:
             first = infos["_episode"] & ~finished
             returns[first] = infos["episode"]["r"][first]

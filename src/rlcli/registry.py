@@ -43,16 +43,29 @@ class Registry:
         self.kind = kind
         self.builtin_module = builtin_module  # imported on first look-up: its modules register the built-ins
         self._factories: dict[str, Callable[..., Any]] = {}
+        self._specs: dict[str, Any] = {}
         self._plugins_loaded = False
 
-    def register(self, name: str) -> Callable[[F], F]:
+    def register(self, name: str, spec: Any = None) -> Callable[[F], F]:
+        """Register a factory under `name`, with the spec (contracts.py) that says what it needs and provides."""
+
         def decorator(factory: F) -> F:
             if name in self._factories and self._factories[name] is not factory:
                 raise ValueError(f"{self.kind} '{name}' is registered twice")
             self._factories[name] = factory
+            if spec is not None:
+                self._specs[name] = spec
             return factory
 
         return decorator
+
+    def spec(self, name: str) -> Any:
+        """The spec registered with `name`; a component registered without one cannot be wired."""
+        self.get(name)
+        if name not in self._specs:
+            raise ConfigError(f"{self.kind} '{name}' was registered without a spec: register it with "
+                              f"@{self.kind.upper()}S.register({name!r}, spec=...) (see rlcli/contracts.py)")
+        return self._specs[name]
 
     def _load_plugins(self) -> None:
         if self._plugins_loaded:

@@ -2,7 +2,8 @@
 
 One mechanism for every algorithm: before each update the trainer sets the scheduled attribute on
 the algorithm from the run's progress (env steps / train.total_steps, 0 -> 1). `lr` is special:
-it is written into every optimizer's param groups. Forms:
+it is written into every optimizer's param groups; `<addon>_coef` sets a policy-loss add-on's
+coefficient. Forms:
 
     constant:V            V throughout
     linear:A:B            A at the start, B at the end
@@ -13,6 +14,7 @@ it is written into every optimizer's param groups. Forms:
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -63,19 +65,21 @@ def _optimizers(algo: Any) -> list[Any]:
     return [v for v in vars(algo).values() if hasattr(v, "param_groups") and hasattr(v, "step")]
 
 
-def numeric_params(algo: Any) -> list[str]:
-    """What can be scheduled: the algorithm's numeric attributes (and lr)."""
+def numeric_params(algo: Any, addons: Sequence[Any] = ()) -> list[str]:
+    """What can be scheduled: the algorithm's numeric attributes, lr, and the add-ons' coefficients."""
     names = {k for k, v in vars(algo).items()
              if isinstance(v, (int, float)) and not isinstance(v, bool) and not k.startswith("_")}
     names -= {"n_steps", "num_envs", "batch_size", "n_epochs", "gradient_updates", "env_steps", "progress",
-              "learning_starts", "train_freq", "gradient_steps", "action_dim", "policy_delay", "target_update_interval"}
+              "learning_starts", "train_freq", "gradient_steps", "action_dim", "policy_delay", "target_update_interval",
+              "n_actions", "warmup_seen", "obs_norm_warmup_steps", "last_target_update"}
+    names |= {f"{addon.name}_coef" for addon in addons}
     return sorted(names | ({"lr"} if _optimizers(algo) else set()))
 
 
-def build_schedules(algo: Any, spec: dict[str, Any] | None) -> dict[str, Schedule]:
-    """Parse and check `algo.schedules` against what the built algorithm has."""
+def build_schedules(algo: Any, spec: dict[str, Any] | None, addons: Sequence[Any] = ()) -> dict[str, Schedule]:
+    """Parse and check `algo.schedules` against what the built algorithm (and its add-ons) has."""
     schedules = {key: parse_schedule(key, text) for key, text in (spec or {}).items()}
-    valid = numeric_params(algo)
+    valid = numeric_params(algo, addons)
     for key in schedules:
         if key not in valid:
             raise ConfigError(f"algo.schedules.{key}: {type(algo).__name__} has no numeric parameter '{key}'; "
@@ -85,12 +89,16 @@ def build_schedules(algo: Any, spec: dict[str, Any] | None) -> dict[str, Schedul
     return schedules
 
 
-def apply_schedules(algo: Any, schedules: dict[str, Schedule], progress: float) -> dict[str, float]:
+def apply_schedules(algo: Any, schedules: dict[str, Schedule], progress: float,
+                    addons: Sequence[Any] = ()) -> dict[str, float]:
     """Set every scheduled parameter for this progress; returns the values (logged under schedule/)."""
     values = {}
+    addon_coefs = {f"{addon.name}_coef": addon for addon in addons}
     for key, schedule in schedules.items():
         value = schedule(progress)
-        if key == "lr":
+        if key in addon_coefs:
+            addon_coefs[key].coef = value
+        elif key == "lr":
             for optimizer in _optimizers(algo):
                 for group in optimizer.param_groups:
                     group["lr"] = value

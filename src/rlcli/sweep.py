@@ -60,6 +60,7 @@ def run_job(cfg: DictConfig, run_dir: Path, job_num: int, overrides: list[str],
             test_hook_factory: Callable[[DictConfig], Any] | None = None) -> dict[str, Any]:
     """Run one job of a sweep and return its status record (never raises for a failed job)."""
     from rlcli import checkpoint
+    from rlcli.run_state import prepare
     from rlcli.trainer import Trainer
 
     shown = " ".join(o for o in overrides if not o.startswith(("sweep.trial", "resume=", "hydra.")))
@@ -76,7 +77,8 @@ def run_job(cfg: DictConfig, run_dir: Path, job_num: int, overrides: list[str],
             _say(f"[job {job_num}] {shown}: resuming from {found.name}")
     write_status(run_dir, record)
     try:
-        trainer = Trainer(cfg, run_dir)
+        components, state = prepare(cfg)
+        trainer = Trainer(components, run_dir, state)
         trainer.console_mode = "lines" if cfg.log.console else "off"
         trainer.console_prefix = f"[job {job_num}] "
         if test_hook_factory is not None:

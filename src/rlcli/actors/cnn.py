@@ -17,8 +17,11 @@ import numpy as np
 import torch
 from torch import nn
 
-from rlcli.actors.mlp import _ACTIVATIONS, Activation, ActorCritic, orthogonal_init
+from rlcli.actors.layers import _ACTIVATIONS, Activation, orthogonal_init
+from rlcli.actors.mlp import ActorCritic
 from rlcli.actors.normalizer import RunningNorm
+from rlcli.actors.offpolicy import NetworkRecipe
+from rlcli.contracts import NetworkSpec
 from rlcli.registry import ACTORS, ConfigError, require
 
 NATURE_CONVS = [[32, 8, 4], [64, 4, 2], [64, 3, 1]]  # [out_channels, kernel, stride], Mnih et al. 2015
@@ -67,13 +70,13 @@ def check_image_space(space: gym.spaces.Space, normalize_obs: bool) -> None:
                           "actor.pixel_scale inside the network; set env.normalize_obs=false")
 
 
-@ACTORS.register("cnn")
+@ACTORS.register("cnn", spec=NetworkSpec(image=True))
 def build_cnn_actor(
     observation_space: gym.spaces.Space,
     action_space: gym.spaces.Space,
     normalize_obs: bool = False,
     clip_obs: float = 10.0,
-    heads: Literal["actor_critic", "torso"] = "actor_critic",
+    heads: Literal["actor_critic", "recipe"] = "actor_critic",
     convs: list[list[int]] = NATURE_CONVS,  # type: ignore[assignment]
     features: int = 512,
     hidden_sizes: list[int] = (),  # type: ignore[assignment]
@@ -83,7 +86,7 @@ def build_cnn_actor(
     log_std_init: float = 0.0,
     pixel_scale: float = 255.0,
 ) -> ActorCritic | Any:
-    """An actor-critic on a shared convolutional encoder, or a Torso whose networks each get one."""
+    """An actor-critic on a shared convolutional encoder, or a NetworkRecipe whose networks each get one."""
     check_image_space(observation_space, normalize_obs)
     require(all(len(c) == 3 and all(int(v) > 0 for v in c) for c in convs), "actor.convs", convs,
             "each layer is [out_channels, kernel, stride], all > 0")
@@ -101,15 +104,13 @@ def build_cnn_actor(
 
     make_encoder()  # fail here, in one line, if the convolutions do not fit the image
     normalizer = RunningNorm(obs_shape, clip=clip_obs, enabled=False)
-    if heads == "torso":
-        from rlcli.actors.offpolicy import Torso
+    if heads == "recipe":
 
         def encoder() -> tuple[nn.Module, int]:
             return make_encoder(), features
 
-        return Torso(features, list(hidden_sizes), activation, ortho_init, normalizer, encoder=encoder,
+        return NetworkRecipe(features, list(hidden_sizes), activation, ortho_init, normalizer, encoder=encoder,
                      uint8_input=uint8_input)
     actor = ActorCritic(observation_space, action_space, list(hidden_sizes), activation, shared, ortho_init,
                         log_std_init, normalize_obs=False, clip_obs=clip_obs, encoder=make_encoder())
-    actor.uint8_input = uint8_input
     return actor

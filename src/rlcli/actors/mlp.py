@@ -11,40 +11,17 @@ import torch
 from torch import nn
 
 from rlcli.actors.heads import CategoricalHead, GaussianHead
+from rlcli.actors.layers import Activation, mlp, orthogonal_init
 from rlcli.actors.normalizer import RunningNorm
+from rlcli.actors.offpolicy import NetworkRecipe
+from rlcli.contracts import ActOutput, NetworkSpec, RecurrentState
 from rlcli.registry import ACTORS, ConfigError, require
-
-Activation = Literal["tanh", "relu", "elu", "gelu", "silu", "leaky_relu"]
-_ACTIVATIONS: dict[str, type[nn.Module]] = {
-    "tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU, "gelu": nn.GELU, "silu": nn.SiLU, "leaky_relu": nn.LeakyReLU,
-}
-
-
-class ActOutput(NamedTuple):
-    actions: torch.Tensor
-    log_probs: torch.Tensor
-    values: torch.Tensor
 
 
 class EvalOutput(NamedTuple):
     log_probs: torch.Tensor
     entropy: torch.Tensor
     values: torch.Tensor
-
-
-def mlp(in_features: int, hidden_sizes: list[int], activation: Activation) -> nn.Sequential:
-    layers: list[nn.Module] = []
-    for size in hidden_sizes:
-        layers += [nn.Linear(in_features, size), _ACTIVATIONS[activation]()]
-        in_features = size
-    return nn.Sequential(*layers)
-
-
-def orthogonal_init(module: nn.Module, gain: float) -> None:
-    for layer in module.modules():
-        if isinstance(layer, (nn.Linear, nn.Conv2d)):
-            nn.init.orthogonal_(layer.weight, gain)
-            nn.init.zeros_(layer.bias)
 
 
 def policy_head(features: int, action_space: gym.spaces.Space, log_std_init: float) -> CategoricalHead | GaussianHead:
@@ -110,7 +87,7 @@ class ActorCritic(nn.Module):
         pi = self.pi_body(x)
         return pi, (pi if self.v_body is self.pi_body else self.v_body(x))
 
-    def act(self, obs: torch.Tensor, deterministic: bool = False) -> ActOutput:
+    def act(self, obs: torch.Tensor, deterministic: bool = False, state: RecurrentState | None = None) -> ActOutput:
         pi, v = self._features(obs)
         params = self.head(pi)
         actions = self.head.sample(params, deterministic)
@@ -125,7 +102,7 @@ class ActorCritic(nn.Module):
         values = self.value_head(v)
         return values.squeeze(-1) if self.value_outputs == 1 else values
 
-    def value(self, obs: torch.Tensor) -> torch.Tensor:
+    def value(self, obs: torch.Tensor, state: RecurrentState | None = None) -> torch.Tensor:
         _, v = self._features(obs)
         return self._values(v)
 
@@ -137,13 +114,13 @@ class ActorCritic(nn.Module):
         )
 
 
-@ACTORS.register("mlp")
+@ACTORS.register("mlp", spec=NetworkSpec())
 def build_mlp_actor(
     observation_space: gym.spaces.Space,
     action_space: gym.spaces.Space,
     normalize_obs: bool = False,
     clip_obs: float = 10.0,
-    heads: Literal["actor_critic", "torso"] = "actor_critic",
+    heads: Literal["actor_critic", "recipe"] = "actor_critic",
     hidden_sizes: list[int] = (64, 64),  # type: ignore[assignment]
     activation: Activation = "tanh",
     shared: bool = False,
@@ -153,7 +130,7 @@ def build_mlp_actor(
     act_extractor: list[int] = (),  # type: ignore[assignment]
     value_outputs: int = 1,
 ) -> ActorCritic | Any:
-    """An ActorCritic for on-policy algorithms, or a Torso from which off-policy ones build heads."""
+    """An ActorCritic for on-policy algorithms, or a NetworkRecipe from which off-policy ones build heads."""
     if not isinstance(observation_space, gym.spaces.Box):
         raise ConfigError(
             f"actor=mlp needs a Box observation space; the env has {type(observation_space).__name__}"
@@ -161,12 +138,10 @@ def build_mlp_actor(
     for key, sizes in (("hidden_sizes", hidden_sizes), ("obs_extractor", obs_extractor),
                        ("act_extractor", act_extractor)):
         require(all(h > 0 for h in sizes), f"actor.{key}", list(sizes), "sizes must be > 0")
-    if heads == "torso":  # off-policy algorithms build their own heads on this torso
-        from rlcli.actors.offpolicy import Torso
-
+    if heads == "recipe":  # off-policy algorithms build their own heads on this torso
         obs_dim = int(np.prod(observation_space.shape))
         normalizer = RunningNorm(tuple(observation_space.shape), clip=clip_obs, enabled=normalize_obs)
-        return Torso(obs_dim, list(hidden_sizes), activation, ortho_init, normalizer, list(obs_extractor),
+        return NetworkRecipe(obs_dim, list(hidden_sizes), activation, ortho_init, normalizer, list(obs_extractor),
                      list(act_extractor))
     if obs_extractor or act_extractor:
         raise ConfigError("actor.obs_extractor and actor.act_extractor shape off-policy networks; on-policy "

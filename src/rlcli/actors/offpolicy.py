@@ -14,14 +14,14 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from rlcli.actors.mlp import Activation, mlp, orthogonal_init
+from rlcli.actors.layers import Activation, mlp, orthogonal_init
 from rlcli.actors.normalizer import RunningNorm
 
 LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0  # SAC's usual clamp of the policy's log std
 
 
 @dataclass
-class Torso:
+class NetworkRecipe:
     """How to build the agent's networks; `normalizer` is shared by all of them.
 
     As in reference 000's off-policy actor: an observation feature extractor (`obs_extractor`, used by
@@ -72,7 +72,7 @@ class Torso:
 class QNetwork(nn.Module):
     """Q-values of every discrete action; dueling splits them into V(s) + A(s, a) - mean A."""
 
-    def __init__(self, torso: Torso, n_actions: int, dueling: bool):
+    def __init__(self, torso: NetworkRecipe, n_actions: int, dueling: bool):
         super().__init__()
         self.dueling = dueling
         if dueling:
@@ -94,7 +94,7 @@ class QNetwork(nn.Module):
 class QValue(nn.Module):
     """Q(s, a) = head(common([obs_extractor(s), act_extractor(a)]))."""
 
-    def __init__(self, torso: Torso, action_dim: int):
+    def __init__(self, torso: NetworkRecipe, action_dim: int):
         super().__init__()
         self.act_net, act_width = torso.mlp(action_dim, torso.act_extractor)
         self.obs_net, self.common, width = torso.features(extra_in=act_width)
@@ -108,7 +108,7 @@ class QValue(nn.Module):
 class Critics(nn.Module):
     """N independent Q(s, a) networks evaluated together: returns [N, batch]."""
 
-    def __init__(self, torso: Torso, action_dim: int, n: int):
+    def __init__(self, torso: NetworkRecipe, action_dim: int, n: int):
         super().__init__()
         self.nets = nn.ModuleList(QValue(torso, action_dim) for _ in range(n))
 
@@ -119,7 +119,7 @@ class Critics(nn.Module):
 class DeterministicPolicy(nn.Module):
     """a = tanh(f(s)) in [-1, 1]; the algorithm rescales to the env's bounds."""
 
-    def __init__(self, torso: Torso, action_dim: int):
+    def __init__(self, torso: NetworkRecipe, action_dim: int):
         super().__init__()
         self.net = torso.make(action_dim, out_gain=0.01)
 
@@ -130,7 +130,7 @@ class DeterministicPolicy(nn.Module):
 class SquashedGaussianPolicy(nn.Module):
     """a = tanh(u), u ~ N(mean(s), std(s)); log-probs include the tanh change of variables."""
 
-    def __init__(self, torso: Torso, action_dim: int):
+    def __init__(self, torso: NetworkRecipe, action_dim: int):
         super().__init__()
         self.net = torso.make(2 * action_dim, out_gain=0.01)
 

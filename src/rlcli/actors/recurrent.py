@@ -21,8 +21,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from rlcli.actors.mlp import Activation, ActOutput, EvalOutput, mlp, orthogonal_init, policy_head
+from rlcli.actors.layers import Activation, mlp, orthogonal_init
+from rlcli.actors.mlp import EvalOutput, policy_head
 from rlcli.actors.normalizer import RunningNorm
+from rlcli.contracts import ActOutput, NetworkSpec, RecurrentState
 from rlcli.registry import ACTORS, ConfigError, require
 
 
@@ -38,17 +40,15 @@ def cell_step(cell: nn.GRUCell | nn.LSTMCell, x: torch.Tensor, carry: torch.Tens
     return h, torch.cat([h, c], -1)
 
 
-def acting_state(net: nn.Module, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """The carry and episode starts the collector set on `net` for this acting call (zeros when unset)."""
+def state_or_zeros(state: RecurrentState | None, obs: torch.Tensor, carry_size: int) -> RecurrentState:
+    """The acting state passed in, or a zero carry with no episode starts (a call outside the collector)."""
+    if state is not None:
+        return state
     n, device = obs.shape[0], obs.device
-    carry = net.carry if net.carry is not None else net.initial_carry(n, device)
-    starts = net.starts if net.starts is not None else torch.zeros(n, device=device)
-    return carry, starts
+    return RecurrentState(torch.zeros(n, carry_size, device=device), torch.zeros(n, device=device))
 
 
 class RecurrentActorCritic(nn.Module):
-    recurrent = True
-
     def __init__(self, observation_space: gym.spaces.Box, action_space: gym.spaces.Space, cell: Literal["gru", "lstm"],
                  hidden_sizes: list[int], rnn_size: int, activation: Activation, ortho_init: bool,
                  log_std_init: float, normalize_obs: bool, clip_obs: float) -> None:
@@ -70,10 +70,6 @@ class RecurrentActorCritic(nn.Module):
             orthogonal_init(self.encoder, math.sqrt(2))
             orthogonal_init(self.head, 0.01)
             orthogonal_init(self.value_head, 1.0)
-        # Set by the collector around each acting call: the carry going in (and coming out) and
-        # which envs start an episode at this step. Training never uses these.
-        self.carry: torch.Tensor | None = None
-        self.starts: torch.Tensor | None = None
 
     def initial_carry(self, n: int, device: torch.device | str = "cpu") -> torch.Tensor:
         return torch.zeros(n, self.carry_size, device=device)
@@ -86,22 +82,19 @@ class RecurrentActorCritic(nn.Module):
     def _step(self, x: torch.Tensor, carry: torch.Tensor, starts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return cell_step(self.cell, x, carry, starts)
 
-    def _features(self, obs: torch.Tensor) -> torch.Tensor:
-        carry, starts = acting_state(self, obs)
-        h, self.carry = self._step(self.encoder(obs.flatten(1)), carry, starts)
-        return h
+    def _features(self, obs: torch.Tensor, state: RecurrentState | None) -> tuple[torch.Tensor, torch.Tensor]:
+        carry, starts = state_or_zeros(state, obs, self.carry_size)
+        return self._step(self.encoder(obs.flatten(1)), carry, starts)
 
-    def act(self, obs: torch.Tensor, deterministic: bool = False) -> ActOutput:
-        h = self._features(obs)
+    def act(self, obs: torch.Tensor, deterministic: bool = False, state: RecurrentState | None = None) -> ActOutput:
+        h, carry = self._features(obs, state)
         params = self.head(h)
         actions = self.head.sample(params, deterministic)
-        return ActOutput(actions, self.head.log_prob(params, actions), self.value_head(h).squeeze(-1))
+        return ActOutput(actions, self.head.log_prob(params, actions), self.value_head(h).squeeze(-1), carry)
 
-    def value(self, obs: torch.Tensor) -> torch.Tensor:
-        """V of the observation after the rollout, continuing the carry (does not advance it)."""
-        carry = self.carry
-        h = self._features(obs)
-        self.carry = carry
+    def value(self, obs: torch.Tensor, state: RecurrentState | None = None) -> torch.Tensor:
+        """V of the observation after the rollout, from the carry in `state`."""
+        h, _ = self._features(obs, state)
         return self.value_head(h).squeeze(-1)
 
     def evaluate(self, obs: torch.Tensor, actions: torch.Tensor) -> EvalOutput:
@@ -124,7 +117,7 @@ class RecurrentActorCritic(nn.Module):
 
 
 @dataclass
-class RecurrentTorso:
+class RecurrentRecipe:
     """What off-policy algorithms build recurrent networks from (only dqn so far: R2D2-style)."""
 
     obs_dim: int
@@ -134,7 +127,6 @@ class RecurrentTorso:
     activation: Activation
     ortho_init: bool
     normalizer: RunningNorm
-    recurrent: bool = True
 
     @property
     def carry_size(self) -> int:
@@ -144,7 +136,7 @@ class RecurrentTorso:
 class RecurrentBody(nn.Module):
     """MLP encoder -> recurrent cell: stepped while acting, unrolled over stored sequences to learn."""
 
-    def __init__(self, torso: RecurrentTorso) -> None:
+    def __init__(self, torso: RecurrentRecipe) -> None:
         super().__init__()
         self.encoder = mlp(torso.obs_dim, torso.hidden_sizes, torso.activation)
         features = torso.hidden_sizes[-1] if torso.hidden_sizes else torso.obs_dim
@@ -171,7 +163,7 @@ class RecurrentBody(nn.Module):
 class RecurrentNet(nn.Module):
     """A recurrent body with a linear head: DQN's Q-values, or SAC's policy parameters."""
 
-    def __init__(self, torso: RecurrentTorso, out_features: int, out_gain: float = 1.0) -> None:
+    def __init__(self, torso: RecurrentRecipe, out_features: int, out_gain: float = 1.0) -> None:
         super().__init__()
         self.body = RecurrentBody(torso)
         self.head = nn.Linear(torso.rnn_size, out_features)
@@ -196,7 +188,7 @@ class RecurrentCritics(nn.Module):
     MLP head. While acting nothing steps them, so every stored sequence unrolls them from a zero state
     (R2D2's zero-state variant); burn-in steps warm that state up."""
 
-    def __init__(self, torso: RecurrentTorso, action_dim: int, n: int) -> None:
+    def __init__(self, torso: RecurrentRecipe, action_dim: int, n: int) -> None:
         super().__init__()
         self.bodies = nn.ModuleList(RecurrentBody(torso) for _ in range(n))
         self.heads = nn.ModuleList(mlp(torso.rnn_size + action_dim, [torso.rnn_size], torso.activation)
@@ -227,21 +219,21 @@ def _build(cell: Literal["gru", "lstm"]):
         action_space: gym.spaces.Space,
         normalize_obs: bool = False,
         clip_obs: float = 10.0,
-        heads: Literal["actor_critic", "torso"] = "actor_critic",
+        heads: Literal["actor_critic", "recipe"] = "actor_critic",
         hidden_sizes: list[int] = (64,),  # type: ignore[assignment]
         rnn_size: int = 64,
         activation: Activation = "tanh",
         ortho_init: bool = True,
         log_std_init: float = 0.0,
-    ) -> RecurrentActorCritic | RecurrentTorso:
+    ) -> RecurrentActorCritic | RecurrentRecipe:
         if not isinstance(observation_space, gym.spaces.Box):
             raise ConfigError(f"actor={cell} needs a Box observation space; the env has "
                               f"{type(observation_space).__name__}")
         require(all(h > 0 for h in hidden_sizes), "actor.hidden_sizes", list(hidden_sizes), "sizes must be > 0")
         require(rnn_size > 0, "actor.rnn_size", rnn_size, "must be > 0")
-        if heads == "torso":  # off-policy: dqn builds a recurrent Q-network from this (R2D2)
+        if heads == "recipe":  # off-policy: dqn builds a recurrent Q-network from this (R2D2)
             normalizer = RunningNorm(tuple(observation_space.shape), clip=clip_obs, enabled=normalize_obs)
-            return RecurrentTorso(int(np.prod(observation_space.shape)), list(hidden_sizes), rnn_size, cell,
+            return RecurrentRecipe(int(np.prod(observation_space.shape)), list(hidden_sizes), rnn_size, cell,
                                   activation, ortho_init, normalizer)
         return RecurrentActorCritic(observation_space, action_space, cell, list(hidden_sizes), rnn_size, activation,
                                     ortho_init, log_std_init, normalize_obs, clip_obs)
@@ -250,5 +242,5 @@ def _build(cell: Literal["gru", "lstm"]):
     return build
 
 
-build_gru_actor = ACTORS.register("gru")(_build("gru"))
-build_lstm_actor = ACTORS.register("lstm")(_build("lstm"))
+build_gru_actor = ACTORS.register("gru", spec=NetworkSpec(recurrent=True))(_build("gru"))
+build_lstm_actor = ACTORS.register("lstm", spec=NetworkSpec(recurrent=True))(_build("lstm"))

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Literal
 
 import numpy as np
 import torch
 
-from rlcli.actors.mlp import ActorCritic, ActOutput
-from rlcli.addons import addon_losses
+from rlcli.actors.mlp import ActorCritic
+from rlcli.addons import PolicyAddon, addon_losses
 from rlcli.algos.base import (
     Schedule,
     adam,
@@ -16,6 +17,7 @@ from rlcli.algos.base import (
     clipped_env_actions,
     evaluate_batch,
     explained_variance,
+    finish_with_gae,
     gradient_step,
     masked_mean,
     normalize_masked,
@@ -24,17 +26,17 @@ from rlcli.algos.base import (
     set_lr,
 )
 from rlcli.buffers.rollout import RolloutBuffer
+from rlcli.contracts import ActOutput, AlgoSpec, RecurrentState, RunClock
 from rlcli.registry import ALGOS
 
 
-@ALGOS.register("a2c")
+@ALGOS.register("a2c", spec=AlgoSpec(on_policy=True))
 class A2C:
-    on_policy = True
-
     def __init__(
         self,
-        actor: ActorCritic,
+        networks: ActorCritic,
         num_envs: int,
+        policy_addons: Sequence[PolicyAddon] = (),
         n_steps: int = 5,
         lr: float = 7e-4,
         lr_pi: float | None = None,
@@ -49,36 +51,41 @@ class A2C:
         max_grad_norm: float | None = 0.5,
     ) -> None:
         check_common(n_steps, lr, lr_pi, lr_v, gamma, gae_lambda, ent_coef, vf_coef, max_grad_norm)
-        self.actor = actor
+        self.networks = networks
+        self.policy_addons = list(policy_addons)  # extra policy-loss terms (rlcli/addons.py)
         self.n_steps, self.gamma, self.gae_lambda = n_steps, gamma, gae_lambda
         self.lr_schedule, self.normalize_advantage = lr_schedule, normalize_advantage
         self.ent_coef, self.vf_coef, self.max_grad_norm = ent_coef, vf_coef, max_grad_norm
-        groups = param_groups(actor, lr, lr_pi, lr_v)
+        groups = param_groups(networks, lr, lr_pi, lr_v)
         if optimizer == "rmsprop":  # SB3's (TF-like) settings, which A2C's published results use
             self.optimizer: torch.optim.Optimizer = torch.optim.RMSprop(groups, alpha=0.99, eps=1e-5)
         else:
             self.optimizer = adam(groups, eps=1e-5)
 
     @torch.inference_mode()
-    def act(self, obs: torch.Tensor, deterministic: bool = False) -> ActOutput:
-        return self.actor.act(obs, deterministic)
+    def act(self, obs: torch.Tensor, deterministic: bool = False, state: RecurrentState | None = None,
+            progress: float = 0.0) -> ActOutput:
+        return self.networks.act(obs, deterministic, state)
 
-    def update(self, buffer: RolloutBuffer, progress: float) -> dict[str, torch.Tensor]:
-        lr = set_lr(self.optimizer, schedule_factor(self.lr_schedule, progress))
+    def finish_rollout(self, buffer: RolloutBuffer, last_obs: torch.Tensor, state: RecurrentState | None) -> None:
+        finish_with_gae(self.networks.value, buffer, last_obs, state, self.gamma, self.gae_lambda)
+
+    def update(self, buffer: RolloutBuffer, clock: RunClock) -> dict[str, torch.Tensor]:
+        lr = set_lr(self.optimizer, schedule_factor(self.lr_schedule, clock.progress))
         batch = buffer.flat()
         mask = batch.mask
-        log_probs, entropy, values = evaluate_batch(self.actor, batch)
+        log_probs, entropy, values = evaluate_batch(self.networks, batch)
         advantages = batch.advantages
         if self.normalize_advantage:
             advantages = normalize_masked(advantages, mask)
         policy_loss = -masked_mean(advantages * log_probs, mask)
-        extra, addon_logs = addon_losses(self, batch.obs, mask)
+        extra, addon_logs = addon_losses(self.policy_addons, self.networks, batch.obs, mask)
         policy_loss = policy_loss + extra
         value_loss = masked_mean((values - batch.returns).square(), mask)
         entropy_mean = masked_mean(entropy, mask)
         loss = policy_loss - self.ent_coef * entropy_mean + self.vf_coef * value_loss
 
-        gradient_step(self.optimizer, loss, self.actor.parameters(), self.max_grad_norm)
+        gradient_step(self.optimizer, loss, self.networks.parameters(), self.max_grad_norm)
         return {
             "policy_loss": policy_loss.detach(), "value_loss": value_loss.detach(),
             "entropy": entropy_mean.detach(), "loss": loss.detach(),
@@ -87,11 +94,11 @@ class A2C:
         }
 
     def env_actions(self, actions: torch.Tensor) -> np.ndarray:
-        return clipped_env_actions(self.actor, actions)
+        return clipped_env_actions(self.networks, actions)
 
     def state_dict(self) -> dict[str, Any]:
-        return {"actor": self.actor.state_dict(), "optimizer": self.optimizer.state_dict()}
+        return {"networks": self.networks.state_dict(), "optimizer": self.optimizer.state_dict()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.actor.load_state_dict(state["actor"])
+        self.networks.load_state_dict(state["networks"])
         self.optimizer.load_state_dict(state["optimizer"])

@@ -1,41 +1,20 @@
-"""What every algorithm provides, and the small pieces on-policy algorithms share."""
+"""Small pieces the algorithms share (the contract itself is in rlcli/contracts.py)."""
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
 import numpy as np
 import torch
 from torch import nn
 
-from rlcli.actors.mlp import ActorCritic, ActOutput
+from rlcli.actors.mlp import ActorCritic
+from rlcli.contracts import RecurrentState
 from rlcli.registry import require
 
 Schedule = Literal["constant", "linear"]
-
-
-class Algorithm(Protocol):
-    """The contract the trainer relies on; see DESIGN.md."""
-
-    on_policy: bool
-    n_steps: int
-    gamma: float
-    gae_lambda: float
-    actor: nn.Module
-
-    def act(self, obs: torch.Tensor, deterministic: bool = False) -> ActOutput: ...
-
-    def env_actions(self, actions: torch.Tensor) -> np.ndarray:
-        """What the env receives for `act`'s actions (clipped or rescaled to its bounds)."""
-        ...
-
-    def update(self, buffer: Any, progress: float) -> dict[str, torch.Tensor]: ...
-
-    def state_dict(self) -> dict[str, Any]: ...
-
-    def load_state_dict(self, state: dict[str, Any]) -> None: ...
 
 
 def adam(params: Any, lr: float = 1e-3, eps: float = 1e-8) -> Any:
@@ -104,6 +83,14 @@ def explained_variance(pred: torch.Tensor, target: torch.Tensor, mask: torch.Ten
     resid = target - pred
     var_resid = masked_mean((resid - masked_mean(resid, mask)).square(), mask)
     return torch.where(var_target > 0, 1 - var_resid / var_target, torch.full_like(var_target, float("nan")))
+
+
+def finish_with_gae(value: Any, buffer: Any, last_obs: torch.Tensor, state: RecurrentState | None, gamma: float,
+                    gae_lambda: float) -> None:
+    """The usual end of a rollout: bootstrap from V(last_obs) (`value(obs, state)`), then GAE and returns."""
+    with torch.inference_mode():
+        last_values = value(last_obs, state)
+    buffer.compute_returns(last_values, gamma, gae_lambda)
 
 
 def param_groups(actor: ActorCritic, lr: float, lr_pi: float | None, lr_v: float | None) -> list[dict[str, Any]]:

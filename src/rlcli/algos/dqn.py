@@ -9,18 +9,18 @@ import gymnasium as gym
 import torch
 from torch import nn
 
-from rlcli.actors.mlp import ActOutput
-from rlcli.actors.offpolicy import QNetwork, Torso
-from rlcli.actors.recurrent import RecurrentQNetwork, RecurrentTorso, acting_state
+from rlcli.actors.offpolicy import NetworkRecipe, QNetwork
+from rlcli.actors.recurrent import RecurrentQNetwork, RecurrentRecipe, state_or_zeros
 from rlcli.algos.base import adam, gradient_step
 from rlcli.algos.offpolicy import check_offpolicy, polyak_update
 from rlcli.buffers.replay import ReplayBuffer
 from rlcli.buffers.sequence import SequenceBatch
+from rlcli.contracts import ActOutput, AlgoSpec, RecurrentState, RunClock
 from rlcli.registry import ALGOS, require
 
 
 class DQNNetworks(nn.Module):
-    def __init__(self, torso: Torso, n_actions: int, dueling: bool):
+    def __init__(self, torso: NetworkRecipe, n_actions: int, dueling: bool):
         super().__init__()
         self.normalizer = torso.normalizer
         self.q = QNetwork(torso, n_actions, dueling)
@@ -28,36 +28,28 @@ class DQNNetworks(nn.Module):
 
 
 class RecurrentDQNNetworks(nn.Module):
-    """R2D2's networks. Like the recurrent actor-critics, acting reads and advances `carry` (set by
-    the collector, with `starts` marking the envs whose episode begins at this step)."""
+    """R2D2's networks. Like the recurrent actor-critics, acting takes the carry and episode starts
+    and returns the next carry."""
 
-    recurrent = True
-
-    def __init__(self, torso: RecurrentTorso, n_actions: int):
+    def __init__(self, torso: RecurrentRecipe, n_actions: int):
         super().__init__()
         self.normalizer = torso.normalizer
         self.carry_size = torso.carry_size
         self.q = RecurrentQNetwork(torso, n_actions)
         self.q_target = copy.deepcopy(self.q).requires_grad_(False)
-        self.carry: torch.Tensor | None = None
-        self.starts: torch.Tensor | None = None
 
     def initial_carry(self, n: int, device: torch.device | str = "cpu") -> torch.Tensor:
         return torch.zeros(n, self.carry_size, device=device)
 
-    def q_values(self, obs: torch.Tensor) -> torch.Tensor:
-        q, self.carry = self.q.step(obs, *acting_state(self, obs))
-        return q
+    def q_values(self, obs: torch.Tensor, state: RecurrentState | None) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.q.step(obs, *state_or_zeros(state, obs, self.carry_size))
 
 
-@ALGOS.register("dqn")
+@ALGOS.register("dqn", spec=AlgoSpec(on_policy=False, action_spaces=("Discrete",)))
 class DQN:
-    on_policy = False
-    action_spaces = ("Discrete",)
-
     def __init__(
         self,
-        actor: Torso,
+        recipe: NetworkRecipe | RecurrentRecipe,
         action_space: gym.spaces.Space,
         num_envs: int,
         lr: float = 1e-4,
@@ -84,37 +76,41 @@ class DQN:
                          ("algo.exploration_final_eps", exploration_final_eps)):
             require(0 <= eps <= 1, key, eps, "must be in [0, 1]")
         self.n_actions = int(action_space.n)
-        self.recurrent = bool(getattr(actor, "recurrent", False))
+        self.recurrent = isinstance(recipe, RecurrentRecipe)
         require(not (self.recurrent and dueling), "algo.dueling", dueling, "is not built for recurrent Q-networks")
-        self.actor = (RecurrentDQNNetworks(actor, self.n_actions) if self.recurrent  # type: ignore[arg-type]
-                      else DQNNetworks(actor, self.n_actions, dueling))
-        self.optimizer = adam(self.actor.q.parameters(), lr=lr)
+        self.networks: DQNNetworks | RecurrentDQNNetworks = (
+            RecurrentDQNNetworks(recipe, self.n_actions) if isinstance(recipe, RecurrentRecipe)
+            else DQNNetworks(recipe, self.n_actions, dueling))
+        self.optimizer = adam(self.networks.q.parameters(), lr=lr)
         self.n_steps = train_freq  # env steps per env between update phases
         self.batch_size, self.learning_starts, self.gradient_steps = batch_size, learning_starts, gradient_steps
         self.gamma, self.tau, self.target_update_interval = gamma, tau, target_update_interval
         self.exploration = (exploration_fraction, exploration_initial_eps, exploration_final_eps)
         self.loss, self.double, self.max_grad_norm, self.reward_scale = loss, double, max_grad_norm, reward_scale
-        self.progress = 0.0  # set by the trainer before each collect phase
-        self.env_steps = 0  # set by the trainer before each update phase
         self.gradient_updates = 0
         self.last_target_update = 0  # env steps at the last target update
 
-    def epsilon(self) -> float:
+    def epsilon(self, progress: float) -> float:
         fraction, start, end = self.exploration
         if fraction == 0:
             return end
-        return start + (end - start) * min(1.0, self.progress / fraction)
+        return start + (end - start) * min(1.0, progress / fraction)
 
     @torch.inference_mode()
-    def act(self, obs: torch.Tensor, deterministic: bool = False) -> ActOutput:
-        q = self.actor.q_values(obs) if self.recurrent else self.actor.q(obs)
+    def act(self, obs: torch.Tensor, deterministic: bool = False, state: RecurrentState | None = None,
+            progress: float = 0.0) -> ActOutput:
+        carry = None
+        if isinstance(self.networks, RecurrentDQNNetworks):
+            q, carry = self.networks.q_values(obs, state)
+        else:
+            q = self.networks.q(obs)
         actions = q.argmax(-1)
         if not deterministic:
-            explore = torch.rand(actions.shape) < self.epsilon()
+            explore = torch.rand(actions.shape) < self.epsilon(progress)
             random = torch.randint(0, self.n_actions, actions.shape)
             actions = torch.where(explore.to(actions.device), random.to(actions.device), actions)
         zeros = torch.zeros(actions.shape, device=actions.device)
-        return ActOutput(actions, zeros, zeros)
+        return ActOutput(actions, zeros, zeros, carry)
 
     def random_actions(self, n: int) -> torch.Tensor:
         return torch.randint(0, self.n_actions, (n,))
@@ -122,8 +118,8 @@ class DQN:
     def env_actions(self, actions: torch.Tensor) -> Any:
         return actions.cpu().numpy()
 
-    def update(self, buffer: ReplayBuffer, progress: float) -> dict[str, torch.Tensor]:
-        net, losses, qs = self.actor, [], []
+    def update(self, buffer: ReplayBuffer, clock: RunClock) -> dict[str, torch.Tensor]:
+        net, losses, qs, progress = self.networks, [], [], clock.progress
         for k in range(self.gradient_steps):
             if self.recurrent:
                 if len(buffer) == 0:  # no whole sequence stored yet
@@ -135,7 +131,7 @@ class DQN:
                 qs.append(q_mean)
                 continue
             batch = buffer.sample(self.batch_size, progress, k, self.gradient_steps)
-            obs, next_obs = net.normalizer(batch.obs), net.normalizer(batch.next_obs)
+            obs, next_obs = batch.obs, batch.next_obs  # normalized by the buffer when sampled
             with torch.no_grad():
                 next_q = net.q_target(next_obs)
                 if self.double:  # the online net picks the action, the target net values it
@@ -158,20 +154,20 @@ class DQN:
             losses.append(loss.detach())
             qs.append(q.detach().mean())
         # As in SB3 (and so RL-Zoo's tuned values): the interval counts env steps, not gradient steps.
-        if self.env_steps // self.target_update_interval > self.last_target_update // self.target_update_interval:
+        if clock.env_steps // self.target_update_interval > self.last_target_update // self.target_update_interval:
             polyak_update(net.q_target, net.q, self.tau)
-            self.last_target_update = self.env_steps
+            self.last_target_update = clock.env_steps
         if not losses:
             return {}
         return {"value_loss": torch.stack(losses).mean(), "q_mean": torch.stack(qs).mean(),
-                "epsilon": torch.tensor(self.epsilon()),
+                "epsilon": torch.tensor(self.epsilon(progress)),  # at this update's env step
                 "learning_rate": torch.tensor(self.optimizer.param_groups[0]["lr"])}
 
     def _sequence_loss(self, batch: SequenceBatch, burn: int) -> tuple[torch.Tensor, torch.Tensor]:
         """R2D2: refresh the stored state over the burn-in steps (no gradients), then 1-step Q-learning on
         the rest of the sequence, the target network unrolled over the whole sequence from the stored state."""
-        net = self.actor
-        obs = net.normalizer(batch.obs)
+        net = self.networks
+        obs = batch.obs
         with torch.no_grad():
             target_q, _ = net.q_target.unroll(obs, batch.starts, batch.carry0)  # [L + 1, B, A]
             carry = batch.carry0
@@ -196,12 +192,10 @@ class DQN:
         return loss, (taken.detach() * valid).sum() / valid.sum().clamp_min(1.0)
 
     def state_dict(self) -> dict[str, Any]:
-        return {"actor": self.actor.state_dict(), "optimizer": self.optimizer.state_dict(),
-                "gradient_updates": self.gradient_updates, "progress": self.progress,
-                "env_steps": self.env_steps, "last_target_update": self.last_target_update}
+        return {"networks": self.networks.state_dict(), "optimizer": self.optimizer.state_dict(),
+                "gradient_updates": self.gradient_updates, "last_target_update": self.last_target_update}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.actor.load_state_dict(state["actor"])
+        self.networks.load_state_dict(state["networks"])
         self.optimizer.load_state_dict(state["optimizer"])
-        self.gradient_updates, self.progress = state["gradient_updates"], state["progress"]
-        self.env_steps, self.last_target_update = state["env_steps"], state["last_target_update"]
+        self.gradient_updates, self.last_target_update = state["gradient_updates"], state["last_target_update"]

@@ -8,13 +8,14 @@ so give it rollouts longer than the episodes (n_steps x num_envs) or keep the ba
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import torch
 
-from rlcli.actors.mlp import ActorCritic, ActOutput
-from rlcli.addons import addon_losses
+from rlcli.actors.mlp import ActorCritic
+from rlcli.addons import PolicyAddon, addon_losses
 from rlcli.algos.base import (
     Schedule,
     adam,
@@ -22,6 +23,7 @@ from rlcli.algos.base import (
     clipped_env_actions,
     evaluate_batch,
     explained_variance,
+    finish_with_gae,
     gradient_step,
     masked_mean,
     normalize_masked,
@@ -30,17 +32,17 @@ from rlcli.algos.base import (
     set_lr,
 )
 from rlcli.buffers.rollout import RolloutBuffer
+from rlcli.contracts import ActOutput, AlgoSpec, RecurrentState, RunClock
 from rlcli.registry import ALGOS
 
 
-@ALGOS.register("pg")
+@ALGOS.register("pg", spec=AlgoSpec(on_policy=True))
 class PolicyGradient:
-    on_policy = True
-
     def __init__(
         self,
-        actor: ActorCritic,
+        networks: ActorCritic,
         num_envs: int,
+        policy_addons: Sequence[PolicyAddon] = (),
         n_steps: int = 500,
         lr: float = 1e-2,
         lr_pi: float | None = None,
@@ -54,34 +56,39 @@ class PolicyGradient:
         max_grad_norm: float | None = None,
     ) -> None:
         check_common(n_steps, lr, lr_pi, lr_v, gamma, 1.0, ent_coef, vf_coef, max_grad_norm)
-        self.actor = actor
+        self.networks = networks
+        self.policy_addons = list(policy_addons)  # extra policy-loss terms (rlcli/addons.py)
         self.n_steps, self.gamma, self.gae_lambda = n_steps, gamma, 1.0
         self.lr_schedule, self.baseline, self.normalize_advantage = lr_schedule, baseline, normalize_advantage
         self.ent_coef, self.vf_coef, self.max_grad_norm = ent_coef, vf_coef, max_grad_norm
-        self.optimizer = adam(param_groups(actor, lr, lr_pi, lr_v))
+        self.optimizer = adam(param_groups(networks, lr, lr_pi, lr_v))
 
     @torch.inference_mode()
-    def act(self, obs: torch.Tensor, deterministic: bool = False) -> ActOutput:
-        out = self.actor.act(obs, deterministic)
+    def act(self, obs: torch.Tensor, deterministic: bool = False, state: RecurrentState | None = None,
+            progress: float = 0.0) -> ActOutput:
+        out = self.networks.act(obs, deterministic, state)
         if self.baseline:
             return out
-        return ActOutput(out.actions, out.log_probs, torch.zeros_like(out.values))  # b(s) = 0: plain returns
+        return out._replace(values=torch.zeros_like(out.values))  # b(s) = 0: plain returns
 
-    def value(self, obs: torch.Tensor) -> torch.Tensor:
-        """The baseline the collector bootstraps cut-off rollouts with: 0 without a baseline."""
-        values = self.actor.value(obs)
+    def value(self, obs: torch.Tensor, state: RecurrentState | None = None) -> torch.Tensor:
+        """The baseline that cut-off rollouts are bootstrapped with: 0 without a baseline."""
+        values = self.networks.value(obs, state)
         return values if self.baseline else torch.zeros_like(values)
 
-    def update(self, buffer: RolloutBuffer, progress: float) -> dict[str, torch.Tensor]:
-        lr = set_lr(self.optimizer, schedule_factor(self.lr_schedule, progress))
+    def finish_rollout(self, buffer: RolloutBuffer, last_obs: torch.Tensor, state: RecurrentState | None) -> None:
+        finish_with_gae(self.value, buffer, last_obs, state, self.gamma, self.gae_lambda)
+
+    def update(self, buffer: RolloutBuffer, clock: RunClock) -> dict[str, torch.Tensor]:
+        lr = set_lr(self.optimizer, schedule_factor(self.lr_schedule, clock.progress))
         batch = buffer.flat()
         mask = batch.mask
-        log_probs, entropy, values = evaluate_batch(self.actor, batch)
+        log_probs, entropy, values = evaluate_batch(self.networks, batch)
         advantages = batch.advantages  # G - b(s) (b = 0 without a baseline)
         if self.normalize_advantage:
             advantages = normalize_masked(advantages, mask)
         policy_loss = -masked_mean(advantages * log_probs, mask)
-        extra, addon_logs = addon_losses(self, batch.obs, mask)
+        extra, addon_logs = addon_losses(self.policy_addons, self.networks, batch.obs, mask)
         policy_loss = policy_loss + extra
         entropy_mean = masked_mean(entropy, mask)
         loss = policy_loss - self.ent_coef * entropy_mean
@@ -91,16 +98,16 @@ class PolicyGradient:
             loss = loss + self.vf_coef * value_loss
             metrics["value_loss"] = value_loss.detach()
             metrics["explained_variance"] = explained_variance(batch.values, batch.returns, mask)
-        gradient_step(self.optimizer, loss, self.actor.parameters(), self.max_grad_norm)
+        gradient_step(self.optimizer, loss, self.networks.parameters(), self.max_grad_norm)
         metrics.update(loss=loss.detach(), learning_rate=torch.tensor(lr), **addon_logs)
         return metrics
 
     def env_actions(self, actions: torch.Tensor) -> np.ndarray:
-        return clipped_env_actions(self.actor, actions)
+        return clipped_env_actions(self.networks, actions)
 
     def state_dict(self) -> dict[str, Any]:
-        return {"actor": self.actor.state_dict(), "optimizer": self.optimizer.state_dict()}
+        return {"networks": self.networks.state_dict(), "optimizer": self.optimizer.state_dict()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.actor.load_state_dict(state["actor"])
+        self.networks.load_state_dict(state["networks"])
         self.optimizer.load_state_dict(state["optimizer"])

@@ -3,14 +3,15 @@ adaptive KL penalty (`ppo_kl`: the same class with `kl_coef` set and, by default
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
 import torch
 
-from rlcli.actors.mlp import ActorCritic, ActOutput
-from rlcli.addons import addon_losses
+from rlcli.actors.mlp import ActorCritic
+from rlcli.actors.recurrent import RecurrentActorCritic
+from rlcli.addons import PolicyAddon, addon_losses
 from rlcli.algos.base import (
     Schedule,
     adam,
@@ -18,6 +19,7 @@ from rlcli.algos.base import (
     clipped_env_actions,
     evaluate_batch,
     explained_variance,
+    finish_with_gae,
     gradient_step,
     masked_mean,
     normalize_masked,
@@ -26,17 +28,19 @@ from rlcli.algos.base import (
     set_lr,
 )
 from rlcli.buffers.rollout import RolloutBatch, RolloutBuffer
+from rlcli.contracts import ActOutput, AlgoSpec, RecurrentState, RunClock
 from rlcli.registry import ALGOS, require
 
+ON_POLICY = AlgoSpec(on_policy=True)
 
-@ALGOS.register("ppo")
+
+@ALGOS.register("ppo", spec=ON_POLICY)
 class PPO:
-    on_policy = True
-
     def __init__(
         self,
-        actor: ActorCritic,
+        networks: ActorCritic,
         num_envs: int,
+        policy_addons: Sequence[PolicyAddon] = (),
         n_steps: int = 2048,
         batch_size: int = 64,
         n_epochs: int = 10,
@@ -68,26 +72,32 @@ class PPO:
                 "may be null only with the KL penalty (algo=ppo_kl, or set algo.kl_coef)")
         require(kl_coef is None or kl_coef >= 0, "algo.kl_coef", kl_coef, "must be >= 0 or null")
         require(kl_target > 0, "algo.kl_target", kl_target, "must be > 0")
-        self.recurrent = bool(getattr(actor, "recurrent", False))
+        self.recurrent = isinstance(networks, RecurrentActorCritic)
         require(not self.recurrent or batch_size % n_steps == 0, "algo.batch_size", batch_size,
                 f"must be a multiple of algo.n_steps={n_steps} with a recurrent actor (minibatches are whole env "
                 "sequences)")
         require(clip_range_vf is None or clip_range_vf > 0, "algo.clip_range_vf", clip_range_vf, "must be > 0 or null")
         require(target_kl is None or target_kl > 0, "algo.target_kl", target_kl, "must be > 0 or null")
-        self.actor = actor
+        self.networks = networks
+        self.policy_addons = list(policy_addons)  # extra policy-loss terms (rlcli/addons.py)
         self.n_steps, self.batch_size, self.n_epochs = n_steps, batch_size, n_epochs
         self.gamma, self.gae_lambda = gamma, gae_lambda
         self.lr_schedule, self.clip_range, self.clip_range_schedule = lr_schedule, clip_range, clip_range_schedule
         self.clip_range_vf, self.normalize_advantage = clip_range_vf, normalize_advantage
         self.ent_coef, self.vf_coef, self.max_grad_norm, self.target_kl = ent_coef, vf_coef, max_grad_norm, target_kl
         self.kl_coef, self.kl_target = kl_coef, kl_target
-        self.optimizer = adam(param_groups(actor, lr, lr_pi, lr_v) + self.extra_param_groups(lr), eps=1e-5)
+        self.optimizer = adam(param_groups(networks, lr, lr_pi, lr_v) + self.extra_param_groups(lr), eps=1e-5)
 
     @torch.inference_mode()
-    def act(self, obs: torch.Tensor, deterministic: bool = False) -> ActOutput:
-        return self.actor.act(obs, deterministic)
+    def act(self, obs: torch.Tensor, deterministic: bool = False, state: RecurrentState | None = None,
+            progress: float = 0.0) -> ActOutput:
+        return self.networks.act(obs, deterministic, state)
 
-    def update(self, buffer: RolloutBuffer, progress: float) -> dict[str, torch.Tensor]:
+    def finish_rollout(self, buffer: RolloutBuffer, last_obs: torch.Tensor, state: RecurrentState | None) -> None:
+        finish_with_gae(self.networks.value, buffer, last_obs, state, self.gamma, self.gae_lambda)
+
+    def update(self, buffer: RolloutBuffer, clock: RunClock) -> dict[str, torch.Tensor]:
+        progress = clock.progress
         lr = set_lr(self.optimizer, schedule_factor(self.lr_schedule, progress))
         clip = (None if self.clip_range is None
                 else self.clip_range * schedule_factor(self.clip_range_schedule, progress))
@@ -130,31 +140,19 @@ class PPO:
 
     def _minibatch_step(self, batch: RolloutBatch, clip: float | None) -> dict[str, torch.Tensor]:
         mask = batch.mask
-        log_probs, entropy, values = evaluate_batch(self.actor, batch)
+        log_probs, entropy, values = evaluate_batch(self.networks, batch)
         advantages = batch.advantages
         if self.normalize_advantage and advantages.numel() > 1:
             advantages = normalize_masked(advantages, mask)
         log_ratio = log_probs - batch.log_probs
         ratio = log_ratio.exp()
-        if clip is None:
-            policy_loss = -masked_mean(advantages * ratio, mask)
-        else:
-            policy_loss = masked_mean(
-                torch.maximum(-advantages * ratio, -advantages * ratio.clamp(1 - clip, 1 + clip)), mask
-            )
+        policy_loss = clipped_surrogate_loss(advantages, ratio, clip, mask)
         kl = masked_mean(ratio - 1 - log_ratio, mask)  # KL(old || new), Schulman's low-variance estimator
         if self.kl_coef is not None:
             policy_loss = policy_loss + self.kl_coef * kl
-        extra, addon_logs = addon_losses(self, batch.obs, mask)
+        extra, addon_logs = addon_losses(self.policy_addons, self.networks, batch.obs, mask)
         policy_loss = policy_loss + extra
-        old_values, returns = batch.values, batch.returns
-        value_error = (values - returns).square()
-        if self.clip_range_vf is not None:  # clip the value update around the old prediction, as PPO2 did
-            clipped = old_values + (values - old_values).clamp(-self.clip_range_vf, self.clip_range_vf)
-            value_error = torch.maximum(value_error, (clipped - returns).square())
-        if value_error.dim() > 1:  # several value heads (rnd_ppo): the sum of their losses
-            value_error = value_error.sum(-1)
-        value_loss = masked_mean(value_error, mask)
+        value_loss = clipped_value_loss(values, batch.values, batch.returns, self.clip_range_vf, mask)
         entropy_mean = masked_mean(entropy, mask)
         aux_loss, aux_logs = self.auxiliary_loss(batch)
         loss = policy_loss - self.ent_coef * entropy_mean + self.vf_coef * value_loss + aux_loss
@@ -181,21 +179,44 @@ class PPO:
 
     def trained_parameters(self) -> Iterator[torch.nn.Parameter]:
         """What the optimizer steps and gradient clipping covers."""
-        return self.actor.parameters()
+        return self.networks.parameters()
 
     def env_actions(self, actions: torch.Tensor) -> np.ndarray:
-        return clipped_env_actions(self.actor, actions)
+        return clipped_env_actions(self.networks, actions)
 
     def state_dict(self) -> dict[str, Any]:
-        return {"actor": self.actor.state_dict(), "optimizer": self.optimizer.state_dict(), "kl_coef": self.kl_coef}
+        return {"networks": self.networks.state_dict(), "optimizer": self.optimizer.state_dict(),
+                "kl_coef": self.kl_coef}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.actor.load_state_dict(state["actor"])
+        self.networks.load_state_dict(state["networks"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.kl_coef = state.get("kl_coef", self.kl_coef)
 
 
-ALGOS.register("ppo_kl")(PPO)
+ALGOS.register("ppo_kl", spec=ON_POLICY)(PPO)
+
+
+def clipped_surrogate_loss(advantages: torch.Tensor, ratio: torch.Tensor, clip: float | None,
+                           mask: torch.Tensor) -> torch.Tensor:
+    """PPO's policy loss: mean of max(-A r, -A clip(r, 1 - c, 1 + c)) over real steps; with `clip` None
+    the unclipped surrogate -A r (ppo_kl)."""
+    if clip is None:
+        return -masked_mean(advantages * ratio, mask)
+    return masked_mean(torch.maximum(-advantages * ratio, -advantages * ratio.clamp(1 - clip, 1 + clip)), mask)
+
+
+def clipped_value_loss(values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor,
+                       clip_vf: float | None, mask: torch.Tensor) -> torch.Tensor:
+    """Squared error to the returns; with `clip_vf`, the larger of it and the error of the prediction
+    clipped to old +- clip_vf (PPO2's value clipping). Several value heads (rnd_ppo): their sum."""
+    value_error = (values - returns).square()
+    if clip_vf is not None:
+        clipped = old_values + (values - old_values).clamp(-clip_vf, clip_vf)
+        value_error = torch.maximum(value_error, (clipped - returns).square())
+    if value_error.dim() > 1:
+        value_error = value_error.sum(-1)
+    return masked_mean(value_error, mask)
 
 
 def adapt_kl_coef(coef: float, kl: float, target: float) -> float:

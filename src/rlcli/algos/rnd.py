@@ -25,10 +25,12 @@ import gymnasium as gym
 import torch
 from torch import nn
 
-from rlcli.actors.mlp import ActorCritic, mlp, orthogonal_init
+from rlcli.actors.layers import mlp, orthogonal_init
+from rlcli.actors.mlp import ActorCritic
 from rlcli.actors.normalizer import RunningNorm
 from rlcli.algos.ppo import PPO
 from rlcli.buffers.rollout import RolloutBatch, RolloutBuffer, compute_gae
+from rlcli.contracts import AlgoSpec, RecurrentState, RunClock
 from rlcli.registry import ALGOS, ConfigError, require
 
 
@@ -62,16 +64,21 @@ def discounted_forward_filter(rewards: torch.Tensor, running: torch.Tensor, gamm
     return out
 
 
-@ALGOS.register("rnd_ppo")
-class RNDPPO(PPO):
-    """PPO whose actor has two value heads (extrinsic, intrinsic) plus the RND bonus; see the module doc."""
+def check_flat_observations(space: gym.spaces.Space, env_id: str) -> None:
+    """RND keeps a running mean/std per observation entry: it needs a flat Box observation."""
+    if not isinstance(space, gym.spaces.Box) or len(space.shape) != 1:
+        raise ConfigError(f"algo=rnd_ppo normalizes observations entry by entry and needs a flat Box observation; "
+                          f"{env_id} has {space}")
 
-    value_outputs = 2
-    supported_actors = ("mlp",)
+
+@ALGOS.register("rnd_ppo", spec=AlgoSpec(on_policy=True, networks=("mlp",), value_outputs=2,
+                                          check_observations=check_flat_observations))
+class RNDPPO(PPO):
+    """PPO whose network has two value heads (extrinsic, intrinsic) plus the RND bonus; see the module doc."""
 
     def __init__(
         self,
-        actor: ActorCritic,
+        networks: ActorCritic,
         num_envs: int,
         int_gamma: float = 0.99,
         ext_coef: float = 2.0,
@@ -91,32 +98,26 @@ class RNDPPO(PPO):
                 list(rnd_hidden_sizes), "sizes (and algo.rnd_features) must be > 0")
         self.int_gamma, self.ext_coef, self.int_coef = int_gamma, ext_coef, int_coef
         self.update_proportion, self.obs_norm_warmup_steps = update_proportion, obs_norm_warmup_steps
-        device = next(actor.parameters()).device
+        device = next(networks.parameters()).device
         # built before PPO's optimizer, which takes the predictor through `extra_param_groups`
-        self.rnd = RandomNetworkDistillation(int(actor.obs_shape[0]), list(rnd_hidden_sizes), rnd_features).to(device)
-        super().__init__(actor, num_envs, **ppo_settings)
+        self.rnd = RandomNetworkDistillation(int(networks.obs_shape[0]), list(rnd_hidden_sizes),
+                                             rnd_features).to(device)
+        super().__init__(networks, num_envs, **ppo_settings)
         self.int_reward_norm = RunningNorm(()).to(device)  # statistics of the discounted intrinsic sums
         self.int_running = torch.zeros(num_envs, device=device)
         self.warmup_seen = 0  # env steps whose observations only fed RND's statistics
         self.warming_up = False  # the rollout just collected was a warm-up one
         self.last_int_rewards: torch.Tensor | None = None
 
-    @staticmethod
-    def check_observation_space(space: gym.spaces.Space, env_id: str) -> None:
-        """RND keeps a running mean/std per observation entry: it needs a flat Box observation."""
-        if not isinstance(space, gym.spaces.Box) or len(space.shape) != 1:
-            raise ConfigError(f"algo=rnd_ppo normalizes observations entry by entry and needs a flat Box observation; "
-                              f"{env_id} has {space}")
-
     def extra_param_groups(self, lr: float) -> list[dict[str, Any]]:
         return [{"params": list(self.rnd.predictor.parameters()), "lr": lr, "base_lr": lr, "name": "rnd"}]
 
     def trained_parameters(self) -> Iterator[nn.Parameter]:
-        yield from self.actor.parameters()
+        yield from self.networks.parameters()
         yield from self.rnd.predictor.parameters()
 
     @torch.inference_mode()
-    def finish_rollout(self, buffer: RolloutBuffer, last_obs: torch.Tensor) -> None:
+    def finish_rollout(self, buffer: RolloutBuffer, last_obs: torch.Tensor, state: RecurrentState | None) -> None:
         """Intrinsic rewards for the rollout's steps, then both GAEs and the combined advantages."""
         steps = buffer.n_steps * buffer.num_envs
         next_obs = torch.cat([buffer.obs[1:], last_obs.unsqueeze(0)], 0)  # what each step led to
@@ -131,7 +132,7 @@ class RNDPPO(PPO):
             self.last_int_rewards = int_rewards.mean()
             int_rewards = int_rewards / (self.int_reward_norm.var.sqrt().float() + 1e-8)
         self.rnd.obs_norm.update(next_obs.reshape(steps, -1))  # after the rewards, as in the paper
-        last_values = self.actor.value(last_obs)
+        last_values = self.networks.value(last_obs)
         adv_ext, ret_ext = compute_gae(buffer.rewards, buffer.values[..., 0], buffer.terminated, buffer.dones,
                                        last_values[:, 0], self.gamma, self.gae_lambda)
         never = torch.zeros_like(buffer.rewards)  # non-episodic: episode ends do not cut intrinsic returns
@@ -140,10 +141,10 @@ class RNDPPO(PPO):
         buffer.advantages = self.ext_coef * adv_ext + self.int_coef * adv_int
         buffer.returns = torch.stack([ret_ext, ret_int], -1)
 
-    def update(self, buffer: RolloutBuffer, progress: float) -> dict[str, torch.Tensor]:
+    def update(self, buffer: RolloutBuffer, clock: RunClock) -> dict[str, torch.Tensor]:
         if self.warming_up:
             return {"rnd_warmup_steps": torch.tensor(float(self.warmup_seen))}
-        metrics = super().update(buffer, progress)
+        metrics = super().update(buffer, clock)
         if self.last_int_rewards is not None:
             metrics["intrinsic_reward"] = self.last_int_rewards
         return metrics

@@ -10,18 +10,18 @@ import numpy as np
 import torch
 from torch import nn
 
-from rlcli.actors.mlp import ActOutput
-from rlcli.actors.offpolicy import Critics, SquashedGaussianPolicy, Torso, squashed_gaussian
-from rlcli.actors.recurrent import RecurrentCritics, RecurrentNet, RecurrentTorso, acting_state
+from rlcli.actors.offpolicy import Critics, NetworkRecipe, SquashedGaussianPolicy, squashed_gaussian
+from rlcli.actors.recurrent import RecurrentCritics, RecurrentNet, RecurrentRecipe, state_or_zeros
 from rlcli.algos.base import adam, frozen, gradient_step
 from rlcli.algos.offpolicy import BoxScaler, check_offpolicy, polyak_update
 from rlcli.buffers.replay import ReplayBuffer
 from rlcli.buffers.sequence import SequenceBatch
+from rlcli.contracts import ActOutput, AlgoSpec, RecurrentState, RunClock
 from rlcli.registry import ALGOS, require
 
 
 class SACNetworks(nn.Module):
-    def __init__(self, torso: Torso, action_dim: int, num_critics: int, log_alpha: float):
+    def __init__(self, torso: NetworkRecipe, action_dim: int, num_critics: int, log_alpha: float):
         super().__init__()
         self.normalizer = torso.normalizer
         self.policy = SquashedGaussianPolicy(torso, action_dim)
@@ -34,9 +34,7 @@ class RecurrentSACNetworks(nn.Module):
     """Recurrent SAC: a recurrent policy stepped with the acting carry (stored with each sequence) and
     recurrent critics unrolled from zero over each sequence; see RecurrentCritics."""
 
-    recurrent = True
-
-    def __init__(self, torso: RecurrentTorso, action_dim: int, num_critics: int, log_alpha: float):
+    def __init__(self, torso: RecurrentRecipe, action_dim: int, num_critics: int, log_alpha: float):
         super().__init__()
         self.normalizer = torso.normalizer
         self.carry_size = torso.carry_size
@@ -44,25 +42,21 @@ class RecurrentSACNetworks(nn.Module):
         self.critics = RecurrentCritics(torso, action_dim, num_critics)
         self.critics_target = copy.deepcopy(self.critics).requires_grad_(False)
         self.log_alpha = nn.Parameter(torch.tensor(float(log_alpha)))
-        self.carry: torch.Tensor | None = None
-        self.starts: torch.Tensor | None = None
 
     def initial_carry(self, n: int, device: torch.device | str = "cpu") -> torch.Tensor:
         return torch.zeros(n, self.carry_size, device=device)
 
-    def act(self, obs: torch.Tensor, deterministic: bool) -> tuple[torch.Tensor, torch.Tensor]:
-        params, self.carry = self.policy.step(obs, *acting_state(self, obs))
-        return squashed_gaussian(params, deterministic)
+    def act(self, obs: torch.Tensor, deterministic: bool,
+            state: RecurrentState | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        params, carry = self.policy.step(obs, *state_or_zeros(state, obs, self.carry_size))
+        return (*squashed_gaussian(params, deterministic), carry)
 
 
-@ALGOS.register("sac")
+@ALGOS.register("sac", spec=AlgoSpec(on_policy=False, action_spaces=("Box",)))
 class SAC:
-    on_policy = False
-    action_spaces = ("Box",)
-
     def __init__(
         self,
-        actor: Torso,
+        recipe: NetworkRecipe | RecurrentRecipe,
         action_space: gym.spaces.Space,
         num_envs: int,
         lr: float = 3e-4,
@@ -92,33 +86,35 @@ class SAC:
         self.action_dim = int(np.prod(action_space.shape))
         self.auto_alpha = ent_coef == "auto"
         init = ent_coef_init if self.auto_alpha else max(float(ent_coef), 1e-30)
-        self.recurrent = bool(getattr(actor, "recurrent", False))
-        networks = RecurrentSACNetworks if self.recurrent else SACNetworks
-        self.actor = networks(actor, self.action_dim, num_critics, np.log(init))  # type: ignore[arg-type]
+        self.recurrent = isinstance(recipe, RecurrentRecipe)
+        self.networks: SACNetworks | RecurrentSACNetworks = (
+            RecurrentSACNetworks(recipe, self.action_dim, num_critics, np.log(init))
+            if isinstance(recipe, RecurrentRecipe) else SACNetworks(recipe, self.action_dim, num_critics, np.log(init)))
         self.fixed_alpha = None if self.auto_alpha else float(ent_coef)
         self.target_entropy = -float(self.action_dim) if target_entropy == "auto" else float(target_entropy)
-        self.policy_optimizer = adam(self.actor.policy.parameters(), lr=lr)
-        self.critic_optimizer = adam(self.actor.critics.parameters(), lr=lr)
-        self.alpha_optimizer = adam([self.actor.log_alpha], lr=lr)
+        self.policy_optimizer = adam(self.networks.policy.parameters(), lr=lr)
+        self.critic_optimizer = adam(self.networks.critics.parameters(), lr=lr)
+        self.alpha_optimizer = adam([self.networks.log_alpha], lr=lr)
         self.n_steps = train_freq
         self.batch_size, self.learning_starts, self.gradient_steps = batch_size, learning_starts, gradient_steps
         self.gamma, self.tau, self.target_update_interval = gamma, tau, target_update_interval
         self.reward_scale, self.max_grad_norm = reward_scale, max_grad_norm
-        self.progress = 0.0
         self.gradient_updates = 0
 
     def alpha(self) -> torch.Tensor:
         if self.fixed_alpha is not None:
-            return torch.tensor(self.fixed_alpha, device=self.actor.log_alpha.device)
-        return self.actor.log_alpha.detach().exp()
+            return torch.tensor(self.fixed_alpha, device=self.networks.log_alpha.device)
+        return self.networks.log_alpha.detach().exp()
 
     @torch.inference_mode()
-    def act(self, obs: torch.Tensor, deterministic: bool = False) -> ActOutput:
-        if self.recurrent:
-            actions, log_probs = self.actor.act(obs, deterministic)
+    def act(self, obs: torch.Tensor, deterministic: bool = False, state: RecurrentState | None = None,
+            progress: float = 0.0) -> ActOutput:
+        carry = None
+        if isinstance(self.networks, RecurrentSACNetworks):
+            actions, log_probs, carry = self.networks.act(obs, deterministic, state)
         else:
-            actions, log_probs = self.actor.policy(obs, deterministic)
-        return ActOutput(actions, log_probs, torch.zeros_like(log_probs))
+            actions, log_probs = self.networks.policy(obs, deterministic)
+        return ActOutput(actions, log_probs, torch.zeros_like(log_probs), carry)
 
     def random_actions(self, n: int) -> torch.Tensor:
         return torch.rand(n, self.action_dim) * 2 - 1
@@ -126,8 +122,8 @@ class SAC:
     def env_actions(self, actions: torch.Tensor) -> np.ndarray:
         return self.scaler.to_env(actions)
 
-    def update(self, buffer: ReplayBuffer, progress: float) -> dict[str, torch.Tensor]:
-        net = self.actor
+    def update(self, buffer: ReplayBuffer, clock: RunClock) -> dict[str, torch.Tensor]:
+        net, progress = self.networks, clock.progress
         logs: dict[str, list[torch.Tensor]] = {"value_loss": [], "policy_loss": [], "alpha": [], "entropy": []}
         for k in range(self.gradient_steps):
             if self.recurrent:
@@ -136,7 +132,7 @@ class SAC:
                 self._sequence_step(buffer.sample(self.batch_size), buffer.burn_in, logs)  # type: ignore
                 continue
             batch = buffer.sample(self.batch_size, progress, k, self.gradient_steps)
-            obs, next_obs = net.normalizer(batch.obs), net.normalizer(batch.next_obs)
+            obs, next_obs = batch.obs, batch.next_obs  # normalized by the buffer when sampled
             alpha = self.alpha()
             with torch.no_grad():
                 next_actions, next_log_probs = net.policy(next_obs)
@@ -159,8 +155,8 @@ class SAC:
     def _sequence_step(self, batch: SequenceBatch, burn: int, logs: dict[str, list[torch.Tensor]]) -> None:
         """One SAC update on stored sequences: burn-in without gradients (the policy from its stored carry,
         the critics from zero), then the usual losses over the remaining steps, masked to real transitions."""
-        net, alpha = self.actor, self.alpha()
-        obs, starts, valid = net.normalizer(batch.obs), batch.starts, batch.valid[burn:]
+        net, alpha = self.networks, self.alpha()
+        obs, starts, valid = batch.obs, batch.starts, batch.valid[burn:]
 
         def masked_mean(x: torch.Tensor) -> torch.Tensor:
             return (x * valid).sum(-1).sum(-1) / valid.sum().clamp_min(1.0)
@@ -191,7 +187,7 @@ class SAC:
                      mean: Any, alpha: torch.Tensor, logs: dict[str, list[torch.Tensor]]) -> None:
         """After the critic step: the policy step, the temperature step, target updates and logs.
         `mean` averages over the batch (masked to real transitions for sequences)."""
-        net = self.actor
+        net = self.networks
         gradient_step(self.policy_optimizer, policy_loss, net.policy.parameters(), self.max_grad_norm)
         if self.auto_alpha:
             alpha_loss = -mean(net.log_alpha * (log_probs + self.target_entropy))
@@ -205,14 +201,13 @@ class SAC:
         logs["entropy"].append(-mean(log_probs))
 
     def state_dict(self) -> dict[str, Any]:
-        return {"actor": self.actor.state_dict(), "policy_optimizer": self.policy_optimizer.state_dict(),
+        return {"networks": self.networks.state_dict(), "policy_optimizer": self.policy_optimizer.state_dict(),
                 "critic_optimizer": self.critic_optimizer.state_dict(),
-                "alpha_optimizer": self.alpha_optimizer.state_dict(),
-                "gradient_updates": self.gradient_updates, "progress": self.progress}
+                "alpha_optimizer": self.alpha_optimizer.state_dict(), "gradient_updates": self.gradient_updates}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.actor.load_state_dict(state["actor"])
+        self.networks.load_state_dict(state["networks"])
         self.policy_optimizer.load_state_dict(state["policy_optimizer"])
         self.critic_optimizer.load_state_dict(state["critic_optimizer"])
         self.alpha_optimizer.load_state_dict(state["alpha_optimizer"])
-        self.gradient_updates, self.progress = state["gradient_updates"], state["progress"]
+        self.gradient_updates = state["gradient_updates"]

@@ -14,16 +14,19 @@ import numpy as np
 import torch
 from torch import nn
 
-from rlcli.actors.mlp import ActOutput
-from rlcli.actors.offpolicy import Critics, DeterministicPolicy, Torso
+from rlcli.actors.offpolicy import Critics, DeterministicPolicy, NetworkRecipe
 from rlcli.algos.base import adam, frozen, gradient_step
 from rlcli.algos.offpolicy import BoxScaler, ExplorationNoise, NoiseKind, check_offpolicy, polyak_update
 from rlcli.buffers.replay import ReplayBuffer
+from rlcli.contracts import ActOutput, AlgoSpec, RecurrentState, RunClock
 from rlcli.registry import ALGOS, require
+
+# no recurrent critics for TD3/DDPG yet
+SPEC = AlgoSpec(on_policy=False, action_spaces=("Box",), networks=("mlp", "cnn"))
 
 
 class TD3Networks(nn.Module):
-    def __init__(self, torso: Torso, action_dim: int, num_critics: int):
+    def __init__(self, torso: NetworkRecipe, action_dim: int, num_critics: int):
         super().__init__()
         self.normalizer = torso.normalizer
         self.policy = DeterministicPolicy(torso, action_dim)
@@ -32,15 +35,11 @@ class TD3Networks(nn.Module):
         self.critics_target = copy.deepcopy(self.critics).requires_grad_(False)
 
 
-@ALGOS.register("td3")
+@ALGOS.register("td3", spec=SPEC)
 class TD3:
-    on_policy = False
-    action_spaces = ("Box",)
-    supported_actors = ("mlp", "cnn")  # no recurrent critics yet
-
     def __init__(
         self,
-        actor: Torso,
+        recipe: NetworkRecipe,
         action_space: gym.spaces.Space,
         num_envs: int,
         lr: float = 1e-3,
@@ -67,23 +66,23 @@ class TD3:
         require(target_noise_clip >= 0, "algo.target_noise_clip", target_noise_clip, "must be >= 0")
         self.scaler = BoxScaler(action_space)
         self.action_dim = int(np.prod(action_space.shape))
-        self.actor = TD3Networks(actor, self.action_dim, num_critics)
-        self.policy_optimizer = adam(self.actor.policy.parameters(), lr=lr)
-        self.critic_optimizer = adam(self.actor.critics.parameters(), lr=lr)
+        self.networks = TD3Networks(recipe, self.action_dim, num_critics)
+        self.policy_optimizer = adam(self.networks.policy.parameters(), lr=lr)
+        self.critic_optimizer = adam(self.networks.critics.parameters(), lr=lr)
         self.noise = ExplorationNoise(noise, noise_std, noise_decay, num_envs, self.action_dim)
         self.n_steps = train_freq
         self.batch_size, self.learning_starts, self.gradient_steps = batch_size, learning_starts, gradient_steps
         self.gamma, self.tau, self.policy_delay = gamma, tau, policy_delay
         self.target_policy_noise, self.target_noise_clip = target_policy_noise, target_noise_clip
         self.reward_scale, self.max_grad_norm = reward_scale, max_grad_norm
-        self.progress = 0.0
         self.gradient_updates = 0
 
     @torch.inference_mode()
-    def act(self, obs: torch.Tensor, deterministic: bool = False) -> ActOutput:
-        actions = self.actor.policy(obs)
+    def act(self, obs: torch.Tensor, deterministic: bool = False, state: RecurrentState | None = None,
+            progress: float = 0.0) -> ActOutput:
+        actions = self.networks.policy(obs)
         if not deterministic:
-            noise = self.noise.sample(actions.shape, self.progress).to(actions.device)
+            noise = self.noise.sample(actions.shape, progress).to(actions.device)
             actions = (actions + noise).clamp(-1.0, 1.0)
         zeros = torch.zeros(actions.shape[0], device=actions.device)
         return ActOutput(actions, zeros, zeros)
@@ -94,12 +93,12 @@ class TD3:
     def env_actions(self, actions: torch.Tensor) -> np.ndarray:
         return self.scaler.to_env(actions)
 
-    def update(self, buffer: ReplayBuffer, progress: float) -> dict[str, torch.Tensor]:
-        net = self.actor
+    def update(self, buffer: ReplayBuffer, clock: RunClock) -> dict[str, torch.Tensor]:
+        net, progress = self.networks, clock.progress
         critic_losses, policy_losses, q_means = [], [], []
         for k in range(self.gradient_steps):
             batch = buffer.sample(self.batch_size, progress, k, self.gradient_steps)
-            obs, next_obs = net.normalizer(batch.obs), net.normalizer(batch.next_obs)
+            obs, next_obs = batch.obs, batch.next_obs  # normalized by the buffer when sampled
             with torch.no_grad():
                 next_actions = net.policy_target(next_obs)
                 if self.target_policy_noise > 0:  # target policy smoothing
@@ -132,18 +131,18 @@ class TD3:
         return metrics
 
     def state_dict(self) -> dict[str, Any]:
-        return {"actor": self.actor.state_dict(), "policy_optimizer": self.policy_optimizer.state_dict(),
+        return {"networks": self.networks.state_dict(), "policy_optimizer": self.policy_optimizer.state_dict(),
                 "critic_optimizer": self.critic_optimizer.state_dict(), "noise": self.noise.state_dict(),
-                "gradient_updates": self.gradient_updates, "progress": self.progress}
+                "gradient_updates": self.gradient_updates}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.actor.load_state_dict(state["actor"])
+        self.networks.load_state_dict(state["networks"])
         self.policy_optimizer.load_state_dict(state["policy_optimizer"])
         self.critic_optimizer.load_state_dict(state["critic_optimizer"])
         self.noise.load_state_dict(state["noise"])
-        self.gradient_updates, self.progress = state["gradient_updates"], state["progress"]
+        self.gradient_updates = state["gradient_updates"]
 
 
 # DDPG is TD3's machinery with DDPG's choices, set in conf/algo/ddpg.yaml: one critic, no target
 # policy smoothing, no policy delay.
-ALGOS.register("ddpg")(TD3)
+ALGOS.register("ddpg", spec=SPEC)(TD3)

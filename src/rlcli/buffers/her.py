@@ -10,25 +10,27 @@ later, `final`: the last step, `episode`: any step), and the env's own `compute_
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Literal
 
 import numpy as np
 import torch
 
-from rlcli.buffers.replay import ReplayBatch
+from rlcli.buffers.replay import REPLAY, ReplayBatch, identity
 from rlcli.registry import BUFFERS, ConfigError, require
 
 
 class HerReplayBuffer:
-    on_policy = False
 
     def __init__(self, capacity: int, k: int, strategy: Literal["future", "final", "episode"], num_envs: int,
                  obs_shape: tuple[int, ...], action_shape: tuple[int, ...], discrete: bool,
-                 device: torch.device, gamma: float, goal: Any) -> None:
+                 device: torch.device, gamma: float, goal: Any,
+                 normalizer: Callable[[torch.Tensor], torch.Tensor] = identity) -> None:
         require(capacity > 0, "buffer.capacity", capacity, "must be > 0")
         require(k >= 0, "buffer.k", k, "must be >= 0")
         self.capacity, self.k, self.strategy, self.gamma, self.device, self.goal = (
             capacity, k, strategy, gamma, device, goal)
+        self.normalizer = normalizer
         self.obs = np.zeros((capacity, *obs_shape), np.float32)
         self.next_obs = np.zeros((capacity, *obs_shape), np.float32)
         self.actions = np.zeros((capacity, *action_shape), np.int64 if discrete else np.float32)
@@ -93,7 +95,8 @@ class HerReplayBuffer:
             return torch.as_tensor(x, device=self.device)
 
         discounts = self.gamma * (1.0 - terminated)
-        return ReplayBatch(t(obs), t(self.actions[idx]), t(rewards), t(next_obs), t(discounts.astype(np.float32)),
+        return ReplayBatch(self.normalizer(t(obs)), t(self.actions[idx]), t(rewards), self.normalizer(t(next_obs)),
+                           t(discounts.astype(np.float32)),
                            torch.ones(batch_size, device=self.device), t(idx))
 
     def state_dict(self) -> dict[str, Any]:
@@ -107,7 +110,7 @@ class HerReplayBuffer:
             getattr(self, k)[: self.size] = state[k]
 
 
-@BUFFERS.register("her")
+@BUFFERS.register("her", spec=REPLAY)
 def her(capacity: int = 1_000_000, k: int = 4, strategy: Literal["future", "final", "episode"] = "future",
         **context: Any) -> HerReplayBuffer:
     """Hindsight relabeling with `k` relabeled transitions per real one."""
@@ -118,7 +121,7 @@ def her(capacity: int = 1_000_000, k: int = 4, strategy: Literal["future", "fina
             "desired_goal, a compute_reward method, and sync vector envs (e.g. env=BitFlipping-v0)"
         )
     keys = ("num_envs", "obs_shape", "action_shape", "discrete", "device", "gamma")
-    return HerReplayBuffer(capacity, k, strategy, goal=goal, **{key: context[key] for key in keys})
+    return HerReplayBuffer(capacity, k, strategy, goal=goal, normalizer=context.get("normalizer", identity),
+                           **{key: context[key] for key in keys})
 
 
-her.on_policy = False  # type: ignore[attr-defined]

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from rlcli.buffers.replay import ReplayBatch, ReplayBuffer, Storage, _replay_context
+from rlcli.buffers.replay import REPLAY, ReplayBatch, ReplayBuffer, Storage, _replay_context
 from rlcli.buffers.sumtree import SumTree
 from rlcli.registry import BUFFERS, require
 
@@ -87,7 +87,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         self.max_priority = state["max_priority"]
 
 
-@BUFFERS.register("per")
+@BUFFERS.register("per", spec=REPLAY)
 def per(capacity: int = 1_000_000, n_step: int = 1, alpha: float = 0.6, beta: float = 0.4,
         beta_final: float = 1.0, epsilon: float = 1e-6, eta: float | None = None, eta_final: float = 1.0,
         c_min: int = 5000, storage: Storage = "auto", **context: Any) -> PrioritizedReplayBuffer:
@@ -96,7 +96,7 @@ def per(capacity: int = 1_000_000, n_step: int = 1, alpha: float = 0.6, beta: fl
                                    **_replay_context(context), storage=storage)
 
 
-@BUFFERS.register("ere")
+@BUFFERS.register("ere", spec=REPLAY)
 def ere(capacity: int = 1_000_000, n_step: int = 1, eta: float = 0.996, eta_final: float = 1.0,
         c_min: int = 5000, alpha: float = 0.0, beta: float = 0.4, beta_final: float = 1.0, epsilon: float = 1e-6,
         storage: Storage = "auto", **context: Any) -> PrioritizedReplayBuffer:
@@ -105,4 +105,3 @@ def ere(capacity: int = 1_000_000, n_step: int = 1, eta: float = 0.996, eta_fina
                                    **_replay_context(context), storage=storage)
 
 
-per.on_policy = ere.on_policy = False  # type: ignore[attr-defined]

@@ -9,12 +9,21 @@ following reset step is not a transition and is never stored.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Literal, NamedTuple
 
 import numpy as np
 import torch
 
+from rlcli.contracts import BufferSpec
 from rlcli.registry import BUFFERS, require
+
+REPLAY = BufferSpec(on_policy=False)
+
+
+def identity(x: torch.Tensor) -> torch.Tensor:
+    """The normalizer of a storage built on its own (tests, scripts): batches as stored."""
+    return x
 
 
 class ReplayBatch(NamedTuple):
@@ -47,7 +56,6 @@ def storage_device(
 class ReplayBuffer:
     """Preallocated circular storage (see `storage_device` for where); memory is flat once full."""
 
-    on_policy = False
 
     def __init__(
         self,
@@ -61,11 +69,12 @@ class ReplayBuffer:
         gamma: float,
         storage: str = "auto",
         obs_dtype: torch.dtype = torch.float32,
+        normalizer: Callable[[torch.Tensor], torch.Tensor] = identity,
     ) -> None:
         require(capacity > 0, "buffer.capacity", capacity, "must be > 0")
         require(n_step > 0, "buffer.n_step", n_step, "must be >= 1")
         self.capacity, self.n_step, self.gamma, self.device = capacity, n_step, gamma, device
-        self.num_envs = num_envs
+        self.num_envs, self.normalizer = num_envs, normalizer
         self.obs_dtype = obs_dtype  # uint8 for pixels (actor=cnn): a quarter of float32's memory
         obs_bytes = torch.empty(0, dtype=obs_dtype).element_size()
         per_item = (2 * obs_bytes * int(np.prod(obs_shape))
@@ -160,8 +169,8 @@ class ReplayBuffer:
         def move(x: torch.Tensor) -> torch.Tensor:
             return x.to(self.device, non_blocking=True)
 
-        return ReplayBatch(move(self.obs[idx]), move(self.actions[idx]), move(self.rewards[idx]),
-                           move(self.next_obs[idx]), move(self.discounts[idx]), move(w), move(idx))
+        return ReplayBatch(self.normalizer(move(self.obs[idx])), move(self.actions[idx]), move(self.rewards[idx]),
+                           self.normalizer(move(self.next_obs[idx])), move(self.discounts[idx]), move(w), move(idx))
 
     def sample(self, batch_size: int, progress: float = 0.0, step: int = 0, steps: int = 1) -> ReplayBatch:
         """A uniform batch; `progress`, `step` and `steps` (k of K in an update phase) are for PER / ERE."""
@@ -182,13 +191,13 @@ class ReplayBuffer:
 Storage = Literal["auto", "device", "cpu"]
 
 
-@BUFFERS.register("replay")
+@BUFFERS.register("replay", spec=REPLAY)
 def replay(capacity: int = 1_000_000, n_step: int = 1, storage: Storage = "auto", **context: Any) -> ReplayBuffer:
     """Uniform replay; `n_step` > 1 stores n-step returns."""
     return ReplayBuffer(capacity, n_step, **_replay_context(context), storage=storage)
 
 
-@BUFFERS.register("nstep")
+@BUFFERS.register("nstep", spec=REPLAY)
 def nstep(capacity: int = 1_000_000, n_step: int = 3, storage: Storage = "auto", **context: Any) -> ReplayBuffer:
     """Uniform replay of n-step returns (n-step Q-learning targets)."""
     return ReplayBuffer(capacity, n_step, **_replay_context(context), storage=storage)
@@ -196,7 +205,8 @@ def nstep(capacity: int = 1_000_000, n_step: int = 3, storage: Storage = "auto",
 
 def _replay_context(context: dict[str, Any]) -> dict[str, Any]:
     keys = ("num_envs", "obs_shape", "action_shape", "discrete", "device", "gamma")
-    return {k: context[k] for k in keys} | {"obs_dtype": context.get("obs_dtype", torch.float32)}
+    return {k: context[k] for k in keys} | {"obs_dtype": context.get("obs_dtype", torch.float32),
+                                            "normalizer": context.get("normalizer", identity)}
 
 
-replay.on_policy = nstep.on_policy = False  # type: ignore[attr-defined]
+

@@ -12,6 +12,7 @@ from typing import NamedTuple
 
 import torch
 
+from rlcli.contracts import BufferSpec
 from rlcli.registry import BUFFERS
 
 
@@ -56,11 +57,10 @@ class RolloutBatch(NamedTuple):
     carry0: torch.Tensor | None = None
 
 
-@BUFFERS.register("rollout")
+@BUFFERS.register("rollout", spec=BufferSpec(on_policy=True))
 class RolloutBuffer:
     """Preallocated [n_steps, num_envs] tensors on the training device."""
 
-    on_policy = True
 
     def __init__(
         self,

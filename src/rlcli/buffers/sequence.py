@@ -14,11 +14,14 @@ sequence holds one more observation than steps, so the last step has its next ob
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import numpy as np
 import torch
 
+from rlcli.buffers.replay import identity
+from rlcli.contracts import BufferSpec
 from rlcli.registry import BUFFERS, ConfigError, require
 
 
@@ -36,13 +39,11 @@ class SequenceBatch(NamedTuple):
 
 
 class SequenceReplayBuffer:
-    on_policy = False
-    sequences = True  # the trainer pairs it with recurrent off-policy actors only
 
     def __init__(self, capacity: int, seq_len: int, burn_in: int, sequence_overlap: float, num_envs: int,
                  obs_shape: tuple[int, ...], carry_size: int, device: torch.device,
                  obs_dtype: torch.dtype = torch.float32, action_shape: tuple[int, ...] = (),
-                 discrete: bool = True) -> None:
+                 discrete: bool = True, normalizer: Callable[[torch.Tensor], torch.Tensor] = identity) -> None:
         require(seq_len > 0, "buffer.seq_len", seq_len, "must be > 0")
         require(burn_in >= 0, "buffer.burn_in", burn_in, "must be >= 0")
         require(0 <= sequence_overlap < 1, "buffer.sequence_overlap", sequence_overlap, "must be in [0, 1)")
@@ -52,7 +53,7 @@ class SequenceReplayBuffer:
         self.seq_len, self.burn_in, self.sequence_overlap = seq_len, burn_in, sequence_overlap
         self.stride = max(1, round(self.length * (1 - sequence_overlap)))  # steps between sequence starts
         self.capacity = capacity // self.length  # in sequences
-        self.num_envs, self.device = num_envs, device
+        self.num_envs, self.device, self.normalizer = num_envs, device, normalizer
         n, steps = self.capacity, self.length
         self.obs = torch.empty(n, steps + 1, *obs_shape, dtype=obs_dtype)  # committed as sequences arrive
         self.actions = torch.zeros(n, steps, *action_shape, dtype=torch.long if discrete else torch.float32)
@@ -101,8 +102,9 @@ class SequenceReplayBuffer:
         def move(x: torch.Tensor) -> torch.Tensor:
             return x[idx].transpose(0, 1).contiguous().to(self.device, non_blocking=True)
 
-        return SequenceBatch(move(self.obs), move(self.actions), move(self.rewards), move(self.terminated),
-                             move(self.valid), move(self.starts), self.carry0[idx].to(self.device))
+        return SequenceBatch(self.normalizer(move(self.obs)), move(self.actions), move(self.rewards),
+                             move(self.terminated), move(self.valid), move(self.starts),
+                             self.carry0[idx].to(self.device))
 
     def state_dict(self) -> dict[str, Any]:
         n = self.size
@@ -115,7 +117,7 @@ class SequenceReplayBuffer:
             getattr(self, k)[: self.size] = state[k]
 
 
-@BUFFERS.register("sequence")
+@BUFFERS.register("sequence", spec=BufferSpec(on_policy=False, sequences=True))
 def sequence(capacity: int = 100_000, seq_len: int = 20, burn_in: int = 10, sequence_overlap: float = 0.5,
              **context: Any) -> SequenceReplayBuffer:
     """Replay of overlapping fixed-length sequences with their initial recurrent state (R2D2)."""
@@ -125,8 +127,6 @@ def sequence(capacity: int = 100_000, seq_len: int = 20, burn_in: int = 10, sequ
     return SequenceReplayBuffer(capacity, seq_len, burn_in, sequence_overlap, context["num_envs"],
                                 context["obs_shape"], context["carry_size"], context["device"],
                                 context.get("obs_dtype", torch.float32), tuple(context.get("action_shape", ())),
-                                bool(context.get("discrete", True)))
+                                bool(context.get("discrete", True)), context.get("normalizer", identity))
 
 
-sequence.on_policy = False  # type: ignore[attr-defined]
-sequence.sequences = True  # type: ignore[attr-defined]

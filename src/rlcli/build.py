@@ -1,0 +1,210 @@
+"""config -> Components: every check and every construction of a run, in one place, once.
+
+`build(cfg)` reads the registered specs (contracts.py) to check that the chosen env, network,
+algorithm and buffer fit together, then builds them on the run's device. It writes nothing, so a
+bad config leaves no run directory behind. The trainer only runs the loop over what this returns.
+"""
+
+from __future__ import annotations
+
+import collections
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+from gymnasium.spaces import Discrete
+from gymnasium.vector import VectorEnv
+from omegaconf import DictConfig, OmegaConf
+
+import rlcli.actors  # noqa: F401  (registers the network recipes)
+import rlcli.algos  # noqa: F401  (registers the algorithms)
+import rlcli.buffers  # noqa: F401  (registers the storages)
+from rlcli.addons import build_addons
+from rlcli.collector import Collector
+from rlcli.contracts import AlgoSpec, BufferSpec, NetworkSpec, RecurrentNetworks
+from rlcli.envs import GymEnvFactory
+from rlcli.registry import ACTORS, ALGOS, BUFFERS, ENVS, ConfigError, check_kwargs, require
+from rlcli.runtime import configure_torch, resolve_device, seed_everything
+from rlcli.schedules import Schedule, build_schedules
+from rlcli.timing import PhaseClock
+from rlcli.weights import load_network_weights
+
+
+@dataclass
+class TrainSettings:
+    """The `train:` config section (see conf/config.yaml for what each key means)."""
+
+    total_steps: int = 1_000_000
+    num_envs: int = 8
+    vector_mode: Literal["auto", "sync", "async", "numpy"] = "auto"
+    test_every: int = 10_000
+    test_episodes: int = 10
+    log_every: int = 5_000
+    stop_reward: float | str | None = "env"
+    checkpoint_every: int = 0
+    keep_checkpoints: int = 3
+
+    def __post_init__(self) -> None:
+        require(self.total_steps > 0, "train.total_steps", self.total_steps, "must be > 0")
+        require(self.num_envs > 0, "train.num_envs", self.num_envs, "must be > 0")
+        require(self.test_every >= 0, "train.test_every", self.test_every, "must be >= 0 (0 disables testing)")
+        require(self.test_episodes > 0, "train.test_episodes", self.test_episodes, "must be > 0")
+        require(self.log_every > 0, "train.log_every", self.log_every, "must be > 0")
+        require(self.checkpoint_every >= 0, "train.checkpoint_every", self.checkpoint_every, "must be >= 0")
+        require(self.keep_checkpoints > 0, "train.keep_checkpoints", self.keep_checkpoints, "must be > 0")
+        require(not isinstance(self.stop_reward, str) or self.stop_reward == "env", "train.stop_reward",
+                self.stop_reward, "use env (the env's reward threshold), a number, or null")
+
+
+@dataclass
+class Components:
+    """Everything a run is made of; the trainer loops over it, run_state.py saves and restores it."""
+
+    cfg: DictConfig
+    settings: TrainSettings
+    device: torch.device
+    spec: AlgoSpec
+    envs: VectorEnv
+    test_envs: VectorEnv
+    algo: Any  # an OnPolicyAlgorithm or OffPolicyAlgorithm (contracts.py), as `spec.on_policy` says
+    buffer: Any
+    collector: Collector
+    schedules: dict[str, Schedule]
+    addons: list[Any]  # policy-loss add-ons, whose coefficients schedules may set
+    obs_dtype: torch.dtype
+    carry_size: int  # > 0: the networks are recurrent
+    stop_reward: float | None
+    clock: PhaseClock = field(default_factory=PhaseClock)
+    recent_returns: collections.deque[float] = field(default_factory=lambda: collections.deque(maxlen=100))
+    recent_lengths: collections.deque[int] = field(default_factory=lambda: collections.deque(maxlen=100))
+
+    def close(self) -> None:
+        self.envs.close()
+        self.test_envs.close()
+
+
+def section(cfg: DictConfig, key: str) -> dict[str, Any]:
+    node = cfg.get(key)
+    if node is None:
+        raise ConfigError(f"the config has no '{key}' section")
+    return OmegaConf.to_container(node, resolve=True)  # type: ignore[return-value]
+
+
+def network_section(cfg: DictConfig) -> dict[str, Any]:
+    """The actor config without `init_from`, which the build step handles for every network alike."""
+    actor = section(cfg, "actor")
+    actor.pop("init_from", None)
+    return actor
+
+
+def algo_section(cfg: DictConfig) -> dict[str, Any]:
+    """The algo config without the keys applied to every algorithm alike (schedules, add-ons)."""
+    algo = section(cfg, "algo")
+    algo.pop("schedules", None)
+    algo.pop("policy_loss_addons", None)
+    return algo
+
+
+NETWORK_CONTEXT = ("observation_space", "action_space", "normalize_obs", "clip_obs", "heads", "value_outputs")
+ALGO_CONTEXT = ("networks", "recipe", "num_envs", "action_space", "policy_addons")
+BUFFER_CONTEXT = ("n_steps", "num_envs", "obs_shape", "action_shape", "discrete", "device", "gamma", "goal",
+                  "value_size", "obs_dtype", "carry_size", "normalizer")
+
+
+def check_config(cfg: DictConfig) -> None:
+    """Names, keys, value types and how the parts fit: everything that needs no env and no network."""
+    check_kwargs(TrainSettings, section(cfg, "train"), prefix="train")
+    ENVS.check(section(cfg, "env"))
+    ACTORS.check(network_section(cfg), context=NETWORK_CONTEXT)
+    ALGOS.check(algo_section(cfg), context=ALGO_CONTEXT)
+    algo_name, buffer_name = cfg.algo.name, cfg.buffer.name
+    spec: AlgoSpec = ALGOS.spec(algo_name)
+    buffer_spec: BufferSpec = BUFFERS.spec(buffer_name)
+    if buffer_spec.on_policy != spec.on_policy:
+        valid = [n for n in BUFFERS.names() if BUFFERS.spec(n).on_policy == spec.on_policy]
+        kind = "on-policy" if spec.on_policy else "off-policy"
+        raise ConfigError(f"buffer={buffer_name} does not fit the {kind} algo={algo_name}; "
+                          f"choose from: {', '.join(valid)}")
+    BUFFERS.check(section(cfg, "buffer"), context=BUFFER_CONTEXT)
+    network_name = cfg.actor.name
+    if spec.networks is not None and network_name not in spec.networks:
+        raise ConfigError(f"algo={algo_name} does not support actor={network_name} yet; "
+                          f"choose from: {', '.join(spec.networks)}")
+    network_spec: NetworkSpec = ACTORS.spec(network_name)
+    if not spec.on_policy and network_spec.recurrent and not buffer_spec.sequences:
+        raise ConfigError(f"algo={algo_name} with actor={network_name} learns from stored sequences: use "
+                          f"buffer=sequence (R2D2 burn-in); buffer={buffer_name} holds single transitions")
+    require(isinstance(cfg.seed, int), "seed", cfg.seed, "must be an integer")
+
+
+def build(cfg: DictConfig) -> Components:
+    """Check the config, then build envs, networks, algorithm, storage and collector on the run's device."""
+    check_config(cfg)
+    settings = TrainSettings(**section(cfg, "train"))
+    device = resolve_device(cfg.device)
+    configure_torch(int(cfg.get("torch_threads", 1)), bool(cfg.deterministic))
+    seed_everything(cfg.seed)
+
+    algo_cfg = algo_section(cfg)
+    spec: AlgoSpec = ALGOS.spec(algo_cfg["name"])
+    network_spec: NetworkSpec = ACTORS.spec(cfg.actor.name)
+    env_factory: GymEnvFactory = ENVS.build(section(cfg, "env"))
+    envs = env_factory.make(settings.num_envs, settings.vector_mode, gamma=float(algo_cfg.get("gamma", 0.99)))
+    test_envs = env_factory.make(settings.test_episodes, settings.vector_mode, eval=True)
+    try:
+        obs_space, act_space = envs.single_observation_space, envs.single_action_space
+        if type(act_space).__name__ not in spec.action_spaces:
+            raise ConfigError(f"algo={algo_cfg['name']} cannot handle {type(act_space).__name__} actions of env "
+                              f"{env_factory.spec.id}; it supports: {', '.join(spec.action_spaces)}")
+        if spec.check_observations is not None:
+            spec.check_observations(obs_space, env_factory.spec.id)
+        built = ACTORS.build(
+            network_section(cfg), observation_space=obs_space, action_space=act_space,
+            normalize_obs=env_factory.normalize_obs, clip_obs=env_factory.clip_obs,
+            heads="actor_critic" if spec.on_policy else "recipe",
+            **({"value_outputs": spec.value_outputs} if spec.value_outputs > 1 else {}),
+        )
+        if spec.on_policy:
+            built = built.to(device)
+        addon_cfg = cfg.algo.get("policy_loss_addons")
+        addons = build_addons(built, OmegaConf.to_container(addon_cfg) if addon_cfg else None,  # type: ignore[arg-type]
+                              supported=spec.on_policy and not network_spec.recurrent)
+        if spec.on_policy:  # the recipe builds the whole network; off-policy algorithms build theirs from it
+            algo = ALGOS.build(algo_cfg, networks=built, num_envs=settings.num_envs,
+                               **({"policy_addons": addons} if addons else {}))
+        else:
+            algo = ALGOS.build(algo_cfg, recipe=built, action_space=act_space, num_envs=settings.num_envs)
+            algo.networks.to(device)
+        schedule_cfg = cfg.algo.get("schedules")
+        schedules = build_schedules(algo, OmegaConf.to_container(schedule_cfg) if schedule_cfg else None,  # type: ignore[arg-type]
+                                    addons)
+        init_from = cfg.actor.get("init_from")
+        if init_from:
+            load_network_weights(algo.networks, Path(str(init_from)))
+        carry_size = algo.networks.carry_size if isinstance(algo.networks, RecurrentNetworks) else 0
+        obs_dtype = torch.uint8 if network_spec.image and obs_space.dtype == "uint8" else torch.float32
+        buffer = BUFFERS.build(
+            section(cfg, "buffer"), n_steps=algo.n_steps, num_envs=settings.num_envs,
+            obs_shape=obs_space.shape, action_shape=act_space.shape, discrete=isinstance(act_space, Discrete),
+            device=device, gamma=algo.gamma, goal=env_factory.goal,
+            **({"carry_size": carry_size} if carry_size else {}),
+            **({"value_size": spec.value_outputs} if spec.value_outputs > 1 else {}),
+            **({"obs_dtype": obs_dtype} if obs_dtype != torch.float32 else {}),
+            # replay holds raw observations and normalizes each batch with the statistics of the moment
+            **({} if spec.on_policy else {"normalizer": algo.networks.normalizer}),
+        )
+        if not spec.on_policy:
+            capacity = getattr(buffer, "capacity", None)
+            require(capacity is None or capacity >= algo.batch_size, "buffer.capacity", capacity,
+                    f"must hold at least algo.batch_size={algo.batch_size} transitions")
+    except BaseException:
+        envs.close()
+        test_envs.close()
+        raise
+    clock = PhaseClock()
+    collector = Collector(envs, algo.networks.normalizer, device, seed=cfg.seed, on_policy=spec.on_policy,
+                          carry_size=carry_size, clock=clock, obs_dtype=obs_dtype)
+    stop_reward = env_factory.reward_threshold if isinstance(settings.stop_reward, str) else settings.stop_reward
+    return Components(cfg, settings, device, spec, envs, test_envs, algo, buffer, collector, schedules, addons,
+                      obs_dtype, carry_size, stop_reward, clock)

@@ -1,0 +1,189 @@
+"""From a command line to a composed config, with one-line errors: where the configs are, which group
+options exist (rlcli's conf/, the search path, plugins), and what Hydra's composition errors mean."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+from rlcli.registry import ConfigError, did_you_mean
+
+GROUPS = ("env", "algo", "actor", "buffer")
+
+
+def conf_dir() -> str:
+    """Absolute path of the configs: inside the wheel, else the source checkout's top-level conf/."""
+    here = Path(__file__).resolve().parent
+    for candidate in (here / "conf", here.parents[1] / "conf"):
+        if (candidate / "config.yaml").is_file():
+            return str(candidate)
+    raise FileNotFoundError("rlcli's conf/ directory is missing from this installation")
+
+
+@contextmanager
+def hydra_context(job_name: str = "train") -> Iterator[None]:
+    """Hydra's global state for the Compose API: the one already set up, else rlcli's config dir."""
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    if GlobalHydra.instance().is_initialized():
+        yield
+        return
+    with initialize_config_dir(config_dir=conf_dir(), version_base="1.3", job_name=job_name):
+        yield
+
+
+def group_options(group: str, search_path_args: list[str] | None = None) -> list[str]:
+    """Options of a config group as Hydra finds them: rlcli's conf/, `hydra.searchpath` overrides and the
+    search-path plugins of installed packages. Ids with a slash (ALE/Pong-v5) are nested groups."""
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.object_type import ObjectType
+
+    with hydra_context():
+        loader = GlobalHydra.instance().config_loader()
+        overrides = list(search_path_args or [])
+
+        def walk(name: str) -> list[str]:
+            found = list(loader.get_group_options(name, ObjectType.CONFIG, "config", overrides))
+            for sub in loader.get_group_options(name, ObjectType.GROUP, "config", overrides):
+                found += [f"{sub}/{option}" for option in walk(f"{name}/{sub}")]
+            return found
+
+        return sorted(set(walk(group)))
+
+
+def search_path_args(args: list[str]) -> list[str]:
+    return [a for a in args if key_of(a) == "hydra.searchpath"]
+
+
+def check_group_choices(args: list[str]) -> None:
+    search_path = search_path_args(args)
+    for arg in args:
+        key, sep, value = arg.partition("=")
+        key = key.lstrip("+~")
+        if sep and key in GROUPS:
+            options = group_options(key, search_path)
+            if value not in options:
+                raise ConfigError(
+                    f"unknown {key} '{value}'{did_you_mean(value, options)}; choose from: {', '.join(options)}"
+                    + ("; any other gymnasium id: env=gym env.id=<id>" if key == "env" else "")
+                )
+
+
+def explain_composition_error(error: Exception, args: list[str]) -> str:
+    """Hydra's composition errors, cut down to one line that names the key and the valid ones."""
+    text = str(error)
+    bad_key = re.search(r"Could not override '([^']+)'", text)
+    if bad_key and "not in struct" in str(error.__cause__ or ""):
+        key = bad_key.group(1)
+        parent, _, leaf = key.rpartition(".")
+        if parent.endswith("kwargs"):  # a free-form mapping (env.kwargs): new keys need Hydra's `+`
+            value = next((a.split("=", 1)[1] for a in args if a.split("=", 1)[0] == key), "<value>")
+            return (f"'{key}' is not in the config yet; {parent} is passed to the env as given, so add the key "
+                    f"with +{key}={value}")
+        from hydra import compose
+
+        base = compose("config", overrides=[a for a in args if a.split("=", 1)[0] in GROUPS])
+        node = OmegaConf.select(base, parent) if parent else base
+        valid = sorted(node.keys()) if isinstance(node, DictConfig) else []
+        hint = did_you_mean(leaf, [str(v) for v in valid])
+        return f"unknown key '{key}'{hint}; valid keys: {', '.join(map(str, valid))}"
+    return text.strip().splitlines()[0]
+
+
+def compose_config(args: list[str]) -> DictConfig:
+    """The job's config for these overrides, as Hydra's run will compose it; a ConfigError (one line) if not."""
+    from hydra import compose
+
+    check_group_choices(args)
+    with hydra_context():
+        try:
+            return compose("config", overrides=args)
+        except Exception as error:  # Hydra raises several unrelated types for bad overrides
+            raise ConfigError(explain_composition_error(error, args)) from None
+
+
+# pip packages of Hydra plugins a user may name without having installed them
+PLUGIN_PACKAGES = {
+    "hydra/launcher": {"joblib": "hydra-joblib-launcher (or rlcli[sweep])", "ray": "hydra-ray-launcher (or rlcli[ray])",
+                       "submitit_local": "hydra-submitit-launcher", "submitit_slurm": "hydra-submitit-launcher",
+                       "rq": "hydra-rq-launcher"},
+    "hydra/sweeper": {"optuna": "hydra-optuna-sweeper (rlcli ships its own, with pruning: hydra/sweeper=rlcli_optuna)",
+                      "nevergrad": "hydra-nevergrad-sweeper", "ax": "hydra-ax-sweeper"},
+}
+
+
+def check_plugins(args: list[str]) -> None:
+    """Name the pip package of a launcher or sweeper that is not installed, before composing."""
+    from hydra.core.config_store import ConfigStore
+    from hydra.core.plugins import Plugins
+
+    Plugins.instance()  # imports the installed plugins, which register their configs
+    for arg in args:
+        key, _, value = arg.lstrip("+~").partition("=")
+        if key in PLUGIN_PACKAGES:
+            ours = [p.name for p in (Path(conf_dir()) / key).glob("*.yaml")]
+            installed = sorted({n.removesuffix(".yaml") for n in [*ConfigStore.instance().list(key), *ours]})
+            if value not in installed:
+                package = PLUGIN_PACKAGES[key].get(value)
+                raise ConfigError(f"{key}={value} is not installed" + (f": pip install {package}" if package else "")
+                                  + f"; installed: {', '.join(installed)}")
+    if any(key_of(a) in ("hydra/sweeper", "hparams_search") for a in args):
+        import importlib.util
+
+        if importlib.util.find_spec("optuna") is None:
+            raise ConfigError("the rlcli_optuna sweeper needs optuna: pip install optuna (or rlcli[sweep])")
+
+
+def parses(arg: str) -> bool:
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    try:
+        OverridesParser.create().parse_override(arg)
+    except Exception:
+        return False
+    return True
+
+
+def key_of(arg: str) -> str:
+    return arg.split("=", 1)[0].lstrip("+~")
+
+
+def value_of(arg: str) -> str:
+    return arg.split("=", 1)[1].strip().strip("'\"") if "=" in arg else ""
+
+
+def with_config_dirs(args: list[str]) -> list[str] | None:
+    """The overrides of a command line, with `--config-dir DIR` (`-cd DIR`) turned into a search-path entry
+    the way Hydra adds it; None when another flag is present (those commands do not train)."""
+    overrides, dirs, i = [], [], 0
+    while i < len(args):
+        arg = args[i]
+        if arg in ("--config-dir", "-cd") and i + 1 < len(args):
+            dirs.append(args[i + 1])
+            i += 2
+            continue
+        if arg.startswith("--config-dir="):
+            dirs.append(arg.split("=", 1)[1])
+        elif arg.startswith("-"):
+            return None
+        else:
+            overrides.append(arg)
+        i += 1
+    if dirs:
+        entries = [f"file://{Path(d).expanduser().resolve()}" for d in dirs]
+        given = [value_of(a).strip("[]") for a in overrides if key_of(a) == "hydra.searchpath"]
+        entries += [e.strip() for text in given for e in text.split(",") if e.strip()]
+        overrides = [a for a in overrides if key_of(a) != "hydra.searchpath"]
+        overrides.append(f"hydra.searchpath=[{','.join(entries)}]")
+    return overrides
+
+
+def schedule_args(args: list[str]) -> list[str]:
+    """`algo.schedules.X=...` (and `algo.policy_loss_addons.X...`) add keys to dicts that configs leave
+    empty: make them `++`."""
+    return [f"++{a}" if a.startswith(("algo.schedules.", "algo.policy_loss_addons.")) else a for a in args]

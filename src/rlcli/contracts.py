@@ -1,0 +1,140 @@
+"""The contracts between the parts: what each component declares, and what the loop may call.
+
+Specs are data that a component registers with its name (`@ALGOS.register("ppo", spec=...)`); the
+build step reads them to check and wire a run, so nothing probes objects for attributes. The two
+Protocols are what the collector and the trainer call on an algorithm. The run's clock and the
+recurrent state are passed in and out explicitly; nothing sets them on an algorithm from outside.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, NamedTuple, Protocol, runtime_checkable
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch import nn
+
+# ------------------------------------------------------------------------------------------ specs
+
+
+@dataclass(frozen=True)
+class AlgoSpec:
+    """What an algorithm needs and supports; the build step checks a config against it."""
+
+    on_policy: bool
+    action_spaces: tuple[str, ...] = ("Discrete", "Box")  # gymnasium space class names
+    networks: tuple[str, ...] | None = None  # accepted `actor=` choices; None: every registered one
+    value_outputs: int = 1  # value heads of the on-policy network (rnd_ppo: extrinsic + intrinsic)
+    # raises a one-line ConfigError when the env's observations do not fit (rnd_ppo: flat Box only)
+    check_observations: Callable[[gym.spaces.Space[Any], str], None] | None = None
+
+
+@dataclass(frozen=True)
+class BufferSpec:
+    """What a storage holds: a rollout for on-policy algorithms or replay for off-policy ones, and
+    whether it stores whole sequences (what recurrent off-policy networks learn from)."""
+
+    on_policy: bool
+    sequences: bool = False
+
+
+@dataclass(frozen=True)
+class NetworkSpec:
+    """What an `actor=` recipe builds: recurrent networks carry state between steps; image networks
+    read uint8 pixels when the env gives them."""
+
+    recurrent: bool = False
+    image: bool = False
+
+
+# ------------------------------------------------------------------------------- values passed in
+
+
+@dataclass(frozen=True)
+class RunClock:
+    """The run's clock as an update sees it; the trainer owns the counters."""
+
+    env_steps: int
+    total_steps: int
+
+    @property
+    def progress(self) -> float:
+        """0 -> 1 over train.total_steps."""
+        return min(1.0, self.env_steps / self.total_steps)
+
+
+class RecurrentState(NamedTuple):
+    """What a recurrent network reads at one acting step: its carry from the previous step, and 1.0
+    for the envs whose episode begins at this step (their carry is zeroed first)."""
+
+    carry: torch.Tensor
+    starts: torch.Tensor
+
+
+class ActOutput(NamedTuple):
+    actions: torch.Tensor
+    log_probs: torch.Tensor
+    values: torch.Tensor
+    carry: torch.Tensor | None = None  # recurrent networks: the carry after this step
+
+
+# ------------------------------------------------------------------------------------- protocols
+
+
+class Networks(Protocol):
+    """The set of networks an algorithm owns (policy, critics, targets, ...), saved as one module.
+    `normalizer` holds the observation statistics that every network of the set reads through."""
+
+    normalizer: nn.Module
+
+    def state_dict(self) -> Mapping[str, Any]: ...
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> Any: ...
+
+
+@runtime_checkable
+class RecurrentNetworks(Protocol):
+    carry_size: int
+
+    def initial_carry(self, n: int, device: torch.device | str = "cpu") -> torch.Tensor: ...
+
+
+class Algorithm(Protocol):
+    """What both kinds of algorithm provide to the collector, the tests and the checkpoints."""
+
+    networks: Any  # Networks; Any so that algorithms may name their concrete module type
+    n_steps: int  # env steps per env in one collect phase
+    gamma: float
+
+    def act(self, obs: torch.Tensor, deterministic: bool = False, state: RecurrentState | None = None,
+            progress: float = 0.0) -> ActOutput:
+        """Actions for normalized observations; `progress` (0 -> 1) drives exploration schedules."""
+        ...
+
+    def env_actions(self, actions: torch.Tensor) -> np.ndarray:
+        """What the env receives for `act`'s actions (clipped or rescaled to its bounds)."""
+        ...
+
+    def update(self, buffer: Any, clock: RunClock) -> dict[str, torch.Tensor]: ...
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+
+class OnPolicyAlgorithm(Algorithm, Protocol):
+    gae_lambda: float
+
+    def finish_rollout(self, buffer: Any, last_obs: torch.Tensor, state: RecurrentState | None) -> None:
+        """After a full rollout: compute what `update` learns from (returns and advantages)."""
+        ...
+
+
+class OffPolicyAlgorithm(Algorithm, Protocol):
+    batch_size: int
+    learning_starts: int  # env steps of uniformly random actions before the first update
+
+    def random_actions(self, n: int) -> torch.Tensor: ...

@@ -1,0 +1,101 @@
+"""A run's state in a checkpoint: capture it from the components, restore them from it.
+
+One checkpoint holds everything needed to continue as if never stopped: the config, the trainer's
+counters, the algorithm (networks, targets, optimizers, its own counters), the storage, the
+collector's current observations and carry, the env states and every RNG.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from omegaconf import OmegaConf
+
+from rlcli import checkpoint
+from rlcli.build import Components, build
+from rlcli.envs.state import capturable, get_env_state, set_env_state
+from rlcli.resume import check_compatible
+
+# What the payload holds; a checkpoint from an rlcli with another layout is refused in one line.
+PAYLOAD_VERSION = 2
+logger = logging.getLogger("rlcli")
+
+
+@dataclass
+class TrainState:
+    """Every counter of a run; saved whole in checkpoints."""
+
+    env_steps: int = 0
+    updates: int = 0
+    episodes: int = 0
+    tests: int = 0
+    last_test_return: float | None = None
+    best_test_return: float | None = None
+    train_seconds: float = 0.0  # wall time spent in training, summed over resumes
+    finished: bool = False  # the budget or the stop reward was reached
+
+
+def capture(c: Components, state: TrainState) -> dict[str, Any]:
+    """The checkpoint payload of a run at a safe point (between iterations)."""
+    return {
+        "payload_version": PAYLOAD_VERSION,
+        "config": OmegaConf.to_container(c.cfg, resolve=True),
+        "state": dataclasses.asdict(state),
+        "algo": c.algo.state_dict(),
+        "buffer": c.buffer.state_dict(),
+        "rng": checkpoint.rng_state(),
+        "collector": c.collector.state_dict(),
+        "envs": get_env_state(c.envs) if capturable(c.envs) else None,
+        "recent": {"returns": list(c.recent_returns), "lengths": list(c.recent_lengths)},
+    }
+
+
+def save(c: Components, state: TrainState, run_dir: Path) -> Path:
+    return checkpoint.save(run_dir / "checkpoints", state.env_steps, capture(c, state),
+                           keep=c.settings.keep_checkpoints)
+
+
+def restore(c: Components, path: Path) -> TrainState:
+    """Load the checkpoint at `path` into the components; return the run's counters."""
+    data = checkpoint.load(path, map_location=c.device)
+    version = data.get("payload_version", 1)
+    if version != PAYLOAD_VERSION:
+        raise checkpoint.CheckpointError(
+            f"{path} holds a layout-{version} checkpoint from an older rlcli; this rlcli resumes layout "
+            f"{PAYLOAD_VERSION} only (its networks can still warm-start a new run: actor.init_from={path})")
+    check_compatible(data["config"], OmegaConf.to_container(c.cfg, resolve=True), path)  # type: ignore[arg-type]
+    c.algo.load_state_dict(data["algo"])
+    c.buffer.load_state_dict(data["buffer"])
+    state = TrainState(**data["state"])
+    c.recent_returns.extend(data["recent"]["returns"])
+    c.recent_lengths.extend(data["recent"]["lengths"])
+    c.collector.load_state_dict(data["collector"])
+    if data["envs"] is not None and capturable(c.envs):
+        set_env_state(c.envs, data["envs"])
+    else:
+        c.collector.reset(seed=int(c.cfg.seed) + state.updates)
+        logger.warning("the env state could not be saved or restored (e.g. async vector envs): the envs were "
+                       "reset, so this resume continues from fresh episodes rather than exactly")
+    checkpoint.set_rng_state(data["rng"])
+    return state
+
+
+def initial_state(c: Components) -> TrainState:
+    """A fresh run's counters, or the checkpoint's when the config says `resume=<checkpoint>`."""
+    resume = c.cfg.get("resume")
+    return restore(c, Path(str(resume))) if resume else TrainState()
+
+
+def prepare(cfg: Any) -> tuple[Components, TrainState]:
+    """Build a run's components and load its checkpoint when it resumes (the components are closed again if
+    the checkpoint does not fit)."""
+    components = build(cfg)
+    try:
+        return components, initial_state(components)
+    except BaseException:
+        components.close()
+        raise

@@ -1,0 +1,1 @@
+"""An example rlcli plugin: one on-policy algorithm and its config."""

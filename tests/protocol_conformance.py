@@ -1,0 +1,19 @@
+"""Checked by mypy (see pyproject's [tool.mypy] files), not run by pytest: every built-in algorithm
+satisfies the Protocol of its kind, as contracts.py declares it."""
+
+from rlcli.algos.a2c import A2C
+from rlcli.algos.dqn import DQN
+from rlcli.algos.pg import PolicyGradient
+from rlcli.algos.ppo import PPO
+from rlcli.algos.rnd import RNDPPO
+from rlcli.algos.sac import SAC
+from rlcli.algos.td3 import TD3
+from rlcli.contracts import OffPolicyAlgorithm, OnPolicyAlgorithm
+
+
+def on_policy(ppo: PPO, a2c: A2C, pg: PolicyGradient, rnd: RNDPPO) -> list[OnPolicyAlgorithm]:
+    return [ppo, a2c, pg, rnd]
+
+
+def off_policy(dqn: DQN, sac: SAC, td3: TD3) -> list[OffPolicyAlgorithm]:
+    return [dqn, sac, td3]
