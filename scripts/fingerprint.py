@@ -39,6 +39,11 @@ CASES = {
                           "algo.batch_size=16", "buffer.seq_len=8", "buffer.burn_in=4"],
     "sac-Pendulum-norm": ["algo=sac", "env=Pendulum-v1", "env.normalize_obs=true", *SMALL_OFF_POLICY],
     "td3-Pendulum-per": ["algo=td3", "env=Pendulum-v1", "buffer=per", *SMALL_OFF_POLICY],
+    # values over the run: TD3's noise decay, ERE's eta and PER's beta, A2C's tuned linear learning rate
+    "td3-Pendulum-noise-decay": ["algo=td3", "env=Pendulum-v1", "algo.noise_decay=linear", *SMALL_OFF_POLICY],
+    "sac-Pendulum-ere-per": ["algo=sac", "env=Pendulum-v1", "buffer=ere", "buffer.c_min=128", "buffer.alpha=0.6",
+                             *SMALL_OFF_POLICY],
+    "a2c-Pendulum-tuned": ["algo=a2c", "env=Pendulum-v1", "train.num_envs=2", "algo.n_steps=16"],
 }
 
 

@@ -7,6 +7,13 @@ import torch
 from rlcli.buffers.prioritized import PrioritizedReplayBuffer
 from rlcli.buffers.replay import ReplayBuffer
 from rlcli.buffers.sumtree import SumTree
+from rlcli.schedules import apply_schedules, build_schedules
+
+
+class NoAlgo:
+    """Schedules without an algorithm: only the storage's own (PER's beta, ERE's eta)."""
+
+    default_schedules: dict = {}
 
 GAMMA = 0.9
 
@@ -129,15 +136,16 @@ def test_prioritized_sampling_frequencies_and_importance_weights():
     buf.update_priorities(torch.arange(4), torch.tensor([1.0, 2.0, 3.0, 4.0]))
     counts = np.zeros(4)
     for _ in range(500):
-        batch = buf.sample(32, progress=0.0)
+        batch = buf.sample(32)
         counts += np.bincount(batch.indices.numpy(), minlength=4)
     np.testing.assert_allclose(counts / counts.sum(), [0.1, 0.2, 0.3, 0.4], atol=0.01)
-    batch = buf.sample(64, progress=0.0)
+    batch = buf.sample(64)
     probs = (batch.indices.double() + 1) / 10
     expected = (4 * probs) ** -0.5
     torch.testing.assert_close(batch.weights.double(), expected / expected.max(), rtol=1e-5, atol=1e-6)
     # beta reaches beta_final at the end of training
-    batch = buf.sample(64, progress=1.0)
+    apply_schedules(build_schedules(NoAlgo(), None, storage=buf), 1.0)
+    batch = buf.sample(64)
     expected = (4 * (batch.indices.double() + 1) / 10) ** -1.0
     torch.testing.assert_close(batch.weights.double(), expected / expected.max(), rtol=1e-5, atol=1e-6)
 
@@ -179,21 +187,22 @@ def filled_ere(capacity: int, n_added: int, alpha: float = 0.0, c_min: int = 3) 
 def test_ere_window_follows_the_formula_and_anneals_to_everything():
     buf = filled_ere(100, 100, c_min=3)
     # c_k = max(N * eta^(k * 1000 / K), c_min) with eta = 0.5 at progress 0
-    assert buf.recent_window(0.0, step=0, steps=1000) == 100
-    assert buf.recent_window(0.0, step=2, steps=1000) == 25
-    assert buf.recent_window(0.0, step=10, steps=1000) == 3  # c_min
-    assert buf.recent_window(1.0, step=10, steps=1000) == 100  # eta annealed to 1
+    assert buf.recent_window(step=0, steps=1000) == 100
+    assert buf.recent_window(step=2, steps=1000) == 25
+    assert buf.recent_window(step=10, steps=1000) == 3  # c_min
+    apply_schedules(build_schedules(NoAlgo(), None, storage=buf), 1.0)
+    assert buf.recent_window(step=10, steps=1000) == 100  # eta annealed to 1
 
 
 @pytest.mark.parametrize(("capacity", "n_added"), [(50, 30), (20, 33)])  # not full; full and wrapped
 def test_ere_samples_only_the_newest_transitions_uniformly(capacity, n_added):
     torch.manual_seed(0)
     buf = filled_ere(capacity, n_added, c_min=4)
-    window = buf.recent_window(0.0, step=3, steps=1000)  # 0.5^3 * size, at least c_min
+    window = buf.recent_window(step=3, steps=1000)  # 0.5^3 * size, at least c_min
     newest = set(range(n_added - window, n_added))
     counts: dict[float, int] = {}
     for _ in range(400):
-        batch = buf.sample(16, progress=0.0, step=3, steps=1000)
+        batch = buf.sample(16, step=3, steps=1000)
         for value in batch.obs[:, 0].tolist():
             counts[value] = counts.get(value, 0) + 1
         torch.testing.assert_close(batch.weights, torch.ones(16))

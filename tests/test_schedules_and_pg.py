@@ -17,6 +17,8 @@ from rlcli.schedules import apply_schedules, build_schedules, parse_schedule
     ("linear:0.01:0.0", 1.5, 0.0),  # progress is clamped to [0, 1]
     ("exp:1e-3:1e-5", 0.5, 1e-4), ("exp:1e-3:1e-5", 1.0, 1e-5),
     ("step:1.0:0.1:0.25", 0.2, 1.0), ("step:1.0:0.1:0.25", 0.25, 0.1),
+    ("linear:1.0:0.05:0.1", 0.05, 0.525), ("linear:1.0:0.05:0.1", 0.5, 0.05),  # reaches B at progress 0.1
+    ("linear:1.0:0.05:0.0", 0.0, 0.05),
 ])
 def test_schedule_values(text, at, expected):
     assert parse_schedule("x", text)(at) == pytest.approx(expected)
@@ -40,13 +42,46 @@ def test_apply_sets_attributes_and_every_optimizer_lr():
             self.ent_coef, self.n_epochs = 0.01, 10
             self.optimizer = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=1.0)
 
+        default_schedules: dict = {}
+
     algo = Algo()
     schedules = build_schedules(algo, {"ent_coef": "linear:0.02:0.0", "lr": "constant:0.5"})
-    values = apply_schedules(algo, schedules, 0.25)
+    values = apply_schedules(schedules, 0.25)
     assert algo.ent_coef == pytest.approx(0.015) and algo.optimizer.param_groups[0]["lr"] == 0.5
     assert values == {"ent_coef": pytest.approx(0.015), "lr": 0.5}
     with pytest.raises(ConfigError, match="no numeric parameter 'n_epochs'"):  # counts are not schedulable
         build_schedules(algo, {"n_epochs": "linear:10:1"})
+
+
+def test_settings_become_default_schedules_with_todays_arithmetic():
+    """DQN's exploration_* keys, lr_schedule=linear and PER's beta -> beta_final are schedules of the one
+    mechanism, with the formulas the algorithms used before (bit for bit)."""
+    parts = build(composed("algo=dqn", "env=CartPole-v1", "buffer=per", "algo.exploration_fraction=0.2",
+                           "algo.exploration_initial_eps=1.0", "algo.exploration_final_eps=0.1"))
+    names = {item.name for item in parts.schedules}
+    assert names == {"epsilon", "beta"}
+    for progress in (0.0, 0.05, 0.1999, 0.2, 0.7, 1.0):
+        apply_schedules(parts.schedules, progress)
+        assert parts.algo.epsilon == 1.0 + (0.1 - 1.0) * min(1.0, progress / 0.2)
+        assert parts.buffer.beta == 0.4 + (1.0 - 0.4) * min(1.0, progress)
+    parts.close()
+    parts = build(composed("algo=ppo", "env=CartPole-v1"))  # RL-Zoo's tuned lr and clip_range: linear to 0
+    apply_schedules(parts.schedules, 0.3)
+    assert parts.algo.lr_scale == max(0.0, 1.0 - 0.3) and parts.algo.clip_range_scale == 1.0 - 0.3
+    metrics = parts.algo.update(parts.buffer, at(0.3))
+    assert float(metrics["learning_rate"]) == pytest.approx(1e-3 * 0.7)
+    assert float(metrics["clip_range"]) == pytest.approx(0.2 * 0.7)
+    parts.close()
+
+
+def test_an_explicit_schedule_replaces_the_default_of_the_same_value():
+    parts = build(composed("algo=ppo", "env=CartPole-v1", "++algo.schedules.lr=constant:5e-4"))
+    assert {item.name for item in parts.schedules} == {"lr", "clip_range_scale"}  # lr_scale gave way to lr
+    parts.close()
+    parts = build(composed("algo=dqn", "env=CartPole-v1", "++algo.schedules.epsilon=constant:0.3"))
+    apply_schedules(parts.schedules, 0.0)
+    assert parts.algo.epsilon == 0.3
+    parts.close()
 
 
 def test_kl_coefficient_adaptation_follows_the_paper():
@@ -60,7 +95,7 @@ def test_ppo_kl_update_adapts_its_coefficient(tmp_path):
     cfg = composed("algo=ppo_kl", "env=CartPole-v1", "algo.n_steps=32", "algo.n_epochs=2", "algo.batch_size=64",
                    "algo.kl_target=1e-9", "log.console=false", "log.tensorboard=false")
     parts = build(cfg)
-    parts.collector.collect(parts.algo, parts.buffer, 0.0)
+    parts.collector.collect(parts.algo, parts.buffer)
     metrics = parts.algo.update(parts.buffer, at(0.0))
     assert "clip_fraction" not in metrics and float(metrics["kl_coef"]) == 1.0
     assert parts.algo.kl_coef == 2.0  # any movement is far above a target of 1e-9
@@ -71,7 +106,7 @@ def test_pg_without_baseline_uses_plain_discounted_returns():
     cfg = composed("algo=pg", "env=CartPole-v1", "algo.baseline=false", "algo.n_steps=16", "algo.gamma=0.5",
                    "train.num_envs=1", "log.console=false", "log.tensorboard=false")
     parts = build(cfg)
-    parts.collector.collect(parts.algo, parts.buffer, 0.0)
+    parts.collector.collect(parts.algo, parts.buffer)
     batch = parts.buffer.flat()
     assert torch.all(batch.values == 0)
     # CartPole pays 1 per step; with b = 0 the advantage is the discounted return-to-go (cut at the rollout end)

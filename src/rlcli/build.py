@@ -26,7 +26,7 @@ from rlcli.contracts import AlgoSpec, BufferSpec, NetworkSpec, RecurrentNetworks
 from rlcli.envs import GymEnvFactory
 from rlcli.registry import ACTORS, ALGOS, BUFFERS, ENVS, ConfigError, check_kwargs, require
 from rlcli.runtime import configure_torch, resolve_device, seed_everything
-from rlcli.schedules import Schedule, build_schedules
+from rlcli.schedules import ScheduledValue, build_schedules
 from rlcli.timing import PhaseClock
 from rlcli.weights import load_network_weights
 
@@ -70,8 +70,8 @@ class Components:
     algo: Any  # an OnPolicyAlgorithm or OffPolicyAlgorithm (contracts.py), as `spec.on_policy` says
     buffer: Any
     collector: Collector
-    schedules: dict[str, Schedule]
-    addons: list[Any]  # policy-loss add-ons, whose coefficients schedules may set
+    schedules: list[ScheduledValue]  # every value over the run, applied before each collect and each update
+    addons: list[Any]  # policy-loss add-ons
     obs_dtype: torch.dtype
     carry_size: int  # > 0: the networks are recurrent
     stop_reward: float | None
@@ -176,9 +176,6 @@ def build(cfg: DictConfig) -> Components:
         else:
             algo = ALGOS.build(algo_cfg, recipe=built, action_space=act_space, num_envs=settings.num_envs)
             algo.networks.to(device)
-        schedule_cfg = cfg.algo.get("schedules")
-        schedules = build_schedules(algo, OmegaConf.to_container(schedule_cfg) if schedule_cfg else None,  # type: ignore[arg-type]
-                                    addons)
         init_from = cfg.actor.get("init_from")
         if init_from:
             load_network_weights(algo.networks, Path(str(init_from)))
@@ -194,6 +191,9 @@ def build(cfg: DictConfig) -> Components:
             # replay holds raw observations and normalizes each batch with the statistics of the moment
             **({} if spec.on_policy else {"normalizer": algo.networks.normalizer}),
         )
+        schedule_cfg = cfg.algo.get("schedules")
+        schedules = build_schedules(algo, OmegaConf.to_container(schedule_cfg) if schedule_cfg else None,  # type: ignore[arg-type]
+                                    addons, buffer)
         if not spec.on_policy:
             capacity = getattr(buffer, "capacity", None)
             require(capacity is None or capacity >= algo.batch_size, "buffer.capacity", capacity,

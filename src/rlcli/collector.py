@@ -82,7 +82,7 @@ class Collector:
         starts = torch.as_tensor(self.episode_start, dtype=torch.float32, device=self.device)
         return RecurrentState(self.carry, starts)
 
-    def collect(self, algo: Algorithm, buffer: Any, progress: float, random_actions: bool = False) -> CollectStats:
+    def collect(self, algo: Algorithm, buffer: Any, random_actions: bool = False) -> CollectStats:
         """algo.n_steps steps of every env into `buffer`: a whole rollout, finished by the algorithm's
         `finish_rollout` (on-policy), or transitions (off-policy). `random_actions`: the off-policy warm-up,
         uniformly random actions (a recurrent network still steps its carry)."""
@@ -100,7 +100,7 @@ class Collector:
             state = self._recurrent_state()
             out = None
             if state is not None or not random_actions:  # random warm-up actions skip the policy's sampling
-                out = algo.act(obs, state=state, progress=progress)
+                out = algo.act(obs, state=state)
                 self.carry = out.carry
             actions = out.actions if out is not None and not random_actions else None
             if actions is None:  # torch's generator draws them, so a resume stays exact

@@ -17,6 +17,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from rlcli.schedules import Schedule
+
 # ------------------------------------------------------------------------------------------ specs
 
 
@@ -108,10 +110,11 @@ class Algorithm(Protocol):
     networks: Any  # Networks; Any so that algorithms may name their concrete module type
     n_steps: int  # env steps per env in one collect phase
     gamma: float
+    # the values over the run that its settings imply (epsilon, lr_scale, ...); see schedules.py
+    default_schedules: dict[str, Schedule]
 
-    def act(self, obs: torch.Tensor, deterministic: bool = False, state: RecurrentState | None = None,
-            progress: float = 0.0) -> ActOutput:
-        """Actions for normalized observations; `progress` (0 -> 1) drives exploration schedules."""
+    def act(self, obs: torch.Tensor, deterministic: bool = False, state: RecurrentState | None = None) -> ActOutput:
+        """Actions for normalized observations (exploration values such as epsilon come from schedules)."""
         ...
 
     def env_actions(self, actions: torch.Tensor) -> np.ndarray:

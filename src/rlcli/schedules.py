@@ -1,12 +1,23 @@
-"""Schedules for any numeric algorithm parameter: `algo.schedules.ent_coef=linear:0.01:0.0`.
+"""Values over a run, one mechanism for all: `algo.schedules.<name>=linear:0.01:0.0`.
 
-One mechanism for every algorithm: before each update the trainer sets the scheduled attribute on
-the algorithm from the run's progress (env steps / train.total_steps, 0 -> 1). `lr` is special:
-it is written into every optimizer's param groups; `<addon>_coef` sets a policy-loss add-on's
-coefficient. Forms:
+Every value that changes with the run's progress (env steps / train.total_steps, 0 -> 1) is a
+Schedule applied by the trainer before each collect phase (what acting reads: DQN's `epsilon`,
+TD3's `noise_scale`) and again before each update (what learning reads). Components declare the
+schedules their own settings imply in `default_schedules` (DQN's exploration_* keys, `lr_schedule`,
+`clip_range_schedule`, `noise_decay`, PER's `beta` -> `beta_final`, ERE's `eta` -> `eta_final`);
+an `algo.schedules` entry replaces the default of the same value. Names:
+
+    lr                 every optimizer's learning rate (and its base)
+    lr_scale           a factor on each parameter group's base learning rate (lr_schedule=linear: 1 -> 0)
+    <addon>_coef       a policy-loss add-on's coefficient (kl_prior_coef)
+    beta, eta          the storage's PER exponent and ERE recency (buffer=per / ere)
+    anything else      a numeric attribute of the algorithm (ent_coef, clip_range_scale, epsilon, tau, ...)
+
+Forms:
 
     constant:V            V throughout
     linear:A:B            A at the start, B at the end
+    linear:A:B:P          A at the start, B from progress P (0-1) on
     exp:A:B               geometric interpolation from A to B (both > 0)
     step:A:B:P            A until progress P (0-1), then B
 """
@@ -14,13 +25,13 @@ coefficient. Forms:
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from rlcli.registry import ConfigError
 
-FORMS = "constant:V, linear:A:B, exp:A:B, step:A:B:P"
+FORMS = "constant:V, linear:A:B[:P], exp:A:B, step:A:B:P"
 
 
 @dataclass(frozen=True)
@@ -28,83 +39,118 @@ class Schedule:
     kind: str
     start: float
     end: float
-    at: float = 1.0
+    at: float = 1.0  # linear: the progress at which `end` is reached; step: where it switches
 
     def __call__(self, progress: float) -> float:
         p = min(max(progress, 0.0), 1.0)
         if self.kind == "constant":
             return self.start
         if self.kind == "linear":
-            return self.start + (self.end - self.start) * p
+            if self.at <= 0:
+                return self.end
+            return self.start + (self.end - self.start) * min(1.0, p / self.at)
         if self.kind == "exp":
             return self.start * math.exp(math.log(self.end / self.start) * p)
         return self.start if p < self.at else self.end  # step
+
+
+def to_zero(kind: str) -> Schedule | None:
+    """A legacy `<x>_schedule: constant | linear` setting as the schedule of a factor: none, or 1 -> 0."""
+    return Schedule("linear", 1.0, 0.0) if kind == "linear" else None
+
+
+@dataclass(frozen=True)
+class ScheduledValue:
+    """A schedule bound to the value it sets."""
+
+    name: str
+    schedule: Schedule
+    set: Callable[[float], None]
 
 
 def parse_schedule(key: str, text: Any) -> Schedule:
     """`linear:0.01:0.0` -> Schedule; anything else is a one-line error naming the key and the forms."""
     parts = str(text).strip().split(":")
     kind, numbers = parts[0], parts[1:]
-    expected = {"constant": 1, "linear": 2, "exp": 2, "step": 3}
+    expected = {"constant": (1,), "linear": (2, 3), "exp": (2,), "step": (3,)}
     try:
         values = [float(n) for n in numbers]
     except ValueError:
         values = None
-    if kind not in expected or values is None or len(values) != expected[kind]:
+    if kind not in expected or values is None or len(values) not in expected[kind]:
         raise ConfigError(f"algo.schedules.{key}={text!r} does not parse; use one of: {FORMS}")
     if kind == "exp" and not (values[0] > 0 and values[1] > 0):
         raise ConfigError(f"algo.schedules.{key}={text!r}: exp needs two positive values")
-    if kind == "step" and not 0 <= values[2] <= 1:
-        raise ConfigError(f"algo.schedules.{key}={text!r}: the step point must be a progress in [0, 1]")
+    if len(values) == 3 and not 0 <= values[2] <= 1:
+        raise ConfigError(f"algo.schedules.{key}={text!r}: the third value must be a progress in [0, 1]")
     if kind == "constant":
         return Schedule(kind, values[0], values[0])
-    return Schedule(kind, values[0], values[1], values[2] if kind == "step" else 1.0)
+    return Schedule(kind, values[0], values[1], values[2] if len(values) == 3 else 1.0)
 
 
 def _optimizers(algo: Any) -> list[Any]:
     return [v for v in vars(algo).values() if hasattr(v, "param_groups") and hasattr(v, "step")]
 
 
-def numeric_params(algo: Any, addons: Sequence[Any] = ()) -> list[str]:
-    """What can be scheduled: the algorithm's numeric attributes, lr, and the add-ons' coefficients."""
+NOT_SCHEDULABLE = {"n_steps", "num_envs", "batch_size", "n_epochs", "gradient_updates", "learning_starts", "train_freq",
+                   "gradient_steps", "action_dim", "policy_delay", "target_update_interval", "n_actions", "warmup_seen",
+                   "obs_norm_warmup_steps", "last_target_update"}
+
+
+def numeric_params(algo: Any, addons: Sequence[Any] = (), storage: Any = None) -> list[str]:
+    """What can be scheduled: the algorithm's numeric attributes, lr, the add-ons' coefficients and the
+    values the storage schedules itself."""
     names = {k for k, v in vars(algo).items()
              if isinstance(v, (int, float)) and not isinstance(v, bool) and not k.startswith("_")}
-    names -= {"n_steps", "num_envs", "batch_size", "n_epochs", "gradient_updates", "env_steps", "progress",
-              "learning_starts", "train_freq", "gradient_steps", "action_dim", "policy_delay", "target_update_interval",
-              "n_actions", "warmup_seen", "obs_norm_warmup_steps", "last_target_update"}
+    names -= NOT_SCHEDULABLE
     names |= {f"{addon.name}_coef" for addon in addons}
-    return sorted(names | ({"lr"} if _optimizers(algo) else set()))
+    names |= set(storage.default_schedules if storage is not None else {})
+    return sorted(names | ({"lr", "lr_scale"} if _optimizers(algo) else set()))
 
 
-def build_schedules(algo: Any, spec: dict[str, Any] | None, addons: Sequence[Any] = ()) -> dict[str, Schedule]:
-    """Parse and check `algo.schedules` against what the built algorithm (and its add-ons) has."""
-    schedules = {key: parse_schedule(key, text) for key, text in (spec or {}).items()}
-    valid = numeric_params(algo, addons)
-    for key in schedules:
-        if key not in valid:
-            raise ConfigError(f"algo.schedules.{key}: {type(algo).__name__} has no numeric parameter '{key}'; "
-                              f"schedulable: {', '.join(valid)}")
-    if "lr" in schedules and getattr(algo, "lr_schedule", "constant") != "constant":
-        raise ConfigError("algo.schedules.lr and algo.lr_schedule both schedule the learning rate; use one")
-    return schedules
-
-
-def apply_schedules(algo: Any, schedules: dict[str, Schedule], progress: float,
-                    addons: Sequence[Any] = ()) -> dict[str, float]:
-    """Set every scheduled parameter for this progress; returns the values (logged under schedule/)."""
-    values = {}
-    addon_coefs = {f"{addon.name}_coef": addon for addon in addons}
-    for key, schedule in schedules.items():
-        value = schedule(progress)
-        if key in addon_coefs:
-            addon_coefs[key].coef = value
-        elif key == "lr":
+def _setter(algo: Any, key: str, addons: Sequence[Any], storage: Any) -> Callable[[float], None]:
+    addon = next((a for a in addons if f"{a.name}_coef" == key), None)
+    if addon is not None:
+        return lambda value: setattr(addon, "coef", value)
+    if key == "lr":
+        def set_lr(value: float) -> None:
             for optimizer in _optimizers(algo):
                 for group in optimizer.param_groups:
                     group["lr"] = value
                     if "base_lr" in group:
                         group["base_lr"] = value
-        else:
-            setattr(algo, key, type(getattr(algo, key))(value) if isinstance(getattr(algo, key), int) else value)
-        values[key] = value
+        return set_lr
+    if storage is not None and key in storage.default_schedules:
+        return lambda value: setattr(storage, key, value)
+    cast = int if isinstance(getattr(algo, key), int) and not isinstance(getattr(algo, key), bool) else float
+    return lambda value: setattr(algo, key, cast(value))
+
+
+# An explicit schedule of the first replaces a default schedule of the second: they set the same value.
+REPLACES = {"lr": "lr_scale"}
+
+
+def build_schedules(algo: Any, spec: dict[str, Any] | None, addons: Sequence[Any] = (),
+                    storage: Any = None) -> list[ScheduledValue]:
+    """The defaults that the algorithm and its storage declare, with `algo.schedules` entries on top."""
+    explicit = {key: parse_schedule(key, text) for key, text in (spec or {}).items()}
+    valid = numeric_params(algo, addons, storage)
+    for key in explicit:
+        if key not in valid:
+            raise ConfigError(f"algo.schedules.{key}: {type(algo).__name__} has no numeric parameter '{key}'; "
+                              f"schedulable: {', '.join(valid)}")
+    schedules = {**algo.default_schedules, **(storage.default_schedules if storage is not None else {})}
+    for key in explicit:
+        schedules.pop(REPLACES.get(key, ""), None)
+    schedules.update(explicit)
+    return [ScheduledValue(key, schedule, _setter(algo, key, addons, storage)) for key, schedule in schedules.items()]
+
+
+def apply_schedules(scheduled: Sequence[ScheduledValue], progress: float) -> dict[str, float]:
+    """Set every scheduled value for this progress; returns the values (logged as train/schedule_<name>)."""
+    values = {}
+    for item in scheduled:
+        value = item.schedule(progress)
+        item.set(value)
+        values[item.name] = value
     return values

@@ -74,8 +74,8 @@ class Trainer:
             while state.env_steps < s.total_steps:
                 # collect
                 warming_up = not spec.on_policy and state.env_steps < algo.learning_starts
-                progress = RunClock(state.env_steps, s.total_steps).progress
-                stats = c.collector.collect(algo, c.buffer, progress, random_actions=warming_up)
+                apply_schedules(c.schedules, RunClock(state.env_steps, s.total_steps).progress)  # acting values
+                stats = c.collector.collect(algo, c.buffer, random_actions=warming_up)
                 previous = state.env_steps
                 state.env_steps += stats.steps
                 state.episodes += len(stats.episode_returns)
@@ -85,7 +85,7 @@ class Trainer:
                 metrics: dict[str, Any] = {}
                 if spec.on_policy or state.env_steps >= algo.learning_starts:
                     run_clock = RunClock(state.env_steps, s.total_steps)
-                    scheduled = apply_schedules(algo, c.schedules, run_clock.progress, c.addons)
+                    scheduled = apply_schedules(c.schedules, run_clock.progress)  # learning values
                     with clock("update"):
                         metrics = algo.update(c.buffer, run_clock)
                     metrics.update({f"schedule_{k}": v for k, v in scheduled.items()})

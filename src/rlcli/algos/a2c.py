@@ -11,7 +11,7 @@ import torch
 from rlcli.actors.mlp import ActorCritic
 from rlcli.addons import PolicyAddon, addon_losses
 from rlcli.algos.base import (
-    Schedule,
+    Decay,
     adam,
     check_common,
     clipped_env_actions,
@@ -22,12 +22,12 @@ from rlcli.algos.base import (
     masked_mean,
     normalize_masked,
     param_groups,
-    schedule_factor,
     set_lr,
 )
 from rlcli.buffers.rollout import RolloutBuffer
 from rlcli.contracts import ActOutput, AlgoSpec, RecurrentState, RunClock
 from rlcli.registry import ALGOS
+from rlcli.schedules import to_zero
 
 
 @ALGOS.register("a2c", spec=AlgoSpec(on_policy=True))
@@ -41,7 +41,7 @@ class A2C:
         lr: float = 7e-4,
         lr_pi: float | None = None,
         lr_v: float | None = None,
-        lr_schedule: Schedule = "constant",
+        lr_schedule: Decay = "constant",
         optimizer: Literal["rmsprop", "adam"] = "rmsprop",
         gamma: float = 0.99,
         gae_lambda: float = 1.0,
@@ -54,7 +54,10 @@ class A2C:
         self.networks = networks
         self.policy_addons = list(policy_addons)  # extra policy-loss terms (rlcli/addons.py)
         self.n_steps, self.gamma, self.gae_lambda = n_steps, gamma, gae_lambda
-        self.lr_schedule, self.normalize_advantage = lr_schedule, normalize_advantage
+        self.normalize_advantage = normalize_advantage
+        self.lr_scale = 1.0  # lr_schedule=linear: a factor from 1 to 0, set by the trainer's schedules
+        linear = to_zero(lr_schedule)
+        self.default_schedules = {"lr_scale": linear} if linear else {}
         self.ent_coef, self.vf_coef, self.max_grad_norm = ent_coef, vf_coef, max_grad_norm
         groups = param_groups(networks, lr, lr_pi, lr_v)
         if optimizer == "rmsprop":  # SB3's (TF-like) settings, which A2C's published results use
@@ -63,15 +66,14 @@ class A2C:
             self.optimizer = adam(groups, eps=1e-5)
 
     @torch.inference_mode()
-    def act(self, obs: torch.Tensor, deterministic: bool = False, state: RecurrentState | None = None,
-            progress: float = 0.0) -> ActOutput:
+    def act(self, obs: torch.Tensor, deterministic: bool = False, state: RecurrentState | None = None) -> ActOutput:
         return self.networks.act(obs, deterministic, state)
 
     def finish_rollout(self, buffer: RolloutBuffer, last_obs: torch.Tensor, state: RecurrentState | None) -> None:
         finish_with_gae(self.networks.value, buffer, last_obs, state, self.gamma, self.gae_lambda)
 
     def update(self, buffer: RolloutBuffer, clock: RunClock) -> dict[str, torch.Tensor]:
-        lr = set_lr(self.optimizer, schedule_factor(self.lr_schedule, clock.progress))
+        lr = set_lr(self.optimizer, self.lr_scale)
         batch = buffer.flat()
         mask = batch.mask
         log_probs, entropy, values = evaluate_batch(self.networks, batch)

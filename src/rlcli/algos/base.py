@@ -14,7 +14,7 @@ from rlcli.actors.mlp import ActorCritic
 from rlcli.contracts import RecurrentState
 from rlcli.registry import require
 
-Schedule = Literal["constant", "linear"]
+Decay = Literal["constant", "linear"]  # the legacy `<x>_schedule` keys: linear = a factor from 1 to 0
 
 
 def adam(params: Any, lr: float = 1e-3, eps: float = 1e-8) -> Any:
@@ -60,11 +60,6 @@ def gradient_step(
     if max_grad_norm is not None:
         nn.utils.clip_grad_norm_(params, max_grad_norm, foreach=True)
     optimizer.step()
-
-
-def schedule_factor(kind: Schedule, progress: float) -> float:
-    """Multiplier for a scheduled value at `progress` in [0, 1] of the step budget."""
-    return 1.0 if kind == "constant" else max(0.0, 1.0 - progress)
 
 
 def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

@@ -17,6 +17,7 @@ from rlcli.buffers.replay import ReplayBuffer
 from rlcli.buffers.sequence import SequenceBatch
 from rlcli.contracts import ActOutput, AlgoSpec, RecurrentState, RunClock
 from rlcli.registry import ALGOS, require
+from rlcli.schedules import Schedule
 
 
 class DQNNetworks(nn.Module):
@@ -85,20 +86,16 @@ class DQN:
         self.n_steps = train_freq  # env steps per env between update phases
         self.batch_size, self.learning_starts, self.gradient_steps = batch_size, learning_starts, gradient_steps
         self.gamma, self.tau, self.target_update_interval = gamma, tau, target_update_interval
-        self.exploration = (exploration_fraction, exploration_initial_eps, exploration_final_eps)
+        # epsilon over the run: a schedule the trainer applies before each collect phase
+        self.epsilon = exploration_initial_eps
+        self.default_schedules = {"epsilon": Schedule("linear", exploration_initial_eps, exploration_final_eps,
+                                                      exploration_fraction)}
         self.loss, self.double, self.max_grad_norm, self.reward_scale = loss, double, max_grad_norm, reward_scale
         self.gradient_updates = 0
         self.last_target_update = 0  # env steps at the last target update
 
-    def epsilon(self, progress: float) -> float:
-        fraction, start, end = self.exploration
-        if fraction == 0:
-            return end
-        return start + (end - start) * min(1.0, progress / fraction)
-
     @torch.inference_mode()
-    def act(self, obs: torch.Tensor, deterministic: bool = False, state: RecurrentState | None = None,
-            progress: float = 0.0) -> ActOutput:
+    def act(self, obs: torch.Tensor, deterministic: bool = False, state: RecurrentState | None = None) -> ActOutput:
         carry = None
         if isinstance(self.networks, RecurrentDQNNetworks):
             q, carry = self.networks.q_values(obs, state)
@@ -106,7 +103,7 @@ class DQN:
             q = self.networks.q(obs)
         actions = q.argmax(-1)
         if not deterministic:
-            explore = torch.rand(actions.shape) < self.epsilon(progress)
+            explore = torch.rand(actions.shape) < self.epsilon
             random = torch.randint(0, self.n_actions, actions.shape)
             actions = torch.where(explore.to(actions.device), random.to(actions.device), actions)
         zeros = torch.zeros(actions.shape, device=actions.device)
@@ -119,7 +116,7 @@ class DQN:
         return actions.cpu().numpy()
 
     def update(self, buffer: ReplayBuffer, clock: RunClock) -> dict[str, torch.Tensor]:
-        net, losses, qs, progress = self.networks, [], [], clock.progress
+        net, losses, qs = self.networks, [], []
         for k in range(self.gradient_steps):
             if self.recurrent:
                 if len(buffer) == 0:  # no whole sequence stored yet
@@ -130,7 +127,7 @@ class DQN:
                 losses.append(loss.detach())
                 qs.append(q_mean)
                 continue
-            batch = buffer.sample(self.batch_size, progress, k, self.gradient_steps)
+            batch = buffer.sample(self.batch_size, k, self.gradient_steps)
             obs, next_obs = batch.obs, batch.next_obs  # normalized by the buffer when sampled
             with torch.no_grad():
                 next_q = net.q_target(next_obs)
@@ -160,7 +157,7 @@ class DQN:
         if not losses:
             return {}
         return {"value_loss": torch.stack(losses).mean(), "q_mean": torch.stack(qs).mean(),
-                "epsilon": torch.tensor(self.epsilon(progress)),  # at this update's env step
+                "epsilon": torch.tensor(self.epsilon),  # at this update's env step
                 "learning_rate": torch.tensor(self.optimizer.param_groups[0]["lr"])}
 
     def _sequence_loss(self, batch: SequenceBatch, burn: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -38,16 +38,16 @@ class BoxScaler:
 
 
 class ExplorationNoise:
-    """Gaussian or Ornstein-Uhlenbeck noise per env, scaled by `std`, optionally decaying linearly to 0."""
+    """Gaussian or Ornstein-Uhlenbeck noise per env, scaled by `std` times a factor (TD3's `noise_scale`)."""
 
-    def __init__(self, kind: NoiseKind, std: float, decay: Literal["constant", "linear"], num_envs: int,
-                 action_dim: int, theta: float = 0.15, dt: float = 1e-2):
+    def __init__(self, kind: NoiseKind, std: float, num_envs: int, action_dim: int, theta: float = 0.15,
+                 dt: float = 1e-2):
         require(std >= 0, "algo.noise_std", std, "must be >= 0")
-        self.kind, self.std, self.decay, self.theta, self.dt = kind, std, decay, theta, dt
+        self.kind, self.std, self.theta, self.dt = kind, std, theta, dt
         self.state = torch.zeros(num_envs, action_dim)
 
-    def sample(self, shape: torch.Size, progress: float) -> torch.Tensor:
-        scale = self.std * (1.0 if self.decay == "constant" else max(0.0, 1.0 - progress))
+    def sample(self, shape: torch.Size, factor: float = 1.0) -> torch.Tensor:
+        scale = self.std * factor
         if self.kind == "none" or scale == 0.0:
             return torch.zeros(shape)
         if self.kind == "gaussian":

@@ -17,7 +17,7 @@ import torch
 from rlcli.actors.mlp import ActorCritic
 from rlcli.addons import PolicyAddon, addon_losses
 from rlcli.algos.base import (
-    Schedule,
+    Decay,
     adam,
     check_common,
     clipped_env_actions,
@@ -28,12 +28,12 @@ from rlcli.algos.base import (
     masked_mean,
     normalize_masked,
     param_groups,
-    schedule_factor,
     set_lr,
 )
 from rlcli.buffers.rollout import RolloutBuffer
 from rlcli.contracts import ActOutput, AlgoSpec, RecurrentState, RunClock
 from rlcli.registry import ALGOS
+from rlcli.schedules import to_zero
 
 
 @ALGOS.register("pg", spec=AlgoSpec(on_policy=True))
@@ -47,7 +47,7 @@ class PolicyGradient:
         lr: float = 1e-2,
         lr_pi: float | None = None,
         lr_v: float | None = None,
-        lr_schedule: Schedule = "constant",
+        lr_schedule: Decay = "constant",
         gamma: float = 0.99,
         baseline: bool = True,
         normalize_advantage: bool = True,
@@ -59,13 +59,15 @@ class PolicyGradient:
         self.networks = networks
         self.policy_addons = list(policy_addons)  # extra policy-loss terms (rlcli/addons.py)
         self.n_steps, self.gamma, self.gae_lambda = n_steps, gamma, 1.0
-        self.lr_schedule, self.baseline, self.normalize_advantage = lr_schedule, baseline, normalize_advantage
+        self.baseline, self.normalize_advantage = baseline, normalize_advantage
+        self.lr_scale = 1.0  # lr_schedule=linear: a factor from 1 to 0, set by the trainer's schedules
+        linear = to_zero(lr_schedule)
+        self.default_schedules = {"lr_scale": linear} if linear else {}
         self.ent_coef, self.vf_coef, self.max_grad_norm = ent_coef, vf_coef, max_grad_norm
         self.optimizer = adam(param_groups(networks, lr, lr_pi, lr_v))
 
     @torch.inference_mode()
-    def act(self, obs: torch.Tensor, deterministic: bool = False, state: RecurrentState | None = None,
-            progress: float = 0.0) -> ActOutput:
+    def act(self, obs: torch.Tensor, deterministic: bool = False, state: RecurrentState | None = None) -> ActOutput:
         out = self.networks.act(obs, deterministic, state)
         if self.baseline:
             return out
@@ -80,7 +82,7 @@ class PolicyGradient:
         finish_with_gae(self.value, buffer, last_obs, state, self.gamma, self.gae_lambda)
 
     def update(self, buffer: RolloutBuffer, clock: RunClock) -> dict[str, torch.Tensor]:
-        lr = set_lr(self.optimizer, schedule_factor(self.lr_schedule, clock.progress))
+        lr = set_lr(self.optimizer, self.lr_scale)
         batch = buffer.flat()
         mask = batch.mask
         log_probs, entropy, values = evaluate_batch(self.networks, batch)

@@ -13,7 +13,7 @@ from rlcli.actors.mlp import ActorCritic
 from rlcli.actors.recurrent import RecurrentActorCritic
 from rlcli.addons import PolicyAddon, addon_losses
 from rlcli.algos.base import (
-    Schedule,
+    Decay,
     adam,
     check_common,
     clipped_env_actions,
@@ -24,12 +24,12 @@ from rlcli.algos.base import (
     masked_mean,
     normalize_masked,
     param_groups,
-    schedule_factor,
     set_lr,
 )
 from rlcli.buffers.rollout import RolloutBatch, RolloutBuffer
 from rlcli.contracts import ActOutput, AlgoSpec, RecurrentState, RunClock
 from rlcli.registry import ALGOS, require
+from rlcli.schedules import to_zero
 
 ON_POLICY = AlgoSpec(on_policy=True)
 
@@ -47,11 +47,11 @@ class PPO:
         lr: float = 3e-4,
         lr_pi: float | None = None,
         lr_v: float | None = None,
-        lr_schedule: Schedule = "constant",
+        lr_schedule: Decay = "constant",
         gamma: float = 0.99,
         gae_lambda: float = 0.95,
         clip_range: float | None = 0.2,
-        clip_range_schedule: Schedule = "constant",
+        clip_range_schedule: Decay = "constant",
         clip_range_vf: float | None = None,
         normalize_advantage: bool = True,
         ent_coef: float = 0.0,
@@ -82,25 +82,26 @@ class PPO:
         self.policy_addons = list(policy_addons)  # extra policy-loss terms (rlcli/addons.py)
         self.n_steps, self.batch_size, self.n_epochs = n_steps, batch_size, n_epochs
         self.gamma, self.gae_lambda = gamma, gae_lambda
-        self.lr_schedule, self.clip_range, self.clip_range_schedule = lr_schedule, clip_range, clip_range_schedule
+        self.clip_range = clip_range
+        # lr_schedule / clip_range_schedule = linear: factors from 1 to 0, set by the trainer's schedules
+        self.lr_scale, self.clip_range_scale = 1.0, 1.0
+        implied = {"lr_scale": to_zero(lr_schedule), "clip_range_scale": to_zero(clip_range_schedule)}
+        self.default_schedules = {name: schedule for name, schedule in implied.items() if schedule is not None}
         self.clip_range_vf, self.normalize_advantage = clip_range_vf, normalize_advantage
         self.ent_coef, self.vf_coef, self.max_grad_norm, self.target_kl = ent_coef, vf_coef, max_grad_norm, target_kl
         self.kl_coef, self.kl_target = kl_coef, kl_target
         self.optimizer = adam(param_groups(networks, lr, lr_pi, lr_v) + self.extra_param_groups(lr), eps=1e-5)
 
     @torch.inference_mode()
-    def act(self, obs: torch.Tensor, deterministic: bool = False, state: RecurrentState | None = None,
-            progress: float = 0.0) -> ActOutput:
+    def act(self, obs: torch.Tensor, deterministic: bool = False, state: RecurrentState | None = None) -> ActOutput:
         return self.networks.act(obs, deterministic, state)
 
     def finish_rollout(self, buffer: RolloutBuffer, last_obs: torch.Tensor, state: RecurrentState | None) -> None:
         finish_with_gae(self.networks.value, buffer, last_obs, state, self.gamma, self.gae_lambda)
 
     def update(self, buffer: RolloutBuffer, clock: RunClock) -> dict[str, torch.Tensor]:
-        progress = clock.progress
-        lr = set_lr(self.optimizer, schedule_factor(self.lr_schedule, progress))
-        clip = (None if self.clip_range is None
-                else self.clip_range * schedule_factor(self.clip_range_schedule, progress))
+        lr = set_lr(self.optimizer, self.lr_scale)
+        clip = None if self.clip_range is None else self.clip_range * self.clip_range_scale
         batch = buffer.flat()
         size = batch.mask.shape[0]
         sums: dict[str, torch.Tensor] = {}

@@ -18,6 +18,7 @@ from rlcli.buffers.replay import ReplayBuffer
 from rlcli.buffers.sequence import SequenceBatch
 from rlcli.contracts import ActOutput, AlgoSpec, RecurrentState, RunClock
 from rlcli.registry import ALGOS, require
+from rlcli.schedules import Schedule
 
 
 class SACNetworks(nn.Module):
@@ -100,6 +101,7 @@ class SAC:
         self.gamma, self.tau, self.target_update_interval = gamma, tau, target_update_interval
         self.reward_scale, self.max_grad_norm = reward_scale, max_grad_norm
         self.gradient_updates = 0
+        self.default_schedules: dict[str, Schedule] = {}
 
     def alpha(self) -> torch.Tensor:
         if self.fixed_alpha is not None:
@@ -107,8 +109,7 @@ class SAC:
         return self.networks.log_alpha.detach().exp()
 
     @torch.inference_mode()
-    def act(self, obs: torch.Tensor, deterministic: bool = False, state: RecurrentState | None = None,
-            progress: float = 0.0) -> ActOutput:
+    def act(self, obs: torch.Tensor, deterministic: bool = False, state: RecurrentState | None = None) -> ActOutput:
         carry = None
         if isinstance(self.networks, RecurrentSACNetworks):
             actions, log_probs, carry = self.networks.act(obs, deterministic, state)
@@ -123,7 +124,7 @@ class SAC:
         return self.scaler.to_env(actions)
 
     def update(self, buffer: ReplayBuffer, clock: RunClock) -> dict[str, torch.Tensor]:
-        net, progress = self.networks, clock.progress
+        net = self.networks
         logs: dict[str, list[torch.Tensor]] = {"value_loss": [], "policy_loss": [], "alpha": [], "entropy": []}
         for k in range(self.gradient_steps):
             if self.recurrent:
@@ -131,7 +132,7 @@ class SAC:
                     break
                 self._sequence_step(buffer.sample(self.batch_size), buffer.burn_in, logs)  # type: ignore
                 continue
-            batch = buffer.sample(self.batch_size, progress, k, self.gradient_steps)
+            batch = buffer.sample(self.batch_size, k, self.gradient_steps)
             obs, next_obs = batch.obs, batch.next_obs  # normalized by the buffer when sampled
             alpha = self.alpha()
             with torch.no_grad():

@@ -20,6 +20,7 @@ from rlcli.algos.offpolicy import BoxScaler, ExplorationNoise, NoiseKind, check_
 from rlcli.buffers.replay import ReplayBuffer
 from rlcli.contracts import ActOutput, AlgoSpec, RecurrentState, RunClock
 from rlcli.registry import ALGOS, require
+from rlcli.schedules import to_zero
 
 # no recurrent critics for TD3/DDPG yet
 SPEC = AlgoSpec(on_policy=False, action_spaces=("Box",), networks=("mlp", "cnn"))
@@ -69,7 +70,10 @@ class TD3:
         self.networks = TD3Networks(recipe, self.action_dim, num_critics)
         self.policy_optimizer = adam(self.networks.policy.parameters(), lr=lr)
         self.critic_optimizer = adam(self.networks.critics.parameters(), lr=lr)
-        self.noise = ExplorationNoise(noise, noise_std, noise_decay, num_envs, self.action_dim)
+        self.noise = ExplorationNoise(noise, noise_std, num_envs, self.action_dim)
+        self.noise_scale = 1.0  # noise_decay=linear: a factor from 1 to 0, set by the trainer's schedules
+        linear = to_zero(noise_decay)
+        self.default_schedules = {"noise_scale": linear} if linear else {}
         self.n_steps = train_freq
         self.batch_size, self.learning_starts, self.gradient_steps = batch_size, learning_starts, gradient_steps
         self.gamma, self.tau, self.policy_delay = gamma, tau, policy_delay
@@ -78,11 +82,10 @@ class TD3:
         self.gradient_updates = 0
 
     @torch.inference_mode()
-    def act(self, obs: torch.Tensor, deterministic: bool = False, state: RecurrentState | None = None,
-            progress: float = 0.0) -> ActOutput:
+    def act(self, obs: torch.Tensor, deterministic: bool = False, state: RecurrentState | None = None) -> ActOutput:
         actions = self.networks.policy(obs)
         if not deterministic:
-            noise = self.noise.sample(actions.shape, progress).to(actions.device)
+            noise = self.noise.sample(actions.shape, self.noise_scale).to(actions.device)
             actions = (actions + noise).clamp(-1.0, 1.0)
         zeros = torch.zeros(actions.shape[0], device=actions.device)
         return ActOutput(actions, zeros, zeros)
@@ -94,10 +97,10 @@ class TD3:
         return self.scaler.to_env(actions)
 
     def update(self, buffer: ReplayBuffer, clock: RunClock) -> dict[str, torch.Tensor]:
-        net, progress = self.networks, clock.progress
+        net = self.networks
         critic_losses, policy_losses, q_means = [], [], []
         for k in range(self.gradient_steps):
-            batch = buffer.sample(self.batch_size, progress, k, self.gradient_steps)
+            batch = buffer.sample(self.batch_size, k, self.gradient_steps)
             obs, next_obs = batch.obs, batch.next_obs  # normalized by the buffer when sampled
             with torch.no_grad():
                 next_actions = net.policy_target(next_obs)

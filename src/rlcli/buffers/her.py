@@ -18,10 +18,10 @@ import torch
 
 from rlcli.buffers.replay import REPLAY, ReplayBatch, identity
 from rlcli.registry import BUFFERS, ConfigError, require
+from rlcli.schedules import Schedule
 
 
 class HerReplayBuffer:
-
     def __init__(self, capacity: int, k: int, strategy: Literal["future", "final", "episode"], num_envs: int,
                  obs_shape: tuple[int, ...], action_shape: tuple[int, ...], discrete: bool,
                  device: torch.device, gamma: float, goal: Any,
@@ -31,6 +31,7 @@ class HerReplayBuffer:
         self.capacity, self.k, self.strategy, self.gamma, self.device, self.goal = (
             capacity, k, strategy, gamma, device, goal)
         self.normalizer = normalizer
+        self.default_schedules: dict[str, Schedule] = {}
         self.obs = np.zeros((capacity, *obs_shape), np.float32)
         self.next_obs = np.zeros((capacity, *obs_shape), np.float32)
         self.actions = np.zeros((capacity, *action_shape), np.int64 if discrete else np.float32)
@@ -64,7 +65,7 @@ class HerReplayBuffer:
         self.written += n
         self.size = min(self.size + n, self.capacity)
 
-    def sample(self, batch_size: int, progress: float = 0.0, step: int = 0, steps: int = 1) -> ReplayBatch:
+    def sample(self, batch_size: int, step: int = 0, steps: int = 1) -> ReplayBatch:
         if self.size == 0:
             raise ConfigError("buffer=her has no complete episode yet: raise algo.learning_starts")
         idx = torch.randint(0, self.size, (batch_size,)).numpy()

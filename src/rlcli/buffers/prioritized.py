@@ -21,6 +21,7 @@ import torch
 from rlcli.buffers.replay import REPLAY, ReplayBatch, ReplayBuffer, Storage, _replay_context
 from rlcli.buffers.sumtree import SumTree
 from rlcli.registry import BUFFERS, require
+from rlcli.schedules import Schedule
 
 
 class PrioritizedReplayBuffer(ReplayBuffer):
@@ -31,27 +32,30 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         require(eta is None or 0 < eta <= 1, "buffer.eta", eta, "must be in (0, 1] or null (no ERE)")
         require(0 < eta_final <= 1, "buffer.eta_final", eta_final, "must be in (0, 1]")
         require(c_min > 0, "buffer.c_min", c_min, "must be > 0")
-        self.eta, self.eta_final, self.c_min = eta, eta_final, c_min
+        self.eta, self.c_min = eta, c_min
         require(alpha >= 0, "buffer.alpha", alpha, "must be >= 0")
         require(0 <= beta <= 1, "buffer.beta", beta, "must be in [0, 1]")
         require(0 <= beta_final <= 1, "buffer.beta_final", beta_final, "must be in [0, 1]")
         require(epsilon > 0, "buffer.epsilon", epsilon, "must be > 0")
-        self.alpha, self.beta, self.beta_final, self.epsilon = alpha, beta, beta_final, epsilon
+        self.alpha, self.beta, self.epsilon = alpha, beta, epsilon
+        # beta -> beta_final (and ERE's eta -> eta_final) over the run: schedules the trainer applies
+        self.default_schedules = {"beta": Schedule("linear", beta, beta_final)}
+        if eta is not None:
+            self.default_schedules["eta"] = Schedule("linear", eta, eta_final)
         self.tree = SumTree(capacity)
         self.max_priority = 1.0
 
     def _on_write(self, idx: torch.Tensor) -> None:
         self.tree.update(idx.cpu().numpy(), np.full(idx.shape[0], self.max_priority**self.alpha))
 
-    def recent_window(self, progress: float, step: int, steps: int) -> int:
+    def recent_window(self, step: int, steps: int) -> int:
         """How many of the newest transitions the `step`-th of `steps` gradient steps may sample (ERE)."""
         if self.eta is None:
             return self.size
-        eta = self.eta + (self.eta_final - self.eta) * min(1.0, progress)
-        return int(min(self.size, max(self.size * eta ** (step * 1000 / max(steps, 1)), self.c_min)))
+        return int(min(self.size, max(self.size * self.eta ** (step * 1000 / max(steps, 1)), self.c_min)))
 
-    def sample(self, batch_size: int, progress: float = 0.0, step: int = 0, steps: int = 1) -> ReplayBatch:
-        window = self.recent_window(progress, step, steps)
+    def sample(self, batch_size: int, step: int = 0, steps: int = 1) -> ReplayBatch:
+        window = self.recent_window(step, steps)
         start = (self.pos - window) % self.capacity  # the window is [start, pos) around the ring
         if window == self.size:  # everything stored
             first, offset, mass = 0.0, 0.0, self.tree.total
@@ -68,8 +72,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         values = offset + u if contiguous else np.where(u < first, offset + u, u - first)
         idx = np.minimum(self.tree.find(values), self.size - 1)
         probs = self.tree.get(idx) / mass
-        beta = self.beta + (self.beta_final - self.beta) * min(1.0, progress)
-        weights = (window * probs) ** (-beta)
+        weights = (window * probs) ** (-self.beta)
         weights /= weights.max()
         return self._batch(torch.as_tensor(idx), torch.as_tensor(weights, dtype=torch.float32))
 

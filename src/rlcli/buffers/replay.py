@@ -17,6 +17,7 @@ import torch
 
 from rlcli.contracts import BufferSpec
 from rlcli.registry import BUFFERS, require
+from rlcli.schedules import Schedule
 
 REPLAY = BufferSpec(on_policy=False)
 
@@ -56,7 +57,6 @@ def storage_device(
 class ReplayBuffer:
     """Preallocated circular storage (see `storage_device` for where); memory is flat once full."""
 
-
     def __init__(
         self,
         capacity: int,
@@ -75,6 +75,7 @@ class ReplayBuffer:
         require(n_step > 0, "buffer.n_step", n_step, "must be >= 1")
         self.capacity, self.n_step, self.gamma, self.device = capacity, n_step, gamma, device
         self.num_envs, self.normalizer = num_envs, normalizer
+        self.default_schedules: dict[str, Schedule] = {}  # values over the run (PER: beta, ERE: eta)
         self.obs_dtype = obs_dtype  # uint8 for pixels (actor=cnn): a quarter of float32's memory
         obs_bytes = torch.empty(0, dtype=obs_dtype).element_size()
         per_item = (2 * obs_bytes * int(np.prod(obs_shape))
@@ -172,8 +173,8 @@ class ReplayBuffer:
         return ReplayBatch(self.normalizer(move(self.obs[idx])), move(self.actions[idx]), move(self.rewards[idx]),
                            self.normalizer(move(self.next_obs[idx])), move(self.discounts[idx]), move(w), move(idx))
 
-    def sample(self, batch_size: int, progress: float = 0.0, step: int = 0, steps: int = 1) -> ReplayBatch:
-        """A uniform batch; `progress`, `step` and `steps` (k of K in an update phase) are for PER / ERE."""
+    def sample(self, batch_size: int, step: int = 0, steps: int = 1) -> ReplayBatch:
+        """A uniform batch; `step` and `steps` (k of K in an update phase) are for ERE's recency window."""
         idx = torch.randint(0, self.size, (batch_size,))  # torch's CPU generator: resume draws the same
         return self._batch(idx)
 

@@ -14,6 +14,7 @@ import torch
 
 from rlcli.contracts import BufferSpec
 from rlcli.registry import BUFFERS
+from rlcli.schedules import Schedule
 
 
 def compute_gae(
@@ -61,7 +62,6 @@ class RolloutBatch(NamedTuple):
 class RolloutBuffer:
     """Preallocated [n_steps, num_envs] tensors on the training device."""
 
-
     def __init__(
         self,
         n_steps: int,
@@ -77,6 +77,7 @@ class RolloutBuffer:
     ) -> None:
         self.n_steps, self.num_envs, self.device = n_steps, num_envs, device
         self.carry_size = carry_size
+        self.default_schedules: dict[str, Schedule] = {}
         shape = (n_steps, num_envs)
 
         def zeros(*extra: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:

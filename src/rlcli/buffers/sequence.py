@@ -23,6 +23,7 @@ import torch
 from rlcli.buffers.replay import identity
 from rlcli.contracts import BufferSpec
 from rlcli.registry import BUFFERS, ConfigError, require
+from rlcli.schedules import Schedule
 
 
 class SequenceBatch(NamedTuple):
@@ -54,6 +55,7 @@ class SequenceReplayBuffer:
         self.stride = max(1, round(self.length * (1 - sequence_overlap)))  # steps between sequence starts
         self.capacity = capacity // self.length  # in sequences
         self.num_envs, self.device, self.normalizer = num_envs, device, normalizer
+        self.default_schedules: dict[str, Schedule] = {}
         n, steps = self.capacity, self.length
         self.obs = torch.empty(n, steps + 1, *obs_shape, dtype=obs_dtype)  # committed as sequences arrive
         self.actions = torch.zeros(n, steps, *action_shape, dtype=torch.long if discrete else torch.float32)
@@ -96,7 +98,7 @@ class SequenceReplayBuffer:
         self.pos = (self.pos + 1) % self.capacity
         self.size = min(self.size + 1, self.capacity)
 
-    def sample(self, batch_size: int, progress: float = 0.0, step: int = 0, steps: int = 1) -> SequenceBatch:
+    def sample(self, batch_size: int, step: int = 0, steps: int = 1) -> SequenceBatch:
         idx = torch.randint(0, self.size, (batch_size,))  # torch's CPU generator: resume draws the same
 
         def move(x: torch.Tensor) -> torch.Tensor:

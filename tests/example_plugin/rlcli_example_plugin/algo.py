@@ -5,7 +5,8 @@ What rlcli asks of an algorithm (rlcli/contracts.py): register the class with a 
 (off-policy) plus `num_envs` as constructor arguments, and everything else as config keys with
 types and defaults (they are checked and listed in errors); then `act`, `env_actions`,
 `finish_rollout` (on-policy) or `random_actions` (off-policy), `update`, `state_dict` and
-`load_state_dict`. The clock comes in as an argument; nothing is set on the object from outside.
+`load_state_dict`, and `default_schedules` (the values over the run its settings imply). The clock
+comes in as an argument; nothing is set on the object from outside but its scheduled values.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from rlcli.algos.base import finish_with_gae, masked_mean
 from rlcli.buffers.rollout import RolloutBuffer
 from rlcli.contracts import ActOutput, AlgoSpec, RecurrentState, RunClock
 from rlcli.registry import ALGOS, require
+from rlcli.schedules import Schedule
 
 
 @ALGOS.register("vpg_example", spec=AlgoSpec(on_policy=True, action_spaces=("Discrete",), networks=("mlp",)))
@@ -30,10 +32,10 @@ class VanillaPolicyGradient:
         require(lr > 0, "algo.lr", lr, "must be > 0")
         self.networks, self.n_steps, self.gamma, self.gae_lambda = networks, n_steps, gamma, 1.0
         self.optimizer = torch.optim.Adam(networks.parameters(), lr=lr)
+        self.default_schedules: dict[str, Schedule] = {}  # none; users may still set algo.schedules.lr
 
     @torch.inference_mode()
-    def act(self, obs: torch.Tensor, deterministic: bool = False, state: RecurrentState | None = None,
-            progress: float = 0.0) -> ActOutput:
+    def act(self, obs: torch.Tensor, deterministic: bool = False, state: RecurrentState | None = None) -> ActOutput:
         return self.networks.act(obs, deterministic)
 
     def env_actions(self, actions: torch.Tensor) -> np.ndarray:
