@@ -1,5 +1,6 @@
 # Two commands do everything on a fresh clone:  make train   /   make test
-# Each creates .venv (torch==2.13.0 CPU build first, then the project) only when it is missing.
+# Each creates .venv (torch==2.13.0 CPU build first, then the project) only when it is missing;
+# `make train` installs what training needs, `make test` adds the dev extras (pytest, ruff, mypy, sweeps, SB3, Atari).
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
@@ -11,18 +12,22 @@ $(BIN)/rl-train: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet torch==2.13.0
+	$(BIN)/python -m pip install --quiet -e .
+	touch $@
+
+$(VENV)/.dev-extras: $(BIN)/rl-train pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $@
 
 train: $(BIN)/rl-train
 	$(BIN)/rl-train algo=ppo env=CartPole-v1 $(ARGS)
 
-test: $(BIN)/rl-train
+test: $(VENV)/.dev-extras
 	$(BIN)/ruff check src tests scripts
 	$(BIN)/mypy
 	$(BIN)/python -m pytest -q tests
 
-lint: $(BIN)/rl-train
+lint: $(VENV)/.dev-extras
 	$(BIN)/ruff check src tests scripts
 	$(BIN)/mypy
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from rlcli.registry import ConfigError, did_you_mean
+from rlcli.registry import ConfigError, did_you_mean, sb3_hint
 
 GROUPS = ("env", "algo", "actor", "buffer")
 
@@ -68,10 +68,19 @@ def check_group_choices(args: list[str]) -> None:
         if sep and key in GROUPS:
             options = group_options(key, search_path)
             if value not in options:
+                if key == "env" and _is_gymnasium_id(value):
+                    raise ConfigError(f"env={value} has no shipped config; any gymnasium id runs with: "
+                                      f"env=gym env.id={value}")
                 raise ConfigError(
                     f"unknown {key} '{value}'{did_you_mean(value, options)}; choose from: {', '.join(options)}"
                     + ("; any other gymnasium id: env=gym env.id=<id>" if key == "env" else "")
                 )
+
+
+def _is_gymnasium_id(value: str) -> bool:
+    import gymnasium as gym
+
+    return value in gym.registry
 
 
 def explain_composition_error(error: Exception, args: list[str]) -> str:
@@ -91,6 +100,7 @@ def explain_composition_error(error: Exception, args: list[str]) -> str:
         node = OmegaConf.select(base, parent) if parent else base
         valid = sorted(node.keys()) if isinstance(node, DictConfig) else []
         hint = did_you_mean(leaf, [str(v) for v in valid])
+        hint = sb3_hint(key) or hint
         return f"unknown key '{key}'{hint}; valid keys: {', '.join(map(str, valid))}"
     return text.strip().splitlines()[0]
 

@@ -30,6 +30,24 @@ def did_you_mean(word: str, choices: list[str]) -> str:
     return f" (did you mean '{close[0]}'?)" if close else ""
 
 
+# Names users of Stable-Baselines3 / RL-Zoo type, and rlcli's key for each.
+SB3_NAMES = {
+    "learning_rate": "algo.lr", "n_timesteps": "train.total_steps", "total_timesteps": "train.total_steps",
+    "buffer_size": "buffer.capacity", "n_envs": "train.num_envs", "net_arch": "actor.hidden_sizes",
+    "policy_kwargs": "actor.* (net_arch: actor.hidden_sizes, activation_fn: actor.activation)",
+    "activation_fn": "actor.activation", "normalize": "env.normalize_obs and env.normalize_reward",
+    "tensorboard_log": "hydra.run.dir (TensorBoard events go to <run dir>/tb)", "verbose": "log.console",
+    "policy": "actor (actor=mlp|cnn|gru|lstm)", "eval_freq": "train.test_every",
+    "n_eval_episodes": "train.test_episodes", "use_sde": "nothing yet (rlcli has no gSDE)",
+}
+
+
+def sb3_hint(key: str) -> str:
+    """`algo.learning_rate` -> " (SB3's learning_rate is algo.lr here)"; empty for other keys."""
+    leaf = key.rsplit(".", 1)[-1]
+    return f" (SB3's {leaf} is {SB3_NAMES[leaf]} here)" if leaf in SB3_NAMES else ""
+
+
 def require(ok: bool, key: str, value: Any, rule: str) -> None:
     """Raise a one-line ConfigError unless `ok`; used by constructors for range checks."""
     if not ok:
@@ -115,10 +133,8 @@ def check_kwargs(
     for key, value in kwargs.items():
         if key not in params:
             valid = sorted(params)
-            raise ConfigError(
-                f"unknown key '{prefix}.{key}'{did_you_mean(key, valid)}; "
-                f"valid keys: {', '.join(valid) or '(none)'}"
-            )
+            hint = sb3_hint(key) or did_you_mean(key, valid)
+            raise ConfigError(f"unknown key '{prefix}.{key}'{hint}; valid keys: {', '.join(valid) or '(none)'}")
         if key in hints:
             problem = _type_problem(value, hints[key])
             if problem:

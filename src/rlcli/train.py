@@ -38,6 +38,15 @@ def _fail(error: Exception) -> NoReturn:
     raise SystemExit(2)
 
 
+def env_dir_name(choice: str, env_id: str) -> str:
+    """The run directory's env part: the env choice, or for env=gym the env id (`module:Env-v0` -> `module_Env-v0`)."""
+    name = str(env_id) if choice == "gym" else str(choice)
+    return name.replace(":", "_").replace(" ", "_")
+
+
+OmegaConf.register_new_resolver("rlcli_env_dir", env_dir_name, replace=True)
+
+
 # What the pre-check built for a single run, handed to Hydra's job when its config is the same.
 _PREPARED: dict[str, Any] = {}
 

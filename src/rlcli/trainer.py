@@ -57,9 +57,13 @@ class Trainer:
                   file=sys.stderr)
             return _as_return(state.last_test_return)
         state.finished = False
+        planned = self._planned_steps()
+        for warning in budget_warnings(c, planned):
+            print(f"rl-train: warning: {warning}", file=sys.stderr)
+            logger.info("warning: %s", warning)  # train.log only: the line above is the console's
         log = RunLogger(self.run_dir, s.total_steps, self.console_mode, bool(c.cfg.log.tensorboard),
                         start_step=state.env_steps, start_seconds=state.train_seconds, prefix=self.console_prefix)
-        log.message(f"rlcli: {c.cfg.algo.name} on {c.cfg.env.id}, {s.total_steps:,} env steps, "
+        log.message(f"rlcli: {c.cfg.algo.name} on {c.cfg.env.id}, {planned:,} env steps, "
                     f"device {c.device}, run dir {self.run_dir}"
                     + (f", resumed at {state.env_steps:,} env steps" if state.env_steps else ""))
         restore_signals = self._catch_stop_signals()
@@ -119,8 +123,8 @@ class Trainer:
                     log.message(f"pruned at {state.env_steps:,} env steps (test return {state.last_test_return:.1f}): "
                                 "the sweeper judged this trial hopeless")
                     break
-                if reached:
-                    stopped_early = not last_phase
+                if reached and not last_phase:  # at the budget's end it is simply the end of the run
+                    stopped_early = True
                     log.message(f"test return {state.last_test_return:.1f} >= stop reward {c.stop_reward}: "
                                 f"stopping at {state.env_steps:,} env steps")
                     break
@@ -150,6 +154,12 @@ class Trainer:
         log.close()
         self.close()
         return _as_return(state.last_test_return)
+
+    def _planned_steps(self) -> int:
+        """Where the run ends at the latest: whole collect phases until train.total_steps is reached."""
+        per_phase = int(self.c.algo.n_steps) * self.c.settings.num_envs
+        todo = max(0, self.c.settings.total_steps - self.state.env_steps)
+        return self.state.env_steps + -(-todo // per_phase) * per_phase
 
     def close(self) -> None:
         self.c.close()
@@ -198,6 +208,21 @@ class Trainer:
     def _save(self, start: float) -> Path:
         self.state.train_seconds = self._seconds_before_run + time.perf_counter() - start
         return save(self.c, self.state, self.run_dir)
+
+
+def budget_warnings(c: Components, planned: int) -> list[str]:
+    """What a user should know before a run whose budget does not do what it says."""
+    s, algo, warnings = c.settings, c.algo, []
+    per_phase = algo.n_steps * s.num_envs
+    if planned > s.total_steps:
+        phase = "one rollout" if c.spec.on_policy else "one collect phase"
+        what = f"{phase} is {algo.n_steps:,} x {s.num_envs} envs"
+        warnings.append(f"train.total_steps={s.total_steps:,} is not a whole number of collect phases ({what} = "
+                        f"{per_phase:,} env steps): the run takes {planned:,} env steps")
+    if not c.spec.on_policy and algo.learning_starts >= planned:
+        warnings.append(f"algo.learning_starts={algo.learning_starts:,} >= the run's {planned:,} env steps: it acts "
+                        "randomly throughout and never learns; lower algo.learning_starts or raise train.total_steps")
+    return warnings
 
 
 def _as_return(value: float | None) -> float:

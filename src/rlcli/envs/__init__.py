@@ -132,6 +132,12 @@ class GymEnvFactory:
         self, num_envs: int, mode: VectorMode = "auto", *, gamma: float = 0.99, eval: bool = False
     ) -> VectorEnv:
         """A vector env with episode statistics; training envs also get reward scaling / clipping."""
+        try:
+            return self._make(num_envs, mode, gamma=gamma, eval=eval)
+        except (gym.error.DependencyNotInstalled, ModuleNotFoundError) as error:
+            raise ConfigError(missing_dependency(self.spec, error)) from None
+
+    def _make(self, num_envs: int, mode: VectorMode, *, gamma: float, eval: bool) -> VectorEnv:
         if mode == "auto":
             mode = "numpy" if self.spec.vector_entry_point is not None and not self._env_wrappers() else "sync"
         if mode == "numpy":
@@ -167,6 +173,22 @@ class GymEnvFactory:
             if self.clip_reward is not None:
                 envs = gym.wrappers.vector.ClipReward(envs, -self.clip_reward, self.clip_reward)
         return envs
+
+
+# gymnasium's env families that need packages of their own: what to install
+EXTRAS = {"gymnasium.envs.box2d": "the Box2D physics engine: pip install swig 'gymnasium[box2d]'",
+          "gymnasium.envs.mujoco": "the MuJoCo simulator: pip install 'gymnasium[mujoco]'",
+          "ale_py": "the Atari emulator: pip install 'rlcli[atari]'"}
+
+
+def missing_dependency(spec: gym.envs.registration.EnvSpec, error: Exception) -> str:
+    """One line for an env whose package is missing: what it needs and the pip command."""
+    entry = spec.entry_point if isinstance(spec.entry_point, str) else ""
+    for prefix, advice in EXTRAS.items():
+        if entry.startswith(prefix):
+            return f"env {spec.id} needs {advice}"
+    detail = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    return f"env {spec.id} needs a package that is not installed: {detail}"
 
 
 class SparseReward(gym.vector.VectorWrapper):

@@ -1,0 +1,80 @@
+"""A new user's first hour (issue: stumbles found trying rlcli as a new user would)."""
+
+import os
+import subprocess
+from pathlib import Path
+
+import gymnasium as gym
+import pytest
+from conftest import REPO, RL_TRAIN, run_cli
+
+from rlcli.envs import missing_dependency
+
+
+def one_line_error(out: subprocess.CompletedProcess) -> str:
+    lines = [line for line in out.stderr.splitlines() if line.strip()]
+    assert out.returncode == 2 and len(lines) == 1 and lines[0].startswith("rl-train: error: "), out.stderr
+    return lines[0]
+
+
+def test_a_missing_env_package_is_one_line_naming_the_pip_command(tmp_path):
+    (tmp_path / "needs_dep.py").write_text(
+        "import gymnasium as gym\n\n\nclass NeedsDep(gym.Env):\n    def __init__(self, **kwargs):\n"
+        "        raise gym.error.DependencyNotInstalled('foo is not installed, run `pip install foo`')\n\n\n"
+        "gym.register('NeedsDep-v0', entry_point=NeedsDep)\n")
+    env = dict(os.environ, PYTHONPATH=str(tmp_path), HYDRA_FULL_ERROR="0")
+    out = subprocess.run([str(RL_TRAIN), "env=gym", "env.id=needs_dep:NeedsDep-v0"], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=300)
+    line = one_line_error(out)
+    assert "NeedsDep-v0 needs a package that is not installed: foo is not installed, run `pip install foo`" in line
+    assert not any(tmp_path.rglob("*.log"))  # nothing written
+    for env_id, advice in (("LunarLander-v3", "pip install swig 'gymnasium[box2d]'"),
+                           ("HalfCheetah-v5", "pip install 'gymnasium[mujoco]'")):
+        assert advice in missing_dependency(gym.spec(env_id), gym.error.DependencyNotInstalled("x"))
+
+
+def test_sb3_names_point_to_rlcli_keys(cli):
+    assert "SB3's learning_rate is algo.lr here" in one_line_error(cli("algo.learning_rate=1e-3"))
+    assert "SB3's n_timesteps is train.total_steps here" in one_line_error(cli("n_timesteps=1000"))
+    assert "SB3's buffer_size is buffer.capacity here" in one_line_error(cli("algo=sac", "algo.buffer_size=10"))
+    line = one_line_error(cli("env=LunarLander-v3"))
+    assert "env=gym env.id=LunarLander-v3" in line and "did you mean" not in line
+
+
+@pytest.mark.slow
+def test_budget_warnings_and_the_env_id_in_the_run_dir(tmp_path):
+    out = run_cli("env=gym", "env.id=Acrobot-v1", "train.total_steps=300", "algo.n_steps=64", "train.num_envs=8",
+                  "train.test_every=0", "log.console=false", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert ("train.total_steps=300 is not a whole number of collect phases (one rollout is 64 x 8 envs = 512 "
+            "env steps): the run takes 512 env steps") in out.stderr
+    run_dirs = list((tmp_path / "runs" / "ppo").iterdir())
+    assert [d.parent.name for d in run_dirs] == ["ppo"] and (tmp_path / "runs" / "ppo" / "Acrobot-v1").is_dir()
+    assert "512 env steps" in (next((tmp_path / "runs").rglob("train.log"))).read_text()
+    out = run_cli("algo=td3", "env=Pendulum-v1", "train.total_steps=1000", "algo.learning_starts=2000",
+                  "algo.batch_size=64", "train.test_every=0", "log.console=false", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "algo.learning_starts=2,000 >= the run's 1,000 env steps: it acts randomly throughout" in out.stderr
+
+
+def test_help_names_the_command(cli):
+    out = cli("--help")
+    assert out.returncode == 0 and out.stdout.startswith("rl-train: train a reinforcement-learning agent")
+    assert "powered by Hydra" not in out.stdout.splitlines()[0]
+
+
+def test_make_train_installs_only_what_training_needs():
+    makefile = (REPO / "Makefile").read_text()
+    train_target = makefile.split("$(BIN)/rl-train: pyproject.toml", 1)[1].split("\n\n", 1)[0]
+    assert "-e ." in train_target and "[dev]" not in train_target
+    test_target = makefile.split("\ntest:", 1)[1].split("\n", 1)[0]
+    assert ".dev-extras" in test_target
+
+
+def test_no_run_says_both_stopping_and_budget_reached(tmp_path):
+    out = run_cli("env=CartPole-v1", "train.total_steps=64", "algo.n_steps=8", "algo.batch_size=32",
+                  "train.test_every=64", "train.test_episodes=1", "train.stop_reward=1", "log.console=false",
+                  cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    log = next(Path(tmp_path).rglob("train.log")).read_text()
+    assert "budget reached" in log and "stopping at" not in log
