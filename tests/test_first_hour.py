@@ -1,7 +1,9 @@
 """A new user's first hour (issue: stumbles found trying rlcli as a new user would)."""
 
 import os
+import signal
 import subprocess
+import time
 from pathlib import Path
 
 import gymnasium as gym
@@ -78,3 +80,30 @@ def test_no_run_says_both_stopping_and_budget_reached(tmp_path):
     assert out.returncode == 0, out.stderr
     log = next(Path(tmp_path).rglob("train.log")).read_text()
     assert "budget reached" in log and "stopping at" not in log
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("sig", "delay"), [(signal.SIGINT, 0.2), (signal.SIGINT, 1.5), (signal.SIGTERM, 0.2),
+                                            (signal.SIGTERM, 1.5)])
+def test_a_signal_during_start_up_is_one_line_and_its_exit_code(tmp_path, sig, delay):
+    proc = subprocess.Popen([str(RL_TRAIN), "algo=ppo", "env=CartPole-v1", "log.console=false",
+                             f"hydra.run.dir={tmp_path / 'run'}"], cwd=tmp_path, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    time.sleep(delay)  # imports (0.2 s) or building the run (1.5 s): before the first env step
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + sig, err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert "during start-up" in err
+
+
+def test_a_run_dir_left_by_start_up_resumes_as_a_fresh_run(tmp_path):
+    run_dir = tmp_path / "run"  # what Hydra leaves when a run is stopped before its first checkpoint
+    (run_dir / ".hydra").mkdir(parents=True)
+    (run_dir / ".hydra" / "overrides.yaml").write_text("- algo=ppo\n- env=CartPole-v1\n- algo.n_steps=16\n")
+    (run_dir / "train.log").write_text("")
+    out = run_cli(f"resume={run_dir}", "train.total_steps=256", "algo.batch_size=64", "train.test_every=0",
+                  "log.console=false", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "no checkpoint yet" in out.stderr and "starting it fresh" in out.stderr
+    assert (run_dir / "checkpoints" / "latest").is_file()

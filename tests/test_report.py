@@ -83,6 +83,16 @@ def test_mean_curve_and_band():
     assert half[1] == pytest.approx(1.96 * np.std([10, 20], ddof=1) / math.sqrt(2))
 
 
+def test_one_seed_and_one_test_still_show(tmp_path):
+    make_run(tmp_path / "one", ["algo.lr=0.001"], 7, [(1000, [42.0, 44.0])], status={"status": "completed"})
+    out = subprocess.run([str(RL_REPORT), str(tmp_path / "one")], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "43.0 ± -" in out.stdout and "± 0.0" not in out.stdout and "1: 7" in out.stdout
+    groups = report.group_runs(report.find_runs([tmp_path / "one"]))
+    assert report.plot_curves(groups, [], tmp_path / "c.png") == ["o"]  # a single point is drawn as a marker
+    assert (tmp_path / "c.png").stat().st_size > 0
+
+
 def test_no_runs_is_one_line(tmp_path):
     out = subprocess.run([str(RL_REPORT), str(tmp_path)], capture_output=True, text=True, timeout=60)
     assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1

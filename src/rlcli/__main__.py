@@ -1,3 +1,3 @@
-from rlcli.train import main
+from rlcli.cli import train
 
-main()
+train()

@@ -145,8 +145,11 @@ def summarize(group: Group) -> dict[str, Any]:
     }
 
 
-def _pm(pair: tuple[float, float] | None) -> str:
-    return "-" if pair is None else f"{pair[0]:.1f} ± {pair[1]:.1f}"
+def _pm(pair: tuple[float, float] | None, n: int) -> str:
+    """mean ± std; with one seed there is no spread to show."""
+    if pair is None:
+        return "-"
+    return f"{pair[0]:.1f} ± {pair[1]:.1f}" if n > 1 else f"{pair[0]:.1f} ± -"
 
 
 def print_table(groups: list[Group], keys: list[str]) -> None:
@@ -160,11 +163,12 @@ def print_table(groups: list[Group], keys: list[str]) -> None:
         table.add_column(column, justify="right")
     for group in groups:
         row = summarize(group)
-        seeds = f"{len(row['seeds'])} ({','.join(map(str, row['seeds']))})"
+        seeds = f"{len(row['seeds'])}: {','.join(map(str, row['seeds']))}"  # how many, and which
         if row["incomplete"]:
             seeds += f" [{row['incomplete']} unfinished]"
-        table.add_row(*(group.config.get(k, "-") for k in keys), seeds, _pm(row["final"]),
-                      "-" if row["final_iqm"] is None else f"{row['final_iqm']:.1f}", _pm(row["best"]),
+        n = len(group.values("final"))
+        table.add_row(*(group.config.get(k, "-") for k in keys), seeds, _pm(row["final"], n),
+                      "-" if row["final_iqm"] is None else f"{row['final_iqm']:.1f}", _pm(row["best"], n),
                       "-" if row["env_steps"] is None else f"{row['env_steps']:,.0f}",
                       "-" if row["wall_s"] is None else f"{row['wall_s']:.1f}")
     console = Console()
@@ -200,20 +204,24 @@ def mean_curve(runs: list[Run]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return grid, mean, half
 
 
-def plot_curves(groups: list[Group], keys: list[str], path: Path) -> None:
+def plot_curves(groups: list[Group], keys: list[str], path: Path) -> list[str]:
+    """Write the curves to `path`; returns each drawn line's marker (points are marked when a curve has few
+    of them, so a run with one test still shows up)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(8, 5))
+    markers = []
     for group in groups:
         runs = [r for r in group.runs if r.steps]
         if not runs:
             continue
         grid, mean, half = mean_curve(runs)
         label = " ".join(f"{k}={group.config.get(k, '-')}" for k in keys) + f" (n={len(runs)})"
-        (line,) = ax.plot(grid, mean, label=label)
+        (line,) = ax.plot(grid, mean, label=label, marker="o" if len(grid) <= 30 else "", markersize=4)
+        markers.append(line.get_marker())
         ax.fill_between(grid, mean - half, mean + half, color=line.get_color(), alpha=0.2)
     ax.set_xlabel("env steps")
     ax.set_ylabel("test return (mean, 95% CI over seeds)")
@@ -222,6 +230,7 @@ def plot_curves(groups: list[Group], keys: list[str], path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
+    return markers
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -69,6 +69,10 @@ def resume_args(args: list[str]) -> list[str]:
         elif target.is_dir():
             run_dir = target
             ckpt = checkpoint.find_good(run_dir / "checkpoints", warn=_warn)
+            never_trained = not any((run_dir / "checkpoints").glob("ckpt_*.pt"))  # stopped during start-up
+            if ckpt is None and never_trained and (run_dir / ".hydra" / "overrides.yaml").is_file():
+                _warn(f"{run_dir} has no checkpoint yet (it stopped before training): starting it fresh")
+                return [*_saved_overrides(run_dir), *_new_overrides(rest), f"hydra.run.dir={_quote(run_dir)}"]
             if ckpt is None:
                 raise ConfigError(f"resume={value!r}: no usable checkpoint in {run_dir / 'checkpoints'}")
         else:
@@ -76,9 +80,17 @@ def resume_args(args: list[str]) -> list[str]:
     saved_path = run_dir / ".hydra" / "overrides.yaml"
     if not saved_path.is_file():
         raise ConfigError(f"resume={value!r}: {run_dir} is not an rl-train run directory (no .hydra/overrides.yaml)")
-    saved = [str(a) for a in OmegaConf.load(saved_path) if _key(str(a)) not in ("resume", "hydra.run.dir")]
-    new = [a for a in rest if _key(a) != "hydra.run.dir"]
-    return [*saved, *new, f"hydra.run.dir={_quote(run_dir)}", f"resume={_quote(ckpt)}"]
+    return [*_saved_overrides(run_dir), *_new_overrides(rest), f"hydra.run.dir={_quote(run_dir)}",
+            f"resume={_quote(ckpt)}"]
+
+
+def _saved_overrides(run_dir: Path) -> list[str]:
+    saved = OmegaConf.load(run_dir / ".hydra" / "overrides.yaml")
+    return [str(a) for a in saved if _key(str(a)) not in ("resume", "hydra.run.dir")]  # type: ignore[union-attr]
+
+
+def _new_overrides(rest: list[str]) -> list[str]:
+    return [a for a in rest if _key(a) != "hydra.run.dir"]
 
 
 def _flatten(node: Any, prefix: str = "") -> dict[str, Any]:

@@ -18,6 +18,7 @@ from typing import Any, Literal
 import numpy as np
 
 from rlcli.build import Components
+from rlcli.cli import StopNow
 from rlcli.collector import evaluate
 from rlcli.contracts import RunClock
 from rlcli.log import RunLogger
@@ -190,7 +191,7 @@ class Trainer:
 
         def handler(signum: int, frame: Any) -> None:
             if self._stop_signal is not None:
-                raise KeyboardInterrupt
+                raise StopNow(signum)
             self._stop_signal = signum
 
         previous = {}

@@ -1,0 +1,42 @@
+"""Console entry points. They import nothing heavy before the signal handlers are in place, so that a
+Ctrl-C or SIGTERM at any moment of start-up (imports, Hydra, building the run) ends in one line with
+exit code 128 + the signal number, not a traceback."""
+
+from __future__ import annotations
+
+import signal
+import sys
+from typing import Any
+
+
+class StopNow(KeyboardInterrupt):
+    """A second Ctrl-C / SIGTERM while training: stop at once, without the checkpoint of the first."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def train() -> None:
+    """`rl-train`."""
+    received = {"signum": int(signal.SIGINT)}
+
+    def on_sigterm(signum: int, frame: Any) -> None:
+        received["signum"] = signum
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, on_sigterm)
+    try:
+        from rlcli.train import main
+
+        main()
+    except StopNow as stop:
+        name = signal.Signals(stop.signum).name
+        print(f"rl-train: a second {name}: stopped at once; resume from the last checkpoint with "
+              "rl-train resume=<run dir>", file=sys.stderr)
+        raise SystemExit(128 + stop.signum) from None
+    except KeyboardInterrupt:
+        signum = received["signum"]
+        print(f"rl-train: {signal.Signals(signum).name} during start-up: stopped before training began, nothing "
+              "was trained (a run directory it made starts fresh with rl-train resume=<it>)", file=sys.stderr)
+        raise SystemExit(128 + signum) from None
