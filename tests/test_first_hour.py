@@ -107,3 +107,30 @@ def test_a_run_dir_left_by_start_up_resumes_as_a_fresh_run(tmp_path):
     assert out.returncode == 0, out.stderr
     assert "no checkpoint yet" in out.stderr and "starting it fresh" in out.stderr
     assert (run_dir / "checkpoints" / "latest").is_file()
+
+
+def test_tensorboard_gets_a_point_per_on_policy_update(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    out = run_cli("env=CartPole-v1", "train.total_steps=1024", "algo.n_steps=16", "algo.batch_size=64",
+                  "train.test_every=0", "train.log_every=5000", "log.console=false", f"hydra.run.dir={tmp_path}/r",
+                  cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    acc = EventAccumulator(str(tmp_path / "r" / "tb"))
+    acc.Reload()
+    steps = [e.step for e in acc.Scalars("train/policy_loss")]
+    assert steps == list(range(128, 1025, 128))  # 16 steps x 8 envs per update; the table is every 5000
+
+
+def test_piped_console_is_plain_lines_with_rounded_returns(tmp_path):
+    out = run_cli("env=Pendulum-v1", "train.total_steps=1024", "algo.n_steps=64", "train.num_envs=4",
+                  "train.log_every=512", "train.test_every=1024", "train.test_episodes=2", "log.console=true",
+                  cwd=tmp_path)  # captured: not a terminal
+    assert out.returncode == 0, out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert lines[0].startswith("rlcli: ppo on Pendulum-v1, 1,024 env steps")
+    assert [line.split(" |")[0] for line in lines if line.startswith("step ")] == ["step 512", "step 1024"]
+    assert lines[-2].startswith("done: 1,024 env steps") and lines[-1].startswith("time: ")
+    assert not any(ch in out.stderr for ch in "━─│")  # no bar, no table borders
+    final = lines[-2].split("last test return ")[1].split(",")[0]
+    assert len(final.split(".")[-1]) == 1  # one decimal, not 16 digits

@@ -41,6 +41,7 @@ class TrainSettings:
     test_every: int = 10_000
     test_episodes: int = 10
     log_every: int = 5_000
+    tb_every: int | str = "auto"
     stop_reward: float | str | None = "env"
     checkpoint_every: int = 0
     keep_checkpoints: int = 3
@@ -51,6 +52,8 @@ class TrainSettings:
         require(self.test_every >= 0, "train.test_every", self.test_every, "must be >= 0 (0 disables testing)")
         require(self.test_episodes > 0, "train.test_episodes", self.test_episodes, "must be > 0")
         require(self.log_every > 0, "train.log_every", self.log_every, "must be > 0")
+        require(self.tb_every == "auto" or (isinstance(self.tb_every, int) and self.tb_every > 0), "train.tb_every",
+                self.tb_every, "use auto or a number of env steps > 0")
         require(self.checkpoint_every >= 0, "train.checkpoint_every", self.checkpoint_every, "must be >= 0")
         require(self.keep_checkpoints > 0, "train.keep_checkpoints", self.keep_checkpoints, "must be > 0")
         require(not isinstance(self.stop_reward, str) or self.stop_reward == "env", "train.stop_reward",

@@ -30,6 +30,13 @@ _TABLE = [
 ]
 
 
+def fmt_return(value: float | None) -> str:
+    """A return as people read it: one decimal, or three significant digits below 1 (success rates)."""
+    if value is None:
+        return "-"
+    return f"{value:.1f}" if abs(value) >= 1 else f"{value:.3g}"
+
+
 class RunLogger:
     """One object per run; the trainer calls `scalars`, `progress` and `close`."""
 
@@ -42,6 +49,9 @@ class RunLogger:
         `console_mode`: full (progress bar and tables), lines (messages only: sweeps), off."""
         self.run_dir = run_dir
         self.show_console = console_mode != "off"
+        # piped or captured output gets plain lines, one per table, the same as train.log's (greppable);
+        # the live bar and tables are for terminals
+        self.table_lines = console_mode == "full" and not console.is_terminal
         self.prefix = prefix
         self.writer = None
         if tensorboard:
@@ -51,7 +61,7 @@ class RunLogger:
         self._truncate_test_records(start_step)
         self.latest: dict[str, float] = {}
         self._progress: Progress | None = None
-        if console_mode == "full":
+        if console_mode == "full" and console.is_terminal:
             self._progress = Progress(
                 TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(), TextColumn("steps"),
                 TextColumn("{task.fields[sps]:>6} SPS"), TimeRemainingColumn(),
@@ -87,7 +97,10 @@ class RunLogger:
     def table(self, step: int) -> None:
         """A compact one-row table of the latest numbers, also written as one line to train.log."""
         shown = [(header, fmt.format(self.latest[tag])) for tag, header, fmt in _TABLE if tag in self.latest]
-        logger.info("step %d | %s", step, " | ".join(f"{h} {v}" for h, v in shown))
+        line = f"step {step} | " + " | ".join(f"{h} {v}" for h, v in shown)
+        logger.info("%s", line)
+        if self.table_lines:
+            console.print(self.prefix + line, highlight=False, markup=False, soft_wrap=True)
         if self._progress is None:
             return
         table = Table(box=None, pad_edge=False, header_style="bold cyan")
@@ -104,14 +117,14 @@ class RunLogger:
             if now - self._last_refresh < 0.1 and step < self._progress.tasks[0].total:
                 return  # the bar redraws at 10 Hz anyway; skip the bookkeeping in between
             self._last_refresh = now
-            test = "-" if test_return is None else f"{test_return:.1f}"
+            test = fmt_return(test_return)
             self._progress.update(self._task, completed=step, sps=f"{sps:.0f}", test=test,
                                   time=clock.summary() if clock is not None else "")
 
     def message(self, text: str) -> None:
         logger.info(text)
         if self.show_console:
-            console.print(self.prefix + text, highlight=False, markup=False)
+            console.print(self.prefix + text, highlight=False, markup=False, soft_wrap=True)
 
     def close(self) -> None:
         if self._progress is not None:

@@ -19,7 +19,8 @@ from rlcli.registry import ConfigError
 
 # Keys that may differ between a checkpoint's config and the resumed run's.
 CHANGEABLE = (
-    "train.total_steps", "train.test_every", "train.test_episodes", "train.log_every", "train.stop_reward",
+    "train.total_steps", "train.test_every", "train.test_episodes", "train.log_every", "train.tb_every",
+    "train.stop_reward",
     "train.checkpoint_every", "train.keep_checkpoints", "log.", "device", "torch_threads", "resume",
     "actor.init_from", "sweep.",
 )

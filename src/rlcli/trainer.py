@@ -21,7 +21,7 @@ from rlcli.build import Components
 from rlcli.cli import StopNow
 from rlcli.collector import evaluate
 from rlcli.contracts import RunClock
-from rlcli.log import RunLogger
+from rlcli.log import RunLogger, fmt_return
 from rlcli.run_state import TrainState, save
 from rlcli.runtime import seconds_since_process_start
 from rlcli.schedules import apply_schedules
@@ -54,7 +54,7 @@ class Trainer:
         if self._already_done():
             self.close()
             print(f"rl-train: this run already finished at {state.env_steps:,} env steps "
-                  f"(test return {state.last_test_return}); raise train.total_steps to train longer",
+                  f"(test return {fmt_return(state.last_test_return)}); raise train.total_steps to train longer",
                   file=sys.stderr)
             return _as_return(state.last_test_return)
         state.finished = False
@@ -67,6 +67,7 @@ class Trainer:
         log.message(f"rlcli: {c.cfg.algo.name} on {c.cfg.env.id}, {planned:,} env steps, "
                     f"device {c.device}, run dir {self.run_dir}"
                     + (f", resumed at {state.env_steps:,} env steps" if state.env_steps else ""))
+        tb_every = self._tb_cadence()
         restore_signals = self._catch_stop_signals()
         clock = c.clock
         clock.restart()
@@ -105,8 +106,9 @@ class Trainer:
                     last = state.last_test_return
                     reached = c.stop_reward is not None and last is not None and last >= c.stop_reward
                     pruned = not reached and self.after_test is not None and self.after_test(state)
-                # log
-                if crossed(state.env_steps, previous, s.log_every) or last_phase or reached:
+                # log: TensorBoard points at their cadence, console tables at theirs
+                table_due = crossed(state.env_steps, previous, s.log_every) or last_phase or reached
+                if table_due or crossed(state.env_steps, previous, tb_every):
                     with clock("log"):
                         scalars = {f"train/{k}": float(v) for k, v in metrics.items()}  # one sync per log
                         scalars["time/sps"] = sps
@@ -116,17 +118,18 @@ class Trainer:
                             scalars["rollout/return_mean"] = float(np.mean(c.recent_returns))
                             scalars["rollout/ep_len_mean"] = float(np.mean(c.recent_lengths))
                         log.scalars(scalars, state.env_steps)
-                        log.table(state.env_steps)
+                        if table_due:
+                            log.table(state.env_steps)
                 with clock("log"):
                     log.progress(state.env_steps, sps, state.last_test_return, clock)
                 if pruned and not last_phase:
                     self.stop_reason = "pruned"
-                    log.message(f"pruned at {state.env_steps:,} env steps (test return {state.last_test_return:.1f}): "
-                                "the sweeper judged this trial hopeless")
+                    log.message(f"pruned at {state.env_steps:,} env steps (test return "
+                                f"{fmt_return(state.last_test_return)}): the sweeper judged this trial hopeless")
                     break
                 if reached and not last_phase:  # at the budget's end it is simply the end of the run
                     stopped_early = True
-                    log.message(f"test return {state.last_test_return:.1f} >= stop reward {c.stop_reward}: "
+                    log.message(f"test return {fmt_return(state.last_test_return)} >= stop reward {c.stop_reward}: "
                                 f"stopping at {state.env_steps:,} env steps")
                     break
                 # checkpoint (and the safe point for Ctrl-C / SIGTERM)
@@ -149,7 +152,7 @@ class Trainer:
             self._save(start)
         log.message(f"done: {state.env_steps:,} env steps in {state.train_seconds:.1f} s "
                     f"({(state.env_steps - start_steps) / (time.perf_counter() - start):.0f} SPS), "
-                    f"last test return {state.last_test_return}, "
+                    f"last test return {fmt_return(state.last_test_return)}, "
                     f"{ {'budget': 'budget reached', 'stop_reward': 'stopped early'}.get(self.stop_reason, 'pruned')}")
         log.message(f"time: {clock.summary(top=8)}")
         log.close()
@@ -161,6 +164,15 @@ class Trainer:
         per_phase = int(self.c.algo.n_steps) * self.c.settings.num_envs
         todo = max(0, self.c.settings.total_steps - self.state.env_steps)
         return self.state.env_steps + -(-todo // per_phase) * per_phase
+
+    def _tb_cadence(self) -> int:
+        """train.tb_every, or for auto: every update of an on-policy run (at most ~1000 points a run), ~300
+        points for an off-policy run."""
+        s = self.c.settings
+        if isinstance(s.tb_every, int):
+            return s.tb_every
+        per_phase = int(self.c.algo.n_steps) * s.num_envs
+        return max(per_phase, s.total_steps // (1000 if self.c.spec.on_policy else 300))
 
     def close(self) -> None:
         self.c.close()
