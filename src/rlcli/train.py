@@ -101,7 +101,11 @@ def _hydra_entry(cfg: DictConfig) -> Any:
         except ConfigError as error:
             _fail(error)
     components, state = prepared
-    return Trainer(components, run_dir, state).run()
+    trainer = Trainer(components, run_dir, state)
+    choice = str(hydra_cfg.runtime.choices.get("env", "gym"))
+    if choice not in ("gym", cfg.env.id):  # a shipped variant (MountainCarSparse-v0 is MountainCar-v0 + a setting)
+        trainer.env_label = f"{choice} ({cfg.env.id})"
+    return trainer.run()
 
 
 def precheck_sweep(args: list[str]) -> None:

@@ -43,6 +43,7 @@ class Trainer:
         # and an Optuna trial gets each test result (`after_test` returns True to stop: pruned).
         self.console_mode: Literal["full", "lines", "off"] = "full" if components.cfg.log.console else "off"
         self.console_prefix = ""
+        self.env_label = str(components.cfg.env.id)  # the header's name for the env
         self.after_test: Callable[[TrainState], bool] | None = None
         self.stop_reason: Literal["budget", "stop_reward", "pruned"] | None = None
 
@@ -64,7 +65,7 @@ class Trainer:
             logger.info("warning: %s", warning)  # train.log only: the line above is the console's
         log = RunLogger(self.run_dir, s.total_steps, self.console_mode, bool(c.cfg.log.tensorboard),
                         start_step=state.env_steps, start_seconds=state.train_seconds, prefix=self.console_prefix)
-        log.message(f"rlcli: {c.cfg.algo.name} on {c.cfg.env.id}, {planned:,} env steps, "
+        log.message(f"rlcli: {c.cfg.algo.name} on {self.env_label}, {planned:,} env steps, "
                     f"device {c.device}, run dir {self.run_dir}"
                     + (f", resumed at {state.env_steps:,} env steps" if state.env_steps else ""))
         tb_every = self._tb_cadence()
