@@ -40,7 +40,8 @@ ROWS: dict[str, dict[str, Any]] = {
 def run_rlcli(row: str, seed: int, steps: int, threads: int) -> dict[str, Any]:
     from hydra import compose, initialize_config_dir
 
-    from rlcli.train import conf_dir
+    from rlcli.compose import conf_dir
+    from rlcli.run_state import prepare
     from rlcli.trainer import Trainer
 
     spec = ROWS[row]
@@ -50,8 +51,9 @@ def run_rlcli(row: str, seed: int, steps: int, threads: int) -> dict[str, Any]:
     with initialize_config_dir(config_dir=conf_dir(), version_base="1.3", job_name="bench"):
         cfg = compose("config", overrides=overrides)
     with tempfile.TemporaryDirectory() as run_dir:
-        trainer = Trainer(cfg, Path(run_dir))
-        optimizer = trainer.algo.critic_optimizer if row == "sac" else trainer.algo.optimizer
+        components, state = prepare(cfg)
+        trainer = Trainer(components, Path(run_dir), state)
+        optimizer = components.algo.critic_optimizer if row == "sac" else components.algo.optimizer
         counter = {"n": 0}
         step = optimizer.step
 
@@ -63,7 +65,7 @@ def run_rlcli(row: str, seed: int, steps: int, threads: int) -> dict[str, Any]:
         start = time.perf_counter()
         trainer.run()
         wall = time.perf_counter() - start
-    seconds = trainer.clock.totals()
+    seconds = components.clock.totals()
     train_s = wall - seconds["test"]  # the final test is timed apart, as for SB3
     return {"train_s": train_s, "env_steps": trainer.state.env_steps, "grad_steps": counter["n"],
             "final_return": trainer.state.last_test_return,

@@ -3,7 +3,7 @@
     python scripts/checkpoint_cost.py
 
 Builds each trainer from the shipped configs, fills what a real run would hold at that point (the SAC
-replay buffer with 1e6 Pendulum transitions), then times Trainer.save_checkpoint and a verified load.
+replay buffer with 1e6 Pendulum transitions), then times run_state.save and a verified load.
 """
 
 from __future__ import annotations
@@ -17,16 +17,16 @@ import torch
 from hydra import compose, initialize_config_dir
 
 from rlcli import checkpoint
-from rlcli.train import conf_dir
-from rlcli.trainer import Trainer
+from rlcli.compose import conf_dir
+from rlcli.run_state import TrainState, prepare, save
 
 
 def measure(name: str, overrides: list[str], fill_replay: int = 0) -> None:
     with initialize_config_dir(config_dir=conf_dir(), version_base="1.3", job_name="bench"):
         cfg = compose("config", overrides=[*overrides, "log.console=false"])
     with tempfile.TemporaryDirectory() as tmp:
-        trainer = Trainer(cfg, Path(tmp))
-        buf = trainer.buffer
+        components, _ = prepare(cfg)
+        buf = components.buffer
         if fill_replay:
             obs_dim = buf.obs.shape[1]
             chunk = 10_000
@@ -36,7 +36,7 @@ def measure(name: str, overrides: list[str], fill_replay: int = 0) -> None:
         times = []
         for _ in range(3):
             start = time.perf_counter()
-            path = trainer.save_checkpoint()
+            path = save(components, TrainState(), Path(tmp))
             times.append(time.perf_counter() - start)
         start = time.perf_counter()
         checkpoint.load(path)
@@ -44,7 +44,7 @@ def measure(name: str, overrides: list[str], fill_replay: int = 0) -> None:
         size = path.stat().st_size
         print(f"{name}: {size / 1e6:.2f} MB, save median {np.median(times):.3f} s "
               f"(min {min(times):.3f}), verified load {load:.3f} s, replay size {len(buf) if fill_replay else 0:,}")
-        trainer.close()
+        components.close()
 
 
 if __name__ == "__main__":

@@ -19,18 +19,20 @@ from typing import Any
 def train(overrides: list[str]) -> dict[str, Any]:
     from hydra import compose, initialize_config_dir
 
-    from rlcli.train import conf_dir
+    from rlcli.compose import conf_dir
+    from rlcli.run_state import prepare
     from rlcli.trainer import Trainer
 
     with initialize_config_dir(config_dir=conf_dir(), version_base="1.3", job_name="scale"):
         cfg = compose("config", overrides=[*overrides, "train.test_every=0", "train.stop_reward=null",
                                            "log.console=false", "log.tensorboard=false", "device=cpu"])
     with tempfile.TemporaryDirectory() as run_dir:
-        trainer = Trainer(cfg, Path(run_dir))
+        components, state = prepare(cfg)
+        trainer = Trainer(components, Path(run_dir), state)
         start = time.perf_counter()
         trainer.run()
         wall = time.perf_counter() - start
-    totals = trainer.clock.totals()
+    totals = components.clock.totals()
     total = totals.pop("total")
     shares = {k: round(v / total, 3) for k, v in sorted(totals.items(), key=lambda kv: -kv[1]) if v / total >= 0.01}
     return {"wall_s": round(wall, 2), "env_steps": trainer.state.env_steps, "shares": shares}

@@ -279,7 +279,7 @@ def test_warm_start_copies_weights_and_refuses_a_mismatched_network(finished_run
     from hydra import compose, initialize_config_dir
 
     from rlcli.build import build
-    from rlcli.train import conf_dir
+    from rlcli.compose import conf_dir
 
     source = finished_run / "checkpoints" / "ckpt_000000002048.pt"
     with initialize_config_dir(config_dir=conf_dir(), version_base="1.3", job_name="test"):
