@@ -141,6 +141,50 @@ def check_config(cfg: DictConfig) -> None:
     require(isinstance(cfg.seed, int), "seed", cfg.seed, "must be an integer")
 
 
+@dataclass
+class Agent:
+    """An algorithm with its networks, built for an env's spaces (what training and rl-eval share)."""
+
+    algo: Any
+    spec: AlgoSpec
+    network_spec: NetworkSpec
+    addons: list[Any]
+    carry_size: int  # > 0: the networks are recurrent
+    obs_dtype: torch.dtype  # uint8 for pixels
+
+
+def build_agent(cfg: DictConfig, env_factory: GymEnvFactory, obs_space: Any, act_space: Any, device: torch.device,
+                num_envs: int, with_addons: bool = True) -> Agent:
+    """Check the algorithm against the env's spaces, then build the networks and the algorithm on `device`."""
+    algo_cfg = algo_section(cfg)
+    spec: AlgoSpec = ALGOS.spec(algo_cfg["name"])
+    network_spec: NetworkSpec = ACTORS.spec(cfg.actor.name)
+    if type(act_space).__name__ not in spec.action_spaces:
+        raise ConfigError(f"algo={algo_cfg['name']} cannot handle {type(act_space).__name__} actions of env "
+                          f"{env_factory.spec.id}; it supports: {', '.join(spec.action_spaces)}")
+    if spec.check_observations is not None:
+        spec.check_observations(obs_space, env_factory.spec.id)
+    built = ACTORS.build(
+        network_section(cfg), observation_space=obs_space, action_space=act_space,
+        normalize_obs=env_factory.normalize_obs, clip_obs=env_factory.clip_obs,
+        heads="actor_critic" if spec.on_policy else "recipe",
+        **({"value_outputs": spec.value_outputs} if spec.value_outputs > 1 else {}),
+    )
+    if spec.on_policy:
+        built = built.to(device)
+    addon_cfg = cfg.algo.get("policy_loss_addons") if with_addons else None
+    addons = build_addons(built, OmegaConf.to_container(addon_cfg) if addon_cfg else None,  # type: ignore[arg-type]
+                          supported=spec.on_policy and not network_spec.recurrent)
+    if spec.on_policy:  # the recipe builds the whole network; off-policy algorithms build theirs from it
+        algo = ALGOS.build(algo_cfg, networks=built, num_envs=num_envs, **({"policy_addons": addons} if addons else {}))
+    else:
+        algo = ALGOS.build(algo_cfg, recipe=built, action_space=act_space, num_envs=num_envs)
+        algo.networks.to(device)
+    carry_size = algo.networks.carry_size if isinstance(algo.networks, RecurrentNetworks) else 0
+    obs_dtype = torch.uint8 if network_spec.image and obs_space.dtype == "uint8" else torch.float32
+    return Agent(algo, spec, network_spec, addons, carry_size, obs_dtype)
+
+
 def build(cfg: DictConfig) -> Components:
     """Check the config, then build envs, networks, algorithm, storage and collector on the run's device."""
     check_config(cfg)
@@ -151,39 +195,16 @@ def build(cfg: DictConfig) -> Components:
 
     algo_cfg = algo_section(cfg)
     spec: AlgoSpec = ALGOS.spec(algo_cfg["name"])
-    network_spec: NetworkSpec = ACTORS.spec(cfg.actor.name)
     env_factory: GymEnvFactory = ENVS.build(section(cfg, "env"))
     envs = env_factory.make(settings.num_envs, settings.vector_mode, gamma=float(algo_cfg.get("gamma", 0.99)))
     test_envs = env_factory.make(settings.test_episodes, settings.vector_mode, eval=True)
     try:
         obs_space, act_space = envs.single_observation_space, envs.single_action_space
-        if type(act_space).__name__ not in spec.action_spaces:
-            raise ConfigError(f"algo={algo_cfg['name']} cannot handle {type(act_space).__name__} actions of env "
-                              f"{env_factory.spec.id}; it supports: {', '.join(spec.action_spaces)}")
-        if spec.check_observations is not None:
-            spec.check_observations(obs_space, env_factory.spec.id)
-        built = ACTORS.build(
-            network_section(cfg), observation_space=obs_space, action_space=act_space,
-            normalize_obs=env_factory.normalize_obs, clip_obs=env_factory.clip_obs,
-            heads="actor_critic" if spec.on_policy else "recipe",
-            **({"value_outputs": spec.value_outputs} if spec.value_outputs > 1 else {}),
-        )
-        if spec.on_policy:
-            built = built.to(device)
-        addon_cfg = cfg.algo.get("policy_loss_addons")
-        addons = build_addons(built, OmegaConf.to_container(addon_cfg) if addon_cfg else None,  # type: ignore[arg-type]
-                              supported=spec.on_policy and not network_spec.recurrent)
-        if spec.on_policy:  # the recipe builds the whole network; off-policy algorithms build theirs from it
-            algo = ALGOS.build(algo_cfg, networks=built, num_envs=settings.num_envs,
-                               **({"policy_addons": addons} if addons else {}))
-        else:
-            algo = ALGOS.build(algo_cfg, recipe=built, action_space=act_space, num_envs=settings.num_envs)
-            algo.networks.to(device)
+        agent = build_agent(cfg, env_factory, obs_space, act_space, device, settings.num_envs)
+        algo, addons, carry_size, obs_dtype = agent.algo, agent.addons, agent.carry_size, agent.obs_dtype
         init_from = cfg.actor.get("init_from")
         if init_from:
             load_network_weights(algo.networks, Path(str(init_from)))
-        carry_size = algo.networks.carry_size if isinstance(algo.networks, RecurrentNetworks) else 0
-        obs_dtype = torch.uint8 if network_spec.image and obs_space.dtype == "uint8" else torch.float32
         buffer = BUFFERS.build(
             section(cfg, "buffer"), n_steps=algo.n_steps, num_envs=settings.num_envs,
             obs_shape=obs_space.shape, action_shape=act_space.shape, discrete=isinstance(act_space, Discrete),

@@ -60,14 +60,19 @@ def _write_atomic(path: Path, data: bytes) -> None:
         os.close(dir_fd)
 
 
-def save(directory: Path, env_steps: int, payload: dict[str, Any], keep: int) -> Path:
-    """Write `ckpt_<env steps>.pt`, then point `latest` at it, then drop all but the newest `keep`."""
-    directory.mkdir(parents=True, exist_ok=True)
+def write(path: Path, env_steps: int, payload: dict[str, Any]) -> Path:
+    """One verified checkpoint file, written atomically (`best.pt`, or a `ckpt_*.pt` through `save`)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
     buffer = io.BytesIO()
     torch.save({"env_steps": env_steps, **payload}, buffer)
     body = buffer.getvalue()
-    path = directory / f"ckpt_{env_steps:012d}.pt"
     _write_atomic(path, _HEADER.pack(MAGIC, FORMAT_VERSION, hashlib.sha256(body).digest()) + body)
+    return path
+
+
+def save(directory: Path, env_steps: int, payload: dict[str, Any], keep: int) -> Path:
+    """Write `ckpt_<env steps>.pt`, then point `latest` at it, then drop all but the newest `keep`."""
+    path = write(directory / f"ckpt_{env_steps:012d}.pt", env_steps, payload)
     _write_atomic(directory / LATEST, (path.name + "\n").encode())
     for old in sorted(directory.glob("ckpt_*.pt"))[:-keep]:
         old.unlink()

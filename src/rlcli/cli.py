@@ -40,3 +40,18 @@ def train() -> None:
         print(f"rl-train: {signal.Signals(signum).name} during start-up: stopped before training began, nothing "
               "was trained (a run directory it made starts fresh with rl-train resume=<it>)", file=sys.stderr)
         raise SystemExit(128 + signum) from None
+
+
+def evaluate() -> None:
+    """`rl-eval`."""
+    def on_sigterm(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, on_sigterm)
+    try:
+        from rlcli.rl_eval import main
+
+        main()
+    except KeyboardInterrupt:
+        print("rl-eval: interrupted; nothing was written", file=sys.stderr)
+        raise SystemExit(130) from None

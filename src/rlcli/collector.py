@@ -140,8 +140,8 @@ class Collector:
 
 
 def evaluate(envs: VectorEnv, algo: Algorithm, normalizer: RunningNorm, device: torch.device, seed: int,
-             obs_dtype: torch.dtype = torch.float32, carry_size: int = 0) -> TestStats:
-    """One episode in each test env with the deterministic policy and frozen normalization."""
+             obs_dtype: torch.dtype = torch.float32, carry_size: int = 0, deterministic: bool = True) -> TestStats:
+    """One episode in each test env with the (by default deterministic) policy and frozen normalization."""
     n = envs.num_envs
     returns, lengths = np.zeros(n), np.zeros(n, dtype=np.int64)
     finished = np.zeros(n, dtype=bool)
@@ -152,7 +152,7 @@ def evaluate(envs: VectorEnv, algo: Algorithm, normalizer: RunningNorm, device: 
     while not finished.all():
         with torch.inference_mode():
             x = normalizer(torch.as_tensor(obs, dtype=obs_dtype, device=device))
-            out = algo.act(x, deterministic=True, state=state)
+            out = algo.act(x, deterministic=deterministic, state=state)
         if state is not None:
             assert out.carry is not None
             state = RecurrentState(out.carry, torch.zeros(n, device=device))

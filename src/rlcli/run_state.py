@@ -54,6 +54,17 @@ def capture(c: Components, state: TrainState) -> dict[str, Any]:
     }
 
 
+BEST = "best.pt"
+
+
+def save_best(c: Components, state: TrainState, run_dir: Path) -> Path:
+    """`checkpoints/best.pt`: the networks (with their observation statistics) and config of the best test
+    phase so far; enough to evaluate, watch or export the agent, not to resume it. Never pruned."""
+    payload = {"payload_version": PAYLOAD_VERSION, "config": OmegaConf.to_container(c.cfg, resolve=True),
+               "state": dataclasses.asdict(state), "algo": {"networks": c.algo.networks.state_dict()}}
+    return checkpoint.write(run_dir / "checkpoints" / BEST, state.env_steps, payload)
+
+
 def save(c: Components, state: TrainState, run_dir: Path) -> Path:
     return checkpoint.save(run_dir / "checkpoints", state.env_steps, capture(c, state),
                            keep=c.settings.keep_checkpoints)
@@ -81,7 +92,21 @@ def restore(c: Components, path: Path) -> TrainState:
         logger.warning("the env state could not be saved or restored (e.g. async vector envs): the envs were "
                        "reset, so this resume continues from fresh episodes rather than exactly")
     checkpoint.set_rng_state(data["rng"])
+    _forget_a_later_best(path.parent / BEST, state.env_steps)
     return state
+
+
+def _forget_a_later_best(best: Path, env_steps: int) -> None:
+    """A best model that the stopped process wrote after this checkpoint is dropped, as its TensorBoard points
+    are: the resumed run writes it again when it gets there (so best.pt always belongs to this run's history)."""
+    if not best.is_file():
+        return
+    try:
+        later = checkpoint.load(best)["env_steps"] > env_steps
+    except checkpoint.CheckpointError:
+        later = True  # unreadable: the next better test phase writes a good one
+    if later:
+        best.unlink()
 
 
 def initial_state(c: Components) -> TrainState:

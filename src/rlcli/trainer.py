@@ -22,7 +22,7 @@ from rlcli.cli import StopNow
 from rlcli.collector import evaluate
 from rlcli.contracts import RunClock
 from rlcli.log import RunLogger, fmt_return
-from rlcli.run_state import TrainState, save
+from rlcli.run_state import TrainState, save, save_best
 from rlcli.runtime import seconds_since_process_start
 from rlcli.schedules import apply_schedules
 
@@ -195,6 +195,11 @@ class Trainer:
         state.last_test_return = result.mean_return
         best = state.best_test_return
         state.best_test_return = result.mean_return if best is None else max(best, result.mean_return)
+        if best is None or result.mean_return > best:
+            save_best(c, state, self.run_dir)
+            log.scalars({"eval/best_return": result.mean_return}, state.env_steps)
+            log.message(f"new best test return {fmt_return(result.mean_return)} at {state.env_steps:,} env steps: "
+                        "checkpoints/best.pt")
         log.scalars({"eval/return_mean": result.mean_return, "eval/return_std": float(result.returns.std()),
                      "eval/ep_len_mean": float(result.lengths.mean())}, state.env_steps)
         log.test_result(state.env_steps, result.returns.tolist(), result.lengths.tolist())
