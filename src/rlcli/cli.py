@@ -26,6 +26,8 @@ def train() -> None:
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, on_sigterm)
+    # Ctrl-C works even when rl-train was started with SIGINT ignored (a background job of a script)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         from rlcli.train import main
 
