@@ -54,7 +54,7 @@ def test_joblib_sweep_in_parallel_then_rl_report_plots_it(cli, tmp_path):
     report = subprocess.run([str(RL_TRAIN.parent / "rl-report"), "jl", "--plot", "curves.png", "--csv", "t.csv"],
                             cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert report.returncode == 0, report.stderr
-    assert "2 (0,1)" in report.stdout  # one configuration, two seeds
+    assert "2: 0,1" in report.stdout  # one configuration, two seeds
     import matplotlib.image
 
     assert (tmp_path / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
