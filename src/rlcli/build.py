@@ -23,7 +23,7 @@ import rlcli.buffers  # noqa: F401  (registers the storages)
 from rlcli.addons import build_addons
 from rlcli.collector import Collector
 from rlcli.contracts import AlgoSpec, BufferSpec, NetworkSpec, RecurrentNetworks
-from rlcli.envs import GymEnvFactory
+from rlcli.envs import GymEnvFactory, VectorMode
 from rlcli.registry import ACTORS, ALGOS, BUFFERS, ENVS, ConfigError, check_kwargs, require
 from rlcli.runtime import configure_torch, resolve_device, seed_everything
 from rlcli.schedules import ScheduledValue, build_schedules
@@ -78,6 +78,7 @@ class Components:
     obs_dtype: torch.dtype
     carry_size: int  # > 0: the networks are recurrent
     stop_reward: float | None
+    video_envs: VectorEnv | None = None  # log.video_every > 0: one test env that renders frames
     clock: PhaseClock = field(default_factory=PhaseClock)
     recent_returns: collections.deque[float] = field(default_factory=lambda: collections.deque(maxlen=100))
     recent_lengths: collections.deque[int] = field(default_factory=lambda: collections.deque(maxlen=100))
@@ -85,6 +86,8 @@ class Components:
     def close(self) -> None:
         self.envs.close()
         self.test_envs.close()
+        if self.video_envs is not None:
+            self.video_envs.close()
 
 
 def section(cfg: DictConfig, key: str) -> dict[str, Any]:
@@ -198,7 +201,9 @@ def build(cfg: DictConfig) -> Components:
     env_factory: GymEnvFactory = ENVS.build(section(cfg, "env"))
     envs = env_factory.make(settings.num_envs, settings.vector_mode, gamma=float(algo_cfg.get("gamma", 0.99)))
     test_envs = env_factory.make(settings.test_episodes, settings.vector_mode, eval=True)
+    video_envs = None
     try:
+        video_envs = make_video_envs(cfg, env_factory, settings.vector_mode)
         obs_space, act_space = envs.single_observation_space, envs.single_action_space
         agent = build_agent(cfg, env_factory, obs_space, act_space, device, settings.num_envs)
         algo, addons, carry_size, obs_dtype = agent.algo, agent.addons, agent.carry_size, agent.obs_dtype
@@ -225,10 +230,24 @@ def build(cfg: DictConfig) -> Components:
     except BaseException:
         envs.close()
         test_envs.close()
+        if video_envs is not None:
+            video_envs.close()
         raise
     clock = PhaseClock()
     collector = Collector(envs, algo.networks.normalizer, device, seed=cfg.seed, on_policy=spec.on_policy,
                           carry_size=carry_size, clock=clock, obs_dtype=obs_dtype)
     stop_reward = env_factory.reward_threshold if isinstance(settings.stop_reward, str) else settings.stop_reward
     return Components(cfg, settings, device, spec, envs, test_envs, algo, buffer, collector, schedules, addons,
-                      obs_dtype, carry_size, stop_reward, clock)
+                      obs_dtype, carry_size, stop_reward, video_envs, clock)
+
+
+def make_video_envs(cfg: DictConfig, env_factory: GymEnvFactory, vector_mode: VectorMode) -> VectorEnv | None:
+    """The env that log.video_every records in: checked (encoder installed, env renders) before training starts."""
+    from rlcli import video
+
+    every, fmt = cfg.log.get("video_every", 0), str(cfg.log.get("video_format", "mp4"))
+    require(isinstance(every, int) and every >= 0, "log.video_every", every, "must be an integer >= 0 (0 = no videos)")
+    if not every:
+        return None
+    video.require_encoder(fmt, "log.video_format")
+    return env_factory.make(1, vector_mode, eval=True, render=True)

@@ -8,6 +8,7 @@ buffer; a *test phase* runs the deterministic policy on separate envs for a numb
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -105,7 +106,7 @@ class Collector:
             actions = out.actions if out is not None and not random_actions else None
             if actions is None:  # torch's generator draws them, so a resume stays exact
                 actions = algo.random_actions(n_envs).to(self.device)  # type: ignore[attr-defined]
-            env_actions = algo.env_actions(actions)
+            env_actions = algo.env_actions(actions).cpu().numpy()
             t1 = clock()
             next_obs, rewards, terminated, truncated, infos = self.envs.step(env_actions)
             t2 = clock()
@@ -139,13 +140,21 @@ class Collector:
         seconds["buffer"] += buffer_s
 
 
+FrameSink = Callable[[int, np.ndarray], None]
+
+
 def evaluate(envs: VectorEnv, algo: Algorithm, normalizer: RunningNorm, device: torch.device, seed: int,
-             obs_dtype: torch.dtype = torch.float32, carry_size: int = 0, deterministic: bool = True) -> TestStats:
-    """One episode in each test env with the (by default deterministic) policy and frozen normalization."""
+             obs_dtype: torch.dtype = torch.float32, carry_size: int = 0, deterministic: bool = True,
+             frames: FrameSink | None = None) -> TestStats:
+    """One episode in each test env with the (by default deterministic) policy and frozen normalization.
+    Env i is reset with seed `seed + i`. `frames(i, frame)` receives each env's rendered frames, from the
+    first observation to the last (the envs must render rgb_array)."""
     n = envs.num_envs
     returns, lengths = np.zeros(n), np.zeros(n, dtype=np.int64)
     finished = np.zeros(n, dtype=bool)
     obs, _ = envs.reset(seed=seed)
+    if frames is not None:
+        _pass_frames(envs, finished, frames)
     # one episode per env: a fresh carry at the first step, never reset after it
     state = (RecurrentState(torch.zeros(n, carry_size, device=device), torch.ones(n, device=device))
              if carry_size else None)
@@ -156,10 +165,19 @@ def evaluate(envs: VectorEnv, algo: Algorithm, normalizer: RunningNorm, device: 
         if state is not None:
             assert out.carry is not None
             state = RecurrentState(out.carry, torch.zeros(n, device=device))
-        obs, _, _, _, infos = envs.step(algo.env_actions(out.actions))
+        obs, _, _, _, infos = envs.step(algo.env_actions(out.actions).cpu().numpy())
+        if frames is not None:
+            _pass_frames(envs, finished, frames)
         if "_episode" in infos:
             first = infos["_episode"] & ~finished
             returns[first] = infos["episode"]["r"][first]
             lengths[first] = infos["episode"]["l"][first]
             finished |= first
     return TestStats(returns, lengths)
+
+
+def _pass_frames(envs: VectorEnv, finished: np.ndarray, frames: FrameSink) -> None:
+    rendered = envs.render()
+    assert rendered is not None, "evaluate(frames=...) needs envs made with render_mode='rgb_array'"
+    for i in np.flatnonzero(~finished):
+        frames(int(i), rendered[i])

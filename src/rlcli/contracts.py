@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 import gymnasium as gym
-import numpy as np
 import torch
 from torch import nn
 
@@ -117,8 +116,9 @@ class Algorithm(Protocol):
         """Actions for normalized observations (exploration values such as epsilon come from schedules)."""
         ...
 
-    def env_actions(self, actions: torch.Tensor) -> np.ndarray:
-        """What the env receives for `act`'s actions (clipped or rescaled to its bounds)."""
+    def env_actions(self, actions: torch.Tensor) -> torch.Tensor:
+        """What the env receives for `act`'s actions (clipped or rescaled to its bounds), in torch on the
+        actions' device: the collector moves it to numpy, and an exported policy folds it in."""
         ...
 
     def update(self, buffer: Any, clock: RunClock) -> dict[str, torch.Tensor]: ...

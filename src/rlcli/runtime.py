@@ -58,3 +58,20 @@ def seconds_since_process_start() -> float | None:
         return uptime - int(fields[19]) / os.sysconf("SC_CLK_TCK")
     except (OSError, ValueError, IndexError):
         return None
+
+
+class DeviceConstants:
+    """A few fixed arrays (action bounds) as float32 tensors, copied once to each device that asks:
+    acting on a GPU then moves no constants per step, and a traced or exported policy holds them as constants."""
+
+    def __init__(self, *arrays: np.ndarray) -> None:
+        self.arrays = tuple(torch.as_tensor(np.asarray(a, dtype=np.float32)) for a in arrays)
+        self._copies: dict[torch.device, tuple[torch.Tensor, ...]] = {}
+
+    def on(self, device: torch.device) -> tuple[torch.Tensor, ...]:
+        if device not in self._copies:
+            self._copies[device] = tuple(a.to(device) for a in self.arrays)
+        return self._copies[device]
+
+    def numpy(self) -> tuple[np.ndarray, ...]:
+        return tuple(a.numpy() for a in self.arrays)

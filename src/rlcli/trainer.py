@@ -107,6 +107,9 @@ class Trainer:
                     last = state.last_test_return
                     reached = c.stop_reward is not None and last is not None and last >= c.stop_reward
                     pruned = not reached and self.after_test is not None and self.after_test(state)
+                if c.video_envs is not None and crossed(state.env_steps, previous, int(c.cfg.log.video_every)):
+                    with clock("test"):  # a test episode, recorded
+                        self._record_video(log)
                 # log: TensorBoard points at their cadence, console tables at theirs
                 table_due = crossed(state.env_steps, previous, s.log_every) or last_phase or reached
                 if table_due or crossed(state.env_steps, previous, tb_every):
@@ -203,6 +206,28 @@ class Trainer:
         log.scalars({"eval/return_mean": result.mean_return, "eval/return_std": float(result.returns.std()),
                      "eval/ep_len_mean": float(result.lengths.mean())}, state.env_steps)
         log.test_result(state.env_steps, result.returns.tolist(), result.lengths.tolist())
+
+    def _record_video(self, log: RunLogger) -> None:
+        """One deterministic test episode to videos/step-<env steps>-ep0-return<R>.<fmt>, and to TensorBoard.
+        It draws no random numbers from the run, so a resumed run trains exactly as an unbroken one."""
+        from rlcli import video
+
+        c, steps = self.c, self.state.env_steps
+        assert c.video_envs is not None
+        fps = video.frames_per_second(c.video_envs)
+        sink = video.VideoSink(self.run_dir / "videos", f"step-{steps:012d}", c.cfg.log.get("video_format", "mp4"),
+                               fps, count=1, keep_every=1 if log.writer is not None else 0)
+        try:
+            result = evaluate(c.video_envs, c.algo, c.algo.networks.normalizer, c.device,
+                              seed=int(c.cfg.seed) + 7_919 * (steps // max(1, int(c.cfg.log.video_every))),
+                              obs_dtype=c.obs_dtype, carry_size=c.carry_size, frames=sink)
+        finally:
+            sink.close()
+        (recording,) = sink.finish(result.returns, result.lengths)
+        if log.writer is not None and sink.kept:
+            video.add_to_tensorboard(log.writer, "eval/video", sink.kept, steps, fps)
+        log.message(f"video of a test episode at {steps:,} env steps (return {fmt_return(recording.episode_return)}): "
+                    f"{recording.path.relative_to(self.run_dir)}")
 
     def _catch_stop_signals(self) -> Callable[[], None]:
         """First Ctrl-C / SIGTERM: finish the iteration, checkpoint, exit. A second one stops at once."""

@@ -16,6 +16,7 @@ from rlcli.actors.normalizer import RunningNorm
 from rlcli.actors.offpolicy import NetworkRecipe
 from rlcli.contracts import ActOutput, NetworkSpec, RecurrentState
 from rlcli.registry import ACTORS, ConfigError, require
+from rlcli.runtime import DeviceConstants
 
 
 class EvalOutput(NamedTuple):
@@ -63,7 +64,7 @@ class ActorCritic(nn.Module):
         self.v_body = self.pi_body if shared else mlp(obs_dim, hidden_sizes, activation)
         features = hidden_sizes[-1] if hidden_sizes else obs_dim
         self.discrete = isinstance(action_space, gym.spaces.Discrete)
-        self.action_bounds = None if self.discrete else (action_space.low, action_space.high)
+        self.action_bounds = None if self.discrete else DeviceConstants(action_space.low, action_space.high)
         self.head = policy_head(features, action_space, log_std_init)
         self.value_outputs = value_outputs  # 2 for rnd_ppo: extrinsic and intrinsic value heads
         self.value_head = nn.Linear(features, value_outputs)

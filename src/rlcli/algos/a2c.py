@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Literal
 
-import numpy as np
 import torch
 
 from rlcli.actors.mlp import ActorCritic
@@ -95,7 +94,7 @@ class A2C:
             "learning_rate": torch.tensor(lr), **addon_logs,
         }
 
-    def env_actions(self, actions: torch.Tensor) -> np.ndarray:
+    def env_actions(self, actions: torch.Tensor) -> torch.Tensor:
         return clipped_env_actions(self.networks, actions)
 
     def state_dict(self) -> dict[str, Any]:

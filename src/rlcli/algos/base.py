@@ -6,7 +6,6 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any, Literal
 
-import numpy as np
 import torch
 from torch import nn
 
@@ -119,7 +118,8 @@ def check_common(
     require(max_grad_norm is None or max_grad_norm > 0, "algo.max_grad_norm", max_grad_norm, "must be > 0 or null")
 
 
-def clipped_env_actions(actor: ActorCritic, actions: torch.Tensor) -> np.ndarray:
+def clipped_env_actions(actor: ActorCritic, actions: torch.Tensor) -> torch.Tensor:
     """Gaussian samples are stored unclipped (exact log-probs); the env gets them clipped to its bounds."""
-    a = actions.cpu().numpy()
-    return a if actor.action_bounds is None else np.clip(a, *actor.action_bounds)
+    if actor.action_bounds is None:
+        return actions
+    return actions.clamp(*actor.action_bounds.on(actions.device))

@@ -112,8 +112,8 @@ class DQN:
     def random_actions(self, n: int) -> torch.Tensor:
         return torch.randint(0, self.n_actions, (n,))
 
-    def env_actions(self, actions: torch.Tensor) -> Any:
-        return actions.cpu().numpy()
+    def env_actions(self, actions: torch.Tensor) -> torch.Tensor:
+        return actions
 
     def update(self, buffer: ReplayBuffer, clock: RunClock) -> dict[str, torch.Tensor]:
         net, losses, qs = self.networks, [], []

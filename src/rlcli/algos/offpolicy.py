@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from rlcli.registry import ConfigError, require
+from rlcli.runtime import DeviceConstants
 
 NoiseKind = Literal["gaussian", "ornstein_uhlenbeck", "none"]
 
@@ -25,16 +26,17 @@ def polyak_update(target: nn.Module, source: nn.Module, tau: float) -> None:
 
 
 class BoxScaler:
-    """Algorithms act in [-1, 1]; the env gets actions rescaled to its bounds."""
+    """Algorithms act in [-1, 1]; the env gets actions rescaled to its bounds (in torch, so that an
+    exported policy folds the same arithmetic in)."""
 
     def __init__(self, space: gym.spaces.Box):
         if not (np.all(np.isfinite(space.low)) and np.all(np.isfinite(space.high))):
             raise ConfigError("off-policy continuous algorithms need finite action bounds; this env's are infinite")
-        self.low, self.high = space.low.astype(np.float32), space.high.astype(np.float32)
+        self.bounds = DeviceConstants(space.low.astype(np.float32), space.high.astype(np.float32))
 
-    def to_env(self, actions: torch.Tensor) -> np.ndarray:
-        a = actions.detach().cpu().numpy()
-        return self.low + (np.clip(a, -1.0, 1.0) + 1.0) * 0.5 * (self.high - self.low)
+    def to_env(self, actions: torch.Tensor) -> torch.Tensor:
+        low, high = self.bounds.on(actions.device)
+        return low + (actions.detach().clamp(-1.0, 1.0) + 1.0) * 0.5 * (high - low)
 
 
 class ExplorationNoise:

@@ -11,7 +11,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
 import torch
 
 from rlcli.actors.mlp import ActorCritic
@@ -104,7 +103,7 @@ class PolicyGradient:
         metrics.update(loss=loss.detach(), learning_rate=torch.tensor(lr), **addon_logs)
         return metrics
 
-    def env_actions(self, actions: torch.Tensor) -> np.ndarray:
+    def env_actions(self, actions: torch.Tensor) -> torch.Tensor:
         return clipped_env_actions(self.networks, actions)
 
     def state_dict(self) -> dict[str, Any]:

@@ -6,7 +6,6 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-import numpy as np
 import torch
 
 from rlcli.actors.mlp import ActorCritic
@@ -182,7 +181,7 @@ class PPO:
         """What the optimizer steps and gradient clipping covers."""
         return self.networks.parameters()
 
-    def env_actions(self, actions: torch.Tensor) -> np.ndarray:
+    def env_actions(self, actions: torch.Tensor) -> torch.Tensor:
         return clipped_env_actions(self.networks, actions)
 
     def state_dict(self) -> dict[str, Any]:

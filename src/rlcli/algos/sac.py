@@ -120,7 +120,7 @@ class SAC:
     def random_actions(self, n: int) -> torch.Tensor:
         return torch.rand(n, self.action_dim) * 2 - 1
 
-    def env_actions(self, actions: torch.Tensor) -> np.ndarray:
+    def env_actions(self, actions: torch.Tensor) -> torch.Tensor:
         return self.scaler.to_env(actions)
 
     def update(self, buffer: ReplayBuffer, clock: RunClock) -> dict[str, torch.Tensor]:

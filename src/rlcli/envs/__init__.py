@@ -8,6 +8,7 @@ that sub-env is a reset step whose action is ignored. The collector relies on ex
 from __future__ import annotations
 
 import importlib
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -129,13 +130,38 @@ class GymEnvFactory:
         return 1.0 if self.sparse_reward else self.spec.reward_threshold
 
     def make(
-        self, num_envs: int, mode: VectorMode = "auto", *, gamma: float = 0.99, eval: bool = False
+        self, num_envs: int, mode: VectorMode = "auto", *, gamma: float = 0.99, eval: bool = False,
+        render: bool = False,
     ) -> VectorEnv:
-        """A vector env with episode statistics; training envs also get reward scaling / clipping."""
+        """A vector env with episode statistics; training envs also get reward scaling / clipping.
+        `render`: sub-envs that render rgb_array frames (for videos; one process)."""
         try:
+            if render:
+                return self._make_rendering(num_envs, mode)
             return self._make(num_envs, mode, gamma=gamma, eval=eval)
         except (gym.error.DependencyNotInstalled, ModuleNotFoundError) as error:
             raise ConfigError(missing_dependency(self.spec, error)) from None
+
+    def _make_rendering(self, num_envs: int, mode: VectorMode) -> VectorEnv:
+        """Test envs that also render rgb_array frames: the same vector mode as `mode` when its env can
+        render (so episode i is the same episode as in a test phase), else one process of sync envs."""
+        entry = self.spec.entry_point
+        creator = gym.envs.registration.load_env_creator(entry) if isinstance(entry, str) else entry
+        modes = list(getattr(creator, "metadata", {}).get("render_modes", []))
+        if "rgb_array" not in modes:
+            raise ConfigError(f"env {self.spec.id} cannot render frames for a video (its render modes: "
+                              f"{', '.join(modes) or 'none'}); choose an env that renders rgb_array")
+        vector = self.spec.vector_entry_point
+        if mode in ("auto", "numpy") and vector is not None:
+            creator = gym.envs.registration.load_env_creator(vector) if isinstance(vector, str) else vector
+            if "rgb_array" not in getattr(creator, "metadata", {}).get("render_modes", []):
+                mode = "sync"
+        os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # pygame draws off-screen: no display, no warning
+        self.kwargs["render_mode"] = "rgb_array"
+        try:
+            return self._make(num_envs, mode, gamma=0.99, eval=True)
+        finally:
+            del self.kwargs["render_mode"]
 
     def _make(self, num_envs: int, mode: VectorMode, *, gamma: float, eval: bool) -> VectorEnv:
         if mode == "auto":

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
 import torch
 
 from rlcli.actors.mlp import ActorCritic
@@ -38,8 +37,8 @@ class VanillaPolicyGradient:
     def act(self, obs: torch.Tensor, deterministic: bool = False, state: RecurrentState | None = None) -> ActOutput:
         return self.networks.act(obs, deterministic)
 
-    def env_actions(self, actions: torch.Tensor) -> np.ndarray:
-        return actions.cpu().numpy()
+    def env_actions(self, actions: torch.Tensor) -> torch.Tensor:
+        return actions
 
     def finish_rollout(self, buffer: RolloutBuffer, last_obs: torch.Tensor, state: RecurrentState | None) -> None:
         finish_with_gae(self.networks.value, buffer, last_obs, state, self.gamma, self.gae_lambda)
