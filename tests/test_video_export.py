@@ -29,6 +29,7 @@ RUNS = {
     "ppo_pendulum": ["algo=ppo", "env=Pendulum-v1", "env.normalize_obs=true", "algo.n_steps=64", "algo.batch_size=64",
                      "train.total_steps=1024", "train.test_every=0", "log.console=false"],
     "sac": ["algo=sac", "env=Pendulum-v1", *QUICK_OFF_POLICY],
+    "dqn": ["algo=dqn", "env=CartPole-v1", *QUICK_OFF_POLICY],
     "lstm": ["algo=ppo", "env=CartPole-v1", "actor=lstm", "algo.n_steps=32", "algo.batch_size=64",
              "train.total_steps=512", "train.test_every=0", "log.console=false"],
     "cnn": ["algo=ppo", "env=PixelGoal-v0", "algo.n_steps=32", "algo.batch_size=64", "train.total_steps=512",
@@ -163,7 +164,7 @@ def onnx_actions(path: Path, observations: np.ndarray, carry_size: int) -> np.nd
     return np.stack(actions)
 
 
-@pytest.mark.parametrize("name", ["ppo", "ppo_pendulum", "sac", "lstm", "cnn"])
+@pytest.mark.parametrize("name", ["ppo", "ppo_pendulum", "sac", "dqn", "lstm", "cnn"])
 def test_onnx_policy_acts_as_rlcli_does(runs, name):
     run = runs[name]
     out = rl_eval(str(run), "load=last", "export=onnx", cwd=run.parent)
@@ -177,7 +178,7 @@ def test_onnx_policy_acts_as_rlcli_does(runs, name):
     exported = onnx_actions(run / "export" / "last.onnx", observations, carry_size)
     ours = rlcli_actions(run, observations)
     assert exported.shape == ours.shape and exported.size >= 1000
-    if name in ("ppo", "lstm", "cnn"):  # discrete actions: exactly the same
+    if name in ("ppo", "dqn", "lstm", "cnn"):  # discrete actions: exactly the same
         assert exported.dtype == np.int64 and np.array_equal(exported, ours)
     else:  # continuous: clipped (ppo) or rescaled (sac) to Pendulum's [-2, 2] inside the file
         assert np.abs(exported - ours).max() <= 1e-5 and np.abs(exported).max() <= 2.0
