@@ -111,7 +111,9 @@ BAD_INPUT = [
     (["algo=ppo", "actor.obs_extractor=[32]"], "actor.obs_extractor and actor.act_extractor shape off-policy",
      "actor.hidden_sizes"),
     (["algo=dqn", "buffer=her"], "buffer=her needs a goal-conditioned env", "env=BitFlipping-v0"),
-    (["algo=sac", "env=Pendulum-v1", "algo.batch_size=5000"], "algo.batch_size=5000", "learning_starts=1000"),
+    (["algo=sac", "env=Pendulum-v1", "algo.batch_size=5000", "buffer.capacity=1000"], "buffer.capacity=1000",
+     "algo.batch_size=5000"),
+    (["algo=dqn", "algo.gradient_steps=-2"], "algo.gradient_steps=-2", "or -1"),
     (["algo=td3", "env=Pendulum-v1", "algo.noise=pink"], "algo.noise='pink'", "gaussian, ornstein_uhlenbeck"),
 ]
 

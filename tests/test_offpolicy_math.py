@@ -60,6 +60,9 @@ class OneBatch:
     def sample(self, *args):
         return self.batch
 
+    def __len__(self):
+        return len(self.batch.rewards)
+
 
 def test_dqn_td_target_plain_and_double():
     """One gradient step with SGD-like Adam is hard to check; check the loss value instead (lr tiny)."""

@@ -120,6 +120,13 @@ def _setter(algo: Any, key: str, addons: Sequence[Any], storage: Any) -> Callabl
                     if "base_lr" in group:
                         group["base_lr"] = value
         return set_lr
+    if key == "lr_scale" and not hasattr(algo, key):  # algorithms that do not scale lr themselves (sac, td3, dqn)
+        def scale_lr(value: float) -> None:
+            for optimizer in _optimizers(algo):
+                for group in optimizer.param_groups:
+                    group.setdefault("base_lr", group["lr"])  # kept in the optimizer's state: resume sees it
+                    group["lr"] = group["base_lr"] * value
+        return scale_lr
     if storage is not None and key in storage.default_schedules:
         return lambda value: setattr(storage, key, value)
     cast = int if isinstance(getattr(algo, key), int) and not isinstance(getattr(algo, key), bool) else float

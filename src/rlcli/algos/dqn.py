@@ -12,7 +12,7 @@ from torch import nn
 from rlcli.actors.offpolicy import NetworkRecipe, QNetwork
 from rlcli.actors.recurrent import RecurrentQNetwork, RecurrentRecipe, state_or_zeros
 from rlcli.algos.base import adam, gradient_step
-from rlcli.algos.offpolicy import check_offpolicy, polyak_update
+from rlcli.algos.offpolicy import check_offpolicy, polyak_update, resolve_gradient_steps
 from rlcli.buffers.replay import ReplayBuffer
 from rlcli.buffers.sequence import SequenceBatch
 from rlcli.contracts import ActOutput, AlgoSpec, RecurrentState, RunClock
@@ -84,7 +84,8 @@ class DQN:
             else DQNNetworks(recipe, self.n_actions, dueling))
         self.optimizer = adam(self.networks.q.parameters(), lr=lr)
         self.n_steps = train_freq  # env steps per env between update phases
-        self.batch_size, self.learning_starts, self.gradient_steps = batch_size, learning_starts, gradient_steps
+        self.batch_size, self.learning_starts = batch_size, learning_starts
+        self.gradient_steps = resolve_gradient_steps(gradient_steps, train_freq, num_envs)
         self.gamma, self.tau, self.target_update_interval = gamma, tau, target_update_interval
         # epsilon over the run: a schedule the trainer applies before each collect phase
         self.epsilon = exploration_initial_eps
@@ -116,11 +117,11 @@ class DQN:
         return actions
 
     def update(self, buffer: ReplayBuffer, clock: RunClock) -> dict[str, torch.Tensor]:
+        if len(buffer) == 0:  # nothing whole stored yet: n-step returns or R2D2 sequences still pending
+            return {}
         net, losses, qs = self.networks, [], []
         for k in range(self.gradient_steps):
             if self.recurrent:
-                if len(buffer) == 0:  # no whole sequence stored yet
-                    break
                 loss, q_mean = self._sequence_loss(buffer.sample(self.batch_size), buffer.burn_in)  # type: ignore
                 gradient_step(self.optimizer, loss, net.q.parameters(), self.max_grad_norm)
                 self.gradient_updates += 1

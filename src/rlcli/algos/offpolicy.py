@@ -68,11 +68,17 @@ def check_offpolicy(lr: float, batch_size: int, learning_starts: int, train_freq
                     gamma: float, tau: float, reward_scale: float) -> None:
     require(lr > 0, "algo.lr", lr, "must be > 0")
     require(batch_size > 0, "algo.batch_size", batch_size, "must be > 0")
-    require(learning_starts >= batch_size, "algo.batch_size", batch_size,
-            f"the first update would sample more transitions than algo.learning_starts={learning_starts} "
-            "leaves in the buffer; lower batch_size or raise learning_starts")
+    require(learning_starts >= 0, "algo.learning_starts", learning_starts, "must be >= 0")
     require(train_freq > 0, "algo.train_freq", train_freq, "must be > 0")
-    require(gradient_steps >= 0, "algo.gradient_steps", gradient_steps, "must be >= 0")
+    require(gradient_steps >= -1, "algo.gradient_steps", gradient_steps,
+            "must be >= 0, or -1 (as SB3: one gradient step per env step collected)")
     require(0 <= gamma <= 1, "algo.gamma", gamma, "must be in [0, 1]")
     require(0 < tau <= 1, "algo.tau", tau, "must be in (0, 1]")
     require(reward_scale > 0, "algo.reward_scale", reward_scale, "must be > 0")
+
+
+def resolve_gradient_steps(gradient_steps: int, train_freq: int, num_envs: int) -> int:
+    """SB3's gradient_steps=-1: as many gradient steps as env steps each collect phase gathers (train_freq
+    steps of each env). Batches are drawn with replacement, so an early update (learning_starts below
+    batch_size, as in RL-Zoo's learning_starts=0) samples what the buffer holds, as SB3 does."""
+    return train_freq * num_envs if gradient_steps == -1 else gradient_steps

@@ -13,7 +13,7 @@ from torch import nn
 from rlcli.actors.offpolicy import Critics, NetworkRecipe, SquashedGaussianPolicy, squashed_gaussian
 from rlcli.actors.recurrent import RecurrentCritics, RecurrentNet, RecurrentRecipe, state_or_zeros
 from rlcli.algos.base import adam, frozen, gradient_step
-from rlcli.algos.offpolicy import BoxScaler, check_offpolicy, polyak_update
+from rlcli.algos.offpolicy import BoxScaler, check_offpolicy, polyak_update, resolve_gradient_steps
 from rlcli.buffers.replay import ReplayBuffer
 from rlcli.buffers.sequence import SequenceBatch
 from rlcli.contracts import ActOutput, AlgoSpec, RecurrentState, RunClock
@@ -97,7 +97,8 @@ class SAC:
         self.critic_optimizer = adam(self.networks.critics.parameters(), lr=lr)
         self.alpha_optimizer = adam([self.networks.log_alpha], lr=lr)
         self.n_steps = train_freq
-        self.batch_size, self.learning_starts, self.gradient_steps = batch_size, learning_starts, gradient_steps
+        self.batch_size, self.learning_starts = batch_size, learning_starts
+        self.gradient_steps = resolve_gradient_steps(gradient_steps, train_freq, num_envs)
         self.gamma, self.tau, self.target_update_interval = gamma, tau, target_update_interval
         self.reward_scale, self.max_grad_norm = reward_scale, max_grad_norm
         self.gradient_updates = 0
@@ -124,6 +125,8 @@ class SAC:
         return self.scaler.to_env(actions)
 
     def update(self, buffer: ReplayBuffer, clock: RunClock) -> dict[str, torch.Tensor]:
+        if len(buffer) == 0:  # n-step storage holds nothing yet (learning_starts=0, train_freq < n_step)
+            return {}
         net = self.networks
         logs: dict[str, list[torch.Tensor]] = {"value_loss": [], "policy_loss": [], "alpha": [], "entropy": []}
         for k in range(self.gradient_steps):

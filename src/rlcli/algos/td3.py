@@ -16,7 +16,14 @@ from torch import nn
 
 from rlcli.actors.offpolicy import Critics, DeterministicPolicy, NetworkRecipe
 from rlcli.algos.base import adam, frozen, gradient_step
-from rlcli.algos.offpolicy import BoxScaler, ExplorationNoise, NoiseKind, check_offpolicy, polyak_update
+from rlcli.algos.offpolicy import (
+    BoxScaler,
+    ExplorationNoise,
+    NoiseKind,
+    check_offpolicy,
+    polyak_update,
+    resolve_gradient_steps,
+)
 from rlcli.buffers.replay import ReplayBuffer
 from rlcli.contracts import ActOutput, AlgoSpec, RecurrentState, RunClock
 from rlcli.registry import ALGOS, require
@@ -75,7 +82,8 @@ class TD3:
         linear = to_zero(noise_decay)
         self.default_schedules = {"noise_scale": linear} if linear else {}
         self.n_steps = train_freq
-        self.batch_size, self.learning_starts, self.gradient_steps = batch_size, learning_starts, gradient_steps
+        self.batch_size, self.learning_starts = batch_size, learning_starts
+        self.gradient_steps = resolve_gradient_steps(gradient_steps, train_freq, num_envs)
         self.gamma, self.tau, self.policy_delay = gamma, tau, policy_delay
         self.target_policy_noise, self.target_noise_clip = target_policy_noise, target_noise_clip
         self.reward_scale, self.max_grad_norm = reward_scale, max_grad_norm
@@ -97,6 +105,8 @@ class TD3:
         return self.scaler.to_env(actions)
 
     def update(self, buffer: ReplayBuffer, clock: RunClock) -> dict[str, torch.Tensor]:
+        if len(buffer) == 0:  # n-step storage holds nothing yet (learning_starts=0, train_freq < n_step)
+            return {}
         net = self.networks
         critic_losses, policy_losses, q_means = [], [], []
         for k in range(self.gradient_steps):

@@ -202,8 +202,8 @@ class GymEnvFactory:
 
 
 # gymnasium's env families that need packages of their own: what to install
-EXTRAS = {"gymnasium.envs.box2d": "the Box2D physics engine: pip install swig 'gymnasium[box2d]'",
-          "gymnasium.envs.mujoco": "the MuJoCo simulator: pip install 'gymnasium[mujoco]'",
+EXTRAS = {"gymnasium.envs.box2d": "the Box2D physics engine: pip install 'rlcli[box2d]'",
+          "gymnasium.envs.mujoco": "the MuJoCo simulator: pip install 'rlcli[mujoco]'",
           "ale_py": "the Atari emulator: pip install 'rlcli[atari]'"}
 
 
