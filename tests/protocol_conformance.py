@@ -5,9 +5,11 @@ from rlcli.algos.a2c import A2C
 from rlcli.algos.dqn import DQN
 from rlcli.algos.pg import PolicyGradient
 from rlcli.algos.ppo import PPO
+from rlcli.algos.qrdqn import QRDQN
 from rlcli.algos.rnd import RNDPPO
 from rlcli.algos.sac import SAC
 from rlcli.algos.td3 import TD3
+from rlcli.algos.tqc import TQC
 from rlcli.contracts import OffPolicyAlgorithm, OnPolicyAlgorithm
 
 
@@ -15,5 +17,5 @@ def on_policy(ppo: PPO, a2c: A2C, pg: PolicyGradient, rnd: RNDPPO) -> list[OnPol
     return [ppo, a2c, pg, rnd]
 
 
-def off_policy(dqn: DQN, sac: SAC, td3: TD3) -> list[OffPolicyAlgorithm]:
-    return [dqn, sac, td3]
+def off_policy(dqn: DQN, sac: SAC, td3: TD3, qrdqn: QRDQN, tqc: TQC) -> list[OffPolicyAlgorithm]:
+    return [dqn, sac, td3, qrdqn, tqc]

@@ -62,6 +62,12 @@ CASES = {
     "sac-Pendulum-ere": ["algo=sac", *PENDULUM, "buffer=ere", "buffer.c_min=128", *SMALL_OFF_POLICY,
                          "algo.train_freq=8", "algo.gradient_steps=4"],
     "ddpg-Pendulum": ["algo=ddpg", *PENDULUM, *SMALL_OFF_POLICY, "algo.train_freq=8", "algo.gradient_steps=4"],
+    # quantile critics, their targets and the priorities TQC writes into PER
+    "qrdqn-CartPole-per": ["algo=qrdqn", "env=CartPole-v1", "train.num_envs=2", "buffer=per", *SMALL_OFF_POLICY,
+                           "algo.train_freq=16", "algo.gradient_steps=8", "algo.n_quantiles=8",
+                           "algo.target_update_interval=256"],
+    "tqc-Pendulum-per": ["algo=tqc", *PENDULUM, "buffer=per", *SMALL_OFF_POLICY, "algo.train_freq=8",
+                         "algo.gradient_steps=4", "algo.n_quantiles=5"],
 }
 
 

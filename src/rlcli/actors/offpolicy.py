@@ -92,25 +92,28 @@ class QNetwork(nn.Module):
 
 
 class QValue(nn.Module):
-    """Q(s, a) = head(common([obs_extractor(s), act_extractor(a)]))."""
+    """Q(s, a) = head(common([obs_extractor(s), act_extractor(a)])): [batch], or [batch, outputs] for
+    several outputs (TQC's quantiles)."""
 
-    def __init__(self, torso: NetworkRecipe, action_dim: int):
+    def __init__(self, torso: NetworkRecipe, action_dim: int, outputs: int = 1):
         super().__init__()
         self.act_net, act_width = torso.mlp(action_dim, torso.act_extractor)
         self.obs_net, self.common, width = torso.features(extra_in=act_width)
-        self.head = torso.head(width, 1, 1.0)
+        self.head = torso.head(width, outputs, 1.0)
+        self.outputs = outputs
 
     def forward(self, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
         x = torch.cat([self.obs_net(obs), self.act_net(actions)], -1)
-        return self.head(self.common(x)).squeeze(-1)
+        out = self.head(self.common(x))
+        return out.squeeze(-1) if self.outputs == 1 else out
 
 
 class Critics(nn.Module):
-    """N independent Q(s, a) networks evaluated together: returns [N, batch]."""
+    """N independent Q(s, a) networks evaluated together: returns [N, batch] (or [N, batch, outputs])."""
 
-    def __init__(self, torso: NetworkRecipe, action_dim: int, n: int):
+    def __init__(self, torso: NetworkRecipe, action_dim: int, n: int, outputs: int = 1):
         super().__init__()
-        self.nets = nn.ModuleList(QValue(torso, action_dim) for _ in range(n))
+        self.nets = nn.ModuleList(QValue(torso, action_dim, outputs) for _ in range(n))
 
     def forward(self, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
         return torch.stack([net(obs, actions) for net in self.nets])

@@ -21,10 +21,10 @@ from rlcli.schedules import Schedule
 
 
 class DQNNetworks(nn.Module):
-    def __init__(self, torso: NetworkRecipe, n_actions: int, dueling: bool):
+    def __init__(self, torso: NetworkRecipe, n_actions: int, dueling: bool, outputs_per_action: int = 1):
         super().__init__()
         self.normalizer = torso.normalizer
-        self.q = QNetwork(torso, n_actions, dueling)
+        self.q = QNetwork(torso, n_actions * outputs_per_action, dueling)  # QR-DQN: quantiles per action
         self.q_target = copy.deepcopy(self.q).requires_grad_(False)
 
 
@@ -81,7 +81,7 @@ class DQN:
         require(not (self.recurrent and dueling), "algo.dueling", dueling, "is not built for recurrent Q-networks")
         self.networks: DQNNetworks | RecurrentDQNNetworks = (
             RecurrentDQNNetworks(recipe, self.n_actions) if isinstance(recipe, RecurrentRecipe)
-            else DQNNetworks(recipe, self.n_actions, dueling))
+            else DQNNetworks(recipe, self.n_actions, dueling, self.outputs_per_action()))
         self.optimizer = adam(self.networks.q.parameters(), lr=lr)
         self.n_steps = train_freq  # env steps per env between update phases
         self.batch_size, self.learning_starts = batch_size, learning_starts
@@ -95,13 +95,21 @@ class DQN:
         self.gradient_updates = 0
         self.last_target_update = 0  # env steps at the last target update
 
+    def outputs_per_action(self) -> int:
+        """What the Q-network predicts per action: one value (QR-DQN: its quantiles)."""
+        return 1
+
+    def q_values(self, obs: torch.Tensor, target: bool = False) -> torch.Tensor:
+        """[B, actions] Q-values of the online (or target) network."""
+        return (self.networks.q_target if target else self.networks.q)(obs)
+
     @torch.inference_mode()
     def act(self, obs: torch.Tensor, deterministic: bool = False, state: RecurrentState | None = None) -> ActOutput:
         carry = None
         if isinstance(self.networks, RecurrentDQNNetworks):
             q, carry = self.networks.q_values(obs, state)
         else:
-            q = self.networks.q(obs)
+            q = self.q_values(obs)
         actions = q.argmax(-1)
         if not deterministic:
             explore = torch.rand(actions.shape) < self.epsilon
@@ -128,29 +136,14 @@ class DQN:
                 losses.append(loss.detach())
                 qs.append(q_mean)
                 continue
-            batch = buffer.sample(self.batch_size, k, self.gradient_steps)
-            obs, next_obs = batch.obs, batch.next_obs  # normalized by the buffer when sampled
-            with torch.no_grad():
-                next_q = net.q_target(next_obs)
-                if self.double:  # the online net picks the action, the target net values it
-                    best = net.q(next_obs).argmax(-1, keepdim=True)
-                    next_value = next_q.gather(-1, best).squeeze(-1)
-                else:
-                    next_value = next_q.max(-1).values
-                target = self.reward_scale * batch.rewards + batch.discounts * next_value
-            q = net.q(obs).gather(-1, batch.actions.long().unsqueeze(-1)).squeeze(-1)
-            td = q - target
-            if self.loss == "huber":
-                per_sample = nn.functional.smooth_l1_loss(q, target, reduction="none")
-            else:
-                per_sample = td.square()
-            loss = (batch.weights * per_sample).mean()
+            batch = buffer.sample(self.batch_size, k, self.gradient_steps)  # normalized by the buffer
+            loss, errors, q_mean = self.transition_loss(batch)
             gradient_step(self.optimizer, loss, net.q.parameters(), self.max_grad_norm)
             if hasattr(buffer, "update_priorities"):
-                buffer.update_priorities(batch.indices, td)
+                buffer.update_priorities(batch.indices, errors)
             self.gradient_updates += 1
             losses.append(loss.detach())
-            qs.append(q.detach().mean())
+            qs.append(q_mean)
         # As in SB3 (and so RL-Zoo's tuned values): the interval counts env steps, not gradient steps.
         if clock.env_steps // self.target_update_interval > self.last_target_update // self.target_update_interval:
             polyak_update(net.q_target, net.q, self.tau)
@@ -160,6 +153,24 @@ class DQN:
         return {"value_loss": torch.stack(losses).mean(), "q_mean": torch.stack(qs).mean(),
                 "epsilon": torch.tensor(self.epsilon),  # at this update's env step
                 "learning_rate": torch.tensor(self.optimizer.param_groups[0]["lr"])}
+
+    def transition_loss(self, batch: Any) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The (double) Q-learning loss on a batch of transitions, each one's TD error (PER priorities) and the
+        mean Q of the actions taken."""
+        net = self.networks
+        with torch.no_grad():
+            next_q = net.q_target(batch.next_obs)
+            if self.double:  # the online net picks the action, the target net values it
+                best = net.q(batch.next_obs).argmax(-1, keepdim=True)
+                next_value = next_q.gather(-1, best).squeeze(-1)
+            else:
+                next_value = next_q.max(-1).values
+            target = self.reward_scale * batch.rewards + batch.discounts * next_value
+        q = net.q(batch.obs).gather(-1, batch.actions.long().unsqueeze(-1)).squeeze(-1)
+        td = q - target
+        per_sample = (nn.functional.smooth_l1_loss(q, target, reduction="none") if self.loss == "huber"
+                      else td.square())
+        return (batch.weights * per_sample).mean(), td.detach(), q.detach().mean()
 
     def _sequence_loss(self, batch: SequenceBatch, burn: int) -> tuple[torch.Tensor, torch.Tensor]:
         """R2D2: refresh the stored state over the burn-in steps (no gradients), then 1-step Q-learning on

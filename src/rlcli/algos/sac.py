@@ -22,11 +22,12 @@ from rlcli.schedules import Schedule
 
 
 class SACNetworks(nn.Module):
-    def __init__(self, torso: NetworkRecipe, action_dim: int, num_critics: int, log_alpha: float):
+    def __init__(self, torso: NetworkRecipe, action_dim: int, num_critics: int, log_alpha: float,
+                 critic_outputs: int = 1):
         super().__init__()
         self.normalizer = torso.normalizer
         self.policy = SquashedGaussianPolicy(torso, action_dim)
-        self.critics = Critics(torso, action_dim, num_critics)
+        self.critics = Critics(torso, action_dim, num_critics, critic_outputs)
         self.critics_target = copy.deepcopy(self.critics).requires_grad_(False)
         self.log_alpha = nn.Parameter(torch.tensor(float(log_alpha)))
 
@@ -90,7 +91,8 @@ class SAC:
         self.recurrent = isinstance(recipe, RecurrentRecipe)
         self.networks: SACNetworks | RecurrentSACNetworks = (
             RecurrentSACNetworks(recipe, self.action_dim, num_critics, np.log(init))
-            if isinstance(recipe, RecurrentRecipe) else SACNetworks(recipe, self.action_dim, num_critics, np.log(init)))
+            if isinstance(recipe, RecurrentRecipe)
+            else SACNetworks(recipe, self.action_dim, num_critics, np.log(init), self.critic_outputs()))
         self.fixed_alpha = None if self.auto_alpha else float(ent_coef)
         self.target_entropy = -float(self.action_dim) if target_entropy == "auto" else float(target_entropy)
         self.policy_optimizer = adam(self.networks.policy.parameters(), lr=lr)
@@ -103,6 +105,10 @@ class SAC:
         self.reward_scale, self.max_grad_norm = reward_scale, max_grad_norm
         self.gradient_updates = 0
         self.default_schedules: dict[str, Schedule] = {}
+
+    def critic_outputs(self) -> int:
+        """Outputs of each critic: one Q-value (TQC: its quantiles)."""
+        return 1
 
     def alpha(self) -> torch.Tensor:
         if self.fixed_alpha is not None:
@@ -131,8 +137,6 @@ class SAC:
         logs: dict[str, list[torch.Tensor]] = {"value_loss": [], "policy_loss": [], "alpha": [], "entropy": []}
         for k in range(self.gradient_steps):
             if self.recurrent:
-                if len(buffer) == 0:  # no whole sequence stored yet
-                    break
                 self._sequence_step(buffer.sample(self.batch_size), buffer.burn_in, logs)  # type: ignore
                 continue
             batch = buffer.sample(self.batch_size, k, self.gradient_steps)
@@ -140,21 +144,31 @@ class SAC:
             alpha = self.alpha()
             with torch.no_grad():
                 next_actions, next_log_probs = net.policy(next_obs)
-                next_q = net.critics_target(next_obs, next_actions).min(0).values - alpha * next_log_probs
-                target = self.reward_scale * batch.rewards + batch.discounts * next_q
-            qs = net.critics(obs, batch.actions)
-            td = qs - target
-            critic_loss = 0.5 * (batch.weights * td.square()).mean(-1).sum()
+            critic_loss, errors = self.critic_loss(batch, next_actions, next_log_probs, alpha)
             gradient_step(self.critic_optimizer, critic_loss, net.critics.parameters(), self.max_grad_norm)
             if hasattr(buffer, "update_priorities"):
-                buffer.update_priorities(batch.indices, td.detach().abs().mean(0))
+                buffer.update_priorities(batch.indices, errors)
 
             actions, log_probs = net.policy(obs)
             with frozen(net.critics):  # the policy loss needs dQ/da only, not the critics' weight gradients
-                q_pi = net.critics(obs, actions).min(0).values
+                q_pi = self.policy_q(obs, actions)
             policy_loss = (alpha * log_probs - q_pi).mean()
             self._finish_step(critic_loss, policy_loss, log_probs.detach(), lambda x: x.mean(), alpha, logs)
         return {k: torch.stack(v).mean() for k, v in logs.items() if v}
+
+    def critic_loss(self, batch: Any, next_actions: torch.Tensor, next_log_probs: torch.Tensor,
+                    alpha: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Clipped double-Q soft TD loss over all critics, and each transition's |TD error| (PER priorities)."""
+        net = self.networks
+        with torch.no_grad():
+            next_q = net.critics_target(batch.next_obs, next_actions).min(0).values - alpha * next_log_probs
+            target = self.reward_scale * batch.rewards + batch.discounts * next_q
+        td = net.critics(batch.obs, batch.actions) - target
+        return 0.5 * (batch.weights * td.square()).mean(-1).sum(), td.detach().abs().mean(0)
+
+    def policy_q(self, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        """The value the policy climbs: the smallest critic's Q."""
+        return self.networks.critics(obs, actions).min(0).values
 
     def _sequence_step(self, batch: SequenceBatch, burn: int, logs: dict[str, list[torch.Tensor]]) -> None:
         """One SAC update on stored sequences: burn-in without gradients (the policy from its stored carry,
