@@ -33,6 +33,10 @@ ROWS: dict[str, dict[str, Any]] = {
         "algo.learning_starts=256", "train.num_envs=1", "buffer.capacity=1000000"]},
     # RL-Zoo's dqn.yml CartPole-v1 (= conf/tuned/dqn/CartPole-v1.yaml)
     "dqn": {"env": "CartPole-v1", "steps": 50_000, "rlcli": ["algo=dqn", "env=CartPole-v1"]},
+    # against sb3-contrib (no floor rows): RL-Zoo's tqc.yml Pendulum (= conf/tuned/tqc/Pendulum-v1.yaml, no gSDE)
+    "tqc": {"env": "Pendulum-v1", "steps": 20_000, "floor": False, "rlcli": ["algo=tqc", "env=Pendulum-v1"]},
+    # RL-Zoo's qrdqn.yml CartPole-v1 (= conf/tuned/qrdqn/CartPole-v1.yaml)
+    "qrdqn": {"env": "CartPole-v1", "steps": 50_000, "floor": False, "rlcli": ["algo=qrdqn", "env=CartPole-v1"]},
 }
 
 
@@ -53,7 +57,7 @@ def run_rlcli(row: str, seed: int, steps: int, threads: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as run_dir:
         components, state = prepare(cfg)
         trainer = Trainer(components, Path(run_dir), state)
-        optimizer = components.algo.critic_optimizer if row == "sac" else components.algo.optimizer
+        optimizer = components.algo.critic_optimizer if row in ("sac", "tqc") else components.algo.optimizer
         counter = {"n": 0}
         step = optimizer.step
 
@@ -90,6 +94,21 @@ def run_sb3(row: str, seed: int, steps: int, threads: int) -> dict[str, Any]:
         env = make_vec_env(env_id, n_envs=1, seed=seed)
         model = SAC("MlpPolicy", env, learning_rate=1e-3, batch_size=256, train_freq=1, gradient_steps=1,
                     learning_starts=256, policy_kwargs={"net_arch": [256, 256]}, seed=seed, device="cpu")
+    elif row == "tqc":
+        from sb3_contrib import TQC
+
+        env = make_vec_env(env_id, n_envs=1, seed=seed)
+        model = TQC("MlpPolicy", env, learning_rate=1e-3, batch_size=256, train_freq=64, gradient_steps=64,
+                    learning_starts=100, top_quantiles_to_drop_per_net=2,
+                    policy_kwargs={"net_arch": [64, 64], "n_critics": 2, "n_quantiles": 25}, seed=seed, device="cpu")
+    elif row == "qrdqn":
+        from sb3_contrib import QRDQN
+
+        env = make_vec_env(env_id, n_envs=1, seed=seed)
+        model = QRDQN("MlpPolicy", env, learning_rate=2.3e-3, batch_size=64, buffer_size=100_000,
+                      learning_starts=1000, gamma=0.99, target_update_interval=10, train_freq=256, gradient_steps=128,
+                      exploration_fraction=0.16, exploration_final_eps=0.04,
+                      policy_kwargs={"net_arch": [256, 256], "n_quantiles": 10}, seed=seed, device="cpu")
     else:
         env = make_vec_env(env_id, n_envs=1, seed=seed)
         model = DQN("MlpPolicy", env, learning_rate=2.3e-3, batch_size=64, buffer_size=100_000,
@@ -293,7 +312,7 @@ def main() -> None:
             sb3_threads = args.threads if args.sb3_threads is None else args.sb3_threads
             theirs = measure("sb3", row, seed, steps, sb3_threads)
             results += [ours, theirs]
-            if not args.no_floor:
+            if not args.no_floor and ROWS[row].get("floor", True):
                 results.append(measure("floor", row, seed, steps, args.threads, grad_steps=ours["grad_steps"]))
 
     summary = {}
