@@ -61,17 +61,6 @@ def test_truncated_targets_pool_sort_and_drop_the_largest():
     assert truncated_targets(next_quantiles, 0).tolist() == [[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]]
 
 
-class OneBatch:
-    def __init__(self, batch):
-        self.batch = batch
-
-    def sample(self, *args):
-        return self.batch
-
-    def __len__(self):
-        return len(self.batch.rewards)
-
-
 def test_tqc_critic_loss_against_a_plain_computation():
     torch.manual_seed(0)
     recipe = NetworkRecipe(obs_dim=3, hidden_sizes=[16], activation="relu", ortho_init=False,
