@@ -72,6 +72,3 @@ class DeviceConstants:
         if device not in self._copies:
             self._copies[device] = tuple(a.to(device) for a in self.arrays)
         return self._copies[device]
-
-    def numpy(self) -> tuple[np.ndarray, ...]:
-        return tuple(a.numpy() for a in self.arrays)

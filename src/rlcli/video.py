@@ -143,9 +143,8 @@ def add_to_tensorboard(writer: Any, tag: str, frames: list[np.ndarray], step: in
     import imageio.v2 as imageio
     from tensorboard.compat.proto.summary_pb2 import Summary
 
-    small = frames
     buffer = io.BytesIO()
-    imageio.mimwrite(buffer, small, format="GIF", duration=1000.0 / fps, loop=0)
-    height, width = small[0].shape[:2]
+    imageio.mimwrite(buffer, frames, format="GIF", duration=1000.0 / fps, loop=0)
+    height, width = frames[0].shape[:2]
     image = Summary.Image(height=height, width=width, colorspace=3, encoded_image_string=buffer.getvalue())
     writer.file_writer.add_summary(Summary(value=[Summary.Value(tag=tag, image=image)]), step)
