@@ -10,11 +10,12 @@ from rlcli.algos.rnd import RNDPPO
 from rlcli.algos.sac import SAC
 from rlcli.algos.td3 import TD3
 from rlcli.algos.tqc import TQC
+from rlcli.algos.trpo import TRPO
 from rlcli.contracts import OffPolicyAlgorithm, OnPolicyAlgorithm
 
 
-def on_policy(ppo: PPO, a2c: A2C, pg: PolicyGradient, rnd: RNDPPO) -> list[OnPolicyAlgorithm]:
-    return [ppo, a2c, pg, rnd]
+def on_policy(ppo: PPO, a2c: A2C, pg: PolicyGradient, rnd: RNDPPO, trpo: TRPO) -> list[OnPolicyAlgorithm]:
+    return [ppo, a2c, pg, rnd, trpo]
 
 
 def off_policy(dqn: DQN, sac: SAC, td3: TD3, qrdqn: QRDQN, tqc: TQC) -> list[OffPolicyAlgorithm]:

@@ -77,7 +77,12 @@ class GaussianHead(nn.Module):
 
     def kl(self, p_mean: torch.Tensor, q_mean: torch.Tensor, p_head: GaussianHead) -> torch.Tensor:
         """KL(p || q) per state for diagonal Gaussians; p's log std comes from `p_head`, q's is this head's."""
-        p_log_std, q_log_std = p_head.log_std, self.log_std
-        var_ratio = torch.exp(2 * (p_log_std - q_log_std))
-        mean_term = ((p_mean - q_mean) * torch.exp(-q_log_std)).square()
-        return 0.5 * (var_ratio + mean_term - 1 - 2 * (p_log_std - q_log_std)).sum(-1)
+        return diag_gaussian_kl(p_mean, p_head.log_std, q_mean, self.log_std)
+
+
+def diag_gaussian_kl(p_mean: torch.Tensor, p_log_std: torch.Tensor, q_mean: torch.Tensor,
+                     q_log_std: torch.Tensor) -> torch.Tensor:
+    """KL(p || q) per state between diagonal Gaussians, summed over action dimensions."""
+    var_ratio = torch.exp(2 * (p_log_std - q_log_std))
+    mean_term = ((p_mean - q_mean) * torch.exp(-q_log_std)).square()
+    return 0.5 * (var_ratio + mean_term - 1 - 2 * (p_log_std - q_log_std)).sum(-1)

@@ -1,0 +1,233 @@
+"""Trust Region Policy Optimization, Schulman et al. 2015, as sb3-contrib implements it.
+
+One policy step per rollout: the natural-gradient direction F^-1 g is solved by conjugate gradient
+on Fisher-vector products (the Hessian of the mean KL, never formed), scaled to the KL radius
+`target_kl`, then shrunk by a backtracking line search until the surrogate improves and the KL
+stays inside the radius (else the policy does not move). The value function is fitted afterwards
+by regression (Adam minibatches), on its own parameters only, so it cannot move the policy.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+from rlcli.actors.heads import CategoricalHead, diag_gaussian_kl
+from rlcli.actors.mlp import ActorCritic
+from rlcli.addons import PolicyAddon
+from rlcli.algos.base import (
+    Decay,
+    adam,
+    clipped_env_actions,
+    explained_variance,
+    finish_with_gae,
+    masked_mean,
+    normalize_masked,
+    set_lr,
+)
+from rlcli.buffers.rollout import RolloutBatch, RolloutBuffer
+from rlcli.contracts import ActOutput, AlgoSpec, RecurrentState, RunClock
+from rlcli.registry import ALGOS, ConfigError, require
+from rlcli.schedules import to_zero
+
+MatVec = Callable[[torch.Tensor], torch.Tensor]
+
+
+def conjugate_gradient(matvec: MatVec, b: torch.Tensor, max_iter: int, residual_tol: float = 1e-10) -> torch.Tensor:
+    """An approximate solution x of A x = b for a symmetric positive definite A given as `matvec`.
+    Starts from x = 0 (sb3-contrib starts from small noise; zero keeps the run's RNG untouched)."""
+    x = torch.zeros_like(b)
+    residual = b.clone()
+    direction = b.clone()
+    residual_sq = residual @ residual
+    for _ in range(max_iter):
+        if residual_sq < residual_tol:
+            break
+        a_direction = matvec(direction)
+        alpha = residual_sq / (direction @ a_direction)
+        x += alpha * direction
+        residual -= alpha * a_direction
+        new_residual_sq = residual @ residual
+        direction = residual + (new_residual_sq / residual_sq) * direction
+        residual_sq = new_residual_sq
+    return x
+
+
+def flat_grad(output: torch.Tensor, params: Sequence[nn.Parameter], **kwargs: Any) -> torch.Tensor:
+    """d output / d params as one vector (zeros for parameters the output does not reach)."""
+    grads = torch.autograd.grad(output, params, allow_unused=True, **kwargs)
+    pairs = zip(grads, params, strict=True)
+    return torch.cat([(torch.zeros_like(p) if g is None else g).reshape(-1) for g, p in pairs])
+
+
+def assign_flat(params: Sequence[nn.Parameter], flat: torch.Tensor) -> None:
+    """Copy a flat vector into the parameters, in order."""
+    with torch.no_grad():
+        start = 0
+        for p in params:
+            p.copy_(flat[start:start + p.numel()].view_as(p))
+            start += p.numel()
+
+
+def fisher_vector_product(kl: torch.Tensor, params: Sequence[nn.Parameter], damping: float) -> MatVec:
+    """v -> (H + damping I) v, H the Hessian of the mean KL at the current parameters (the Fisher
+    matrix there): two backward passes per product, H itself is never formed."""
+    kl_gradient = flat_grad(kl, params, create_graph=True)
+
+    def product(v: torch.Tensor) -> torch.Tensor:
+        return flat_grad(kl_gradient @ v, params, retain_graph=True) + damping * v
+
+    return product
+
+
+@ALGOS.register("trpo", spec=AlgoSpec(on_policy=True, networks=("mlp", "cnn")))
+class TRPO:
+    def __init__(
+        self,
+        networks: ActorCritic,
+        num_envs: int,
+        policy_addons: Sequence[PolicyAddon] = (),
+        n_steps: int = 2048,
+        batch_size: int = 128,
+        lr: float = 1e-3,
+        lr_schedule: Decay = "constant",
+        gamma: float = 0.99,
+        gae_lambda: float = 0.95,
+        target_kl: float = 0.01,
+        cg_max_steps: int = 15,
+        cg_damping: float = 0.1,
+        line_search_shrinking_factor: float = 0.8,
+        line_search_max_iter: int = 10,
+        n_critic_updates: int = 10,
+        normalize_advantage: bool = True,
+        sub_sampling_factor: int = 1,
+    ) -> None:
+        if policy_addons:
+            raise ConfigError("algo=trpo does not take algo.policy_loss_addons: its policy step is a trust-region "
+                              "solve, not a loss; use algo=ppo or algo=a2c with add-ons")
+        rollout = n_steps * num_envs
+        require(n_steps > 0, "algo.n_steps", n_steps, "must be > 0")
+        require(0 < batch_size <= rollout, "algo.batch_size", batch_size,
+                f"must be in [1, n_steps * num_envs = {rollout}]")
+        require(lr > 0, "algo.lr", lr, "must be > 0")
+        require(0 <= gamma <= 1, "algo.gamma", gamma, "must be in [0, 1]")
+        require(0 <= gae_lambda <= 1, "algo.gae_lambda", gae_lambda, "must be in [0, 1]")
+        require(target_kl > 0, "algo.target_kl", target_kl, "must be > 0 (the trust region's KL radius)")
+        require(cg_max_steps > 0, "algo.cg_max_steps", cg_max_steps, "must be > 0")
+        require(cg_damping >= 0, "algo.cg_damping", cg_damping, "must be >= 0")
+        require(0 < line_search_shrinking_factor < 1, "algo.line_search_shrinking_factor",
+                line_search_shrinking_factor, "must be in (0, 1)")
+        require(line_search_max_iter > 0, "algo.line_search_max_iter", line_search_max_iter, "must be > 0")
+        require(n_critic_updates >= 0, "algo.n_critic_updates", n_critic_updates, "must be >= 0")
+        require(0 < sub_sampling_factor <= rollout, "algo.sub_sampling_factor", sub_sampling_factor,
+                f"must be in [1, n_steps * num_envs = {rollout}]")
+        self.networks = networks
+        self.n_steps, self.batch_size = n_steps, batch_size
+        self.gamma, self.gae_lambda = gamma, gae_lambda
+        self.target_kl, self.cg_max_steps, self.cg_damping = target_kl, cg_max_steps, cg_damping
+        self.shrink, self.line_search_max_iter = line_search_shrinking_factor, line_search_max_iter
+        self.n_critic_updates, self.normalize_advantage = n_critic_updates, normalize_advantage
+        self.sub_sampling_factor = sub_sampling_factor
+        self.lr_scale = 1.0  # lr_schedule=linear: a factor from 1 to 0, set by the trainer's schedules
+        linear = to_zero(lr_schedule)
+        self.default_schedules = {"lr_scale": linear} if linear else {}
+        groups = networks.param_groups()
+        # The trust region covers everything the policy reads (a shared body or encoder included);
+        # the value regression steps only the value function's own parameters, as in sb3-contrib.
+        self.policy_parameters = groups["shared"] + groups["pi"]
+        self.value_parameters = groups["v"]
+        self.value_optimizer = adam([{"params": self.value_parameters, "lr": lr, "base_lr": lr}], eps=1e-5)
+
+    @torch.inference_mode()
+    def act(self, obs: torch.Tensor, deterministic: bool = False, state: RecurrentState | None = None) -> ActOutput:
+        return self.networks.act(obs, deterministic, state)
+
+    def finish_rollout(self, buffer: RolloutBuffer, last_obs: torch.Tensor, state: RecurrentState | None) -> None:
+        finish_with_gae(self.networks.value, buffer, last_obs, state, self.gamma, self.gae_lambda)
+
+    def update(self, buffer: RolloutBuffer, clock: RunClock) -> dict[str, torch.Tensor]:
+        lr = set_lr(self.value_optimizer, self.lr_scale)
+        batch = buffer.flat()
+        step = self.sub_sampling_factor
+        metrics = self.policy_step(RolloutBatch(*(x[::step] for x in batch[:7])))
+        metrics["value_loss"] = self.fit_value(batch)
+        metrics["explained_variance"] = explained_variance(batch.values, batch.returns, batch.mask)
+        metrics["learning_rate"] = torch.tensor(lr)
+        if not self.networks.discrete:
+            metrics["std"] = self.networks.head.log_std.detach().exp().mean()
+        return metrics
+
+    # ---------------------------------------------------------------------------------- policy step
+    def _kl(self, old: tuple[torch.Tensor, torch.Tensor | None], new: torch.Tensor) -> torch.Tensor:
+        """KL(old || new) per state; `old` is the head's output (and log std) before the step."""
+        old_params, old_log_std = old
+        if old_log_std is None:
+            return CategoricalHead.kl(old_params, new)
+        return diag_gaussian_kl(old_params, old_log_std, new, self.networks.head.log_std)
+
+    def policy_step(self, batch: RolloutBatch) -> dict[str, torch.Tensor]:
+        """One natural-gradient step inside the KL radius, found by line search."""
+        networks, mask, params = self.networks, batch.mask, self.policy_parameters
+        advantages = batch.advantages
+        if self.normalize_advantage and advantages.numel() > 1:
+            advantages = normalize_masked(advantages, mask)
+        with torch.no_grad():
+            old = (networks.policy_params(batch.obs), None if networks.discrete else networks.head.log_std.clone())
+
+        def surrogate_and_kl() -> tuple[torch.Tensor, torch.Tensor]:
+            new = networks.policy_params(batch.obs)
+            ratio = torch.exp(networks.head.log_prob(new, batch.actions) - batch.log_probs)
+            return masked_mean(advantages * ratio, mask), masked_mean(self._kl(old, new), mask)
+
+        objective, kl = surrogate_and_kl()
+        gradient = flat_grad(objective, params, retain_graph=True)
+        fisher_vector = fisher_vector_product(kl, params, self.cg_damping)
+        direction = conjugate_gradient(fisher_vector, gradient.detach(), self.cg_max_steps)
+        curvature = float(direction @ fisher_vector(direction))
+        objective = objective.detach()
+        stats = {"policy_objective": objective, "kl": torch.tensor(0.0), "line_search_success": torch.tensor(0.0),
+                 "step_fraction": torch.tensor(0.0)}
+        if not (curvature > 0 and math.isfinite(curvature)):  # a zero gradient: nothing to step along
+            return stats
+        max_step = math.sqrt(2 * self.target_kl / curvature)
+        original = torch.cat([p.detach().reshape(-1) for p in params])
+        fraction = 1.0
+        with torch.no_grad():
+            for _ in range(self.line_search_max_iter):
+                assign_flat(params, original + fraction * max_step * direction)
+                new_objective, new_kl = surrogate_and_kl()
+                if new_kl < self.target_kl and new_objective > objective:
+                    return {"policy_objective": new_objective, "kl": new_kl,
+                            "line_search_success": torch.tensor(1.0), "step_fraction": torch.tensor(fraction)}
+                fraction *= self.shrink
+            assign_flat(params, original)  # no step kept both promises: the policy stays where it was
+        return stats
+
+    # ------------------------------------------------------------------------------------ value fit
+    def fit_value(self, batch: RolloutBatch) -> torch.Tensor:
+        """n_critic_updates epochs of shuffled minibatch regression of V onto the returns."""
+        size, device = batch.mask.shape[0], batch.mask.device
+        total, count = torch.zeros((), device=device), 0
+        for _ in range(self.n_critic_updates):
+            for idx in torch.randperm(size, device=device).split(self.batch_size):
+                mask = batch.mask[idx]
+                loss = masked_mean((self.networks.value(batch.obs[idx]) - batch.returns[idx]).square(), mask)
+                self.value_optimizer.zero_grad(set_to_none=True)
+                loss.backward(inputs=self.value_parameters)  # no gradients pile up on the policy's weights
+                self.value_optimizer.step()
+                total, count = total + loss.detach(), count + 1
+        return total / max(count, 1)
+
+    def env_actions(self, actions: torch.Tensor) -> torch.Tensor:
+        return clipped_env_actions(self.networks, actions)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"networks": self.networks.state_dict(), "value_optimizer": self.value_optimizer.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.networks.load_state_dict(state["networks"])
+        self.value_optimizer.load_state_dict(state["value_optimizer"])
