@@ -3,6 +3,7 @@ satisfies the Protocol of its kind, as contracts.py declares it."""
 
 from rlcli.algos.a2c import A2C
 from rlcli.algos.dqn import DQN
+from rlcli.algos.maskable_ppo import MaskablePPO
 from rlcli.algos.pg import PolicyGradient
 from rlcli.algos.ppo import PPO
 from rlcli.algos.qrdqn import QRDQN
@@ -11,11 +12,16 @@ from rlcli.algos.sac import SAC
 from rlcli.algos.td3 import TD3
 from rlcli.algos.tqc import TQC
 from rlcli.algos.trpo import TRPO
-from rlcli.contracts import OffPolicyAlgorithm, OnPolicyAlgorithm
+from rlcli.contracts import MaskedPolicy, OffPolicyAlgorithm, OnPolicyAlgorithm
 
 
-def on_policy(ppo: PPO, a2c: A2C, pg: PolicyGradient, rnd: RNDPPO, trpo: TRPO) -> list[OnPolicyAlgorithm]:
-    return [ppo, a2c, pg, rnd, trpo]
+def on_policy(ppo: PPO, a2c: A2C, pg: PolicyGradient, rnd: RNDPPO, trpo: TRPO,
+              maskable: MaskablePPO) -> list[OnPolicyAlgorithm]:
+    return [ppo, a2c, pg, rnd, trpo, maskable]
+
+
+def masked(maskable: MaskablePPO) -> list[MaskedPolicy]:
+    return [maskable]
 
 
 def off_policy(dqn: DQN, sac: SAC, td3: TD3, qrdqn: QRDQN, tqc: TQC) -> list[OffPolicyAlgorithm]:

@@ -115,7 +115,7 @@ def algo_section(cfg: DictConfig) -> dict[str, Any]:
 NETWORK_CONTEXT = ("observation_space", "action_space", "normalize_obs", "clip_obs", "heads", "value_outputs")
 ALGO_CONTEXT = ("networks", "recipe", "num_envs", "action_space", "policy_addons")
 BUFFER_CONTEXT = ("n_steps", "num_envs", "obs_shape", "action_shape", "discrete", "device", "gamma", "goal",
-                  "value_size", "obs_dtype", "carry_size", "normalizer")
+                  "value_size", "obs_dtype", "carry_size", "normalizer", "mask_size")
 
 
 def check_config(cfg: DictConfig) -> None:
@@ -199,11 +199,13 @@ def build(cfg: DictConfig) -> Components:
     algo_cfg = algo_section(cfg)
     spec: AlgoSpec = ALGOS.spec(algo_cfg["name"])
     env_factory: GymEnvFactory = ENVS.build(section(cfg, "env"))
-    envs = env_factory.make(settings.num_envs, settings.vector_mode, gamma=float(algo_cfg.get("gamma", 0.99)))
-    test_envs = env_factory.make(settings.test_episodes, settings.vector_mode, eval=True)
+    masks = spec.action_masks
+    envs = env_factory.make(settings.num_envs, settings.vector_mode, gamma=float(algo_cfg.get("gamma", 0.99)),
+                            masks=masks)
+    test_envs = env_factory.make(settings.test_episodes, settings.vector_mode, eval=True, masks=masks)
     video_envs = None
     try:
-        video_envs = make_video_envs(cfg, env_factory, settings.vector_mode)
+        video_envs = make_video_envs(cfg, env_factory, settings.vector_mode, masks)
         obs_space, act_space = envs.single_observation_space, envs.single_action_space
         agent = build_agent(cfg, env_factory, obs_space, act_space, device, settings.num_envs)
         algo, addons, carry_size, obs_dtype = agent.algo, agent.addons, agent.carry_size, agent.obs_dtype
@@ -217,6 +219,7 @@ def build(cfg: DictConfig) -> Components:
             **({"carry_size": carry_size} if carry_size else {}),
             **({"value_size": spec.value_outputs} if spec.value_outputs > 1 else {}),
             **({"obs_dtype": obs_dtype} if obs_dtype != torch.float32 else {}),
+            **({"mask_size": int(act_space.n)} if isinstance(act_space, Discrete) and masks else {}),
             # replay holds raw observations and normalizes each batch with the statistics of the moment
             **({} if spec.on_policy else {"normalizer": algo.networks.normalizer}),
         )
@@ -235,13 +238,14 @@ def build(cfg: DictConfig) -> Components:
         raise
     clock = PhaseClock()
     collector = Collector(envs, algo.networks.normalizer, device, seed=cfg.seed, on_policy=spec.on_policy,
-                          carry_size=carry_size, clock=clock, obs_dtype=obs_dtype)
+                          carry_size=carry_size, clock=clock, obs_dtype=obs_dtype, masks=masks)
     stop_reward = env_factory.reward_threshold if isinstance(settings.stop_reward, str) else settings.stop_reward
     return Components(cfg, settings, device, spec, envs, test_envs, algo, buffer, collector, schedules, addons,
                       obs_dtype, carry_size, stop_reward, video_envs, clock)
 
 
-def make_video_envs(cfg: DictConfig, env_factory: GymEnvFactory, vector_mode: VectorMode) -> VectorEnv | None:
+def make_video_envs(cfg: DictConfig, env_factory: GymEnvFactory, vector_mode: VectorMode,
+                    masks: bool = False) -> VectorEnv | None:
     """The env that log.video_every records in: checked (encoder installed, env renders) before training starts."""
     from rlcli import video
 
@@ -250,4 +254,4 @@ def make_video_envs(cfg: DictConfig, env_factory: GymEnvFactory, vector_mode: Ve
     if not every:
         return None
     video.require_encoder(fmt, "log.video_format")
-    return env_factory.make(1, vector_mode, eval=True, render=True)
+    return env_factory.make(1, vector_mode, eval=True, render=True, masks=masks)

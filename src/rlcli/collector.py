@@ -19,6 +19,7 @@ from gymnasium.vector import VectorEnv
 from rlcli.actors.normalizer import RunningNorm
 from rlcli.contracts import Algorithm, RecurrentState
 from rlcli.envs import finished_episodes
+from rlcli.envs.masks import masks_from_infos
 from rlcli.timing import PhaseClock
 
 
@@ -49,16 +50,18 @@ class Collector:
 
     def __init__(self, envs: VectorEnv, normalizer: RunningNorm, device: torch.device, seed: int,
                  on_policy: bool, carry_size: int = 0, clock: PhaseClock | None = None,
-                 obs_dtype: torch.dtype = torch.float32) -> None:
+                 obs_dtype: torch.dtype = torch.float32, masks: bool = False) -> None:
         self.envs, self.normalizer, self.device = envs, normalizer, device
         self.on_policy, self.carry_size = on_policy, carry_size  # carry_size > 0: a recurrent network
+        self.masks = masks  # the algorithm acts on valid-action masks (AlgoSpec.action_masks)
         self.obs_dtype = obs_dtype  # uint8 for pixels: they stay uint8 until the network scales them
         self.clock = clock or PhaseClock()
         self.reset(seed)
 
     def reset(self, seed: int) -> None:
-        obs, _ = self.envs.reset(seed=seed)
+        obs, infos = self.envs.reset(seed=seed)
         self.obs = torch.as_tensor(obs, dtype=self.obs_dtype, device=self.device)
+        self.action_mask = self._masks(infos)  # the valid actions at the current observations
         self.prev_done = np.zeros(self.envs.num_envs, dtype=bool)  # next step of these envs is a reset step
         # Recurrent networks: the carry between steps, and which envs begin an episode at the next step.
         self.carry: torch.Tensor | None = None
@@ -66,7 +69,8 @@ class Collector:
 
     def state_dict(self) -> dict[str, object]:
         return {"obs": self.obs.cpu(), "prev_done": self.prev_done.copy(), "episode_start": self.episode_start.copy(),
-                "carry": None if self.carry is None else self.carry.clone().cpu()}
+                "carry": None if self.carry is None else self.carry.clone().cpu(),
+                "action_mask": None if self.action_mask is None else self.action_mask.cpu()}
 
     def load_state_dict(self, state: dict[str, object]) -> None:
         self.obs = torch.as_tensor(state["obs"], device=self.device)
@@ -74,6 +78,14 @@ class Collector:
         self.episode_start = np.asarray(state["episode_start"]).copy()
         carry = state["carry"]
         self.carry = None if carry is None else torch.as_tensor(carry, device=self.device).clone()
+        mask = state.get("action_mask")
+        self.action_mask = None if mask is None else torch.as_tensor(mask, device=self.device).clone()
+
+    def _masks(self, infos: dict[str, Any]) -> torch.Tensor | None:
+        if not self.masks:
+            return None
+        n_actions = int(self.envs.single_action_space.n)  # type: ignore[attr-defined]
+        return torch.as_tensor(masks_from_infos(infos, self.envs.num_envs, n_actions), device=self.device)
 
     def _recurrent_state(self) -> RecurrentState | None:
         if not self.carry_size:
@@ -101,7 +113,8 @@ class Collector:
             state = self._recurrent_state()
             out = None
             if state is not None or not random_actions:  # random warm-up actions skip the policy's sampling
-                out = algo.act(obs, state=state)
+                mask = self.action_mask
+                out = algo.act(obs, state=state) if mask is None else algo.act_masked(obs, mask)  # type: ignore[attr-defined]
                 self.carry = out.carry
             actions = out.actions if out is not None and not random_actions else None
             if actions is None:  # torch's generator draws them, so a resume stays exact
@@ -114,14 +127,16 @@ class Collector:
             recurrent = () if state is None else tuple(state)  # (carry, starts) this step began with
             if self.on_policy:
                 assert out is not None
+                masks = {} if self.action_mask is None else {"action_mask": self.action_mask}
                 buffer.add(obs, out.actions, out.log_probs, out.values, to_tensor(rewards), to_tensor(terminated),
-                           to_tensor(done), to_tensor(~self.prev_done), *recurrent[::-1])
+                           to_tensor(done), to_tensor(~self.prev_done), *recurrent[::-1], **masks)
             else:
                 buffer.add(self.obs, actions, rewards, next_obs, terminated, done, ~self.prev_done, *recurrent[::-1])
             returns, lengths = finished_episodes(infos)
             stats.episode_returns.extend(returns.tolist())
             stats.episode_lengths.extend(lengths.tolist())
             self.obs = torch.as_tensor(next_obs, dtype=self.obs_dtype, device=self.device)
+            self.action_mask = self._masks(infos)
             self.episode_start = self.prev_done.copy()  # after a reset step comes a new episode's first step
             self.prev_done = done
             t3 = clock()
@@ -145,14 +160,16 @@ FrameSink = Callable[[int, np.ndarray], None]
 
 def evaluate(envs: VectorEnv, algo: Algorithm, normalizer: RunningNorm, device: torch.device, seed: int,
              obs_dtype: torch.dtype = torch.float32, carry_size: int = 0, deterministic: bool = True,
-             frames: FrameSink | None = None) -> TestStats:
+             frames: FrameSink | None = None, masks: bool = False) -> TestStats:
     """One episode in each test env with the (by default deterministic) policy and frozen normalization.
     Env i is reset with seed `seed + i`. `frames(i, frame)` receives each env's rendered frames, from the
-    first observation to the last (the envs must render rgb_array)."""
+    first observation to the last (the envs must render rgb_array). `masks`: the algorithm acts among the
+    valid actions that the envs' infos give (AlgoSpec.action_masks)."""
     n = envs.num_envs
     returns, lengths = np.zeros(n), np.zeros(n, dtype=np.int64)
     finished = np.zeros(n, dtype=bool)
-    obs, _ = envs.reset(seed=seed)
+    n_actions = int(envs.single_action_space.n) if masks else 0  # type: ignore[attr-defined]
+    obs, infos = envs.reset(seed=seed)
     if frames is not None:
         _pass_frames(envs, finished, frames)
     # one episode per env: a fresh carry at the first step, never reset after it
@@ -161,7 +178,11 @@ def evaluate(envs: VectorEnv, algo: Algorithm, normalizer: RunningNorm, device: 
     while not finished.all():
         with torch.inference_mode():
             x = normalizer(torch.as_tensor(obs, dtype=obs_dtype, device=device))
-            out = algo.act(x, deterministic=deterministic, state=state)
+            if masks:
+                mask = torch.as_tensor(masks_from_infos(infos, n, n_actions), device=device)
+                out = algo.act_masked(x, mask, deterministic=deterministic)  # type: ignore[attr-defined]
+            else:
+                out = algo.act(x, deterministic=deterministic, state=state)
         if state is not None:
             assert out.carry is not None
             state = RecurrentState(out.carry, torch.zeros(n, device=device))

@@ -31,6 +31,9 @@ class AlgoSpec:
     value_outputs: int = 1  # value heads of the on-policy network (rnd_ppo: extrinsic + intrinsic)
     # raises a one-line ConfigError when the env's observations do not fit (rnd_ppo: flat Box only)
     check_observations: Callable[[gym.spaces.Space[Any], str], None] | None = None
+    # acts on and learns from the env's valid-action masks (envs/masks.py): the collector and the test
+    # phase read them from the env and call `act_masked` (MaskedPolicy) instead of `act`
+    action_masks: bool = False
 
 
 @dataclass(frozen=True)
@@ -133,6 +136,14 @@ class OnPolicyAlgorithm(Algorithm, Protocol):
 
     def finish_rollout(self, buffer: Any, last_obs: torch.Tensor, state: RecurrentState | None) -> None:
         """After a full rollout: compute what `update` learns from (returns and advantages)."""
+        ...
+
+
+class MaskedPolicy(Protocol):
+    """An algorithm whose spec says `action_masks`: it acts only among the valid actions."""
+
+    def act_masked(self, obs: torch.Tensor, action_mask: torch.Tensor, deterministic: bool = False) -> ActOutput:
+        """Like `act`; `action_mask` [B, n_actions] bool, True where an action is valid."""
         ...
 
 

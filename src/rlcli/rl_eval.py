@@ -164,7 +164,7 @@ def load_agent(path: Path, options: dict[str, Any], env_overrides: list[str]) ->
 
     from rlcli import checkpoint
     from rlcli.build import build_agent, section
-    from rlcli.registry import ENVS, ConfigError
+    from rlcli.registry import ALGOS, ENVS, ConfigError
     from rlcli.runtime import configure_torch, resolve_device, seed_everything
     from rlcli.weights import network_weights
 
@@ -180,7 +180,8 @@ def load_agent(path: Path, options: dict[str, Any], env_overrides: list[str]) ->
     configure_torch(int(cfg.get("torch_threads", 1)), deterministic=False)
     seed_everything(options["seed"])
     env_factory = ENVS.build(section(cfg, "env"))
-    probe = env_factory.make(1, "sync", eval=True)  # the spaces, as training's envs had them
+    masks = ALGOS.spec(str(cfg.algo.name)).action_masks
+    probe = env_factory.make(1, "sync", eval=True, masks=masks)  # the spaces, as training's envs had them
     try:
         # the algorithm as training built it (its settings are checked against training's number of envs)
         agent = build_agent(cfg, env_factory, probe.single_observation_space, probe.single_action_space, device,
@@ -206,7 +207,8 @@ def evaluate_checkpoint(loaded: Loaded, options: dict[str, Any], name: str) -> t
     agent, episodes = loaded.agent, options["episodes"]
     num_envs = min(options["num_envs"] or min(episodes, 16), episodes)
     mode = loaded.cfg.train.get("vector_mode", "auto")
-    envs = loaded.env_factory.make(num_envs, mode, eval=True, render=options["video"])
+    masks = agent.spec.action_masks
+    envs = loaded.env_factory.make(num_envs, mode, eval=True, render=options["video"], masks=masks)
     sink = None
     if options["video"]:
         sink = video.VideoSink(loaded.path.parent.parent / "videos", name, options["video_format"],
@@ -220,7 +222,7 @@ def evaluate_checkpoint(loaded: Loaded, options: dict[str, Any], name: str) -> t
             stats = evaluate(envs, agent.algo, agent.algo.networks.normalizer, loaded.device,
                              seed=options["seed"] + round_ * num_envs, obs_dtype=agent.obs_dtype,
                              carry_size=agent.carry_size, deterministic=options["deterministic"],
-                             frames=sink if round_ == 0 else None)
+                             frames=sink if round_ == 0 else None, masks=masks)
             if sink is not None and round_ == 0:
                 recordings = sink.finish(stats.returns, stats.lengths)
             returns += stats.returns.tolist()
@@ -241,8 +243,12 @@ def export_policy(loaded: Loaded, fmt: str, name: str, seed: int) -> tuple[Path,
     from omegaconf import OmegaConf
 
     from rlcli import export
+    from rlcli.registry import ConfigError
 
     agent = loaded.agent
+    if agent.spec.action_masks:
+        raise ConfigError(f"export: algo={loaded.cfg.algo.name} acts on the env's action masks, which an exported "
+                          "policy (observation in, action out) has no input for yet; evaluate it with rl-eval instead")
     policy = export.StandalonePolicy(agent.algo, agent.obs_dtype, agent.carry_size).cpu()  # exports run on the CPU
     ours = export.numpy_policy(policy)
     dtype = export.input_dtype(policy)

@@ -193,7 +193,7 @@ class Trainer:
         c, state = self.c, self.state
         result = evaluate(c.test_envs, c.algo, c.algo.networks.normalizer, c.device,
                           seed=int(c.cfg.seed) + 100_003 * (state.tests + 1), obs_dtype=c.obs_dtype,
-                          carry_size=c.carry_size)
+                          carry_size=c.carry_size, masks=c.spec.action_masks)
         state.tests += 1
         state.last_test_return = result.mean_return
         best = state.best_test_return
@@ -220,7 +220,7 @@ class Trainer:
         try:
             result = evaluate(c.video_envs, c.algo, c.algo.networks.normalizer, c.device,
                               seed=int(c.cfg.seed) + 7_919 * (steps // max(1, int(c.cfg.log.video_every))),
-                              obs_dtype=c.obs_dtype, carry_size=c.carry_size, frames=sink)
+                              obs_dtype=c.obs_dtype, carry_size=c.carry_size, frames=sink, masks=c.spec.action_masks)
         finally:
             sink.close()
         (recording,) = sink.finish(result.returns, result.lengths)

@@ -47,6 +47,14 @@ class CategoricalHead(nn.Module):
         return (p_log_probs.exp() * (p_log_probs - q_log_probs)).sum(-1)
 
 
+MASKED_LOGIT = -1e8  # a finite "minus infinity": masked actions get probability 0 and entropy terms stay 0, not NaN
+
+
+def masked_log_probs(log_probs: torch.Tensor, action_mask: torch.Tensor) -> torch.Tensor:
+    """Categorical log-probabilities renormalized over the valid actions (`action_mask` True)."""
+    return torch.log_softmax(log_probs.masked_fill(~action_mask, MASKED_LOGIT), dim=-1)
+
+
 class GaussianHead(nn.Module):
     """Box actions: a diagonal Gaussian with a state-independent learned log std.
 

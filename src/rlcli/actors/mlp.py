@@ -10,7 +10,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from rlcli.actors.heads import CategoricalHead, GaussianHead
+from rlcli.actors.heads import CategoricalHead, GaussianHead, masked_log_probs
 from rlcli.actors.layers import Activation, mlp, orthogonal_init
 from rlcli.actors.normalizer import RunningNorm
 from rlcli.actors.offpolicy import NetworkRecipe
@@ -88,9 +88,11 @@ class ActorCritic(nn.Module):
         pi = self.pi_body(x)
         return pi, (pi if self.v_body is self.pi_body else self.v_body(x))
 
-    def act(self, obs: torch.Tensor, deterministic: bool = False, state: RecurrentState | None = None) -> ActOutput:
+    def act(self, obs: torch.Tensor, deterministic: bool = False, state: RecurrentState | None = None,
+            action_mask: torch.Tensor | None = None) -> ActOutput:
+        """`action_mask` (Discrete actions): sample only among the valid actions."""
         pi, v = self._features(obs)
-        params = self.head(pi)
+        params = self._policy(pi, action_mask)
         actions = self.head.sample(params, deterministic)
         return ActOutput(actions, self.head.log_prob(params, actions), self._values(v))
 
@@ -107,9 +109,14 @@ class ActorCritic(nn.Module):
         _, v = self._features(obs)
         return self._values(v)
 
-    def evaluate(self, obs: torch.Tensor, actions: torch.Tensor) -> EvalOutput:
-        pi, v = self._features(obs)
+    def _policy(self, pi: torch.Tensor, action_mask: torch.Tensor | None) -> torch.Tensor:
         params = self.head(pi)
+        return params if action_mask is None else masked_log_probs(params, action_mask)
+
+    def evaluate(self, obs: torch.Tensor, actions: torch.Tensor, action_mask: torch.Tensor | None = None) -> EvalOutput:
+        """Log-probs, entropies and values; with `action_mask`, of the policy restricted to the valid actions."""
+        pi, v = self._features(obs)
+        params = self._policy(pi, action_mask)
         return EvalOutput(
             self.head.log_prob(params, actions), self.head.entropy(params), self._values(v)
         )

@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from rlcli.actors.mlp import ActorCritic
+from rlcli.buffers.rollout import RolloutBatch
 from rlcli.contracts import RecurrentState
 from rlcli.registry import require
 
@@ -40,9 +41,11 @@ def frozen(module: nn.Module) -> Iterator[None]:
             p.requires_grad_(True)
 
 
-def evaluate_batch(actor: Any, batch: Any) -> Any:
+def evaluate_batch(actor: Any, batch: RolloutBatch) -> Any:
     """log-probs, entropies and values of a rollout batch: flat for MLPs, unrolled for recurrent actors."""
     if batch.starts is None:
+        if batch.action_masks is not None:  # maskable_ppo: the policy over the valid actions
+            return actor.evaluate(batch.obs, batch.actions, batch.action_masks)
         return actor.evaluate(batch.obs, batch.actions)
     steps, envs = batch.starts.shape
     return actor.evaluate_sequence(batch.obs.reshape(steps, envs, *batch.obs.shape[1:]),

@@ -135,8 +135,9 @@ class PPO:
             for envs in torch.randperm(buffer.num_envs, device=device).split(self.batch_size // buffer.n_steps):
                 yield buffer.env_batch(envs)
             return
+        masks = batch.action_masks
         for idx in torch.randperm(size, device=device).split(self.batch_size):
-            yield RolloutBatch(*(x[idx] for x in batch[:7]))
+            yield RolloutBatch(*(x[idx] for x in batch[:7]), action_masks=None if masks is None else masks[idx])
 
     def _minibatch_step(self, batch: RolloutBatch, clip: float | None) -> dict[str, torch.Tensor]:
         mask = batch.mask

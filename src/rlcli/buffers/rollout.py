@@ -56,6 +56,7 @@ class RolloutBatch(NamedTuple):
     # The other fields are then time-major flat [T * B] over those B envs.
     starts: torch.Tensor | None = None
     carry0: torch.Tensor | None = None
+    action_masks: torch.Tensor | None = None  # algorithms with AlgoSpec.action_masks: [.., n_actions] bool
 
 
 @BUFFERS.register("rollout", spec=BufferSpec(on_policy=True))
@@ -73,6 +74,7 @@ class RolloutBuffer:
         carry_size: int = 0,
         value_size: int = 1,
         obs_dtype: torch.dtype = torch.float32,
+        mask_size: int = 0,
         **_unused_context: object,
     ) -> None:
         self.n_steps, self.num_envs, self.device = n_steps, num_envs, device
@@ -95,6 +97,8 @@ class RolloutBuffer:
         self.returns = zeros()
         self.starts = zeros() if carry_size else None  # recurrent actors: episode starts and carries
         self.carries = zeros(carry_size) if carry_size else None
+        # the valid actions at each step, for algorithms that act on masks (mask_size = number of actions)
+        self.action_masks = zeros(mask_size, dtype=torch.bool) if mask_size else None
         self.pos = 0
 
     def add(
@@ -109,8 +113,11 @@ class RolloutBuffer:
         valid: torch.Tensor,
         starts: torch.Tensor | None = None,
         carry: torch.Tensor | None = None,
+        action_mask: torch.Tensor | None = None,
     ) -> None:
         t = self.pos
+        if self.action_masks is not None:
+            self.action_masks[t] = action_mask
         if self.carries is not None:
             self.starts[t] = starts
             self.carries[t] = carry
@@ -143,6 +150,7 @@ class RolloutBuffer:
             f(self.obs), f(self.actions), f(self.log_probs), f(self.values),
             f(self.advantages), f(self.returns), f(self.valid),
             self.starts, None if self.carries is None else self.carries[0],
+            None if self.action_masks is None else f(self.action_masks),
         )
 
     def env_batch(self, envs: torch.Tensor) -> RolloutBatch:
@@ -154,6 +162,7 @@ class RolloutBuffer:
         return RolloutBatch(
             f(self.obs), f(self.actions), f(self.log_probs), f(self.values),
             f(self.advantages), f(self.returns), f(self.valid), self.starts[:, envs], self.carries[0, envs],
+            None if self.action_masks is None else f(self.action_masks),
         )
 
     def reset(self) -> None:
@@ -162,6 +171,7 @@ class RolloutBuffer:
     def state_dict(self) -> dict[str, object]:
         names = ("obs", "actions", "log_probs", "values", "rewards", "terminated", "dones", "valid")
         names += ("starts", "carries") if self.carries is not None else ()
+        names += ("action_masks",) if self.action_masks is not None else ()
         return {"pos": self.pos} | {n: getattr(self, n).clone() for n in names}
 
     def load_state_dict(self, state: dict[str, object]) -> None:

@@ -17,7 +17,8 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv
 
-from rlcli.envs import bit_flipping, memory_cue, pixel_goal  # noqa: F401  (register the shipped envs)
+from rlcli.envs import bit_flipping, memory_cue, pixel_goal, valid_moves  # noqa: F401  (register the shipped envs)
+from rlcli.envs.masks import ActionMaskInInfo
 from rlcli.registry import ENVS, ConfigError, did_you_mean, require
 
 VectorMode = Literal["auto", "sync", "async", "numpy"]
@@ -113,10 +114,13 @@ class GymEnvFactory:
             envs, lambda obs: obs[..., keep], observation_space=_select_box(envs.observation_space, keep),
             single_observation_space=_select_box(space, keep))
 
-    def _env_wrappers(self) -> list[Callable[[gym.Env], gym.Env]]:
-        """Per-env wrappers: Atari preprocessing (no-op starts, 4-frame skip with max-pooling, 84 x 84
-        grayscale; episodes end with the game, not with a lost life) and frame stacking."""
+    def _env_wrappers(self, masks: bool = False) -> list[Callable[[gym.Env], gym.Env]]:
+        """Per-env wrappers: valid-action masks into info (for algorithms that read them), Atari
+        preprocessing (no-op starts, 4-frame skip with max-pooling, 84 x 84 grayscale; episodes end with
+        the game, not with a lost life) and frame stacking."""
         wrappers: list[Callable[[gym.Env], gym.Env]] = []
+        if masks:
+            wrappers.append(lambda env: ActionMaskInInfo(env, self.spec.id))
         if self.atari:
             wrappers.append(lambda env: gym.wrappers.AtariPreprocessing(env, noop_max=30, frame_skip=4,
                                                                           screen_size=84, grayscale_obs=True))
@@ -131,18 +135,19 @@ class GymEnvFactory:
 
     def make(
         self, num_envs: int, mode: VectorMode = "auto", *, gamma: float = 0.99, eval: bool = False,
-        render: bool = False,
+        render: bool = False, masks: bool = False,
     ) -> VectorEnv:
         """A vector env with episode statistics; training envs also get reward scaling / clipping.
-        `render`: sub-envs that render rgb_array frames (for videos; one process)."""
+        `render`: sub-envs that render rgb_array frames (for videos; one process). `masks`: every info
+        carries the valid-action mask (envs/masks.py)."""
         try:
             if render:
-                return self._make_rendering(num_envs, mode)
-            return self._make(num_envs, mode, gamma=gamma, eval=eval)
+                return self._make_rendering(num_envs, mode, masks)
+            return self._make(num_envs, mode, gamma=gamma, eval=eval, masks=masks)
         except (gym.error.DependencyNotInstalled, ModuleNotFoundError) as error:
             raise ConfigError(missing_dependency(self.spec, error)) from None
 
-    def _make_rendering(self, num_envs: int, mode: VectorMode) -> VectorEnv:
+    def _make_rendering(self, num_envs: int, mode: VectorMode, masks: bool) -> VectorEnv:
         """Test envs that also render rgb_array frames: the same vector mode as `mode` when its env can
         render (so episode i is the same episode as in a test phase), else one process of sync envs."""
         entry = self.spec.entry_point
@@ -159,18 +164,19 @@ class GymEnvFactory:
         os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # pygame draws off-screen: no display, no warning
         self.kwargs["render_mode"] = "rgb_array"
         try:
-            return self._make(num_envs, mode, gamma=0.99, eval=True)
+            return self._make(num_envs, mode, gamma=0.99, eval=True, masks=masks)
         finally:
             del self.kwargs["render_mode"]
 
-    def _make(self, num_envs: int, mode: VectorMode, *, gamma: float, eval: bool) -> VectorEnv:
+    def _make(self, num_envs: int, mode: VectorMode, *, gamma: float, eval: bool, masks: bool = False) -> VectorEnv:
+        wrappers = self._env_wrappers(masks)
         if mode == "auto":
-            mode = "numpy" if self.spec.vector_entry_point is not None and not self._env_wrappers() else "sync"
+            mode = "numpy" if self.spec.vector_entry_point is not None and not wrappers else "sync"
         if mode == "numpy":
-            if self.spec.vector_entry_point is None or self._env_wrappers():
+            if self.spec.vector_entry_point is None or wrappers:
                 raise ConfigError(
                     f"train.vector_mode=numpy: {self.spec.id} has no numpy-vectorized version (or per-env wrappers "
-                    "such as env.atari / env.frame_stack are on); choose from: auto, sync, async"
+                    "such as env.atari / env.frame_stack / action masks are on); choose from: auto, sync, async"
                 )
             envs = gym.make_vec(self.spec.id, num_envs, vectorization_mode="vector_entry_point", **self.kwargs)
         else:
@@ -179,7 +185,7 @@ class GymEnvFactory:
                 num_envs,
                 vectorization_mode=mode,
                 vector_kwargs={"autoreset_mode": AutoresetMode.NEXT_STEP},
-                wrappers=self._env_wrappers(),
+                wrappers=wrappers,
                 **self.kwargs,
             )
         if envs.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP) != AutoresetMode.NEXT_STEP:
