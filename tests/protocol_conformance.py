@@ -2,6 +2,7 @@
 satisfies the Protocol of its kind, as contracts.py declares it."""
 
 from rlcli.algos.a2c import A2C
+from rlcli.algos.crossq import CrossQ
 from rlcli.algos.dqn import DQN
 from rlcli.algos.maskable_ppo import MaskablePPO
 from rlcli.algos.pg import PolicyGradient
@@ -24,5 +25,5 @@ def masked(maskable: MaskablePPO) -> list[MaskedPolicy]:
     return [maskable]
 
 
-def off_policy(dqn: DQN, sac: SAC, td3: TD3, qrdqn: QRDQN, tqc: TQC) -> list[OffPolicyAlgorithm]:
-    return [dqn, sac, td3, qrdqn, tqc]
+def off_policy(dqn: DQN, sac: SAC, td3: TD3, qrdqn: QRDQN, tqc: TQC, crossq: CrossQ) -> list[OffPolicyAlgorithm]:
+    return [dqn, sac, td3, qrdqn, tqc, crossq]

@@ -1,0 +1,200 @@
+"""CrossQ (Bhatt et al., ICLR 2024), as sb3-contrib implements it: SAC without target networks.
+
+The critics carry Batch Renormalization layers and are evaluated once on the joint batch
+[(s, a); (s', a')], so that the current and next state-actions are normalized with the same
+statistics; the next-state half, detached, is the bootstrap target. The policy and the temperature
+are updated every `policy_delay` critic updates. Modes: the networks stay in eval mode (running
+statistics, nothing updated) while acting, testing and computing next actions; only the critics'
+joint pass and the policy's own forward pass in its update run in training mode.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch import nn
+
+from rlcli.actors.batch_renorm import renorm_mlp
+from rlcli.actors.offpolicy import NetworkRecipe, squashed_gaussian
+from rlcli.algos.base import adam, frozen, gradient_step
+from rlcli.algos.offpolicy import BoxScaler, check_offpolicy, resolve_gradient_steps
+from rlcli.buffers.replay import ReplayBuffer
+from rlcli.contracts import ActOutput, AlgoSpec, RecurrentState, RunClock
+from rlcli.registry import ALGOS, require
+from rlcli.schedules import Schedule
+
+
+@contextlib.contextmanager
+def training_mode(module: nn.Module) -> Iterator[None]:
+    """Batch statistics (and running-statistic updates) inside, eval mode again after."""
+    module.train()
+    try:
+        yield
+    finally:
+        module.eval()
+
+
+class CrossQNetworks(nn.Module):
+    def __init__(self, recipe: NetworkRecipe, action_dim: int, num_critics: int, critic_hidden_sizes: list[int],
+                 log_alpha: float, renorm: dict[str, Any]) -> None:
+        super().__init__()
+        self.normalizer = recipe.normalizer
+        self.policy = renorm_mlp(recipe.obs_dim, recipe.hidden_sizes, 2 * action_dim, recipe.activation, **renorm)
+        self.critics = nn.ModuleList(
+            renorm_mlp(recipe.obs_dim + action_dim, critic_hidden_sizes, 1, recipe.activation, **renorm)
+            for _ in range(num_critics))
+        self.log_alpha = nn.Parameter(torch.tensor(float(log_alpha)))
+        self.eval()
+
+    def q_values(self, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        """[N, B] every critic's Q(s, a)."""
+        x = torch.cat([obs, actions], -1)
+        return torch.stack([critic(x).squeeze(-1) for critic in self.critics])
+
+
+@ALGOS.register("crossq", spec=AlgoSpec(on_policy=False, action_spaces=("Box",), networks=("mlp",)))
+class CrossQ:
+    def __init__(
+        self,
+        recipe: NetworkRecipe,
+        action_space: gym.spaces.Space,
+        num_envs: int,
+        lr: float = 1e-3,
+        batch_size: int = 256,
+        learning_starts: int = 100,
+        train_freq: int = 1,
+        gradient_steps: int = 1,
+        gamma: float = 0.99,
+        policy_delay: int = 3,
+        num_critics: int = 2,
+        critic_hidden_sizes: list[int] = (1024, 1024),  # type: ignore[assignment]
+        ent_coef: float | str = "auto",
+        ent_coef_init: float = 1.0,
+        target_entropy: float | str = "auto",
+        batch_norm_momentum: float = 0.01,
+        batch_norm_eps: float = 0.001,
+        renorm_warmup_steps: int = 100_000,
+        adam_beta1: float = 0.5,
+        reward_scale: float = 1.0,
+        max_grad_norm: float | None = None,
+    ) -> None:
+        check_offpolicy(lr, batch_size, learning_starts, train_freq, gradient_steps, gamma, 1.0, reward_scale)
+        require(batch_size >= 2, "algo.batch_size", batch_size, "must be >= 2 (batch statistics need two samples)")
+        require(policy_delay >= 1, "algo.policy_delay", policy_delay, "must be >= 1")
+        require(num_critics >= 1, "algo.num_critics", num_critics, "must be >= 1")
+        require(all(h > 0 for h in critic_hidden_sizes), "algo.critic_hidden_sizes", list(critic_hidden_sizes),
+                "sizes must be > 0")
+        require(ent_coef == "auto" or (not isinstance(ent_coef, str) and ent_coef >= 0), "algo.ent_coef", ent_coef,
+                "use auto (tuned to reach target_entropy) or a fixed number >= 0")
+        require(target_entropy == "auto" or not isinstance(target_entropy, str), "algo.target_entropy",
+                target_entropy, "use auto (-action dimensions) or a number")
+        require(ent_coef_init > 0, "algo.ent_coef_init", ent_coef_init, "must be > 0")
+        require(0 < batch_norm_momentum <= 1, "algo.batch_norm_momentum", batch_norm_momentum, "must be in (0, 1]")
+        require(batch_norm_eps > 0, "algo.batch_norm_eps", batch_norm_eps, "must be > 0")
+        require(renorm_warmup_steps >= 0, "algo.renorm_warmup_steps", renorm_warmup_steps, "must be >= 0")
+        require(0 <= adam_beta1 < 1, "algo.adam_beta1", adam_beta1, "must be in [0, 1)")
+        require(not recipe.obs_extractor and not recipe.act_extractor, "actor.obs_extractor",
+                recipe.obs_extractor or recipe.act_extractor,
+                "algo=crossq builds plain renormalized MLPs: use actor.hidden_sizes and algo.critic_hidden_sizes")
+        self.scaler = BoxScaler(action_space)
+        self.action_dim = int(np.prod(action_space.shape))
+        self.auto_alpha = ent_coef == "auto"
+        init = ent_coef_init if self.auto_alpha else max(float(ent_coef), 1e-30)
+        renorm = {"momentum": batch_norm_momentum, "eps": batch_norm_eps, "warmup_steps": renorm_warmup_steps}
+        self.networks = CrossQNetworks(recipe, self.action_dim, num_critics, list(critic_hidden_sizes),
+                                       float(np.log(init)), renorm)
+        self.fixed_alpha = None if self.auto_alpha else float(ent_coef)
+        self.target_entropy = -float(self.action_dim) if target_entropy == "auto" else float(target_entropy)
+        betas = (adam_beta1, 0.999)  # sb3-contrib's CrossQ: beta1 = 0.5 for every optimizer
+        self.policy_optimizer = adam(self.networks.policy.parameters(), lr=lr, betas=betas)
+        self.critic_optimizer = adam(self.networks.critics.parameters(), lr=lr, betas=betas)
+        self.alpha_optimizer = adam([self.networks.log_alpha], lr=lr, betas=betas)
+        self.n_steps = train_freq
+        self.batch_size, self.learning_starts = batch_size, learning_starts
+        self.gradient_steps = resolve_gradient_steps(gradient_steps, train_freq, num_envs)
+        self.gamma, self.policy_delay = gamma, policy_delay
+        self.reward_scale, self.max_grad_norm = reward_scale, max_grad_norm
+        self.gradient_updates = 0
+        self.default_schedules: dict[str, Schedule] = {}
+
+    def alpha(self) -> torch.Tensor:
+        if self.fixed_alpha is not None:
+            return torch.tensor(self.fixed_alpha, device=self.networks.log_alpha.device)
+        return self.networks.log_alpha.detach().exp()
+
+    @torch.inference_mode()
+    def act(self, obs: torch.Tensor, deterministic: bool = False, state: RecurrentState | None = None) -> ActOutput:
+        actions, log_probs = squashed_gaussian(self.networks.policy(obs), deterministic)  # eval mode: running stats
+        return ActOutput(actions, log_probs, torch.zeros_like(log_probs))
+
+    def random_actions(self, n: int) -> torch.Tensor:
+        return torch.rand(n, self.action_dim) * 2 - 1
+
+    def env_actions(self, actions: torch.Tensor) -> torch.Tensor:
+        return self.scaler.to_env(actions)
+
+    def critic_loss(self, batch: Any, alpha: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The joint pass: Q on [(s, a); (s', a')] in one training-mode batch, the s' half (detached,
+        the smallest critic's) as the soft target. Returns the loss and each sample's |TD error|."""
+        net = self.networks
+        with torch.no_grad():  # next actions from the policy in eval mode, as sb3-contrib
+            next_actions, next_log_probs = squashed_gaussian(net.policy(batch.next_obs))
+        with training_mode(net.critics):
+            q_all = net.q_values(torch.cat([batch.obs, batch.next_obs]), torch.cat([batch.actions, next_actions]))
+        q, q_next = q_all.split(batch.obs.shape[0], dim=1)
+        with torch.no_grad():
+            next_value = q_next.min(0).values - alpha * next_log_probs
+            target = self.reward_scale * batch.rewards + batch.discounts * next_value
+        td = q - target
+        return 0.5 * (batch.weights * td.square()).mean(-1).sum(), td.detach().abs().mean(0)
+
+    def update(self, buffer: ReplayBuffer, clock: RunClock) -> dict[str, torch.Tensor]:
+        if len(buffer) == 0:
+            return {}
+        net = self.networks
+        logs: dict[str, list[torch.Tensor]] = {"value_loss": [], "policy_loss": [], "alpha": [], "entropy": []}
+        for k in range(self.gradient_steps):
+            batch = buffer.sample(self.batch_size, k, self.gradient_steps)
+            alpha = self.alpha()
+            critic_loss, errors = self.critic_loss(batch, alpha)
+            gradient_step(self.critic_optimizer, critic_loss, net.critics.parameters(), self.max_grad_norm)
+            if hasattr(buffer, "update_priorities"):
+                buffer.update_priorities(batch.indices, errors)
+            self.gradient_updates += 1
+            logs["value_loss"].append(critic_loss.detach())
+            logs["alpha"].append(alpha)
+            if self.gradient_updates % self.policy_delay == 0:
+                self._policy_step(batch.obs, alpha, logs)
+        return {k: torch.stack(v).mean() for k, v in logs.items() if v}
+
+    def _policy_step(self, obs: torch.Tensor, alpha: torch.Tensor, logs: dict[str, list[torch.Tensor]]) -> None:
+        """The policy's forward pass in training mode; the critics judge its actions in eval mode."""
+        net = self.networks
+        with training_mode(net.policy):
+            actions, log_probs = squashed_gaussian(net.policy(obs))
+        if self.auto_alpha:
+            alpha_loss = -(net.log_alpha * (log_probs.detach() + self.target_entropy)).mean()
+            gradient_step(self.alpha_optimizer, alpha_loss, [net.log_alpha], self.max_grad_norm)
+        with frozen(net.critics):  # dQ/da only
+            q_pi = net.q_values(obs, actions).min(0).values
+        policy_loss = (alpha * log_probs - q_pi).mean()
+        gradient_step(self.policy_optimizer, policy_loss, net.policy.parameters(), self.max_grad_norm)
+        logs["policy_loss"].append(policy_loss.detach())
+        logs["entropy"].append(-log_probs.detach().mean())
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"networks": self.networks.state_dict(), "policy_optimizer": self.policy_optimizer.state_dict(),
+                "critic_optimizer": self.critic_optimizer.state_dict(),
+                "alpha_optimizer": self.alpha_optimizer.state_dict(), "gradient_updates": self.gradient_updates}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.networks.load_state_dict(state["networks"])  # the Batch Renorm statistics are buffers in here
+        self.policy_optimizer.load_state_dict(state["policy_optimizer"])
+        self.critic_optimizer.load_state_dict(state["critic_optimizer"])
+        self.alpha_optimizer.load_state_dict(state["alpha_optimizer"])
+        self.gradient_updates = state["gradient_updates"]
