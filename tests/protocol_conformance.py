@@ -7,6 +7,7 @@ from rlcli.algos.dqn import DQN
 from rlcli.algos.maskable_ppo import MaskablePPO
 from rlcli.algos.pg import PolicyGradient
 from rlcli.algos.ppo import PPO
+from rlcli.algos.pqn import PQN
 from rlcli.algos.qrdqn import QRDQN
 from rlcli.algos.rnd import RNDPPO
 from rlcli.algos.sac import SAC
@@ -17,8 +18,8 @@ from rlcli.contracts import MaskedPolicy, OffPolicyAlgorithm, OnPolicyAlgorithm
 
 
 def on_policy(ppo: PPO, a2c: A2C, pg: PolicyGradient, rnd: RNDPPO, trpo: TRPO,
-              maskable: MaskablePPO) -> list[OnPolicyAlgorithm]:
-    return [ppo, a2c, pg, rnd, trpo, maskable]
+              maskable: MaskablePPO, pqn: PQN) -> list[OnPolicyAlgorithm]:
+    return [ppo, a2c, pg, rnd, trpo, maskable, pqn]
 
 
 def masked(maskable: MaskablePPO) -> list[MaskedPolicy]:

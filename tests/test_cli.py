@@ -78,7 +78,7 @@ def test_deterministic_runs_are_bit_identical(cli, tmp_path):
 
 BAD_INPUT = [
     (["algo=nope"], "unknown algo 'nope'",
-     "choose from: a2c, crossq, ddpg, dqn, maskable_ppo, pg, ppo, ppo_kl, qrdqn, rnd_ppo, sac, td3, tqc, trpo"),
+     "choose from: a2c, crossq, ddpg, dqn, maskable_ppo, pg, ppo, ppo_kl, pqn, qrdqn, rnd_ppo, sac, td3, tqc, trpo"),
     (["algo=rnd_ppo", "actor=lstm"], "algo=rnd_ppo does not support actor=lstm", "choose from: mlp"),
     (["actor=cnn"], "actor=cnn needs image observations", "use actor=mlp"),
     (["algo.schedules.ent_coef=linear:0.01"], "algo.schedules.ent_coef='linear:0.01' does not parse", "linear:A:B"),

@@ -167,18 +167,18 @@ def build_agent(cfg: DictConfig, env_factory: GymEnvFactory, obs_space: Any, act
                           f"{env_factory.spec.id}; it supports: {', '.join(spec.action_spaces)}")
     if spec.check_observations is not None:
         spec.check_observations(obs_space, env_factory.spec.id)
+    actor_critic = spec.heads == "actor_critic"
     built = ACTORS.build(
         network_section(cfg), observation_space=obs_space, action_space=act_space,
-        normalize_obs=env_factory.normalize_obs, clip_obs=env_factory.clip_obs,
-        heads="actor_critic" if spec.on_policy else "recipe",
+        normalize_obs=env_factory.normalize_obs, clip_obs=env_factory.clip_obs, heads=spec.heads,
         **({"value_outputs": spec.value_outputs} if spec.value_outputs > 1 else {}),
     )
-    if spec.on_policy:
+    if actor_critic:
         built = built.to(device)
     addon_cfg = cfg.algo.get("policy_loss_addons") if with_addons else None
     addons = build_addons(built, OmegaConf.to_container(addon_cfg) if addon_cfg else None,  # type: ignore[arg-type]
-                          supported=spec.on_policy and not network_spec.recurrent)
-    if spec.on_policy:  # the recipe builds the whole network; off-policy algorithms build theirs from it
+                          supported=actor_critic and not network_spec.recurrent)
+    if actor_critic:  # the recipe builds the whole network; other algorithms build theirs from a recipe
         algo = ALGOS.build(algo_cfg, networks=built, num_envs=num_envs, **({"policy_addons": addons} if addons else {}))
     else:
         algo = ALGOS.build(algo_cfg, recipe=built, action_space=act_space, num_envs=num_envs)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, NamedTuple, Protocol, runtime_checkable
+from typing import Any, Literal, NamedTuple, Protocol, runtime_checkable
 
 import gymnasium as gym
 import torch
@@ -34,6 +34,15 @@ class AlgoSpec:
     # acts on and learns from the env's valid-action masks (envs/masks.py): the collector and the test
     # phase read them from the env and call `act_masked` (MaskedPolicy) instead of `act`
     action_masks: bool = False
+    # what the `actor=` recipe hands the algorithm: a whole actor-critic, or a recipe from which the
+    # algorithm builds its own networks; None = actor_critic for on-policy algorithms, recipe otherwise
+    network_kind: Literal["actor_critic", "recipe"] | None = None
+
+    @property
+    def heads(self) -> Literal["actor_critic", "recipe"]:
+        if self.network_kind is not None:
+            return self.network_kind
+        return "actor_critic" if self.on_policy else "recipe"
 
 
 @dataclass(frozen=True)
@@ -132,8 +141,6 @@ class Algorithm(Protocol):
 
 
 class OnPolicyAlgorithm(Algorithm, Protocol):
-    gae_lambda: float
-
     def finish_rollout(self, buffer: Any, last_obs: torch.Tensor, state: RecurrentState | None) -> None:
         """After a full rollout: compute what `update` learns from (returns and advantages)."""
         ...

@@ -1,3 +1,3 @@
 """Algorithms register themselves on import; importing this package makes them all available."""
 
-from rlcli.algos import a2c, crossq, dqn, maskable_ppo, pg, ppo, qrdqn, rnd, sac, td3, tqc, trpo  # noqa: F401
+from rlcli.algos import a2c, crossq, dqn, maskable_ppo, pg, ppo, pqn, qrdqn, rnd, sac, td3, tqc, trpo  # noqa: F401

@@ -1,0 +1,168 @@
+"""PQN, parallel Q-learning (Gallici et al. 2024, "Simplifying Deep Temporal Difference Learning").
+
+No replay buffer and no target network: epsilon-greedy rollouts from many vector envs fill the
+rollout storage, Q(lambda) returns are computed over each rollout from the Q-values seen while
+acting, and the Q-network (LayerNorm after every hidden layer, which is what keeps TD learning
+stable without a target network) regresses Q(s, a) onto them for a few epochs of minibatches.
+It is on-policy-shaped in rlcli's loop: collect a rollout, finish it, update, discard it.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import gymnasium as gym
+import torch
+from torch import nn
+
+from rlcli.actors.layers import _ACTIVATIONS
+from rlcli.actors.offpolicy import NetworkRecipe
+from rlcli.algos.base import Decay, gradient_step, masked_mean, set_lr
+from rlcli.buffers.rollout import RolloutBuffer
+from rlcli.contracts import ActOutput, AlgoSpec, RecurrentState, RunClock
+from rlcli.registry import ALGOS, require
+from rlcli.schedules import Schedule, to_zero
+
+
+def q_lambda_returns(rewards: torch.Tensor, values: torch.Tensor, terminated: torch.Tensor, dones: torch.Tensor,
+                     last_values: torch.Tensor, gamma: float, q_lambda: float) -> torch.Tensor:
+    """Peng's Q(lambda) returns over a [T, N] rollout, from the greedy values max_a Q(s_t, a) stored at
+    acting time (`values[t + 1]`, or `last_values` after the last step, is the value of what step t saw next):
+
+        G_t = r_t + gamma * (1 - terminated_t) * [(1 - lambda) max Q(s_t+1) + lambda G_t+1]
+
+    where an episode boundary (terminated or truncated) cuts the lambda tail: a truncated step bootstraps
+    from max Q(final observation) alone, a terminated one from nothing, and G_T = max Q(s_T)."""
+    next_values = torch.cat([values[1:], last_values.unsqueeze(0)], 0)
+    returns = torch.empty_like(rewards)
+    following = last_values  # G_{t+1}
+    for t in range(rewards.shape[0] - 1, -1, -1):
+        tail = q_lambda * (1.0 - dones[t])  # no lambda tail across an episode boundary
+        bootstrap = (1.0 - tail) * next_values[t] + tail * following
+        following = rewards[t] + gamma * (1.0 - terminated[t]) * bootstrap
+        returns[t] = following
+    return returns
+
+
+class LayerNormQNetwork(nn.Module):
+    """Q-values of every discrete action: [Linear -> LayerNorm -> activation] per hidden layer (over an
+    image encoder's features for actor=cnn), then a linear layer to the actions."""
+
+    def __init__(self, recipe: NetworkRecipe, n_actions: int) -> None:
+        super().__init__()
+        self.normalizer = recipe.normalizer
+        layers: list[nn.Module] = []
+        width = recipe.obs_dim
+        if recipe.encoder is not None:
+            encoder, width = recipe.encoder()
+            layers.append(encoder)
+        for size in recipe.hidden_sizes:
+            linear = nn.Linear(width, size)
+            if recipe.ortho_init:
+                nn.init.orthogonal_(linear.weight, math.sqrt(2))
+                nn.init.zeros_(linear.bias)
+            layers += [linear, nn.LayerNorm(size), _ACTIVATIONS[recipe.activation]()]
+            width = size
+        out = nn.Linear(width, n_actions)
+        if recipe.ortho_init:
+            nn.init.orthogonal_(out.weight, math.sqrt(2))
+            nn.init.zeros_(out.bias)
+        self.q = nn.Sequential(nn.Flatten() if recipe.encoder is None else nn.Identity(), *layers, out)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.q(obs)
+
+
+@ALGOS.register("pqn", spec=AlgoSpec(on_policy=True, action_spaces=("Discrete",), networks=("mlp", "cnn"),
+                                     network_kind="recipe"))
+class PQN:
+    def __init__(
+        self,
+        recipe: NetworkRecipe,
+        action_space: gym.spaces.Space,
+        num_envs: int,
+        n_steps: int = 128,
+        num_minibatches: int = 4,
+        n_epochs: int = 4,
+        lr: float = 2.5e-4,
+        lr_schedule: Decay = "linear",
+        gamma: float = 0.99,
+        q_lambda: float = 0.65,
+        exploration_fraction: float = 0.5,
+        exploration_initial_eps: float = 1.0,
+        exploration_final_eps: float = 0.05,
+        max_grad_norm: float | None = 10.0,
+    ) -> None:
+        rollout = n_steps * num_envs
+        require(n_steps > 0, "algo.n_steps", n_steps, "must be > 0")
+        require(0 < num_minibatches <= rollout, "algo.num_minibatches", num_minibatches,
+                f"must be in [1, n_steps * num_envs = {rollout}]")
+        require(n_epochs > 0, "algo.n_epochs", n_epochs, "must be > 0")
+        require(lr > 0, "algo.lr", lr, "must be > 0")
+        require(0 <= gamma <= 1, "algo.gamma", gamma, "must be in [0, 1]")
+        require(0 <= q_lambda <= 1, "algo.q_lambda", q_lambda, "must be in [0, 1]")
+        require(0 <= exploration_fraction <= 1, "algo.exploration_fraction", exploration_fraction, "must be in [0, 1]")
+        for key, eps in (("algo.exploration_initial_eps", exploration_initial_eps),
+                         ("algo.exploration_final_eps", exploration_final_eps)):
+            require(0 <= eps <= 1, key, eps, "must be in [0, 1]")
+        require(max_grad_norm is None or max_grad_norm > 0, "algo.max_grad_norm", max_grad_norm, "must be > 0 or null")
+        require(not recipe.obs_extractor and not recipe.act_extractor, "actor.obs_extractor",
+                recipe.obs_extractor or recipe.act_extractor, "algo=pqn builds one Q-network: use actor.hidden_sizes")
+        self.n_actions = int(action_space.n)  # type: ignore[attr-defined]
+        self.networks = LayerNormQNetwork(recipe, self.n_actions)
+        # RAdam, as CleanRL's PQN: no warm-up of the learning rate needed without a target network
+        self.optimizer = torch.optim.RAdam([{"params": self.networks.parameters(), "lr": lr, "base_lr": lr}])
+        self.n_steps, self.n_epochs = n_steps, n_epochs
+        self.minibatch_size = rollout // num_minibatches
+        self.gamma, self.q_lambda, self.max_grad_norm = gamma, q_lambda, max_grad_norm
+        self.epsilon, self.lr_scale = exploration_initial_eps, 1.0
+        self.default_schedules: dict[str, Schedule] = {
+            "epsilon": Schedule("linear", exploration_initial_eps, exploration_final_eps, exploration_fraction)}
+        linear = to_zero(lr_schedule)
+        if linear is not None:
+            self.default_schedules["lr_scale"] = linear
+
+    @torch.inference_mode()
+    def act(self, obs: torch.Tensor, deterministic: bool = False, state: RecurrentState | None = None) -> ActOutput:
+        """Epsilon-greedy actions; `values` are the greedy values max_a Q(s, a), what Q(lambda) bootstraps from."""
+        q = self.networks(obs)
+        values, actions = q.max(-1)
+        if not deterministic:
+            explore = torch.rand(actions.shape) < self.epsilon
+            random = torch.randint(0, self.n_actions, actions.shape)
+            actions = torch.where(explore.to(actions.device), random.to(actions.device), actions)
+        return ActOutput(actions, torch.zeros_like(values), values)
+
+    def env_actions(self, actions: torch.Tensor) -> torch.Tensor:
+        return actions
+
+    def finish_rollout(self, buffer: RolloutBuffer, last_obs: torch.Tensor, state: RecurrentState | None) -> None:
+        with torch.inference_mode():
+            last_values = self.networks(last_obs).max(-1).values
+        buffer.returns = q_lambda_returns(buffer.rewards, buffer.values, buffer.terminated, buffer.dones, last_values,
+                                          self.gamma, self.q_lambda)
+        buffer.advantages = buffer.returns - buffer.values  # not trained on; kept for a uniform rollout
+
+    def update(self, buffer: RolloutBuffer, clock: RunClock) -> dict[str, torch.Tensor]:
+        lr = set_lr(self.optimizer, self.lr_scale)
+        batch = buffer.flat()
+        size, device = batch.mask.shape[0], batch.mask.device
+        losses, q_means = [], []
+        for _ in range(self.n_epochs):
+            for idx in torch.randperm(size, device=device).split(self.minibatch_size):
+                mask = batch.mask[idx]
+                q = self.networks(batch.obs[idx]).gather(-1, batch.actions[idx].long().unsqueeze(-1)).squeeze(-1)
+                loss = masked_mean((q - batch.returns[idx]).square(), mask)
+                gradient_step(self.optimizer, loss, self.networks.parameters(), self.max_grad_norm)
+                losses.append(loss.detach())
+                q_means.append(masked_mean(q.detach(), mask))
+        return {"value_loss": torch.stack(losses).mean(), "q_values": torch.stack(q_means).mean(),
+                "epsilon": torch.tensor(self.epsilon), "learning_rate": torch.tensor(lr)}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"networks": self.networks.state_dict(), "optimizer": self.optimizer.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.networks.load_state_dict(state["networks"])
+        self.optimizer.load_state_dict(state["optimizer"])
