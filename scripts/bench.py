@@ -37,6 +37,14 @@ ROWS: dict[str, dict[str, Any]] = {
     "tqc": {"env": "Pendulum-v1", "steps": 20_000, "floor": False, "rlcli": ["algo=tqc", "env=Pendulum-v1"]},
     # RL-Zoo's qrdqn.yml CartPole-v1 (= conf/tuned/qrdqn/CartPole-v1.yaml)
     "qrdqn": {"env": "CartPole-v1", "steps": 50_000, "floor": False, "rlcli": ["algo=qrdqn", "env=CartPole-v1"]},
+    # RL-Zoo's trpo.yml CartPole-v1 (= conf/tuned/trpo/CartPole-v1.yaml)
+    "trpo": {"env": "CartPole-v1", "steps": 100_000, "floor": False, "rlcli": ["algo=trpo", "env=CartPole-v1"]},
+    # RL-Zoo's crossq.yml Pendulum-v1 (= conf/tuned/crossq/Pendulum-v1.yaml)
+    "crossq": {"env": "Pendulum-v1", "steps": 20_000, "floor": False, "rlcli": ["algo=crossq", "env=Pendulum-v1"]},
+    # rlcli's masking task with its tuned settings (conf/tuned/maskable_ppo/ValidMoves-v0.yaml), the mask
+    # from the env's action_masks() on both sides
+    "maskable_ppo": {"env": "ValidMoves-v0", "steps": 20_480, "floor": False,
+                     "rlcli": ["algo=maskable_ppo", "env=ValidMoves-v0"]},
 }
 
 
@@ -57,7 +65,9 @@ def run_rlcli(row: str, seed: int, steps: int, threads: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as run_dir:
         components, state = prepare(cfg)
         trainer = Trainer(components, Path(run_dir), state)
-        optimizer = components.algo.critic_optimizer if row in ("sac", "tqc") else components.algo.optimizer
+        algo = components.algo
+        optimizer = (algo.critic_optimizer if row in ("sac", "tqc", "crossq")
+                     else algo.value_optimizer if row == "trpo" else algo.optimizer)
         counter = {"n": 0}
         step = optimizer.step
 
@@ -85,6 +95,7 @@ def run_sb3(row: str, seed: int, steps: int, threads: int) -> dict[str, Any]:
     if threads > 0:  # 0: torch's default (every core), what an SB3 user gets without setting anything
         torch.set_num_threads(threads)
     env_id = ROWS[row]["env"]
+    evaluate = evaluate_policy
     if row == "ppo":
         env = make_vec_env(env_id, n_envs=8, seed=seed)
         model = PPO("MlpPolicy", env, n_steps=32, batch_size=256, n_epochs=20, gae_lambda=0.8, gamma=0.98,
@@ -109,6 +120,27 @@ def run_sb3(row: str, seed: int, steps: int, threads: int) -> dict[str, Any]:
                       learning_starts=1000, gamma=0.99, target_update_interval=10, train_freq=256, gradient_steps=128,
                       exploration_fraction=0.16, exploration_final_eps=0.04,
                       policy_kwargs={"net_arch": [256, 256], "n_quantiles": 10}, seed=seed, device="cpu")
+    elif row == "trpo":
+        from sb3_contrib import TRPO
+
+        env = make_vec_env(env_id, n_envs=2, seed=seed)
+        model = TRPO("MlpPolicy", env, n_steps=512, batch_size=512, cg_damping=1e-3, gae_lambda=0.98, gamma=0.99,
+                     learning_rate=1e-3, n_critic_updates=20, seed=seed, device="cpu")
+    elif row == "crossq":
+        from sb3_contrib import CrossQ
+
+        env = make_vec_env(env_id, n_envs=1, seed=seed)
+        model = CrossQ("MlpPolicy", env, policy_delay=2, policy_kwargs={"net_arch": [256, 256]}, seed=seed,
+                       device="cpu")
+    elif row == "maskable_ppo":
+        from sb3_contrib import MaskablePPO
+        from sb3_contrib.common.maskable.evaluation import evaluate_policy as evaluate
+
+        import rlcli.envs  # noqa: F401  (registers ValidMoves-v0)
+
+        env = make_vec_env(env_id, n_envs=8, seed=seed)
+        model = MaskablePPO("MlpPolicy", env, n_steps=128, batch_size=256, n_epochs=4, learning_rate=1e-3,
+                            seed=seed, device="cpu")
     else:
         env = make_vec_env(env_id, n_envs=1, seed=seed)
         model = DQN("MlpPolicy", env, learning_rate=2.3e-3, batch_size=64, buffer_size=100_000,
@@ -119,8 +151,9 @@ def run_sb3(row: str, seed: int, steps: int, threads: int) -> dict[str, Any]:
     model.learn(total_timesteps=steps)
     train_s = time.perf_counter() - start
     test_env = make_vec_env(env_id, n_envs=1, seed=seed + 100_003)
-    mean, _ = evaluate_policy(model, test_env, n_eval_episodes=10, deterministic=True)
-    grad_steps = model._n_updates if row != "ppo" else model._n_updates * (32 * 8 // 256)
+    mean, _ = evaluate(model, test_env, n_eval_episodes=10, deterministic=True)
+    per_update = {"ppo": 32 * 8 // 256, "trpo": 20 * (512 * 2 // 512), "maskable_ppo": 128 * 8 // 256}
+    grad_steps = model._n_updates * per_update.get(row, 1)
     return {"train_s": train_s, "env_steps": int(model.num_timesteps), "grad_steps": int(grad_steps),
             "final_return": float(mean)}
 

@@ -78,11 +78,13 @@ def test_dqn_solves_cartpole(cli, tmp_path):
 
 @pytest.mark.slow
 def test_sac_learns_pendulum(cli, tmp_path):
-    # RL-Zoo's tuned SAC (20k steps budget); stops once the 5-episode test mean beats -200.
-    out = cli("algo=sac", "env=Pendulum-v1", "seed=1", "train.test_every=2000", "train.test_episodes=5",
-              "train.stop_reward=-200", "log.console=false", f"hydra.run.dir={tmp_path / 'run'}", timeout=1200)
+    # RL-Zoo's tuned SAC with [64, 64] networks (RL-Zoo: [256, 256], twice the time here); stops once the
+    # 5-episode test mean beats -250 (seed 1: -153.8 at 4,000 steps).
+    out = cli("algo=sac", "env=Pendulum-v1", "seed=1", "actor.hidden_sizes=[64,64]", "train.total_steps=8000",
+              "train.test_every=1000", "train.test_episodes=5", "train.stop_reward=-250", "log.console=false",
+              f"hydra.run.dir={tmp_path / 'run'}", timeout=1200)
     assert out.returncode == 0, out.stderr
-    assert _final_return(tmp_path / "run") > -200
+    assert _final_return(tmp_path / "run") > -250
 
 
 @pytest.mark.slow
@@ -100,11 +102,13 @@ def test_dqn_with_her_solves_15_bit_flipping_where_plain_replay_fails(cli, tmp_p
 
 @pytest.mark.slow
 def test_td3_learns_pendulum(cli, tmp_path):
-    # RL-Zoo's tuned TD3 (20k steps budget, 10k random steps first); stops once the test mean beats -200.
-    out = cli("algo=td3", "env=Pendulum-v1", "seed=1", "train.test_every=2000", "train.test_episodes=5",
-              "train.stop_reward=-200", "log.console=false", f"hydra.run.dir={tmp_path / 'run'}", timeout=1200)
+    # RL-Zoo's tuned TD3 with [64, 64] networks and 1,000 random steps first (RL-Zoo: [400, 300] and 10,000,
+    # which takes 2.5x as long here); stops once the test mean beats -250 (seeds 1 and 2: at 7,000 steps).
+    out = cli("algo=td3", "env=Pendulum-v1", "seed=1", "actor.hidden_sizes=[64,64]", "algo.learning_starts=1000",
+              "train.total_steps=10000", "train.test_every=1000", "train.test_episodes=5", "train.stop_reward=-250",
+              "log.console=false", f"hydra.run.dir={tmp_path / 'run'}", timeout=1200)
     assert out.returncode == 0, out.stderr
-    assert _final_return(tmp_path / "run") > -200
+    assert _final_return(tmp_path / "run") > -250
 
 
 @pytest.mark.slow
