@@ -82,7 +82,7 @@ def row_results(algo: str, env: str, steps: int, sweep_dir: Path, zoo: dict) -> 
         out["iqm"] = f"{iqm(finals):.1f}"
         out["env steps"] = f"{max(r.env_steps or 0 for r in runs):,}"
         walls = [r.wall_s for r in runs if r.wall_s]
-        out["wall s"] = f"{np.median(walls):.0f} ({min(walls):.0f}-{max(walls):.0f})" if walls else "-"
+        out["wall s"] = f"{np.median(walls):.1f} ({min(walls):.1f}-{max(walls):.1f})" if walls else "-"
     else:
         out.update({"return": "no finished run", "iqm": "-", "env steps": "-", "wall s": "-"})
     ref = zoo.get((algo, env))

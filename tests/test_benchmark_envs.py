@@ -98,3 +98,35 @@ def test_ppo_balances_inverted_pendulum_with_rl_zoos_config(tmp_path):
     assert out.returncode == 0, out.stderr
     phases = [json.loads(line) for line in (tmp_path / "run" / "eval.jsonl").read_text().splitlines()]
     assert max(sum(p["returns"]) / len(p["returns"]) for p in phases) >= 950  # InvertedPendulum's threshold
+
+
+def test_rl_zoo_reference_returns_name_shipped_envs_and_registered_algorithms():
+    import csv
+
+    from rlcli.registry import ALGOS
+
+    with (Path(__file__).parent.parent / "benchmark" / "rl_zoo.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) > 50
+    for row in rows:
+        assert (CONF / "env" / f"{row['env']}.yaml").is_file(), row
+        assert row["algo"] in ALGOS.names(), row
+        assert int(row["n_timesteps"]) > 0 and float(row["std_reward"]) >= 0
+
+
+@pytest.mark.slow
+def test_benchmark_script_runs_a_row_as_a_resumable_sweep_and_writes_the_table(tmp_path):
+    import subprocess
+    import sys
+
+    script = Path(__file__).parent.parent / "scripts" / "benchmark.py"
+    command = [sys.executable, str(script), "--rows", "trpo:CartPole-v1:2048", "--seeds", "1", "2",
+               "--out", str(tmp_path / "bench")]
+    out = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path, timeout=600)
+    assert out.returncode == 0, out.stderr
+    table = (tmp_path / "bench" / "results.md").read_text()
+    row = next(line for line in table.splitlines() if line.startswith("| trpo CartPole-v1 |"))
+    assert "| 2 | 2,048 |" in row and "500.0 ± 0.0 at 100,000" in row and "(reduced budget)" in row
+    again = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path, timeout=600)
+    assert again.returncode == 0 and again.stdout.count("already completed, skipped") + \
+        again.stderr.count("already completed, skipped") == 2
