@@ -146,6 +146,11 @@ class GymEnvFactory:
             return self._make(num_envs, mode, gamma=gamma, eval=eval, masks=masks)
         except (gym.error.DependencyNotInstalled, ModuleNotFoundError) as error:
             raise ConfigError(missing_dependency(self.spec, error)) from None
+        except (TypeError, ValueError) as error:  # the env's constructor refused env.kwargs
+            if isinstance(error, ConfigError):
+                raise
+            detail = (str(error).strip().splitlines() or [type(error).__name__])[-1]
+            raise ConfigError(f"env {self.spec.id} refused env.kwargs={self.kwargs}: {detail}") from None
 
     def _make_rendering(self, num_envs: int, mode: VectorMode, masks: bool) -> VectorEnv:
         """Test envs that also render rgb_array frames: the same vector mode as `mode` when its env can
