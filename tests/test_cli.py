@@ -3,6 +3,7 @@
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -146,3 +147,19 @@ def test_cfg_job_prints_composed_config_with_tuned_values(cli):
     out = cli("--cfg", "job", "algo=ppo", "env=CartPole-v1")
     assert out.returncode == 0, out.stderr
     assert "n_steps: 32" in out.stdout and "batch_size: 256" in out.stdout
+
+
+FAST_ERRORS = [["algo=nope"], ["algo.lrr=1e-3"], ["algo.learning_rate=1e-3"], ["env=gym", "env.id=NoSuchEnv-v0"],
+               ["train.total_step=10"], ["env.normalise_obs=true"]]
+
+
+@pytest.mark.parametrize("args", FAST_ERRORS, ids=[" ".join(a) for a in FAST_ERRORS])
+def test_config_errors_come_before_torch_is_imported(args, tmp_path):
+    """Group, key, syntax and env-id mistakes are answered from the composed config and gymnasium's registry alone,
+    so they come back in about the time `--cfg job` takes instead of waiting ~1.5 s for torch to import."""
+    probe = ("import sys\nfrom rlcli.train import main\ntry:\n    main(sys.argv[1:])\nexcept SystemExit as e:\n"
+             "    print('exit', e.code, 'torch' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", probe, *args], cwd=tmp_path, capture_output=True, text=True,
+                         timeout=120)
+    assert "rl-train: error: " in out.stderr, out.stderr
+    assert out.stdout.strip() == "exit 2 False", out.stdout + out.stderr

@@ -58,15 +58,24 @@ def _configkey_of(cfg: DictConfig) -> str:
 def precheck(args: list[str], keep: bool = False) -> None:
     """Compose the config and build the run's components the way the run will, raising a one-line ConfigError.
     With `keep`, the components wait for Hydra's job (see `_hydra_entry`); otherwise they are closed."""
+    cfg = compose_config(args)  # group, key and syntax errors come here, before torch is imported
+    check_env_id(cfg)
     from rlcli.run_state import prepare
 
-    cfg = compose_config(args)
     # Building checks everything (ranges, env ids, devices, action spaces) and writes nothing.
     components, state = prepare(cfg)
     if keep:
         _PREPARED.update(key=_configkey_of(cfg), prepared=(components, state))
     else:
         components.close()
+
+
+def check_env_id(cfg: DictConfig) -> None:
+    """A wrong `env.id` is the commonest typo; gymnasium's registry answers it without importing torch."""
+    if str(cfg.env.get("name", "")) == "gym":
+        from rlcli.envs import resolve_env_id
+
+        resolve_env_id(cfg.env.get("id"))
 
 
 def _take_prepared(cfg: DictConfig) -> Any:
