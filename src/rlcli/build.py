@@ -28,6 +28,7 @@ from rlcli.registry import ACTORS, ALGOS, BUFFERS, ENVS, ConfigError, check_kwar
 from rlcli.runtime import configure_torch, resolve_device, seed_everything
 from rlcli.schedules import ScheduledValue, build_schedules
 from rlcli.timing import PhaseClock
+from rlcli.tracking import check_tracking
 from rlcli.weights import load_network_weights
 
 
@@ -191,6 +192,7 @@ def build_agent(cfg: DictConfig, env_factory: GymEnvFactory, obs_space: Any, act
 def build(cfg: DictConfig) -> Components:
     """Check the config, then build envs, networks, algorithm, storage and collector on the run's device."""
     check_config(cfg)
+    check_tracking(cfg)
     settings = TrainSettings(**section(cfg, "train"))
     device = resolve_device(cfg.device)
     configure_torch(int(cfg.get("torch_threads", 1)), bool(cfg.deterministic))

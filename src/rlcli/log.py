@@ -7,12 +7,16 @@ import logging
 import math
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
 from rlcli.timing import PhaseClock
+
+if TYPE_CHECKING:
+    from rlcli.tracking import Tracking
 
 console = Console(stderr=True)
 logger = logging.getLogger("rlcli")
@@ -42,12 +46,14 @@ class RunLogger:
 
     def __init__(
         self, run_dir: Path, total_steps: int, console_mode: str, tensorboard: bool,
-        start_step: int = 0, start_seconds: float = 0.0, prefix: str = "",
+        start_step: int = 0, start_seconds: float = 0.0, prefix: str = "", tracking: Tracking | None = None,
     ) -> None:
         """`start_step` > 0 continues a run: anything logged after that step by the interrupted
         process is dropped (TensorBoard's purge_step, eval.jsonl rewritten), so no point appears twice.
-        `console_mode`: full (progress bar and tables), lines (messages only: sweeps), off."""
+        `console_mode`: full (progress bar and tables), lines (messages only: sweeps), off.
+        `tracking`: MLflow / W&B sinks that receive every scalar TensorBoard receives."""
         self.run_dir = run_dir
+        self.tracking = tracking
         self.show_console = console_mode != "off"
         # piped or captured output gets plain lines, one per table, the same as train.log's (greppable);
         # the live bar and tables are for terminals
@@ -85,6 +91,8 @@ class RunLogger:
         for tag, value in metrics.items():
             if self.writer is not None and math.isfinite(value):
                 self.writer.add_scalar(tag, value, step)
+        if self.tracking is not None:
+            self.tracking.scalars(metrics, step)
         self.latest.update(metrics)
 
     def test_result(self, step: int, returns: list[float], lengths: list[int]) -> None:
@@ -126,8 +134,16 @@ class RunLogger:
         if self.show_console:
             console.print(self.prefix + text, highlight=False, markup=False, soft_wrap=True)
 
-    def close(self) -> None:
+    def close(self, status: str = "FINISHED", summary: dict[str, float] | None = None,
+              files: list[Path] | None = None) -> None:
+        """End the run's logs; tracked runs end with `status` (FINISHED, KILLED, FAILED), the summary and the files.
+        A second call does nothing."""
         if self._progress is not None:
             self._progress.stop()
+            self._progress = None
         if self.writer is not None:
             self.writer.close()
+            self.writer = None
+        if self.tracking is not None:
+            tracking, self.tracking = self.tracking, None
+            tracking.finish(status, summary, files or [])

@@ -37,6 +37,7 @@ class TrainState:
     best_test_return: float | None = None
     train_seconds: float = 0.0  # wall time spent in training, summed over resumes
     finished: bool = False  # the budget or the stop reward was reached
+    tracking: dict[str, str] = dataclasses.field(default_factory=dict)  # sink -> its run id (MLflow, W&B)
 
 
 def capture(c: Components, state: TrainState) -> dict[str, Any]:

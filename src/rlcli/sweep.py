@@ -81,6 +81,7 @@ def run_job(cfg: DictConfig, run_dir: Path, job_num: int, overrides: list[str],
         trainer = Trainer(components, run_dir, state)
         trainer.console_mode = "lines" if cfg.log.console else "off"
         trainer.console_prefix = f"[job {job_num}] "
+        trainer.sweep_group = str(run_dir.parent)  # tracked runs: one MLflow tag / W&B group per sweep
         if test_hook_factory is not None:
             trainer.after_test = test_hook_factory(cfg)
         trainer.run()

@@ -22,9 +22,11 @@ from rlcli.cli import StopNow
 from rlcli.collector import evaluate
 from rlcli.contracts import RunClock
 from rlcli.log import RunLogger, fmt_return
+from rlcli.registry import ConfigError
 from rlcli.run_state import TrainState, save, save_best
 from rlcli.runtime import seconds_since_process_start
 from rlcli.schedules import apply_schedules
+from rlcli.tracking import Tracking, run_files, settings_of
 
 logger = logging.getLogger("rlcli")
 
@@ -46,6 +48,7 @@ class Trainer:
         self.env_label = str(components.cfg.env.id)  # the header's name for the env
         self.after_test: Callable[[TrainState], bool] | None = None
         self.stop_reason: Literal["budget", "stop_reward", "pruned"] | None = None
+        self.sweep_group: str | None = None  # a sweep's job: the sweep its tracked run is grouped under
 
     # ------------------------------------------------------------------------------------- the loop
     def run(self) -> float:
@@ -63,11 +66,15 @@ class Trainer:
         for warning in budget_warnings(c, planned):
             print(f"rl-train: warning: {warning}", file=sys.stderr)
             logger.info("warning: %s", warning)  # train.log only: the line above is the console's
+        tracking = self._start_tracking()
         log = RunLogger(self.run_dir, s.total_steps, self.console_mode, bool(c.cfg.log.tensorboard),
-                        start_step=state.env_steps, start_seconds=state.train_seconds, prefix=self.console_prefix)
+                        start_step=state.env_steps, start_seconds=state.train_seconds, prefix=self.console_prefix,
+                        tracking=tracking)
         log.message(f"rlcli: {c.cfg.algo.name} on {self.env_label}, {planned:,} env steps, "
                     f"device {c.device}, run dir {self.run_dir}"
                     + (f", resumed at {state.env_steps:,} env steps" if state.env_steps else ""))
+        for where in tracking.describe() if tracking is not None else []:
+            log.message(f"tracking: {where}" + (" (continued)" if state.env_steps else ""))
         tb_every = self._tb_cadence()
         restore_signals = self._catch_stop_signals()
         clock = c.clock
@@ -142,26 +149,56 @@ class Trainer:
                     name = signal.Signals(self._stop_signal).name
                     log.message(f"{name}: stopped at {state.env_steps:,} env steps with a checkpoint saved; "
                                 f"resume with: rl-train resume={self.run_dir}")
-                    log.close()
+                    log.close(status="KILLED")
                     self.close()
                     raise SystemExit(128 + self._stop_signal)
                 if crossed(state.env_steps, previous, s.checkpoint_every) and state.env_steps < s.total_steps:
                     with clock("checkpoint"):
                         self._save(start)
+                    if tracking is not None:
+                        tracking.flush()  # the tracked runs hold at least what the checkpoint holds
+        except BaseException:
+            log.close(status="KILLED" if self._stop_signal is not None else "FAILED")  # no-op after a clean stop
+            raise
         finally:
             restore_signals()
         self.stop_reason = self.stop_reason or ("stop_reward" if stopped_early else "budget")
         state.finished = self.stop_reason != "pruned"  # a pruned run can still be resumed and finished
         with clock("checkpoint"):
-            self._save(start)
+            final = self._save(start)
         log.message(f"done: {state.env_steps:,} env steps in {state.train_seconds:.1f} s "
                     f"({(state.env_steps - start_steps) / (time.perf_counter() - start):.0f} SPS), "
                     f"last test return {fmt_return(state.last_test_return)}, "
                     f"{ {'budget': 'budget reached', 'stop_reward': 'stopped early'}.get(self.stop_reason, 'pruned')}")
         log.message(f"time: {clock.summary(top=8)}")
-        log.close()
+        # summary names of their own: a scalar tag at the final step would be a second point of that tag
+        summary = {"final/test_return": state.last_test_return, "final/best_test_return": state.best_test_return,
+                   "final/env_steps": state.env_steps, "final/train_seconds": state.train_seconds}
+        log.close(summary={k: float(v) for k, v in summary.items() if v is not None},
+                  files=run_files(self.run_dir, final, log.message) if tracking is not None else [])
         self.close()
         return _as_return(state.last_test_return)
+
+    def _start_tracking(self) -> Tracking | None:
+        """MLflow / W&B runs for this run (the checkpoint's, when resuming). One line and exit code 2 if a sink
+        cannot start: nothing has been trained yet."""
+        settings = settings_of(self.c.cfg)
+        if not settings.enabled:
+            return None
+
+        def warn(text: str) -> None:
+            print(f"rl-train: warning: {text}", file=sys.stderr)
+            logger.info("warning: %s", text)
+
+        try:
+            tracking = Tracking.start(self.c.cfg, self.run_dir, self.state.env_steps, self.state.tracking,
+                                      self.sweep_group, warn)
+        except ConfigError as error:
+            self.close()
+            print(f"rl-train: error: {error}", file=sys.stderr)
+            raise SystemExit(2) from None
+        self.state.tracking = tracking.run_ids
+        return tracking
 
     def _planned_steps(self) -> int:
         """Where the run ends at the latest: whole collect phases until train.total_steps is reached."""
