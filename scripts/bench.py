@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import statistics
 import subprocess
@@ -45,6 +46,14 @@ ROWS: dict[str, dict[str, Any]] = {
     # from the env's action_masks() on both sides
     "maskable_ppo": {"env": "ValidMoves-v0", "steps": 20_480, "floor": False,
                      "rlcli": ["algo=maskable_ppo", "env=ValidMoves-v0"]},
+    # compile=true (compiled.py) against the same SB3 run as "ppo"; with --cold-cache each rlcli run compiles
+    # from an empty torch.compile cache, else the cache of the runs before it is warm
+    "ppo_compile": {"env": "CartPole-v1", "steps": 100_000, "floor": False, "sb3": "ppo",
+                    "rlcli": ["algo=ppo", "env=CartPole-v1", "compile=true"]},
+    "ppo_1m": {"env": "CartPole-v1", "steps": 1_000_000, "floor": False, "sb3": "ppo",
+               "rlcli": ["algo=ppo", "env=CartPole-v1", "train.total_steps=1000000"]},
+    "ppo_1m_compile": {"env": "CartPole-v1", "steps": 1_000_000, "floor": False, "sb3": "ppo",
+                       "rlcli": ["algo=ppo", "env=CartPole-v1", "train.total_steps=1000000", "compile=true"]},
 }
 
 
@@ -79,10 +88,14 @@ def run_rlcli(row: str, seed: int, steps: int, threads: int) -> dict[str, Any]:
         start = time.perf_counter()
         trainer.run()
         wall = time.perf_counter() - start
+        compiled = getattr(algo, "_compiled", None)
+        if compiled is not None:  # the compiled step writes Adam's state itself: count its steps
+            counter["n"] = int(next(iter(optimizer.state.values()))["step"])
     seconds = components.clock.totals()
     train_s = wall - seconds["test"]  # the final test is timed apart, as for SB3
     return {"train_s": train_s, "env_steps": trainer.state.env_steps, "grad_steps": counter["n"],
             "final_return": trainer.state.last_test_return,
+            "compile_s": None if compiled is None else compiled.compile_seconds,
             "phases": {k: round(v, 3) for k, v in seconds.items()}}
 
 
@@ -95,6 +108,7 @@ def run_sb3(row: str, seed: int, steps: int, threads: int) -> dict[str, Any]:
     if threads > 0:  # 0: torch's default (every core), what an SB3 user gets without setting anything
         torch.set_num_threads(threads)
     env_id = ROWS[row]["env"]
+    row = ROWS[row].get("sb3", row)  # rlcli variants of a row run against the same SB3 configuration
     evaluate = evaluate_policy
     if row == "ppo":
         env = make_vec_env(env_id, n_envs=8, seed=seed)
@@ -281,17 +295,27 @@ def run_floor(row: str, seed: int, steps: int, threads: int, grad_steps: int) ->
 
 
 # ------------------------------------------------------------------------------------------ driver
-def measure(side: str, row: str, seed: int, steps: int, threads: int, grad_steps: int = 0) -> dict[str, Any]:
+def measure(side: str, row: str, seed: int, steps: int, threads: int, grad_steps: int = 0,
+            cold_cache: bool = False) -> dict[str, Any]:
+    """One worker process; `process_s` is its whole wall time (imports, building, compiling, training)."""
     cmd = [sys.executable, __file__, "--worker", side, "--row", row, "--seed", str(seed), "--steps", str(steps),
            "--threads", str(threads), "--grad-steps", str(grad_steps)]
-    out = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    env = dict(os.environ)
+    with tempfile.TemporaryDirectory() as empty_cache:
+        if cold_cache:
+            env["TORCHINDUCTOR_CACHE_DIR"] = empty_cache
+        started = time.perf_counter()
+        out = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env)
+        process_s = time.perf_counter() - started
     if out.returncode != 0:
         raise SystemExit(f"bench: {side} {row} seed {seed} failed:\n{out.stderr[-3000:]}")
     result = json.loads(out.stdout.strip().splitlines()[-1])
-    result.update(side=side, row=row, seed=seed)
+    result.update(side=side, row=row, seed=seed, process_s=process_s)
     result["sps"] = result["env_steps"] / result["train_s"]
     result["grad_steps_per_s"] = result["grad_steps"] / result["train_s"]
-    print(f"  {row:4} seed {seed} {side:6} {result['train_s']:7.1f} s  {result['sps']:8.0f} SPS  "
+    compiled = f"  compile {result['compile_s']:.1f} s" if result.get("compile_s") else ""
+    print(f"  {row:4} seed {seed} {side:6} {result['train_s']:7.1f} s (process {process_s:.1f} s){compiled}  "
+          f"{result['sps']:8.0f} SPS  "
           f"{result['grad_steps_per_s']:7.0f} grad/s  return {result['final_return']}", file=sys.stderr, flush=True)
     return result
 
@@ -323,6 +347,8 @@ def main() -> None:
     parser.add_argument("--sb3-threads", type=int, default=None,
                         help="torch threads for SB3 only (0: torch's default, SB3's out-of-the-box setting)")
     parser.add_argument("--no-floor", action="store_true", help="skip the floor runs")
+    parser.add_argument("--cold-cache", action="store_true",
+                        help="every rlcli run starts from an empty torch.compile cache (compile rows)")
     parser.add_argument("--out", type=Path, default=Path("bench.json"))
     parser.add_argument("--worker", choices=["rlcli", "sb3", "floor"], help=argparse.SUPPRESS)
     parser.add_argument("--row", help=argparse.SUPPRESS)
@@ -341,7 +367,7 @@ def main() -> None:
     for seed in args.seeds:
         for row in args.rows:
             steps = args.steps or ROWS[row]["steps"]
-            ours = measure("rlcli", row, seed, steps, args.threads)
+            ours = measure("rlcli", row, seed, steps, args.threads, cold_cache=args.cold_cache)
             sb3_threads = args.threads if args.sb3_threads is None else args.sb3_threads
             theirs = measure("sb3", row, seed, steps, sb3_threads)
             results += [ours, theirs]
@@ -355,7 +381,8 @@ def main() -> None:
     sb3_label = "" if args.sb3_threads is None else f", SB3 threads {args.sb3_threads or 'torch default'}"
     table = Table(title=f"rlcli vs Stable-Baselines3, {len(args.seeds)} seeds, torch threads {args.threads}{sb3_label}",
                   header_style="bold cyan")
-    for column in ("row", "side", "train s", "SPS", "grad steps/s", "final return", "rlcli / SB3", "rlcli / floor"):
+    for column in ("row", "side", "train s", "process s", "SPS", "grad steps/s", "final return", "rlcli / SB3",
+                   "process rlcli / SB3", "rlcli / floor"):
         table.add_column(column, justify="left" if column in ("row", "side") else "right")
     for row in args.rows:
         by_side = {side: [r for r in results if r["row"] == row and r["side"] == side]
@@ -363,16 +390,19 @@ def main() -> None:
         ratio_sb3 = [a["train_s"] / b["train_s"] for a, b in zip(by_side["rlcli"], by_side["sb3"], strict=True)]
         ratio_floor = ([a["train_s"] / b["train_s"] for a, b in zip(by_side["rlcli"], by_side["floor"], strict=True)]
                        if by_side["floor"] else [])
-        summary[row] = {"rlcli_over_sb3": ratio_sb3, "rlcli_over_floor": ratio_floor}
+        ratio_process = [a["process_s"] / b["process_s"] for a, b in zip(by_side["rlcli"], by_side["sb3"], strict=True)]
+        summary[row] = {"rlcli_over_sb3": ratio_sb3, "process_rlcli_over_sb3": ratio_process,
+                        "rlcli_over_floor": ratio_floor}
         for side, runs in by_side.items():
             if not runs:
                 continue
             returns = [r["final_return"] for r in runs if r["final_return"] is not None]
-            table.add_row(row, side, spread([r["train_s"] for r in runs]),
+            table.add_row(row, side, spread([r["train_s"] for r in runs]), spread([r["process_s"] for r in runs]),
                           f"{statistics.median(r['sps'] for r in runs):,.0f}",
                           f"{statistics.median(r['grad_steps_per_s'] for r in runs):,.0f}",
                           spread(returns) if returns else "-",
                           spread(ratio_sb3) if side == "rlcli" else "",
+                          spread(ratio_process) if side == "rlcli" else "",
                           spread(ratio_floor) if side == "rlcli" and ratio_floor else "")
     Console(width=160).print(table)
     print("ratios: median (min-max) over the seed pairs; returns: median (min-max) of 10-episode deterministic tests")

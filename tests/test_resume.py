@@ -32,6 +32,8 @@ CASES = {
     "ppo_kl-CartPole-scheduled": ["algo=ppo_kl", "algo.n_steps=32", "algo.n_epochs=2", "env=CartPole-v1",
                                   "algo.schedules.ent_coef=linear:0.01:0.0"],
     "pg-CartPole": ["algo=pg", "algo.n_steps=64", "env=CartPole-v1"],
+    # compile=true: the compiled minibatch step reads and writes the same parameters and Adam state
+    "ppo-CartPole-compiled": ["algo=ppo", "algo.n_steps=32", "env=CartPole-v1", "compile=true"],
     # the valid-action masks: the collector's current ones and the rollout's stored ones (mask given in info)
     "maskable_ppo-ValidMoves-info": ["algo=maskable_ppo", "env=ValidMoves-v0", "env.kwargs.mask_in=info",
                                      "algo.n_steps=32", "algo.batch_size=64", "algo.n_epochs=2"],

@@ -22,7 +22,7 @@ import rlcli.algos  # noqa: F401  (registers the algorithms)
 import rlcli.buffers  # noqa: F401  (registers the storages)
 from rlcli.addons import build_addons
 from rlcli.collector import Collector
-from rlcli.contracts import AlgoSpec, BufferSpec, NetworkSpec, RecurrentNetworks
+from rlcli.contracts import AlgoSpec, BufferSpec, CompilableAlgorithm, NetworkSpec, RecurrentNetworks
 from rlcli.envs import GymEnvFactory, VectorMode
 from rlcli.registry import ACTORS, ALGOS, BUFFERS, ENVS, ConfigError, check_kwargs, require
 from rlcli.runtime import configure_torch, resolve_device, seed_everything
@@ -143,6 +143,12 @@ def check_config(cfg: DictConfig) -> None:
         raise ConfigError(f"algo={algo_name} with actor={network_name} learns from stored sequences: use "
                           f"buffer=sequence (R2D2 burn-in); buffer={buffer_name} holds single transitions")
     require(isinstance(cfg.seed, int), "seed", cfg.seed, "must be an integer")
+    compile_ = cfg.get("compile", False)
+    require(isinstance(compile_, bool), "compile", compile_, "expected true or false")
+    if compile_ and not spec.compiles:
+        able = [n for n in ALGOS.names() if getattr(ALGOS.spec(n), "compiles", False)]
+        raise ConfigError(f"compile=true is not implemented for algo={algo_name} yet; it is for: {', '.join(able)} "
+                          "(drop compile=true: eager is the default)")
 
 
 @dataclass
@@ -228,6 +234,9 @@ def build(cfg: DictConfig) -> Components:
         schedule_cfg = cfg.algo.get("schedules")
         schedules = build_schedules(algo, OmegaConf.to_container(schedule_cfg) if schedule_cfg else None,  # type: ignore[arg-type]
                                     addons, buffer)
+        if cfg.get("compile", False):
+            compilable: CompilableAlgorithm = algo
+            compilable.enable_compile()
         if not spec.on_policy:
             capacity = getattr(buffer, "capacity", None)
             require(capacity is None or capacity >= algo.batch_size, "buffer.capacity", capacity,

@@ -37,6 +37,8 @@ class AlgoSpec:
     # what the `actor=` recipe hands the algorithm: a whole actor-critic, or a recipe from which the
     # algorithm builds its own networks; None = actor_critic for on-policy algorithms, recipe otherwise
     network_kind: Literal["actor_critic", "recipe"] | None = None
+    # `compile=true` is implemented: the class is a CompilableAlgorithm (compiled.py)
+    compiles: bool = False
 
     @property
     def heads(self) -> Literal["actor_critic", "recipe"]:
@@ -143,6 +145,14 @@ class Algorithm(Protocol):
 class OnPolicyAlgorithm(Algorithm, Protocol):
     def finish_rollout(self, buffer: Any, last_obs: torch.Tensor, state: RecurrentState | None) -> None:
         """After a full rollout: compute what `update` learns from (returns and advantages)."""
+        ...
+
+
+class CompilableAlgorithm(Protocol):
+    """An algorithm whose spec says `compiles`: `compile=true` calls this once, after the build."""
+
+    def enable_compile(self) -> None:
+        """Compile the update; a one-line ConfigError for settings the compiled update does not cover."""
         ...
 
 

@@ -21,7 +21,7 @@ from rlcli.registry import ConfigError
 CHANGEABLE = (
     "train.total_steps", "train.test_every", "train.test_episodes", "train.log_every", "train.tb_every",
     "train.stop_reward",
-    "train.checkpoint_every", "train.keep_checkpoints", "log.", "device", "torch_threads", "resume",
+    "train.checkpoint_every", "train.keep_checkpoints", "log.", "device", "torch_threads", "compile", "resume",
     "actor.init_from", "sweep.",
 )
 

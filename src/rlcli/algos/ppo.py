@@ -26,14 +26,15 @@ from rlcli.algos.base import (
     set_lr,
 )
 from rlcli.buffers.rollout import RolloutBatch, RolloutBuffer
+from rlcli.compiled import CompiledAdamStep
 from rlcli.contracts import ActOutput, AlgoSpec, RecurrentState, RunClock
-from rlcli.registry import ALGOS, require
+from rlcli.registry import ALGOS, ConfigError, require
 from rlcli.schedules import to_zero
 
 ON_POLICY = AlgoSpec(on_policy=True)
 
 
-@ALGOS.register("ppo", spec=ON_POLICY)
+@ALGOS.register("ppo", spec=AlgoSpec(on_policy=True, compiles=True))
 class PPO:
     def __init__(
         self,
@@ -90,6 +91,26 @@ class PPO:
         self.ent_coef, self.vf_coef, self.max_grad_norm, self.target_kl = ent_coef, vf_coef, max_grad_norm, target_kl
         self.kl_coef, self.kl_target = kl_coef, kl_target
         self.optimizer = adam(param_groups(networks, lr, lr_pi, lr_v) + self.extra_param_groups(lr), eps=1e-5)
+        self._compiled: CompiledAdamStep | None = None  # compile=true: the whole minibatch step as one graph
+
+    def enable_compile(self) -> None:
+        """compile=true: plain PPO's minibatch step (MLP or CNN actor, clipped surrogate, no add-ons) compiled."""
+        from rlcli.optim import FusedAdam
+
+        unsupported = [(self.recurrent, "a recurrent actor (actor=lstm/gru)"),
+                       (self.kl_coef is not None, "the KL penalty (algo.kl_coef / algo=ppo_kl)"),
+                       (self.clip_range is None, "algo.clip_range=null"),
+                       (bool(self.policy_addons), "algo.policy_loss_addons"),
+                       (bool(self.extra_param_groups(1.0)), f"{type(self).__name__}'s extra networks"),
+                       (not isinstance(self.optimizer, FusedAdam), "this torch build (no fused Adam kernel)")]
+        for bad, what in unsupported:
+            if bad:
+                raise ConfigError(f"compile=true does not cover {what} yet; drop compile=true (eager is the default)")
+        self._compiled = CompiledAdamStep(self.networks, self.optimizer, self._compiled_loss, self.max_grad_norm)
+
+    def _compiled_loss(self, batch: RolloutBatch, clip: torch.Tensor, ent_coef: torch.Tensor,
+                       vf_coef: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        return self.minibatch_loss(batch, clip, ent_coef, vf_coef)
 
     @torch.inference_mode()
     def act(self, obs: torch.Tensor, deterministic: bool = False, state: RecurrentState | None = None) -> ActOutput:
@@ -140,6 +161,21 @@ class PPO:
             yield RolloutBatch(*(x[idx] for x in batch[:7]), action_masks=None if masks is None else masks[idx])
 
     def _minibatch_step(self, batch: RolloutBatch, clip: float | None) -> dict[str, torch.Tensor]:
+        if self._compiled is not None and clip is not None:
+            # values that schedules change go in as tensors, so that a new value is not a new graph
+            as_tensor = torch.tensor
+            _, stats = self._compiled(batch, as_tensor(clip), as_tensor(self.ent_coef), as_tensor(self.vf_coef))
+            return stats
+        loss, stats = self.minibatch_loss(batch, clip)
+        gradient_step(self.optimizer, loss, self.trained_parameters(), self.max_grad_norm)
+        return stats
+
+    def minibatch_loss(self, batch: RolloutBatch, clip: float | torch.Tensor | None,
+                       ent_coef: float | torch.Tensor | None = None, vf_coef: float | torch.Tensor | None = None,
+                       ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """The loss of one minibatch and what to log (the coefficients default to the algorithm's own)."""
+        ent_coef = self.ent_coef if ent_coef is None else ent_coef
+        vf_coef = self.vf_coef if vf_coef is None else vf_coef
         mask = batch.mask
         log_probs, entropy, values = evaluate_batch(self.networks, batch)
         advantages = batch.advantages
@@ -156,10 +192,7 @@ class PPO:
         value_loss = clipped_value_loss(values, batch.values, batch.returns, self.clip_range_vf, mask)
         entropy_mean = masked_mean(entropy, mask)
         aux_loss, aux_logs = self.auxiliary_loss(batch)
-        loss = policy_loss - self.ent_coef * entropy_mean + self.vf_coef * value_loss + aux_loss
-
-        gradient_step(self.optimizer, loss, self.trained_parameters(), self.max_grad_norm)
-
+        loss = policy_loss - ent_coef * entropy_mean + vf_coef * value_loss + aux_loss
         stats = {
             "policy_loss": policy_loss.detach(), "value_loss": value_loss.detach(),
             "entropy": entropy_mean.detach(), "approx_kl": kl.detach(), "loss": loss.detach(), **addon_logs,
@@ -168,7 +201,7 @@ class PPO:
         if clip is not None:
             with torch.no_grad():
                 stats["clip_fraction"] = masked_mean(((ratio - 1).abs() > clip).float(), mask)
-        return stats
+        return loss, stats
 
     def extra_param_groups(self, lr: float) -> list[dict[str, Any]]:
         """Optimizer groups beyond the actor's (rnd_ppo's predictor); none for plain PPO."""
