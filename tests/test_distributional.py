@@ -104,7 +104,7 @@ def test_qrdqn_loss_against_a_plain_computation():
         discounts = torch.tensor([0.99, 0.0, 0.99, 0.99])
         weights = torch.tensor([1.0, 0.5, 2.0, 1.0])  # PER importance weights scale each sample
 
-    loss, errors, _ = algo.transition_loss(Batch)
+    loss, (errors, _) = algo.transition_loss(Batch)
     with torch.no_grad():
         expected = []
         for b in range(4):

@@ -48,7 +48,8 @@ class _Loss(nn.Module):
 
 
 class CompiledAdamStep:
-    """One optimizer step of `loss(*args) -> (loss, stats)` over `networks`, compiled whole.
+    """One optimizer step of `loss(*args) -> (loss, aux)` over the parameters of `networks` that `optimizer`
+    trains (the others, such as a target network's, are read as they are), compiled whole.
 
     Numerically the same update as zero_grad -> backward -> clip_grad_norm_ -> FusedAdam.step, up to
     floating-point reordering (the test compares runs within a stated tolerance)."""
@@ -58,12 +59,12 @@ class CompiledAdamStep:
         cache_dir()
         self.module = _Loss(networks, loss)
         self.optimizer = optimizer
-        self.names = [f"networks.{n}" for n, _ in networks.named_parameters()]
-        self.params = [p for _, p in networks.named_parameters()]
         group_of = {id(p): i for i, g in enumerate(optimizer.param_groups) for p in g["params"]}
-        missing = [n for n, p in zip(self.names, self.params, strict=True) if id(p) not in group_of]
-        if missing:
-            raise ValueError(f"compile: parameters outside the optimizer: {missing[:3]}")
+        trained = [(n, p) for n, p in networks.named_parameters() if id(p) in group_of]
+        if len(trained) != len(group_of):
+            raise ValueError("compile: the optimizer trains parameters outside the networks")
+        self.names = [f"networks.{n}" for n, _ in trained]
+        self.params = [p for _, p in trained]
         self.group = [group_of[id(p)] for p in self.params]
         self.max_grad_norm = max_grad_norm
         self._step = torch.compile(self._pure_step, dynamic=False)
@@ -73,8 +74,9 @@ class CompiledAdamStep:
                    step: torch.Tensor, lrs: torch.Tensor, betas: torch.Tensor, eps: torch.Tensor,
                    args: tuple[Any, ...]) -> tuple[Any, ...]:
         def loss_of(flat: list[torch.Tensor]) -> tuple[torch.Tensor, Any]:
-            loss, stats = torch.func.functional_call(self.module, dict(zip(self.names, flat, strict=True)), args)
-            return loss, stats
+            loss, aux = torch.func.functional_call(self.module, dict(zip(self.names, flat, strict=True)), args,
+                                                   strict=False)
+            return loss, aux
 
         grads, (loss, stats) = torch.func.grad_and_value(loss_of, has_aux=True)(params)
         if self.max_grad_norm is not None:  # clip_grad_norm_'s formula
@@ -95,7 +97,7 @@ class CompiledAdamStep:
             new_v.append(v)
         return new_params, new_m, new_v, loss.detach(), stats
 
-    def __call__(self, *args: Any) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    def __call__(self, *args: Any) -> tuple[torch.Tensor, Any]:
         opt = self.optimizer
         states = [opt._state(p) for p in self.params]
         group0 = opt.param_groups[0]

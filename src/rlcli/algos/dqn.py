@@ -16,7 +16,7 @@ from rlcli.algos.offpolicy import check_offpolicy, polyak_update, resolve_gradie
 from rlcli.buffers.replay import ReplayBuffer
 from rlcli.buffers.sequence import SequenceBatch
 from rlcli.contracts import ActOutput, AlgoSpec, RecurrentState, RunClock
-from rlcli.registry import ALGOS, require
+from rlcli.registry import ALGOS, ConfigError, require
 from rlcli.schedules import Schedule
 
 
@@ -46,7 +46,7 @@ class RecurrentDQNNetworks(nn.Module):
         return self.q.step(obs, *state_or_zeros(state, obs, self.carry_size))
 
 
-@ALGOS.register("dqn", spec=AlgoSpec(on_policy=False, action_spaces=("Discrete",)))
+@ALGOS.register("dqn", spec=AlgoSpec(on_policy=False, action_spaces=("Discrete",), compiles=True))
 class DQN:
     def __init__(
         self,
@@ -94,6 +94,19 @@ class DQN:
         self.loss, self.double, self.max_grad_norm, self.reward_scale = loss, double, max_grad_norm, reward_scale
         self.gradient_updates = 0
         self.last_target_update = 0  # env steps at the last target update
+        self._compiled: Any = None  # compile=true: CompiledAdamStep over transition_loss
+
+    def enable_compile(self) -> None:
+        """compile=true: the transition loss, its gradients, the clip and Adam as one graph (not R2D2 sequences)."""
+        from rlcli.compiled import CompiledAdamStep
+        from rlcli.optim import FusedAdam
+
+        if self.recurrent:
+            raise ConfigError("compile=true does not cover recurrent Q-networks (actor=gru/lstm) yet; "
+                              "drop compile=true")
+        if not isinstance(self.optimizer, FusedAdam):
+            raise ConfigError("compile=true needs torch's fused Adam kernel, which this torch build lacks")
+        self._compiled = CompiledAdamStep(self.networks, self.optimizer, self.transition_loss, self.max_grad_norm)
 
     def outputs_per_action(self) -> int:
         """What the Q-network predicts per action: one value (QR-DQN: its quantiles)."""
@@ -137,8 +150,11 @@ class DQN:
                 qs.append(q_mean)
                 continue
             batch = buffer.sample(self.batch_size, k, self.gradient_steps)  # normalized by the buffer
-            loss, errors, q_mean = self.transition_loss(batch)
-            gradient_step(self.optimizer, loss, net.q.parameters(), self.max_grad_norm)
+            if self._compiled is not None:
+                loss, (errors, q_mean) = self._compiled(batch)
+            else:
+                loss, (errors, q_mean) = self.transition_loss(batch)
+                gradient_step(self.optimizer, loss, net.q.parameters(), self.max_grad_norm)
             if hasattr(buffer, "update_priorities"):
                 buffer.update_priorities(batch.indices, errors)
             self.gradient_updates += 1
@@ -154,9 +170,9 @@ class DQN:
                 "epsilon": torch.tensor(self.epsilon),  # at this update's env step
                 "learning_rate": torch.tensor(self.optimizer.param_groups[0]["lr"])}
 
-    def transition_loss(self, batch: Any) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """The (double) Q-learning loss on a batch of transitions, each one's TD error (PER priorities) and the
-        mean Q of the actions taken."""
+    def transition_loss(self, batch: Any) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+        """The (double) Q-learning loss on a batch of transitions, with each one's TD error (PER priorities) and
+        the mean Q of the actions taken."""
         net = self.networks
         with torch.no_grad():
             next_q = net.q_target(batch.next_obs)
@@ -170,7 +186,7 @@ class DQN:
         td = q - target
         per_sample = (nn.functional.smooth_l1_loss(q, target, reduction="none") if self.loss == "huber"
                       else td.square())
-        return (batch.weights * per_sample).mean(), td.detach(), q.detach().mean()
+        return (batch.weights * per_sample).mean(), (td.detach(), q.detach().mean())
 
     def _sequence_loss(self, batch: SequenceBatch, burn: int) -> tuple[torch.Tensor, torch.Tensor]:
         """R2D2: refresh the stored state over the burn-in steps (no gradients), then 1-step Q-learning on

@@ -39,7 +39,7 @@ class QRDQN(DQN):
     def q_values(self, obs: torch.Tensor, target: bool = False) -> torch.Tensor:
         return self.quantiles(obs, target).mean(-1)
 
-    def transition_loss(self, batch: Any) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def transition_loss(self, batch: Any) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
         with torch.no_grad():
             next_quantiles = self.quantiles(batch.next_obs, target=True)
             # the greedy next action by mean quantile: of the target net, or (double) of the online net
@@ -51,4 +51,4 @@ class QRDQN(DQN):
         current = self.quantiles(batch.obs)[torch.arange(len(actions), device=actions.device), actions]  # [B, Q]
         per_sample = quantile_huber_loss(current, target)
         errors = current.detach().mean(-1) - target.mean(-1)
-        return (batch.weights * per_sample).mean(), errors, current.detach().mean()
+        return (batch.weights * per_sample).mean(), (errors, current.detach().mean())
