@@ -50,6 +50,8 @@ ROWS: dict[str, dict[str, Any]] = {
     # from an empty torch.compile cache, else the cache of the runs before it is warm
     "ppo_compile": {"env": "CartPole-v1", "steps": 100_000, "floor": False, "sb3": "ppo",
                     "rlcli": ["algo=ppo", "env=CartPole-v1", "compile=true"]},
+    "dqn_compile": {"env": "CartPole-v1", "steps": 50_000, "floor": False, "sb3": "dqn",
+                    "rlcli": ["algo=dqn", "env=CartPole-v1", "compile=true"]},
     "ppo_1m": {"env": "CartPole-v1", "steps": 1_000_000, "floor": False, "sb3": "ppo",
                "rlcli": ["algo=ppo", "env=CartPole-v1", "train.total_steps=1000000"]},
     "ppo_1m_compile": {"env": "CartPole-v1", "steps": 1_000_000, "floor": False, "sb3": "ppo",
