@@ -247,3 +247,29 @@ def test_a_sink_that_fails_mid_run_is_one_warning_and_the_others_go_on(tmp_path)
 def test_flat_params_names_every_leaf_by_its_dotted_key():
     assert flat_params({"algo": {"lr": 3e-4, "net": [64, 64]}, "seed": 1, "resume": None, "empty": {}}) == {
         "algo.lr": "0.0003", "algo.net": "[64, 64]", "seed": "1", "resume": "null", "empty": "{}"}
+
+
+def test_a_tracker_that_fails_to_start_a_run_ends_a_run_in_one_line_and_only_fails_a_sweeps_job(tmp_path, capsys):
+    """The store passes the start-up check (not a server) but cannot open: exit 2 with one line for a run, a
+    ConfigError (the job's failed status) for a sweep's job, so that the other jobs go on."""
+    from rlcli.compose import compose_config
+    from rlcli.registry import ConfigError
+    from rlcli.run_state import prepare
+    from rlcli.trainer import Trainer
+
+    (tmp_path / "a-file").write_text("")  # the store's folder cannot be made: a file is in the way
+    args = ["log.mlflow=true", f"log.mlflow_uri=sqlite:///{tmp_path}/a-file/mlflow.db", "log.console=false",
+            "train.total_steps=256"]
+    (tmp_path / "run").mkdir()
+    (tmp_path / "job").mkdir()
+    components, state = prepare(compose_config(args))
+    with pytest.raises(SystemExit) as stop:
+        Trainer(components, tmp_path / "run", state).run()
+    assert stop.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("rl-train: error: log.mlflow=true: MLflow could not start a run"), err
+    components, state = prepare(compose_config(args))
+    job = Trainer(components, tmp_path / "job", state)
+    job.sweep_group = str(tmp_path)
+    with pytest.raises(ConfigError, match="MLflow could not start a run"):
+        job.run()

@@ -350,8 +350,13 @@ class Tracking:
             state[key] = {"run_id": sink.run_id, "sent_through": self.sent_through[key]}
         path = self.run_dir / STATE_FILE
         tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(state, indent=1))
-        tmp.replace(path)
+        try:
+            tmp.write_text(json.dumps(state, indent=1))
+            tmp.replace(path)
+        except OSError as error:  # a full or read-only disk must not stop training; a resume may then resend
+            if not getattr(self, "_state_warned", False):
+                self._state_warned = True
+                self.warn(f"cannot write {path} ({error.strerror}); a resume may send some points twice")
 
 
 def _read_state(run_dir: Path) -> dict[str, Any]:

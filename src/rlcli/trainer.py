@@ -195,6 +195,8 @@ class Trainer:
                                       self.sweep_group, warn)
         except ConfigError as error:
             self.close()
+            if self.sweep_group is not None:
+                raise  # a sweep's job: that job fails (its status says why), the sweep goes on
             print(f"rl-train: error: {error}", file=sys.stderr)
             raise SystemExit(2) from None
         self.state.tracking = tracking.run_ids
