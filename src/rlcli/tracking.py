@@ -264,6 +264,7 @@ class Tracking:
         self.sinks, self.run_dir, self.sent_through, self.warn = sinks, run_dir, sent_through, warn
         self._pending: list[tuple[str, float, int]] = []
         self._last_flush = time.monotonic()
+        self._state_warned = False
 
     @classmethod
     def start(cls, cfg: DictConfig, run_dir: Path, start_step: int, run_ids: Mapping[str, str],
@@ -354,7 +355,7 @@ class Tracking:
             tmp.write_text(json.dumps(state, indent=1))
             tmp.replace(path)
         except OSError as error:  # a full or read-only disk must not stop training; a resume may then resend
-            if not getattr(self, "_state_warned", False):
+            if not self._state_warned:
                 self._state_warned = True
                 self.warn(f"cannot write {path} ({error.strerror}); a resume may send some points twice")
 
