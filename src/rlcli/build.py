@@ -38,7 +38,7 @@ class TrainSettings:
 
     total_steps: int = 1_000_000
     num_envs: int = 8
-    vector_mode: Literal["auto", "sync", "async", "numpy"] = "auto"
+    vector_mode: Literal["auto", "sync", "async", "numpy", "envpool"] = "auto"
     test_every: int = 10_000
     test_episodes: int = 10
     log_every: int = 5_000

@@ -21,7 +21,7 @@ from rlcli.envs import bit_flipping, memory_cue, pixel_goal, valid_moves  # noqa
 from rlcli.envs.masks import ActionMaskInInfo
 from rlcli.registry import ENVS, ConfigError, did_you_mean, require
 
-VectorMode = Literal["auto", "sync", "async", "numpy"]
+VectorMode = Literal["auto", "sync", "async", "numpy", "envpool"]
 
 
 def resolve_env_id(env_id: str | None) -> gym.envs.registration.EnvSpec:
@@ -162,6 +162,8 @@ class GymEnvFactory:
             raise ConfigError(f"env {self.spec.id} cannot render frames for a video (its render modes: "
                               f"{', '.join(modes) or 'none'}); choose an env that renders rgb_array")
         vector = self.spec.vector_entry_point
+        if mode == "envpool":  # EnvPool does not render: videos come from gymnasium's own env
+            mode = "sync"
         if mode in ("auto", "numpy") and vector is not None:
             creator = gym.envs.registration.load_env_creator(vector) if isinstance(vector, str) else vector
             if "rgb_array" not in getattr(creator, "metadata", {}).get("render_modes", []):
@@ -174,25 +176,7 @@ class GymEnvFactory:
             del self.kwargs["render_mode"]
 
     def _make(self, num_envs: int, mode: VectorMode, *, gamma: float, eval: bool, masks: bool = False) -> VectorEnv:
-        wrappers = self._env_wrappers(masks)
-        if mode == "auto":
-            mode = "numpy" if self.spec.vector_entry_point is not None and not wrappers else "sync"
-        if mode == "numpy":
-            if self.spec.vector_entry_point is None or wrappers:
-                raise ConfigError(
-                    f"train.vector_mode=numpy: {self.spec.id} has no numpy-vectorized version (or per-env wrappers "
-                    "such as env.atari / env.frame_stack / action masks are on); choose from: auto, sync, async"
-                )
-            envs = gym.make_vec(self.spec.id, num_envs, vectorization_mode="vector_entry_point", **self.kwargs)
-        else:
-            envs = gym.make_vec(
-                self.spec.id,
-                num_envs,
-                vectorization_mode=mode,
-                vector_kwargs={"autoreset_mode": AutoresetMode.NEXT_STEP},
-                wrappers=wrappers,
-                **self.kwargs,
-            )
+        envs = self._make_envpool(num_envs, masks) if mode == "envpool" else self._make_gymnasium(num_envs, mode, masks)
         if envs.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP) != AutoresetMode.NEXT_STEP:
             raise ConfigError(f"env {self.spec.id}: rlcli needs NEXT_STEP autoreset vector envs")
         if self.sparse_reward:
@@ -210,6 +194,30 @@ class GymEnvFactory:
             if self.clip_reward is not None:
                 envs = gym.wrappers.vector.ClipReward(envs, -self.clip_reward, self.clip_reward)
         return envs
+
+    def _make_gymnasium(self, num_envs: int, mode: VectorMode, masks: bool) -> VectorEnv:
+        wrappers = self._env_wrappers(masks)
+        if mode == "auto":
+            mode = "numpy" if self.spec.vector_entry_point is not None and not wrappers else "sync"
+        if mode == "numpy":
+            if self.spec.vector_entry_point is None or wrappers:
+                raise ConfigError(
+                    f"train.vector_mode=numpy: {self.spec.id} has no numpy-vectorized version (or per-env wrappers "
+                    "such as env.atari / env.frame_stack / action masks are on); choose from: auto, sync, async"
+                )
+            return gym.make_vec(self.spec.id, num_envs, vectorization_mode="vector_entry_point", **self.kwargs)
+        return gym.make_vec(self.spec.id, num_envs, vectorization_mode=mode,
+                            vector_kwargs={"autoreset_mode": AutoresetMode.NEXT_STEP}, wrappers=wrappers, **self.kwargs)
+
+    def _make_envpool(self, num_envs: int, masks: bool) -> VectorEnv:
+        if masks:
+            raise ConfigError("train.vector_mode=envpool does not pass valid-action masks; use "
+                              "train.vector_mode=auto with this algorithm")
+        from rlcli.envs.envpool_vector import make_envpool
+
+        kwargs = dict(self.kwargs)
+        return make_envpool(self.spec.id, num_envs, atari=self.atari, frame_stack=self.frame_stack,
+                            max_episode_steps=kwargs.pop("max_episode_steps", None), kwargs=kwargs)
 
 
 # gymnasium's env families that need packages of their own: what to install

@@ -46,9 +46,10 @@ def _picklable(value: Any) -> bool:
 
 
 def capturable(envs: Any) -> bool:
-    """False for async vector envs (sub-envs live in other processes) and Atari (the emulator's
-    state is not a plain attribute): the trainer then resets them on resume, and says so."""
-    return not any(isinstance(layer, AsyncVectorEnv) or hasattr(layer, "ale") for layer in _layers(envs))
+    """False for async vector envs (sub-envs live in other processes), Atari (the emulator's state is not a
+    plain attribute) and EnvPool (C++): the trainer then resets them on resume, and says so."""
+    return not any(isinstance(layer, AsyncVectorEnv) or hasattr(layer, "ale")
+                   or not getattr(layer, "state_capturable", True) for layer in _layers(envs))
 
 
 def get_env_state(envs: Any) -> list[dict[str, Any]]:
