@@ -56,6 +56,11 @@ class CompiledAdamStep:
 
     def __init__(self, networks: nn.Module, optimizer: Any, loss: Callable[..., Any],
                  max_grad_norm: float | None) -> None:
+        from rlcli.optim import FusedAdam
+        from rlcli.registry import ConfigError
+
+        if not isinstance(optimizer, FusedAdam):  # the step reads and writes FusedAdam's state layout
+            raise ConfigError("compile=true needs torch's fused Adam kernel, which this torch build lacks")
         cache_dir()
         self.module = _Loss(networks, loss)
         self.optimizer = optimizer
@@ -67,6 +72,9 @@ class CompiledAdamStep:
         self.params = [p for _, p in trained]
         self.group = [group_of[id(p)] for p in self.params]
         self.max_grad_norm = max_grad_norm
+        group0 = optimizer.param_groups[0]  # betas and eps are the same in every group rlcli makes
+        self.betas = torch.tensor(group0["betas"], dtype=torch.float32)
+        self.eps = torch.tensor(group0["eps"], dtype=torch.float32)
         self._step = torch.compile(self._pure_step, dynamic=False)
         self.compile_seconds: float | None = None  # the first call: tracing and compiling (or loading the cache)
 
@@ -100,18 +108,15 @@ class CompiledAdamStep:
     def __call__(self, *args: Any) -> tuple[torch.Tensor, Any]:
         opt = self.optimizer
         states = [opt._state(p) for p in self.params]
-        group0 = opt.param_groups[0]
-        lrs = torch.tensor([g["lr"] for g in opt.param_groups], dtype=torch.float32)
-        betas = torch.tensor(group0["betas"], dtype=torch.float32)
-        eps = torch.tensor(group0["eps"], dtype=torch.float32)
+        lrs = torch.tensor([g["lr"] for g in opt.param_groups], dtype=torch.float32)  # schedules change them
         step = states[0]["step"]
         first = self.compile_seconds is None
         started = time.perf_counter()
         with torch.no_grad():
             params = [p.detach() for p in self.params]
             new_params, new_m, new_v, loss, stats = self._step(
-                params, [s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states], step, lrs, betas, eps,
-                args)
+                params, [s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states], step, lrs, self.betas,
+                self.eps, args)
             torch._foreach_copy_(self.params, new_params)
             torch._foreach_copy_([s["exp_avg"] for s in states], new_m)
             torch._foreach_copy_([s["exp_avg_sq"] for s in states], new_v)

@@ -129,6 +129,7 @@ def flat_params(config: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
 class Sink(Protocol):
     name: str
     run_id: str
+    where: str  # the console's tracking: line: which run, where
 
     def log(self, points: list[tuple[str, float, int]]) -> None: ...
     def summary(self, values: Mapping[str, float]) -> None: ...
@@ -146,7 +147,6 @@ class RunInfo:
     tags: dict[str, str]
     group: str | None
     run_dir: Path
-    resuming: bool
 
 
 class MlflowSink:
@@ -272,7 +272,7 @@ class Tracking:
         """Start (or, with the checkpoint's `run_ids`, continue) one tracked run per enabled sink. A sink that
         cannot start raises a one-line ConfigError."""
         settings = settings_of(cfg)
-        info = run_info(cfg, run_dir, group, resuming=bool(run_ids))
+        info = run_info(cfg, run_dir, group)
         saved = _read_state(run_dir)
         sinks: dict[str, Sink] = {}
         sent_through: dict[str, int] = {}
@@ -300,7 +300,7 @@ class Tracking:
         return {key: sink.run_id for key, sink in self.sinks.items()}
 
     def describe(self) -> list[str]:
-        return [str(getattr(sink, "where", f"{sink.name} run {sink.run_id}")) for sink in self.sinks.values()]
+        return [sink.where for sink in self.sinks.values()]
 
     def scalars(self, metrics: Mapping[str, float], step: int) -> None:
         self._pending.extend((tag, float(value), step) for tag, value in metrics.items() if math.isfinite(value))
@@ -369,7 +369,7 @@ def _read_state(run_dir: Path) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-def run_info(cfg: DictConfig, run_dir: Path, group: str | None, resuming: bool) -> RunInfo:
+def run_info(cfg: DictConfig, run_dir: Path, group: str | None) -> RunInfo:
     config: dict[str, Any] = OmegaConf.to_container(cfg, resolve=True)  # type: ignore[assignment]
     config.pop("resume", None)  # differs between the first process and a resumed one; not a setting
     settings = settings_of(cfg)
@@ -378,7 +378,7 @@ def run_info(cfg: DictConfig, run_dir: Path, group: str | None, resuming: bool) 
     return RunInfo(config=config, name=f"{algo}-{env_name}-seed{seed}",
                    experiment=settings.mlflow_experiment or f"{algo}-{env_name}",
                    tags={"algo": algo, "env": env, "seed": seed, "rlcli.run_dir": str(run_dir)},
-                   group=group, run_dir=run_dir, resuming=resuming)
+                   group=group, run_dir=run_dir)
 
 
 MAX_CHECKPOINT_BYTES = 200 * 2**20

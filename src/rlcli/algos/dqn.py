@@ -99,13 +99,10 @@ class DQN:
     def enable_compile(self) -> None:
         """compile=true: the transition loss, its gradients, the clip and Adam as one graph (not R2D2 sequences)."""
         from rlcli.compiled import CompiledAdamStep
-        from rlcli.optim import FusedAdam
 
         if self.recurrent:
             raise ConfigError("compile=true does not cover recurrent Q-networks (actor=gru/lstm) yet; "
                               "drop compile=true")
-        if not isinstance(self.optimizer, FusedAdam):
-            raise ConfigError("compile=true needs torch's fused Adam kernel, which this torch build lacks")
         self._compiled = CompiledAdamStep(self.networks, self.optimizer, self.transition_loss, self.max_grad_norm)
 
     def outputs_per_action(self) -> int:

@@ -95,14 +95,11 @@ class PPO:
 
     def enable_compile(self) -> None:
         """compile=true: plain PPO's minibatch step (MLP or CNN actor, clipped surrogate, no add-ons) compiled."""
-        from rlcli.optim import FusedAdam
-
         unsupported = [(self.recurrent, "a recurrent actor (actor=lstm/gru)"),
                        (self.kl_coef is not None, "the KL penalty (algo.kl_coef / algo=ppo_kl)"),
                        (self.clip_range is None, "algo.clip_range=null"),
                        (bool(self.policy_addons), "algo.policy_loss_addons"),
-                       (bool(self.extra_param_groups(1.0)), f"{type(self).__name__}'s extra networks"),
-                       (not isinstance(self.optimizer, FusedAdam), "this torch build (no fused Adam kernel)")]
+                       (bool(self.extra_param_groups(1.0)), f"{type(self).__name__}'s extra networks")]
         for bad, what in unsupported:
             if bad:
                 raise ConfigError(f"compile=true does not cover {what} yet; drop compile=true (eager is the default)")
