@@ -135,6 +135,7 @@ def _free_port() -> int:
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("ray")  # `ray stop --force` below would stop another test's Ray: one at a time
 def test_ray_cluster_on_localhost_runs_a_sweep(tmp_path):
     """A one-node Ray cluster on 127.0.0.1 (loopback only), a 2-job sweep on it, then `ray stop`."""
     ray = Path(sys.executable).parent / "ray"

@@ -21,9 +21,10 @@ import rlcli.actors  # noqa: F401  (registers the network recipes)
 import rlcli.algos  # noqa: F401  (registers the algorithms)
 import rlcli.buffers  # noqa: F401  (registers the storages)
 from rlcli.addons import build_addons
-from rlcli.collector import Collector
+from rlcli.collector import Collector, ExperienceCollector
 from rlcli.contracts import AlgoSpec, BufferSpec, CompilableAlgorithm, NetworkSpec, RecurrentNetworks
 from rlcli.envs import GymEnvFactory, VectorMode
+from rlcli.ray_collector import RayCollector, check_fits, check_ray, ray_settings
 from rlcli.registry import ACTORS, ALGOS, BUFFERS, ENVS, ConfigError, check_kwargs, require
 from rlcli.runtime import configure_torch, resolve_device, seed_everything
 from rlcli.schedules import ScheduledValue, build_schedules
@@ -69,11 +70,11 @@ class Components:
     settings: TrainSettings
     device: torch.device
     spec: AlgoSpec
-    envs: VectorEnv
+    envs: VectorEnv  # the training envs (collector=ray: one env that gave the spaces; the workers hold the rest)
     test_envs: VectorEnv
     algo: Any  # an OnPolicyAlgorithm or OffPolicyAlgorithm (contracts.py), as `spec.on_policy` says
     buffer: Any
-    collector: Collector
+    collector: ExperienceCollector
     schedules: list[ScheduledValue]  # every value over the run, applied before each collect and each update
     addons: list[Any]  # policy-loss add-ons
     obs_dtype: torch.dtype
@@ -85,6 +86,7 @@ class Components:
     recent_lengths: collections.deque[int] = field(default_factory=lambda: collections.deque(maxlen=100))
 
     def close(self) -> None:
+        self.collector.close()
         self.envs.close()
         self.test_envs.close()
         if self.video_envs is not None:
@@ -145,6 +147,9 @@ def check_config(cfg: DictConfig) -> None:
     require(isinstance(cfg.seed, int), "seed", cfg.seed, "must be an integer")
     compile_ = cfg.get("compile", False)
     require(isinstance(compile_, bool), "compile", compile_, "expected true or false")
+    rays = ray_settings(cfg)
+    if rays is not None:
+        check_fits(rays, spec, network_spec, algo_name)
     if compile_ and not spec.compiles:
         able = [n for n in ALGOS.names() if getattr(ALGOS.spec(n), "compiles", False)]
         raise ConfigError(f"compile=true is not implemented for algo={algo_name} yet; it is for: {', '.join(able)} "
@@ -200,6 +205,10 @@ def build(cfg: DictConfig) -> Components:
     check_config(cfg)
     check_tracking(cfg)
     settings = TrainSettings(**section(cfg, "train"))
+    rays = ray_settings(cfg)
+    if rays is not None:
+        check_ray(rays)
+        settings.num_envs = rays.workers * rays.envs_each(settings.num_envs)  # the run's envs: all the workers'
     device = resolve_device(cfg.device)
     configure_torch(int(cfg.get("torch_threads", 1)), bool(cfg.deterministic))
     seed_everything(cfg.seed)
@@ -208,8 +217,9 @@ def build(cfg: DictConfig) -> Components:
     spec: AlgoSpec = ALGOS.spec(algo_cfg["name"])
     env_factory: GymEnvFactory = ENVS.build(section(cfg, "env"))
     masks = spec.action_masks
-    envs = env_factory.make(settings.num_envs, settings.vector_mode, gamma=float(algo_cfg.get("gamma", 0.99)),
-                            masks=masks)
+    # collector=ray: the training envs live on the workers; this process keeps one env for the spaces
+    envs = env_factory.make(settings.num_envs if rays is None else 1, settings.vector_mode,
+                            gamma=float(algo_cfg.get("gamma", 0.99)), masks=masks)
     test_envs = env_factory.make(settings.test_episodes, settings.vector_mode, eval=True, masks=masks)
     video_envs = None
     try:
@@ -248,8 +258,19 @@ def build(cfg: DictConfig) -> Components:
             video_envs.close()
         raise
     clock = PhaseClock()
-    collector = Collector(envs, algo.networks.normalizer, device, seed=cfg.seed, on_policy=spec.on_policy,
-                          carry_size=carry_size, clock=clock, obs_dtype=obs_dtype, masks=masks)
+    collector: ExperienceCollector
+    if rays is None:
+        collector = Collector(envs, algo.networks.normalizer, device, seed=cfg.seed, on_policy=spec.on_policy,
+                              carry_size=carry_size, clock=clock, obs_dtype=obs_dtype, masks=masks)
+    else:
+        try:
+            collector = RayCollector(cfg, rays, settings.num_envs, algo.networks.normalizer, device, spec.on_policy,
+                                     clock)
+        except BaseException:
+            for made in (envs, test_envs, video_envs):
+                if made is not None:
+                    made.close()
+            raise
     stop_reward = env_factory.reward_threshold if isinstance(settings.stop_reward, str) else settings.stop_reward
     return Components(cfg, settings, device, spec, envs, test_envs, algo, buffer, collector, schedules, addons,
                       obs_dtype, carry_size, stop_reward, video_envs, clock)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -20,6 +20,7 @@ from rlcli.actors.normalizer import RunningNorm
 from rlcli.contracts import Algorithm, RecurrentState
 from rlcli.envs import finished_episodes
 from rlcli.envs.masks import masks_from_infos
+from rlcli.envs.state import capturable, get_env_state, set_env_state
 from rlcli.timing import PhaseClock
 
 
@@ -28,6 +29,44 @@ class CollectStats:
     steps: int
     episode_returns: list[float] = field(default_factory=list)
     episode_lengths: list[int] = field(default_factory=list)
+    episode_steps: list[int] = field(default_factory=list)  # the step of the phase at which each one finished
+    scalars: dict[str, float] = field(default_factory=dict)  # the collector's own figures (collector/*), logged
+
+
+class CollectorError(RuntimeError):
+    """The collector cannot go on (collector=ray: a worker keeps dying): the trainer stops with this one line."""
+
+
+class ExperienceCollector(Protocol):
+    """What the trainer and the checkpoints call on a collector: `Collector` steps the envs in this process,
+    `RayCollector` (ray_collector.py) on Ray workers. Both fill the buffer the same way."""
+
+    clock: PhaseClock
+
+    def collect(self, algo: Algorithm, buffer: Any, random_actions: bool = False) -> CollectStats: ...
+
+    def reset(self, seed: int) -> None:
+        """Reset every training env (seeded like gymnasium's vector envs: env i gets seed + i)."""
+        ...
+
+    def state_dict(self) -> dict[str, object]: ...
+
+    def load_state_dict(self, state: dict[str, object]) -> None: ...
+
+    def env_state(self) -> Any:
+        """The envs' state for an exact resume, or None when it cannot be captured."""
+        ...
+
+    def restore_envs(self, state: Any) -> str | None:
+        """Put `env_state()`'s result back; or, when that cannot be done, say why in one line (the
+        trainer then resets the envs and warns with it)."""
+        ...
+
+    def describe(self) -> str:
+        """For the run's header line: where the envs step ('' for this process)."""
+        ...
+
+    def close(self) -> None: ...
 
 
 @dataclass
@@ -81,6 +120,22 @@ class Collector:
         mask = state.get("action_mask")
         self.action_mask = None if mask is None else torch.as_tensor(mask, device=self.device).clone()
 
+    def env_state(self) -> Any:
+        return get_env_state(self.envs) if capturable(self.envs) else None
+
+    def restore_envs(self, state: Any) -> str | None:
+        if state is not None and capturable(self.envs):
+            set_env_state(self.envs, state)
+            return None
+        return ("the env state could not be saved or restored (e.g. async vector envs): the envs were "
+                "reset, so this resume continues from fresh episodes rather than exactly")
+
+    def describe(self) -> str:
+        return ""
+
+    def close(self) -> None:
+        """Nothing of its own: the envs belong to the components, which close them."""
+
     def _masks(self, infos: dict[str, Any]) -> torch.Tensor | None:
         if not self.masks:
             return None
@@ -106,7 +161,7 @@ class Collector:
         to_tensor = lambda x: torch.as_tensor(x, dtype=torch.float32, device=self.device)  # noqa: E731
         clock = time.perf_counter
         act_s = env_s = buffer_s = 0.0
-        for _ in range(algo.n_steps):
+        for step in range(algo.n_steps):
             t0 = clock()
             self.normalizer.update(self.obs)
             obs = self.normalizer(self.obs)
@@ -135,6 +190,7 @@ class Collector:
             returns, lengths = finished_episodes(infos)
             stats.episode_returns.extend(returns.tolist())
             stats.episode_lengths.extend(lengths.tolist())
+            stats.episode_steps.extend([step] * len(returns))
             self.obs = torch.as_tensor(next_obs, dtype=self.obs_dtype, device=self.device)
             self.action_mask = self._masks(infos)
             self.episode_start = self.prev_done.copy()  # after a reset step comes a new episode's first step

@@ -22,7 +22,7 @@ CHANGEABLE = (
     "train.total_steps", "train.test_every", "train.test_episodes", "train.log_every", "train.tb_every",
     "train.stop_reward",
     "train.checkpoint_every", "train.keep_checkpoints", "log.", "device", "torch_threads", "compile", "resume",
-    "actor.init_from", "sweep.",
+    "actor.init_from", "sweep.", "collector.address", "collector.max_restarts", "collector.cpus_per_worker",
 )
 
 
@@ -105,6 +105,7 @@ def _flatten(node: Any, prefix: str = "") -> dict[str, Any]:
 
 def incompatible_changes(saved: dict[str, Any], current: dict[str, Any]) -> list[str]:
     """`key (old -> new)` for every difference outside CHANGEABLE."""
+    saved = {"collector": {"name": "local"}, **saved}  # checkpoints from before collectors were a choice
     old, new = _flatten(saved), _flatten(current)
     changes = []
     for key in sorted(set(old) | set(new)):

@@ -17,7 +17,6 @@ from omegaconf import OmegaConf
 
 from rlcli import checkpoint
 from rlcli.build import Components, build
-from rlcli.envs.state import capturable, get_env_state, set_env_state
 from rlcli.resume import check_compatible
 
 # What the payload holds; a checkpoint from an rlcli with another layout is refused in one line.
@@ -50,7 +49,7 @@ def capture(c: Components, state: TrainState) -> dict[str, Any]:
         "buffer": c.buffer.state_dict(),
         "rng": checkpoint.rng_state(),
         "collector": c.collector.state_dict(),
-        "envs": get_env_state(c.envs) if capturable(c.envs) else None,
+        "envs": c.collector.env_state(),
         "recent": {"returns": list(c.recent_returns), "lengths": list(c.recent_lengths)},
     }
 
@@ -86,12 +85,10 @@ def restore(c: Components, path: Path) -> TrainState:
     c.recent_returns.extend(data["recent"]["returns"])
     c.recent_lengths.extend(data["recent"]["lengths"])
     c.collector.load_state_dict(data["collector"])
-    if data["envs"] is not None and capturable(c.envs):
-        set_env_state(c.envs, data["envs"])
-    else:
+    why_not = c.collector.restore_envs(data["envs"])
+    if why_not is not None:
         c.collector.reset(seed=int(c.cfg.seed) + state.updates)
-        logger.warning("the env state could not be saved or restored (e.g. async vector envs): the envs were "
-                       "reset, so this resume continues from fresh episodes rather than exactly")
+        logger.warning(why_not)
     checkpoint.set_rng_state(data["rng"])
     _forget_a_later_best(path.parent / BEST, state.env_steps)
     return state

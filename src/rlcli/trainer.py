@@ -19,7 +19,7 @@ import numpy as np
 
 from rlcli.build import Components
 from rlcli.cli import StopNow
-from rlcli.collector import evaluate
+from rlcli.collector import CollectorError, evaluate
 from rlcli.contracts import RunClock
 from rlcli.log import RunLogger, fmt_return
 from rlcli.registry import ConfigError
@@ -72,6 +72,7 @@ class Trainer:
                         tracking=tracking)
         log.message(f"rlcli: {c.cfg.algo.name} on {self.env_label}, {planned:,} env steps, "
                     f"device {c.device}, run dir {self.run_dir}"
+                    + (f", {c.collector.describe()}" if c.collector.describe() else "")
                     + (f", resumed at {state.env_steps:,} env steps" if state.env_steps else ""))
         for where in tracking.describe() if tracking is not None else []:
             log.message(f"tracking: {where}" + (" (continued)" if state.env_steps else ""))
@@ -124,6 +125,7 @@ class Trainer:
                         scalars = {f"train/{k}": float(v) for k, v in metrics.items()}  # one sync per log
                         scalars["time/sps"] = sps
                         scalars.update(clock.scalars())
+                        scalars.update(stats.scalars)  # the collector's own (collector=ray: policy lag, restarts)
                         scalars["rollout/episodes"] = state.episodes
                         if c.recent_returns:
                             scalars["rollout/return_mean"] = float(np.mean(c.recent_returns))
@@ -157,6 +159,12 @@ class Trainer:
                         self._save(start)
                     if tracking is not None:
                         tracking.flush()  # the tracked runs hold at least what the checkpoint holds
+        except CollectorError as error:
+            log.close(status="FAILED")
+            self.close()
+            print(f"rl-train: error: {error}; the last checkpoint is kept: rl-train resume={self.run_dir}",
+                  file=sys.stderr)
+            raise SystemExit(1) from None
         except BaseException:
             log.close(status="KILLED" if self._stop_signal is not None else "FAILED")  # no-op after a clean stop
             raise

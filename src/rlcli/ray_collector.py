@@ -1,0 +1,551 @@
+"""`collector=ray`: the training envs step on Ray workers; the learner stays in this process.
+
+Each worker (a Ray actor) owns `collector.envs_per_worker` envs and a CPU copy of the algorithm, and
+runs the ordinary `Collector` over them for one collect phase (a *fragment*: n_steps steps of its
+envs), recording what it would have put in the buffer. The learner receives the fragments, puts
+their rows into its buffer in the order a local run would, updates, and broadcasts the weights once
+per iteration with `ray.put`. Nothing is called remotely per env step.
+
+Synchronous mode (on-policy algorithms, or `collector.max_policy_lag=0`) reproduces a local run with
+the same number of envs exactly: worker w's envs are envs w*M .. w*M+M-1 of the local vector env
+(seeded the same way), and each worker acts on the whole batch of observations padded with zeros
+around its own rows, with torch's RNG state of the learner, so every sampled action is the one the
+local run samples (sampling consumes random numbers by shape, not by value). The learner then takes
+the RNG state the workers ended with. Two things stay worker-local and make a run with
+`env.normalize_obs` or `env.normalize_reward` differ slightly from a local one: the running
+statistics a worker acts with during a fragment (the learner's own statistics see every env, in the
+local order), and reward normalization, which is per vector env.
+
+Asynchronous mode (off-policy algorithms with `collector.max_policy_lag` = k >= 1): each worker keeps k
+fragments requested ahead, so workers step their envs while the learner updates; a fragment reaches
+the replay buffer collected with weights k updates old (logged as collector/policy_lag).
+
+A worker that dies is restarted by Ray (`collector.max_restarts`); its fragment is collected again
+from freshly reset envs, with a warning, and counted in collector/restarts.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import logging
+import os
+import secrets
+import socket
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from rlcli.collector import CollectorError, CollectStats
+from rlcli.contracts import ActOutput, AlgoSpec, NetworkSpec
+from rlcli.registry import ConfigError, require
+from rlcli.timing import PhaseClock
+
+logger = logging.getLogger("rlcli")
+
+
+@dataclass
+class RaySettings:
+    """The `collector:` section for collector=ray (conf/collector/ray.yaml says what each key means)."""
+
+    name: str = "ray"
+    workers: int = 2
+    envs_per_worker: int | None = None
+    address: str | None = None
+    max_policy_lag: int = 1
+    cpus_per_worker: float = 1.0
+    max_restarts: int = 3
+
+    def __post_init__(self) -> None:
+        require(self.workers > 0, "collector.workers", self.workers, "must be > 0")
+        require(self.envs_per_worker is None or self.envs_per_worker > 0, "collector.envs_per_worker",
+                self.envs_per_worker, "must be > 0 (or null: train.num_envs split over the workers)")
+        require(self.max_policy_lag >= 0, "collector.max_policy_lag", self.max_policy_lag,
+                "must be >= 0 (0: synchronous)")
+        require(self.cpus_per_worker >= 0, "collector.cpus_per_worker", self.cpus_per_worker, "must be >= 0")
+        require(self.max_restarts >= 0, "collector.max_restarts", self.max_restarts, "must be >= 0")
+        if self.address is not None:
+            host, _, port = str(self.address).rpartition(":")
+            require(bool(host) and port.isdigit(), "collector.address", self.address,
+                    "use HOST:PORT of a running Ray head (or null: a private Ray instance on this machine)")
+
+    def envs_each(self, num_envs: int) -> int:
+        """Envs per worker: collector.envs_per_worker, or train.num_envs split evenly."""
+        if self.envs_per_worker is not None:
+            return self.envs_per_worker
+        if num_envs % self.workers:
+            fits = [w for w in range(1, num_envs + 1) if num_envs % w == 0]
+            raise ConfigError(f"collector.workers={self.workers} does not divide train.num_envs={num_envs}; choose "
+                              f"from: {', '.join(map(str, fits))}, or set collector.envs_per_worker")
+        return num_envs // self.workers
+
+
+def ray_settings(cfg: DictConfig) -> RaySettings | None:
+    """The checked settings of collector=ray, or None for the local collector."""
+    from rlcli.registry import check_kwargs
+
+    node = cfg.get("collector")
+    section: dict[str, Any] = OmegaConf.to_container(node, resolve=True) if node is not None else {}  # type: ignore[assignment]
+    name = section.get("name", "local")
+    if name == "local":
+        extra = sorted(set(section) - {"name"})
+        if extra:
+            raise ConfigError(f"unknown key 'collector.{extra[0]}' for collector=local; it has no settings "
+                              "(collector=ray has workers, envs_per_worker, address, ...)")
+        return None
+    if name != "ray":
+        raise ConfigError(f"collector={name!r} is unknown; choose from: local, ray")
+    check_kwargs(RaySettings, section, prefix="collector")
+    return RaySettings(**section)
+
+
+def check_fits(settings: RaySettings, spec: AlgoSpec, network_spec: NetworkSpec, algo_name: str) -> None:
+    """What the Ray collector does not cover yet, in one line each."""
+    if network_spec.recurrent:
+        raise ConfigError("collector=ray does not carry recurrent networks' state across workers yet; "
+                          "use collector=local with this actor")
+    if spec.action_masks:
+        raise ConfigError(f"collector=ray does not pass valid-action masks yet (algo={algo_name}); use collector=local")
+
+
+def check_ray(settings: RaySettings) -> None:
+    """Ray installed, and the cluster's head answering when an address is given: one line otherwise."""
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        raise ConfigError("collector=ray needs Ray: pip install 'rlcli[ray]'") from None
+    if settings.address is not None:
+        host, _, port = str(settings.address).rpartition(":")
+        try:
+            with socket.create_connection((host, int(port)), timeout=3):
+                pass
+        except OSError as error:
+            why = error.strerror or error
+            raise ConfigError(f"collector.address={settings.address}: no Ray head answers there ({why}); "
+                              "start one with `ray start --head --port=PORT`, or use collector.address=null") from None
+
+
+# ----------------------------------------------------------------------------------- the worker side
+
+
+class _RecordingNorm:
+    """The worker's running normalizer, remembering each batch it is updated with for the learner."""
+
+    def __init__(self, norm: Any) -> None:
+        self.norm = norm
+        self.batches: list[torch.Tensor] = []
+
+    def update(self, batch: torch.Tensor) -> None:
+        if self.norm.enabled:
+            self.batches.append(batch.clone())
+        self.norm.update(batch)
+
+    def __call__(self, obs: torch.Tensor) -> torch.Tensor:
+        normalized: torch.Tensor = self.norm(obs)
+        return normalized
+
+
+class _FragmentRecorder:
+    """A stand-in buffer: keeps every `add` call's arguments, on the CPU, in order."""
+
+    def __init__(self) -> None:
+        self.rows: list[tuple[Any, ...]] = []
+
+    def reset(self) -> None:
+        self.rows = []
+
+    def add(self, *args: Any) -> None:
+        self.rows.append(tuple(a.detach().clone() if isinstance(a, torch.Tensor) else np.array(a) for a in args))
+
+
+class _ShardPolicy:
+    """The algorithm as the worker's collector sees it: acting on the whole learner-sized batch with this
+    worker's observations at its rows (so sampling draws what a local run draws), answering for its rows."""
+
+    def __init__(self, algo: Any, offset: int, count: int, total: int) -> None:
+        self.algo, self.rows, self.total = algo, slice(offset, offset + count), total
+        self.n_steps = algo.n_steps
+
+    def _pad(self, obs: torch.Tensor) -> torch.Tensor:
+        full = torch.zeros((self.total, *obs.shape[1:]), dtype=obs.dtype)
+        full[self.rows] = obs
+        return full
+
+    def act(self, obs: torch.Tensor, deterministic: bool = False, state: Any = None) -> ActOutput:
+        out = self.algo.act(self._pad(obs), deterministic=deterministic, state=state)
+        return ActOutput(out.actions[self.rows], out.log_probs[self.rows], out.values[self.rows])
+
+    def random_actions(self, n: int) -> torch.Tensor:
+        actions: torch.Tensor = self.algo.random_actions(self.total)
+        return actions[self.rows]
+
+    def env_actions(self, actions: torch.Tensor) -> torch.Tensor:
+        env_actions: torch.Tensor = self.algo.env_actions(actions)
+        return env_actions
+
+    def finish_rollout(self, *args: Any) -> None:
+        """The learner finishes the rollout over all envs."""
+
+
+@dataclass
+class Fragment:
+    """One collect phase of one worker."""
+
+    worker: int
+    version: int  # the learner's iteration whose weights acted
+    rows: list[tuple[Any, ...]]  # buffer.add's arguments at each step, for this worker's envs
+    norm_batches: list[torch.Tensor]  # what the running normalizer was updated with at each step
+    last_obs: torch.Tensor  # raw observations after the last step
+    stats: CollectStats
+    rng: torch.Tensor | None  # torch's RNG state after the fragment (synchronous mode)
+    seconds: float = 0.0
+    attempts: int = 1
+
+
+class RolloutWorker:
+    """A Ray actor: `count` envs (the learner's envs offset .. offset+count-1) and a CPU copy of the algorithm."""
+
+    def __init__(self, cfg: dict[str, Any], offset: int, count: int, total: int, on_policy: bool) -> None:
+        from rlcli.build import algo_section, build_agent, section
+        from rlcli.collector import Collector
+        from rlcli.registry import ENVS
+        from rlcli.runtime import configure_torch, seed_everything
+
+        self.cfg = OmegaConf.create(cfg)
+        configure_torch(1, bool(self.cfg.deterministic))
+        self.offset, self.count = offset, count
+        seed_everything(int(self.cfg.seed) + 7_919 * (offset + 1))  # async mode's own stream; sync sets the learner's
+        factory = ENVS.build(section(self.cfg, "env"))
+        self.envs = factory.make(count, str(self.cfg.train.vector_mode),
+                                 gamma=float(algo_section(self.cfg).get("gamma", 0.99)))
+        agent = build_agent(self.cfg, factory, self.envs.single_observation_space, self.envs.single_action_space,
+                            torch.device("cpu"), total, with_addons=False)
+        self.algo = agent.algo
+        self.policy = _ShardPolicy(self.algo, offset, count, total)
+        self.norm = _RecordingNorm(self.algo.networks.normalizer)
+        self.recorder = _FragmentRecorder()
+        self.collector = Collector(self.envs, self.norm, torch.device("cpu"), seed=int(self.cfg.seed) + offset,  # type: ignore[arg-type]
+                                   on_policy=on_policy, obs_dtype=agent.obs_dtype)
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def reset(self, seed: int) -> None:
+        self.collector.reset(seed + self.offset)
+
+    def collect(self, weights: dict[str, Any], values: dict[str, Any], rng: torch.Tensor | None,
+                random_actions: bool, version: int) -> Fragment:
+        start = time.perf_counter()
+        self.algo.networks.load_state_dict(weights)
+        for key, value in values.items():
+            setattr(self.algo, key, value)
+        if rng is not None:
+            torch.set_rng_state(rng)
+        self.recorder.reset()
+        self.norm.batches = []
+        stats = self.collector.collect(self.policy, self.recorder, random_actions=random_actions)  # type: ignore[arg-type]
+        return Fragment(self.offset, version, self.recorder.rows, self.norm.batches, self.collector.obs.clone(), stats,
+                        torch.get_rng_state() if rng is not None else None, time.perf_counter() - start)
+
+    def state(self) -> dict[str, Any]:
+        return {"collector": self.collector.state_dict(), "envs": self.collector.env_state()}
+
+    def load_state(self, state: dict[str, Any]) -> bool:
+        self.collector.load_state_dict(state["collector"])
+        return self.collector.restore_envs(state["envs"]) is None
+
+
+# ---------------------------------------------------------------------------------- the learner side
+
+
+def acting_values(algo: Any) -> dict[str, Any]:
+    """The algorithm's plain numbers (exploration epsilon, noise scales, ...): what schedules set before acting."""
+    return {k: v for k, v in vars(algo).items()
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and not k.startswith("_")}
+
+
+def cpu_weights(networks: Any) -> dict[str, Any]:
+    return {k: v.detach().cpu() if isinstance(v, torch.Tensor) else v for k, v in networks.state_dict().items()}
+
+
+def _concat(parts: list[Any]) -> Any:
+    return torch.cat(parts) if isinstance(parts[0], torch.Tensor) else np.concatenate(parts)
+
+
+@dataclass
+class _Pending:
+    ref: Any
+    args: tuple[Any, ...]
+    submitted: float = field(default_factory=time.perf_counter)
+
+
+class RayCollector:
+    """The learner's side: starts the workers, sends weights, merges their fragments into the buffer."""
+
+    def __init__(self, cfg: DictConfig, settings: RaySettings, total_envs: int, normalizer: Any,
+                 device: torch.device, on_policy: bool, clock: PhaseClock | None = None) -> None:
+        self.cfg, self.settings, self.total = cfg, settings, total_envs
+        self.normalizer, self.device, self.on_policy = normalizer, device, on_policy
+        self.clock = clock or PhaseClock()
+        self.each = settings.envs_each(total_envs)
+        self.lag = 0 if on_policy else settings.max_policy_lag
+        self.workers: list[Any] = []
+        self.pending: list[collections.deque[_Pending]] = []
+        self.version = 0  # collect calls so far: the weights' age is counted in these
+        self.restarts = 0
+        self._started_ray = False
+        self._ray_environ: dict[str, str] | None = None
+        self._seed = int(cfg.seed)
+        # Now, not at the first collect phase: a worker that cannot build fails before any run dir exists, and
+        # Ray's own SIGTERM handler (it aborts the process) is in place before the trainer installs its own.
+        try:
+            self._start()
+        except BaseException:
+            self.close()
+            raise
+
+    @property
+    def synchronous(self) -> bool:
+        return self.lag == 0
+
+    # ------------------------------------------------------------------------------ start and stop
+    def _start(self) -> None:
+        if self.workers:
+            return
+        import ray
+
+        if not ray.is_initialized():
+            # ray.init sets RAY_* variables in this process (RAY_AUTH_MODE, ...): put them back at close
+            self._ray_environ = {k: v for k, v in os.environ.items() if k.startswith("RAY_")}
+            os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+            if self.settings.address is None:
+                if not {"RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"} & set(os.environ):
+                    # Ray's token auth, with a token of this instance's own: otherwise Ray writes one to
+                    # ~/.ray/auth_token, which then switches the user's other Ray clusters to token auth
+                    os.environ["RAY_AUTH_TOKEN"] = secrets.token_hex(32)
+                need = self.settings.workers * self.settings.cpus_per_worker
+                ray.init(num_cpus=max(os.cpu_count() or 1, int(np.ceil(need))), include_dashboard=False,
+                         logging_level=logging.ERROR, log_to_driver=False, _node_ip_address="127.0.0.1")
+            else:
+                ray.init(address=self.settings.address, logging_level=logging.ERROR, log_to_driver=False)
+            self._started_ray = True
+            _keep_python_signal_handlers()
+        actor = ray.remote(RolloutWorker).options(
+            num_cpus=self.settings.cpus_per_worker, max_restarts=self.settings.max_restarts, max_task_retries=0)
+        config = OmegaConf.to_container(self.cfg, resolve=True)
+        self.workers = [actor.remote(config, w * self.each, self.each, self.total, self.on_policy)
+                        for w in range(self.settings.workers)]
+        self.pending = [collections.deque() for _ in self.workers]
+        from ray.exceptions import RayActorError
+
+        try:
+            ray.get([w.pid.remote() for w in self.workers])  # built: a worker that cannot build fails here, once
+        except RayActorError as error:
+            raise ConfigError(f"collector=ray: a worker could not start: {_cause(error)}") from None
+
+    def close(self) -> None:
+        if not self.workers and not self._started_ray:
+            return
+        import ray
+
+        for worker in self.workers:
+            ray.kill(worker, no_restart=True)
+        self.workers, self.pending = [], []
+        if self._started_ray:
+            ray.shutdown()
+            self._started_ray = False
+        if self._ray_environ is not None:
+            for key in [k for k in os.environ if k.startswith("RAY_")]:
+                del os.environ[key]
+            os.environ.update(self._ray_environ)
+            self._ray_environ = None
+
+    # --------------------------------------------------------------------------------- collecting
+    def collect(self, algo: Any, buffer: Any, random_actions: bool = False) -> CollectStats:
+        self._start()
+        import ray
+
+        t0 = time.perf_counter()
+        self.version += 1
+        weights = ray.put(cpu_weights(algo.networks))
+        values = acting_values(algo)
+        rng = torch.get_rng_state() if self.synchronous else None
+        for w, queue in enumerate(self.pending):
+            if not queue:
+                self._submit(w, weights, values, rng, random_actions)
+        fragments = [self._receive(w) for w in range(len(self.workers))]
+        for w in range(len(self.workers)):  # keep `lag` fragments in flight: they collect during the update
+            while len(self.pending[w]) < self.lag:
+                self._submit(w, weights, values, None, random_actions)
+        t1 = time.perf_counter()
+        if rng is not None:
+            assert fragments[0].rng is not None
+            torch.set_rng_state(fragments[0].rng)  # every worker drew the same numbers: the learner goes on from there
+        stats = self._merge(algo, buffer, fragments)
+        t2 = time.perf_counter()
+        seconds = self.clock.seconds
+        seconds["env"] += t1 - t0  # waiting for the workers: their acting and env steps
+        seconds["buffer"] += t2 - t1
+        stats.scalars = {"collector/policy_lag": float(np.mean([self.version - f.version for f in fragments])),
+                         "collector/restarts": float(self.restarts),
+                         "collector/fragment_seconds": float(np.mean([f.seconds for f in fragments]))}
+        return stats
+
+    def _submit(self, w: int, weights: Any, values: dict[str, Any], rng: torch.Tensor | None,
+                random_actions: bool) -> None:
+        args = (weights, values, rng, random_actions, self.version)
+        self.pending[w].append(_Pending(self.workers[w].collect.remote(*args), args))
+
+    def _receive(self, w: int) -> Fragment:
+        """Worker w's oldest fragment; if the worker died, Ray restarts it and the fragment is collected again."""
+        import ray
+        from ray.exceptions import ActorDiedError, RayActorError
+
+        pending = self.pending[w].popleft()
+        deaths = 0
+        while True:
+            try:
+                fragment: Fragment = ray.get(pending.ref)
+                return fragment
+            except ActorDiedError as error:  # Ray gave up on it: collector.max_restarts used up
+                limit = self.settings.max_restarts
+                raise CollectorError(f"collector=ray: worker {w} died and Ray will not restart it again "
+                                     f"(collector.max_restarts={limit}): {_first_line(error)}") from None
+            except RayActorError as error:  # died; Ray is restarting it
+                deaths += 1
+                self.restarts += 1
+                if deaths > max(1, self.settings.max_restarts):
+                    raise CollectorError(f"collector=ray: worker {w} died {deaths} times in a row "
+                                         f"({_first_line(error)}); stopping") from None
+                _warn(f"collector=ray: worker {w} died ({_first_line(error)}); Ray restarts it and its fragment is "
+                      f"collected again from freshly reset envs (restart {self.restarts})")
+                self._drop_pending(w)  # requests queued behind the lost one died with it
+                self._when_back(w, lambda worker: worker.reset.remote(self._seed + 1_000_003 * self.restarts))
+                pending = _Pending(self.workers[w].collect.remote(*pending.args), pending.args)
+
+    def _when_back(self, w: int, call: Any, timeout: float = 120.0) -> Any:
+        """`call(worker)` once the restarting worker answers (its restart is not counted again)."""
+        import ray
+        from ray.exceptions import ActorDiedError, RayActorError
+
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                return ray.get(call(self.workers[w]))
+            except ActorDiedError:
+                raise
+            except RayActorError:
+                if time.monotonic() > deadline:
+                    raise CollectorError(f"collector=ray: worker {w} did not come back in {timeout:.0f} s") from None
+                time.sleep(0.2)
+
+    def _merge(self, algo: Any, buffer: Any, fragments: list[Fragment]) -> CollectStats:
+        """The fragments' rows into the buffer, step by step, env-major in worker order: what a local run adds."""
+        if self.on_policy:
+            buffer.reset()
+        steps = len(fragments[0].rows)
+        for t in range(steps):
+            if fragments[0].norm_batches:
+                self.normalizer.update(torch.cat([f.norm_batches[t] for f in fragments]).to(self.device))
+            row = [_concat([f.rows[t][i] for f in fragments]) for i in range(len(fragments[0].rows[t]))]
+            buffer.add(*[x.to(self.device) if isinstance(x, torch.Tensor) else x for x in row])
+        if self.on_policy:
+            last = torch.cat([f.last_obs for f in fragments]).to(self.device)
+            algo.finish_rollout(buffer, self.normalizer(last), None)
+        stats = CollectStats(steps=steps * self.total)
+        order = sorted((step, k, i) for k, f in enumerate(fragments) for i, step in enumerate(f.stats.episode_steps))
+        for step, k, i in order:  # episodes in the order a local run finishes them: by step, then env
+            stats.episode_returns.append(fragments[k].stats.episode_returns[i])
+            stats.episode_lengths.append(fragments[k].stats.episode_lengths[i])
+            stats.episode_steps.append(step)
+        return stats
+
+    # ------------------------------------------------------------------------ state for checkpoints
+    def reset(self, seed: int) -> None:
+        self._start()
+        import ray
+
+        self._drain()
+        ray.get([w.reset.remote(seed) for w in self.workers])
+
+    def _drain(self) -> None:
+        for w in range(len(self.pending)):
+            self._drop_pending(w)
+
+    def _drop_pending(self, w: int) -> None:
+        import ray
+
+        for pending in self.pending[w]:
+            with contextlib.suppress(Exception):  # a dead worker's requests are gone already
+                ray.cancel(pending.ref, force=False)
+        self.pending[w].clear()
+
+    def describe(self) -> str:
+        mode = "synchronous" if self.synchronous else f"asynchronous, policy lag {self.lag}"
+        where = self.settings.address or "a private Ray instance"
+        return f"collector=ray ({self.settings.workers} workers x {self.each} envs on {where}, {mode})"
+
+    def state_dict(self) -> dict[str, object]:
+        return {"workers": self.settings.workers, "envs_per_worker": self.each, "version": self.version,
+                "restarts": self.restarts}
+
+    def load_state_dict(self, state: dict[str, object]) -> None:
+        self.version, self.restarts = int(state.get("version", 0)), int(state.get("restarts", 0))  # type: ignore[call-overload]
+
+    def env_state(self) -> Any:
+        """Each worker's envs and collector state (synchronous mode, between iterations: nothing in flight)."""
+        if not self.synchronous or not self.workers:
+            return None
+        import ray
+
+        return ray.get([w.state.remote() for w in self.workers])
+
+    def restore_envs(self, state: Any) -> str | None:
+        if not self.synchronous:
+            return ("collector=ray in asynchronous mode (off-policy, collector.max_policy_lag > 0): the workers' envs "
+                    "and their fragments in flight were not saved; the envs were reset, so this resume continues "
+                    "from fresh episodes")
+        if state is None or len(state) != self.settings.workers:
+            return ("the checkpoint holds no state for the Ray workers' envs (or for another number of workers): "
+                    "the envs were reset, so this resume continues from fresh episodes rather than exactly")
+        self._start()
+        import ray
+
+        if not all(ray.get([w.load_state.remote(s) for w, s in zip(self.workers, state, strict=True)])):
+            return ("the Ray workers' env state could not be restored (e.g. async vector envs): the envs were "
+                    "reset, so this resume continues from fresh episodes rather than exactly")
+        return None
+
+
+def _keep_python_signal_handlers() -> None:
+    """ray.init installs a C-level SIGTERM handler that aborts the process; put rl-train's own back (its
+    checkpoint-then-exit on SIGTERM, and the one-line stop during start-up)."""
+    import signal
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        handler = signal.getsignal(sig)
+        if callable(handler) or handler in (signal.SIG_DFL, signal.SIG_IGN):
+            with contextlib.suppress(ValueError):  # not the main thread
+                signal.signal(sig, handler)
+
+
+def _cause(error: BaseException) -> str:
+    """The worker's own exception from the report Ray wraps it in (its last `Name: text` line)."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    errors = [line for line in lines if line.split(":", 1)[0].endswith(("Error", "Exception"))]
+    return (errors or lines or [type(error).__name__])[-1][:300]
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    return text[0][:200] if text else type(error).__name__
+
+
+def _warn(text: str) -> None:
+    print(f"rl-train: warning: {text}", file=sys.stderr)
+    logger.info("warning: %s", text)

@@ -1,0 +1,137 @@
+"""collector=ray: the envs step on Ray workers (a private Ray instance on 127.0.0.1, stopped by each test)."""
+
+import os
+import signal
+
+import pytest
+import torch
+from conftest import run_cli
+from omegaconf import OmegaConf
+from test_resume import CADENCE, QUIET, final, run, scalars, start, wait_for_checkpoint
+
+from rlcli.compose import compose_config
+
+# Every test here starts Ray: under pytest-xdist they share one worker, one at a time.
+pytestmark = [pytest.mark.xdist_group("ray"), pytest.mark.slow]
+
+PPO = ["algo=ppo", "env=CartPole-v1", "train.vector_mode=sync", "train.total_steps=4096", *CADENCE, *QUIET]
+RAY = ["collector=ray", "collector.workers=2", "collector.envs_per_worker=4"]
+
+
+def same_values(a, b, path=""):
+    if isinstance(a, torch.Tensor):
+        assert torch.equal(a, b), path
+    elif isinstance(a, dict):
+        assert a.keys() == b.keys(), path
+        for key in a:
+            same_values(a[key], b[key], f"{path}.{key}")
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b), path
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            same_values(x, y, f"{path}[{i}]")
+    else:
+        assert a == b or (a != a and b != b), path
+
+
+def test_two_workers_of_four_envs_reproduce_eight_local_envs_and_resume_exactly(tmp_path):
+    """PPO, deterministic: 2 Ray workers x 4 envs, stopped by SIGTERM at its first checkpoint and resumed,
+    give the TensorBoard scalars, networks, optimizer and rollout of an uninterrupted local 8-env run."""
+    local = start([*PPO, "train.num_envs=8", f"hydra.run.dir={tmp_path / 'local'}"], tmp_path)
+    _, err = local.communicate(timeout=600)
+    assert local.returncode == 0, err
+    stopped = tmp_path / "ray"
+    proc = start([*PPO, *RAY, f"hydra.run.dir={stopped}"], tmp_path)
+    wait_for_checkpoint(stopped, proc, timeout=300)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    steps_at_stop = final(stopped)["state"]["env_steps"]
+    assert 0 < steps_at_stop < 4096
+    resumed = run([f"resume={stopped}"], tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    log = (stopped / "train.log").read_text()
+    assert "collector=ray (2 workers x 4 envs on a private Ray instance, synchronous)" in log
+    assert f"resumed at {steps_at_stop:,} env steps" in log
+    assert "were reset" not in log  # the workers' envs came back from the checkpoint
+
+    fl, fr = final(tmp_path / "local"), final(stopped)
+    same_values(fl["algo"], fr["algo"], "algo")
+    same_values(fl["buffer"], fr["buffer"], "buffer")
+    assert fl["state"]["env_steps"] == fr["state"]["env_steps"] == 4096
+    assert fl["state"]["episodes"] == fr["state"]["episodes"]
+    sl, sr = scalars(tmp_path / "local"), scalars(stopped)
+    ray_only = {tag: series for tag, series in sr.items() if tag.startswith("collector/")}
+    assert {tag: series for tag, series in sr.items() if tag not in ray_only} == sl
+    assert {v for _, v in ray_only["collector/policy_lag"]} == {0.0}
+    assert {v for _, v in ray_only["collector/restarts"]} == {0.0}
+
+
+def components(*overrides):
+    from rlcli.build import build
+
+    return build(compose_config(list(overrides)))
+
+
+def test_off_policy_collects_ahead_with_bounded_lag_and_survives_a_killed_worker(monkeypatch, tmp_path):
+    """DQN with max_policy_lag=1: after the first phase every fragment acted with weights one update old.
+    A worker killed with SIGKILL is restarted by Ray and its fragment collected again: no steps are lost."""
+    import ray
+
+    monkeypatch.chdir(tmp_path)
+    c = components("algo=dqn", "env=CartPole-v1", "collector=ray", "collector.workers=2",
+                   "train.num_envs=4", "algo.learning_starts=0", "algo.batch_size=32", "train.vector_mode=sync")
+    try:
+        per_phase = c.algo.n_steps * 4
+        lags = []
+        for _ in range(3):
+            stats = c.collector.collect(c.algo, c.buffer)
+            assert stats.steps == per_phase
+            lags.append(stats.scalars["collector/policy_lag"])
+            c.algo.update(c.buffer, __import__("conftest").at(0.5))
+        assert lags == [0.0, 1.0, 1.0]
+        victim = ray.get(c.collector.workers[0].pid.remote())
+        c.collector.collect(c.algo, c.buffer)
+        os.kill(victim, signal.SIGKILL)  # while it collects the fragment the next phase will ask for
+        stats = c.collector.collect(c.algo, c.buffer)
+        assert stats.steps == per_phase and len(stats.episode_returns) > 0
+        assert stats.scalars["collector/restarts"] == 1.0
+        assert ray.get(c.collector.workers[0].pid.remote()) != victim  # a new process
+        stats = c.collector.collect(c.algo, c.buffer)  # and it goes on collecting
+        assert stats.steps == per_phase
+        note = c.collector.restore_envs(c.collector.env_state())
+        assert note is not None and "asynchronous" in note  # async resume: the envs are reset, with a warning
+    finally:
+        c.close()
+    assert not ray.is_initialized()
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["collector.workers=3"], "collector.workers=3 does not divide train.num_envs=8; choose from: 1, 2, 4, 8"),
+    (["collector.address=127.0.0.1:9"], "collector.address=127.0.0.1:9: no Ray head answers there"),
+    (["collector.address=nowhere"], "collector.address='nowhere' is invalid: use HOST:PORT"),
+    (["collector.workrs=2"], "unknown key 'collector.workrs'"),
+    (["collector.max_policy_lag=-1"], "collector.max_policy_lag=-1 is invalid: must be >= 0"),
+    (["algo=ppo", "actor=gru"], "collector=ray does not carry recurrent networks' state"),
+])
+def test_collector_settings_that_cannot_work_are_one_line(tmp_path, args, expected):
+    out = run_cli("collector=ray", *args, "train.total_steps=64", cwd=tmp_path, timeout=120)
+    assert out.returncode == 2, out.stderr
+    assert expected in out.stderr and "Traceback" not in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "runs").exists()
+
+
+def test_collector_local_has_no_settings(tmp_path):
+    out = run_cli("collector.workers=2", "train.total_steps=64", cwd=tmp_path, timeout=120)
+    assert out.returncode == 2, out.stderr
+    assert out.stderr.strip() == "rl-train: error: unknown key 'collector.workers'; valid keys: name"
+
+
+def test_old_checkpoints_without_a_collector_choice_still_resume():
+    from rlcli.resume import incompatible_changes
+
+    saved = OmegaConf.to_container(compose_config(["algo=ppo"]))
+    current = dict(saved)
+    saved.pop("collector")
+    assert incompatible_changes(saved, current) == []
+    assert incompatible_changes(dict(current), OmegaConf.to_container(compose_config(["collector=ray"])))
