@@ -103,6 +103,12 @@ def test_off_policy_collects_ahead_with_bounded_lag_and_survives_a_killed_worker
     finally:
         c.close()
     assert not ray.is_initialized()
+    assert "RAY_AUTH_MODE" not in os.environ  # ray.init's variables are gone with it (a later `ray start` works)
+    again = components("algo=ppo", "env=CartPole-v1", "collector=ray")  # a second instance in this process
+    try:
+        assert again.collector.collect(again.algo, again.buffer).steps == again.algo.n_steps * 8
+    finally:
+        again.close()
 
 
 @pytest.mark.parametrize("args, expected", [

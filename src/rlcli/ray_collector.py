@@ -47,6 +47,7 @@ from rlcli.registry import ConfigError, require
 from rlcli.timing import PhaseClock
 
 logger = logging.getLogger("rlcli")
+_PROCESS_TOKEN = secrets.token_hex(32)  # the private Ray instances' auth token (see RayCollector._start)
 
 
 @dataclass
@@ -155,12 +156,19 @@ class _FragmentRecorder:
 
     def __init__(self) -> None:
         self.rows: list[tuple[Any, ...]] = []
+        self.torch_args: tuple[bool, ...] = ()  # which arguments were tensors (the learner's buffer gets them so)
 
     def reset(self) -> None:
         self.rows = []
 
     def add(self, *args: Any) -> None:
-        self.rows.append(tuple(a.detach().clone() if isinstance(a, torch.Tensor) else np.array(a) for a in args))
+        self.rows.append(tuple(a.detach().cpu().numpy().copy() if isinstance(a, torch.Tensor) else np.array(a)
+                               for a in args))
+        self.torch_args = tuple(isinstance(a, torch.Tensor) for a in args)
+
+    def columns(self) -> list[np.ndarray]:
+        """One [steps, envs, ...] array per argument: a few large arrays travel far faster than many small ones."""
+        return [np.stack(column) for column in zip(*self.rows, strict=True)]
 
 
 class _ShardPolicy:
@@ -198,8 +206,9 @@ class Fragment:
 
     worker: int
     version: int  # the learner's iteration whose weights acted
-    rows: list[tuple[Any, ...]]  # buffer.add's arguments at each step, for this worker's envs
-    norm_batches: list[torch.Tensor]  # what the running normalizer was updated with at each step
+    columns: list[np.ndarray]  # buffer.add's arguments, one [steps, this worker's envs, ...] array each
+    torch_args: tuple[bool, ...]  # which arguments the collector passed as tensors
+    norm_batches: np.ndarray | None  # [steps, envs, ...]: what the running normalizer was updated with
     last_obs: torch.Tensor  # raw observations after the last step
     stats: CollectStats
     rng: torch.Tensor | None  # torch's RNG state after the fragment (synchronous mode)
@@ -249,7 +258,9 @@ class RolloutWorker:
         self.recorder.reset()
         self.norm.batches = []
         stats = self.collector.collect(self.policy, self.recorder, random_actions=random_actions)  # type: ignore[arg-type]
-        return Fragment(self.offset, version, self.recorder.rows, self.norm.batches, self.collector.obs.clone(), stats,
+        norm = np.stack([b.numpy() for b in self.norm.batches]) if self.norm.batches else None
+        return Fragment(self.offset, version, self.recorder.columns(), self.recorder.torch_args, norm,
+                        self.collector.obs.clone(), stats,
                         torch.get_rng_state() if rng is not None else None, time.perf_counter() - start)
 
     def state(self) -> dict[str, Any]:
@@ -271,10 +282,6 @@ def acting_values(algo: Any) -> dict[str, Any]:
 
 def cpu_weights(networks: Any) -> dict[str, Any]:
     return {k: v.detach().cpu() if isinstance(v, torch.Tensor) else v for k, v in networks.state_dict().items()}
-
-
-def _concat(parts: list[Any]) -> Any:
-    return torch.cat(parts) if isinstance(parts[0], torch.Tensor) else np.concatenate(parts)
 
 
 @dataclass
@@ -327,7 +334,7 @@ class RayCollector:
                 if not {"RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"} & set(os.environ):
                     # Ray's token auth, with a token of this instance's own: otherwise Ray writes one to
                     # ~/.ray/auth_token, which then switches the user's other Ray clusters to token auth
-                    os.environ["RAY_AUTH_TOKEN"] = secrets.token_hex(32)
+                    os.environ["RAY_AUTH_TOKEN"] = _PROCESS_TOKEN  # one per process: Ray caches the first it reads
                 need = self.settings.workers * self.settings.cpus_per_worker
                 ray.init(num_cpus=max(os.cpu_count() or 1, int(np.ceil(need))), include_dashboard=False,
                          logging_level=logging.ERROR, log_to_driver=False, _node_ip_address="127.0.0.1")
@@ -448,12 +455,16 @@ class RayCollector:
         """The fragments' rows into the buffer, step by step, env-major in worker order: what a local run adds."""
         if self.on_policy:
             buffer.reset()
-        steps = len(fragments[0].rows)
+        columns = [np.concatenate([f.columns[i] for f in fragments], axis=1) for i in range(len(fragments[0].columns))]
+        norm = (np.concatenate([f.norm_batches for f in fragments], axis=1)
+                if fragments[0].norm_batches is not None else None)
+        as_torch = fragments[0].torch_args
+        steps = columns[0].shape[0]
         for t in range(steps):
-            if fragments[0].norm_batches:
-                self.normalizer.update(torch.cat([f.norm_batches[t] for f in fragments]).to(self.device))
-            row = [_concat([f.rows[t][i] for f in fragments]) for i in range(len(fragments[0].rows[t]))]
-            buffer.add(*[x.to(self.device) if isinstance(x, torch.Tensor) else x for x in row])
+            if norm is not None:
+                self.normalizer.update(torch.from_numpy(norm[t]).to(self.device))
+            buffer.add(*[torch.from_numpy(column[t]).to(self.device) if is_tensor else column[t]
+                         for column, is_tensor in zip(columns, as_torch, strict=True)])
         if self.on_policy:
             last = torch.cat([f.last_obs for f in fragments]).to(self.device)
             algo.finish_rollout(buffer, self.normalizer(last), None)
