@@ -25,7 +25,7 @@ train: $(BIN)/rl-train
 test: $(VENV)/.dev-extras
 	$(BIN)/ruff check src tests scripts
 	$(BIN)/mypy
-	$(BIN)/python -m pytest -q -n 2 --dist loadgroup tests
+	$(BIN)/python -m pytest -q -n 2 tests
 
 lint: $(VENV)/.dev-extras
 	$(BIN)/ruff check src tests scripts

@@ -1,6 +1,11 @@
+import contextlib
+import fcntl
 import os
+import shutil
+import socket
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -25,3 +30,36 @@ def at(progress: float):
     from rlcli.contracts import RunClock
 
     return RunClock(int(progress * 1000), 1000)
+
+
+@pytest.fixture
+def ray_exclusive():
+    """Tests that start Ray run one at a time, also across pytest-xdist workers: `ray stop --force` in one
+    would stop the Ray of another (an exclusive lock on a file; pytest-xdist's groups are not kept by pytest 9)."""
+    with open(Path(tempfile.gettempdir()) / "rlcli-tests-ray.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+@contextlib.contextmanager
+def ray_cluster_on_localhost(num_cpus: int = 2):
+    """A one-node Ray cluster on 127.0.0.1 (loopback only) for the block, then `ray stop --force` (which stops
+    every Ray on the machine: use it in tests with the `ray_exclusive` fixture). Yields (port, env for clients)."""
+    ray = Path(sys.executable).parent / "ray"
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    temp_dir = tempfile.mkdtemp(prefix="ray", dir="/tmp")  # Ray's socket paths must stay under 108 bytes
+    env = dict(os.environ, RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0",  # keeps Ray on the loopback address
+               RAY_USAGE_STATS_ENABLED="0", HYDRA_FULL_ERROR="0")
+    start = [str(ray), "start", "--head", "--node-ip-address=127.0.0.1", f"--port={port}", f"--num-cpus={num_cpus}",
+             "--include-dashboard=false", "--disable-usage-stats", f"--temp-dir={temp_dir}"]
+    subprocess.run(start, check=True, capture_output=True, env=env, timeout=120)
+    try:
+        yield port, env
+    finally:
+        subprocess.run([str(ray), "stop", "--force"], capture_output=True, env=env, timeout=120)
+        shutil.rmtree(temp_dir, ignore_errors=True)

@@ -4,33 +4,17 @@ import os
 import signal
 
 import pytest
-import torch
-from conftest import run_cli
+from conftest import RL_TRAIN, ray_cluster_on_localhost, run_cli
 from omegaconf import OmegaConf
-from test_resume import CADENCE, QUIET, final, run, scalars, start, wait_for_checkpoint
+from test_resume import CADENCE, QUIET, assert_equal_state, final, run, scalars, start, wait_for_checkpoint
 
 from rlcli.compose import compose_config
 
-# Every test here starts Ray: under pytest-xdist they share one worker, one at a time.
-pytestmark = [pytest.mark.xdist_group("ray"), pytest.mark.slow]
+# Tests here start Ray: one at a time, also across pytest-xdist workers (conftest.ray_exclusive).
+pytestmark = [pytest.mark.usefixtures("ray_exclusive"), pytest.mark.slow]
 
 PPO = ["algo=ppo", "env=CartPole-v1", "train.vector_mode=sync", "train.total_steps=4096", *CADENCE, *QUIET]
 RAY = ["collector=ray", "collector.workers=2", "collector.envs_per_worker=4"]
-
-
-def same_values(a, b, path=""):
-    if isinstance(a, torch.Tensor):
-        assert torch.equal(a, b), path
-    elif isinstance(a, dict):
-        assert a.keys() == b.keys(), path
-        for key in a:
-            same_values(a[key], b[key], f"{path}.{key}")
-    elif isinstance(a, (list, tuple)):
-        assert len(a) == len(b), path
-        for i, (x, y) in enumerate(zip(a, b, strict=True)):
-            same_values(x, y, f"{path}[{i}]")
-    else:
-        assert a == b or (a != a and b != b), path
 
 
 def test_two_workers_of_four_envs_reproduce_eight_local_envs_and_resume_exactly(tmp_path):
@@ -55,8 +39,8 @@ def test_two_workers_of_four_envs_reproduce_eight_local_envs_and_resume_exactly(
     assert "were reset" not in log  # the workers' envs came back from the checkpoint
 
     fl, fr = final(tmp_path / "local"), final(stopped)
-    same_values(fl["algo"], fr["algo"], "algo")
-    same_values(fl["buffer"], fr["buffer"], "buffer")
+    assert_equal_state(fl["algo"], fr["algo"], "algo")
+    assert_equal_state(fl["buffer"], fr["buffer"], "buffer")
     assert fl["state"]["env_steps"] == fr["state"]["env_steps"] == 4096
     assert fl["state"]["episodes"] == fr["state"]["episodes"]
     sl, sr = scalars(tmp_path / "local"), scalars(stopped)
@@ -64,6 +48,24 @@ def test_two_workers_of_four_envs_reproduce_eight_local_envs_and_resume_exactly(
     assert {tag: series for tag, series in sr.items() if tag not in ray_only} == sl
     assert {v for _, v in ray_only["collector/policy_lag"]} == {0.0}
     assert {v for _, v in ray_only["collector/restarts"]} == {0.0}
+
+
+def test_workers_on_an_existing_cluster(tmp_path):
+    """collector.address: the run joins a running cluster (one node on 127.0.0.1) and leaves it running."""
+    import subprocess
+
+    with ray_cluster_on_localhost(num_cpus=2) as (port, env):
+        args = ["algo=ppo", "env=CartPole-v1", "train.total_steps=1024", "train.test_every=1024", *QUIET, *RAY,
+                f"collector.address=127.0.0.1:{port}", f"hydra.run.dir={tmp_path / 'run'}"]
+        out = subprocess.run([str(RL_TRAIN), *args], cwd=tmp_path, capture_output=True, text=True, env=env,
+                             timeout=300)
+        assert out.returncode == 0, out.stderr[-3000:]
+        log = (tmp_path / "run" / "train.log").read_text()
+        assert f"collector=ray (2 workers x 4 envs on 127.0.0.1:{port}, synchronous)" in log
+        assert final(tmp_path / "run")["state"]["env_steps"] == 1024
+        status = subprocess.run([str(RL_TRAIN.parent / "ray"), "status", f"--address=127.0.0.1:{port}"],
+                                capture_output=True, text=True, env=env, timeout=120)
+        assert status.returncode == 0, status.stderr  # the cluster outlives the run
 
 
 def components(*overrides):

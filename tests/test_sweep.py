@@ -2,18 +2,14 @@
 
 import json
 import os
-import shutil
 import signal
-import socket
 import subprocess
-import sys
-import tempfile
 import time
 from pathlib import Path
 
 import pytest
 import yaml
-from conftest import RL_TRAIN
+from conftest import RL_TRAIN, ray_cluster_on_localhost
 
 PLUGINS = str(Path(__file__).parent / "plugins")
 TINY = ["train.total_steps=1000", "train.test_every=500", "train.test_episodes=2", "train.num_envs=2",
@@ -128,25 +124,11 @@ def test_optuna_sweeper_runs_trials_over_seeds(cli, tmp_path):
     assert result["best_value"] == pytest.approx(sum(finals) / 2)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.slow
-@pytest.mark.xdist_group("ray")  # `ray stop --force` below would stop another test's Ray: one at a time
+@pytest.mark.usefixtures("ray_exclusive")  # its `ray stop --force` would stop another test's Ray
 def test_ray_cluster_on_localhost_runs_a_sweep(tmp_path):
     """A one-node Ray cluster on 127.0.0.1 (loopback only), a 2-job sweep on it, then `ray stop`."""
-    ray = Path(sys.executable).parent / "ray"
-    port = _free_port()
-    temp_dir = tempfile.mkdtemp(prefix="ray", dir="/tmp")  # Ray's socket paths must stay under 108 bytes
-    env = dict(os.environ, RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0",  # keeps Ray on the loopback address
-               RAY_USAGE_STATS_ENABLED="0", HYDRA_FULL_ERROR="0")
-    start = [str(ray), "start", "--head", "--node-ip-address=127.0.0.1", f"--port={port}", "--num-cpus=2",
-             "--include-dashboard=false", "--disable-usage-stats", f"--temp-dir={temp_dir}"]
-    subprocess.run(start, check=True, capture_output=True, env=env, timeout=120)
-    try:
+    with ray_cluster_on_localhost() as (port, env):
         out = subprocess.run(
             [str(RL_TRAIN), "-m", "seed=0,1", *TINY, "hydra/launcher=ray_cluster",
              f"hydra.launcher.ray.init.address=127.0.0.1:{port}",
@@ -156,6 +138,3 @@ def test_ray_cluster_on_localhost_runs_a_sweep(tmp_path):
         assert f"Connecting to existing Ray cluster at address: 127.0.0.1:{port}" in out.stderr
         jobs = statuses(tmp_path / "ry")
         assert [jobs[i]["status"] for i in (0, 1)] == ["completed", "completed"]
-    finally:
-        subprocess.run([str(ray), "stop", "--force"], capture_output=True, env=env, timeout=120)
-        shutil.rmtree(temp_dir, ignore_errors=True)

@@ -34,7 +34,7 @@ import secrets
 import socket
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -204,7 +204,6 @@ class _ShardPolicy:
 class Fragment:
     """One collect phase of one worker."""
 
-    worker: int
     version: int  # the learner's iteration whose weights acted
     columns: list[np.ndarray]  # buffer.add's arguments, one [steps, this worker's envs, ...] array each
     torch_args: tuple[bool, ...]  # which arguments the collector passed as tensors
@@ -212,8 +211,7 @@ class Fragment:
     last_obs: torch.Tensor  # raw observations after the last step
     stats: CollectStats
     rng: torch.Tensor | None  # torch's RNG state after the fragment (synchronous mode)
-    seconds: float = 0.0
-    attempts: int = 1
+    seconds: float = 0.0  # the worker's own time for it
 
 
 class RolloutWorker:
@@ -259,7 +257,7 @@ class RolloutWorker:
         self.norm.batches = []
         stats = self.collector.collect(self.policy, self.recorder, random_actions=random_actions)  # type: ignore[arg-type]
         norm = np.stack([b.numpy() for b in self.norm.batches]) if self.norm.batches else None
-        return Fragment(self.offset, version, self.recorder.columns(), self.recorder.torch_args, norm,
+        return Fragment(version, self.recorder.columns(), self.recorder.torch_args, norm,
                         self.collector.obs.clone(), stats,
                         torch.get_rng_state() if rng is not None else None, time.perf_counter() - start)
 
@@ -286,9 +284,10 @@ def cpu_weights(networks: Any) -> dict[str, Any]:
 
 @dataclass
 class _Pending:
+    """A requested fragment, with the request's arguments (to ask again if the worker dies)."""
+
     ref: Any
     args: tuple[Any, ...]
-    submitted: float = field(default_factory=time.perf_counter)
 
 
 class RayCollector:
