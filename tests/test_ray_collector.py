@@ -143,3 +143,14 @@ def test_old_checkpoints_without_a_collector_choice_still_resume():
     saved.pop("collector")
     assert incompatible_changes(saved, current) == []
     assert incompatible_changes(dict(current), OmegaConf.to_container(compose_config(["collector=ray"])))
+
+
+def test_without_ray_installed_the_error_names_the_extra(monkeypatch):
+    import sys
+
+    from rlcli.ray_collector import RaySettings, check_ray
+    from rlcli.registry import ConfigError
+
+    monkeypatch.setitem(sys.modules, "ray", None)  # what `import ray` meets where Ray is not installed
+    with pytest.raises(ConfigError, match=r"collector=ray needs Ray: pip install 'rlcli\[ray\]'"):
+        check_ray(RaySettings())
