@@ -154,3 +154,25 @@ def test_without_ray_installed_the_error_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "ray", None)  # what `import ray` meets where Ray is not installed
     with pytest.raises(ConfigError, match=r"collector=ray needs Ray: pip install 'rlcli\[ray\]'"):
         check_ray(RaySettings())
+
+
+def test_a_sweep_checks_its_jobs_without_starting_ray_and_runs_them_on_workers(monkeypatch, tmp_path):
+    """The sweep's pre-check builds every job to check it; with collector=ray it checks the settings but does
+    not start Ray and the workers once per job (about 10 s each). Each job then collects on its workers."""
+    from rlcli.ray_collector import RayCollector
+    from rlcli.train import precheck_sweep
+
+    def no_ray(self):
+        raise AssertionError("the pre-check started Ray")
+
+    sweep = ["algo=ppo", "env=CartPole-v1", "seed=0,1", "train.num_envs=2", "algo.n_steps=64", "algo.batch_size=64",
+             "train.total_steps=256", "train.test_every=256", *QUIET, "collector=ray", "collector.workers=2"]
+    with monkeypatch.context() as patch:
+        patch.setattr(RayCollector, "_start", no_ray)
+        precheck_sweep(sweep)
+    out = run_cli("-m", *sweep, f"hydra.sweep.dir={tmp_path / 'sweep'}", cwd=tmp_path, timeout=300)
+    assert out.returncode == 0, out.stderr
+    for job in ("0", "1"):
+        log = (tmp_path / "sweep" / job / "train.log").read_text()
+        assert "collector=ray (2 workers x 1 envs on a private Ray instance, synchronous)" in log
+        assert final(tmp_path / "sweep" / job)["state"]["env_steps"] == 256

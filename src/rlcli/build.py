@@ -200,8 +200,9 @@ def build_agent(cfg: DictConfig, env_factory: GymEnvFactory, obs_space: Any, act
     return Agent(algo, spec, network_spec, addons, carry_size, obs_dtype)
 
 
-def build(cfg: DictConfig) -> Components:
-    """Check the config, then build envs, networks, algorithm, storage and collector on the run's device."""
+def build(cfg: DictConfig, start_workers: bool = True) -> Components:
+    """Check the config, then build envs, networks, algorithm, storage and collector on the run's device.
+    `start_workers=False` checks collector=ray's settings without starting Ray (a sweep's pre-check of each job)."""
     check_config(cfg)
     check_tracking(cfg)
     settings = TrainSettings(**section(cfg, "train"))
@@ -265,7 +266,7 @@ def build(cfg: DictConfig) -> Components:
     else:
         try:
             collector = RayCollector(cfg, rays, settings.num_envs, algo.networks.normalizer, device, spec.on_policy,
-                                     clock)
+                                     clock, start=start_workers)
         except BaseException:
             for made in (envs, test_envs, video_envs):
                 if made is not None:

@@ -294,7 +294,7 @@ class RayCollector:
     """The learner's side: starts the workers, sends weights, merges their fragments into the buffer."""
 
     def __init__(self, cfg: DictConfig, settings: RaySettings, total_envs: int, normalizer: Any,
-                 device: torch.device, on_policy: bool, clock: PhaseClock | None = None) -> None:
+                 device: torch.device, on_policy: bool, clock: PhaseClock | None = None, start: bool = True) -> None:
         self.cfg, self.settings, self.total = cfg, settings, total_envs
         self.normalizer, self.device, self.on_policy = normalizer, device, on_policy
         self.clock = clock or PhaseClock()
@@ -309,6 +309,8 @@ class RayCollector:
         self._seed = int(cfg.seed)
         # Now, not at the first collect phase: a worker that cannot build fails before any run dir exists, and
         # Ray's own SIGTERM handler (it aborts the process) is in place before the trainer installs its own.
+        if not start:
+            return
         try:
             self._start()
         except BaseException:

@@ -113,10 +113,10 @@ def initial_state(c: Components) -> TrainState:
     return restore(c, Path(str(resume))) if resume else TrainState()
 
 
-def prepare(cfg: Any) -> tuple[Components, TrainState]:
+def prepare(cfg: Any, start_workers: bool = True) -> tuple[Components, TrainState]:
     """Build a run's components and load its checkpoint when it resumes (the components are closed again if
     the checkpoint does not fit)."""
-    components = build(cfg)
+    components = build(cfg, start_workers)
     try:
         return components, initial_state(components)
     except BaseException:

@@ -57,13 +57,14 @@ def _configkey_of(cfg: DictConfig) -> str:
 
 def precheck(args: list[str], keep: bool = False) -> None:
     """Compose the config and build the run's components the way the run will, raising a one-line ConfigError.
-    With `keep`, the components wait for Hydra's job (see `_hydra_entry`); otherwise they are closed."""
+    With `keep`, the components wait for Hydra's job (see `_hydra_entry`); otherwise they are closed, and
+    collector=ray's workers are not started for them (a sweep would start Ray once per job to check it)."""
     cfg = compose_config(args)  # group, key and syntax errors come here, before torch is imported
     check_env_id(cfg)
     from rlcli.run_state import prepare
 
     # Building checks everything (ranges, env ids, devices, action spaces) and writes nothing.
-    components, state = prepare(cfg)
+    components, state = prepare(cfg, start_workers=keep)
     if keep:
         _PREPARED.update(key=_configkey_of(cfg), prepared=(components, state))
     else:
