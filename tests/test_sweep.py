@@ -36,6 +36,10 @@ def test_basic_multirun_keeps_going_past_a_failed_job(cli, tmp_path):
     assert "1 of 2 jobs did not complete" in out.stderr
     for job in (0, 1):  # every job has its own Hydra record
         assert (tmp_path / "sw" / str(job) / ".hydra" / "overrides.yaml").is_file()
+    # job 1 runs in job 0's process: its start-up is counted from its own start, not the process's
+    startup = [line for line in (tmp_path / "sw" / "1" / "train.log").read_text().splitlines() if "start-up" in line]
+    assert len(startup) == 1 and "after the job started" in startup[0], startup
+    assert float(startup[0].split("comes ")[1].split(" s")[0]) < 60
 
 
 @pytest.mark.slow

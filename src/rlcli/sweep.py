@@ -64,6 +64,7 @@ def run_job(cfg: DictConfig, run_dir: Path, job_num: int, overrides: list[str],
     from rlcli.trainer import Trainer
 
     shown = " ".join(o for o in overrides if not o.startswith(("sweep.trial", "resume=", "hydra.")))
+    job_started = time.perf_counter()
     record: dict[str, Any] = {"job": job_num, "overrides": list(overrides), "status": "running",
                               "started": time.time()}
     if cfg.get("resume") == "auto":
@@ -82,6 +83,7 @@ def run_job(cfg: DictConfig, run_dir: Path, job_num: int, overrides: list[str],
         trainer.console_mode = "lines" if cfg.log.console else "off"
         trainer.console_prefix = f"[job {job_num}] "
         trainer.sweep_group = str(run_dir.parent)  # tracked runs: one MLflow tag / W&B group per sweep
+        trainer.job_started = job_started
         if test_hook_factory is not None:
             trainer.after_test = test_hook_factory(cfg)
         trainer.run()

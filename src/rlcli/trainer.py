@@ -49,6 +49,7 @@ class Trainer:
         self.after_test: Callable[[TrainState], bool] | None = None
         self.stop_reason: Literal["budget", "stop_reward", "pruned"] | None = None
         self.sweep_group: str | None = None  # a sweep's job: the sweep its tracked run is grouped under
+        self.job_started: float | None = None  # a sweep's job: its perf_counter start (earlier jobs share the process)
 
     # ------------------------------------------------------------------------------------- the loop
     def run(self) -> float:
@@ -81,9 +82,10 @@ class Trainer:
         clock = c.clock
         clock.restart()
         start, start_steps, stopped_early = time.perf_counter(), state.env_steps, False
-        age = seconds_since_process_start()
+        age = seconds_since_process_start() if self.job_started is None else start - self.job_started
         if age is not None:
-            logger.info("start-up: the first env step comes %.2f s after the process started", age)
+            logger.info("start-up: the first env step comes %.2f s after the %s started", age,
+                        "process" if self.job_started is None else "job")
         self._seconds_before_run = state.train_seconds
         try:
             while state.env_steps < s.total_steps:
