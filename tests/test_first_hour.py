@@ -43,6 +43,25 @@ def test_sb3_names_point_to_rlcli_keys(cli):
     assert "env=gym env.id=FrozenLake-v1" in line and "did you mean" not in line
 
 
+@pytest.mark.parametrize(("args", "expected"), [
+    (["--algo", "ppo"], "unknown flag '--algo': rl-train takes key=value arguments, e.g. algo=ppo"),
+    (["--seed=3"], "unknown flag '--seed=3': rl-train takes key=value arguments, e.g. seed=3"),
+    (["-m", "seed=0,1", "--nope"], "unknown flag '--nope': rl-train takes key=value arguments, e.g. nope=<value>"),
+    (["algo", "sac"], "'algo' is not a key=value argument: write algo=sac"),
+    (["ppo"], "'ppo' is not a key=value argument: write algo=ppo"),
+    (["algo=sac", "Pendulum-v1"], "'Pendulum-v1' is not a key=value argument: write env=Pendulum-v1"),
+])
+def test_argparse_habits_are_one_line_with_the_key_value_form(cli, tmp_path, args, expected):
+    assert one_line_error(cli(*args)) == f"rl-train: error: {expected}"
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "multirun").exists()
+
+
+def test_hydra_flags_with_values_still_work(cli):
+    out = cli("--cfg", "job", "algo=sac", "-cn", "config")
+    assert out.returncode == 0, out.stderr
+    assert "name: sac" in out.stdout
+
+
 @pytest.mark.slow
 def test_budget_warnings_and_the_env_id_in_the_run_dir(tmp_path):
     out = run_cli("env=gym", "env.id=Acrobot-v1", "train.total_steps=300", "algo.n_steps=64", "train.num_envs=8",

@@ -28,6 +28,11 @@ def one_line_error(out: subprocess.CompletedProcess) -> str:
     return lines[0]
 
 
+def test_a_flag_is_one_line_with_the_key_value_form(tmp_path):
+    line = one_line_error(rl_eval(str(tmp_path), "--episodes", "3", cwd=tmp_path))
+    assert line == "rl-eval: error: unknown flag '--episodes': rl-eval takes key=value options, e.g. episodes=3"
+
+
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("eval") / "run"

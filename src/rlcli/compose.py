@@ -4,7 +4,7 @@ options exist (rlcli's conf/, the search path, plugins), and what Hydra's compos
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -165,6 +165,51 @@ def key_of(arg: str) -> str:
 
 def value_of(arg: str) -> str:
     return arg.split("=", 1)[1].strip().strip("'\"") if "=" in arg else ""
+
+
+# Hydra's own flags; those in the first set take the next argument as their value.
+HYDRA_FLAGS_WITH_VALUE = {"--cfg", "-c", "--package", "-p", "--config-path", "-cp", "--config-name", "-cn",
+                          "--config-dir", "-cd", "--experimental-rerun", "--shell-completion", "-sc", "--info", "-i"}
+HYDRA_FLAGS = {*HYDRA_FLAGS_WITH_VALUE, "--multirun", "-m", "--help", "-h", "--hydra-help", "--version",
+               "--resolve", "--run", "-r"}
+
+
+def as_key_value(arg: str, following: str | None) -> str:
+    """What `--key value`, `--key=value` or `key value` (argparse habits) are written as here: `key=value`."""
+    key, _, value = arg.lstrip("-").partition("=")
+    if not value and following is not None and not following.startswith("-") and "=" not in following:
+        value = following
+    return f"{key}={value or '<value>'}"
+
+
+def check_argument_style(args: list[str], tool: str, flags: set[str], flags_with_value: set[str],
+                         group_of: Callable[[str], str | None] | None = None) -> None:
+    """A flag the tool does not have, or a word without `=`, is one line that shows the `key=value` form
+    (`group_of` names the config group a bare word is an option of: `ppo` -> `algo=ppo`)."""
+    i = 0
+    while i < len(args):
+        arg, following = args[i], args[i + 1] if i + 1 < len(args) else None
+        name = arg.split("=", 1)[0]
+        if name in flags_with_value:
+            i += 1 if "=" in arg else 2
+            continue
+        if arg.startswith("-") and name not in flags:
+            raise ConfigError(f"unknown flag {arg!r}: {tool} takes key=value arguments, e.g. "
+                              f"{as_key_value(arg, following)}")
+        if not arg.startswith(("-", "~")) and "=" not in arg:
+            bare_value_follows = following is not None and "=" not in following and not following.startswith("-")
+            group = None if bare_value_follows or group_of is None else group_of(arg)
+            hint = f"{group}={arg}" if group else as_key_value(arg, following)
+            raise ConfigError(f"{arg!r} is not a key=value argument: write {hint}")
+        i += 1
+
+
+def group_with_option(word: str) -> str | None:
+    """The config group that has `word` as an option (`ppo` -> `algo`), if one has."""
+    for group in ("algo", "env", "actor", "buffer", "collector"):
+        if word in group_options(group):
+            return group
+    return None
 
 
 def with_config_dirs(args: list[str]) -> list[str] | None:

@@ -66,8 +66,13 @@ def _fail(message: str) -> NoReturn:
 
 def parse(argv: list[str]) -> tuple[Path, dict[str, Any], list[str]]:
     """(target, options, env overrides) from the command line; a one-line ConfigError when it does not parse."""
+    from rlcli.compose import as_key_value
     from rlcli.registry import ConfigError, did_you_mean
 
+    for i, arg in enumerate(argv):
+        if arg.startswith("-"):
+            raise ConfigError(f"unknown flag {arg!r}: rl-eval takes key=value options, e.g. "
+                              f"{as_key_value(arg, argv[i + 1] if i + 1 < len(argv) else None)}")
     targets = [a for a in argv if "=" not in a]
     if len(targets) != 1:
         raise ConfigError(f"give one run directory, checkpoint file or sweep directory (got {len(targets)}); usage: "

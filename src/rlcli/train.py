@@ -18,11 +18,15 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from rlcli.compose import (
+    HYDRA_FLAGS,
+    HYDRA_FLAGS_WITH_VALUE,
+    check_argument_style,
     check_group_choices,
     check_plugins,
     compose_config,
     conf_dir,
     explain_composition_error,
+    group_with_option,
     key_of,
     parses,
     schedule_args,
@@ -158,6 +162,7 @@ def main(argv: list[str] | None = None) -> None:
     args = schedule_args(list(sys.argv[1:] if argv is None else argv))
     multirun = any(a in ("-m", "--multirun") for a in args)
     try:
+        check_argument_style(args, "rl-train", HYDRA_FLAGS, HYDRA_FLAGS_WITH_VALUE, group_with_option)
         if multirun:
             precheck_sweep([a for a in args if not a.startswith("-")])
         else:
