@@ -307,10 +307,10 @@ class RayCollector:
         self._started_ray = False
         self._ray_environ: dict[str, str] | None = None
         self._seed = int(cfg.seed)
+        if not start:  # checked only (a sweep's pre-check): the first collect phase starts them
+            return
         # Now, not at the first collect phase: a worker that cannot build fails before any run dir exists, and
         # Ray's own SIGTERM handler (it aborts the process) is in place before the trainer installs its own.
-        if not start:
-            return
         try:
             self._start()
         except BaseException:
