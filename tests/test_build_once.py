@@ -22,7 +22,7 @@ def test_a_run_is_built_once_and_its_checkpoint_read_once(tmp_path, monkeypatch)
     monkeypatch.chdir(tmp_path)
     builds, reads = [], []
     real_build, real_read = run_state.build, checkpoint._read_file
-    monkeypatch.setattr(run_state, "build", lambda cfg: builds.append(1) or real_build(cfg))
+    monkeypatch.setattr(run_state, "build", lambda cfg, *args: builds.append(1) or real_build(cfg, *args))
     monkeypatch.setattr(checkpoint, "_read_file", lambda path: reads.append(path) or real_read(path))
     run_dir = tmp_path / "run"
     train(monkeypatch, [*TINY, f"hydra.run.dir={run_dir}"])
