@@ -17,12 +17,10 @@ from gymnasium.spaces import Discrete
 from gymnasium.vector import VectorEnv
 from omegaconf import DictConfig, OmegaConf
 
-import rlcli.actors  # noqa: F401  (registers the network recipes)
-import rlcli.algos  # noqa: F401  (registers the algorithms)
 import rlcli.buffers  # noqa: F401  (registers the storages)
-from rlcli.addons import build_addons
+from rlcli.agent import algo_section, build_agent, network_section, section
 from rlcli.collector import Collector, ExperienceCollector
-from rlcli.contracts import AlgoSpec, BufferSpec, CompilableAlgorithm, NetworkSpec, RecurrentNetworks
+from rlcli.contracts import AlgoSpec, BufferSpec, CompilableAlgorithm, NetworkSpec
 from rlcli.envs import GymEnvFactory, VectorMode
 from rlcli.ray_collector import RayCollector, check_fits, check_ray, ray_settings
 from rlcli.registry import ACTORS, ALGOS, BUFFERS, ENVS, ConfigError, check_kwargs, require
@@ -93,28 +91,6 @@ class Components:
             self.video_envs.close()
 
 
-def section(cfg: DictConfig, key: str) -> dict[str, Any]:
-    node = cfg.get(key)
-    if node is None:
-        raise ConfigError(f"the config has no '{key}' section")
-    return OmegaConf.to_container(node, resolve=True)  # type: ignore[return-value]
-
-
-def network_section(cfg: DictConfig) -> dict[str, Any]:
-    """The actor config without `init_from`, which the build step handles for every network alike."""
-    actor = section(cfg, "actor")
-    actor.pop("init_from", None)
-    return actor
-
-
-def algo_section(cfg: DictConfig) -> dict[str, Any]:
-    """The algo config without the keys applied to every algorithm alike (schedules, add-ons)."""
-    algo = section(cfg, "algo")
-    algo.pop("schedules", None)
-    algo.pop("policy_loss_addons", None)
-    return algo
-
-
 NETWORK_CONTEXT = ("observation_space", "action_space", "normalize_obs", "clip_obs", "heads", "value_outputs")
 ALGO_CONTEXT = ("networks", "recipe", "num_envs", "action_space", "policy_addons")
 BUFFER_CONTEXT = ("n_steps", "num_envs", "obs_shape", "action_shape", "discrete", "device", "gamma", "goal",
@@ -154,50 +130,6 @@ def check_config(cfg: DictConfig) -> None:
         able = [n for n in ALGOS.names() if getattr(ALGOS.spec(n), "compiles", False)]
         raise ConfigError(f"compile=true is not implemented for algo={algo_name} yet; it is for: {', '.join(able)} "
                           "(drop compile=true: eager is the default)")
-
-
-@dataclass
-class Agent:
-    """An algorithm with its networks, built for an env's spaces (what training and rl-eval share)."""
-
-    algo: Any
-    spec: AlgoSpec
-    network_spec: NetworkSpec
-    addons: list[Any]
-    carry_size: int  # > 0: the networks are recurrent
-    obs_dtype: torch.dtype  # uint8 for pixels
-
-
-def build_agent(cfg: DictConfig, env_factory: GymEnvFactory, obs_space: Any, act_space: Any, device: torch.device,
-                num_envs: int, with_addons: bool = True) -> Agent:
-    """Check the algorithm against the env's spaces, then build the networks and the algorithm on `device`."""
-    algo_cfg = algo_section(cfg)
-    spec: AlgoSpec = ALGOS.spec(algo_cfg["name"])
-    network_spec: NetworkSpec = ACTORS.spec(cfg.actor.name)
-    if type(act_space).__name__ not in spec.action_spaces:
-        raise ConfigError(f"algo={algo_cfg['name']} cannot handle {type(act_space).__name__} actions of env "
-                          f"{env_factory.spec.id}; it supports: {', '.join(spec.action_spaces)}")
-    if spec.check_observations is not None:
-        spec.check_observations(obs_space, env_factory.spec.id)
-    actor_critic = spec.heads == "actor_critic"
-    built = ACTORS.build(
-        network_section(cfg), observation_space=obs_space, action_space=act_space,
-        normalize_obs=env_factory.normalize_obs, clip_obs=env_factory.clip_obs, heads=spec.heads,
-        **({"value_outputs": spec.value_outputs} if spec.value_outputs > 1 else {}),
-    )
-    if actor_critic:
-        built = built.to(device)
-    addon_cfg = cfg.algo.get("policy_loss_addons") if with_addons else None
-    addons = build_addons(built, OmegaConf.to_container(addon_cfg) if addon_cfg else None,  # type: ignore[arg-type]
-                          supported=actor_critic and not network_spec.recurrent)
-    if actor_critic:  # the recipe builds the whole network; other algorithms build theirs from a recipe
-        algo = ALGOS.build(algo_cfg, networks=built, num_envs=num_envs, **({"policy_addons": addons} if addons else {}))
-    else:
-        algo = ALGOS.build(algo_cfg, recipe=built, action_space=act_space, num_envs=num_envs)
-        algo.networks.to(device)
-    carry_size = algo.networks.carry_size if isinstance(algo.networks, RecurrentNetworks) else 0
-    obs_dtype = torch.uint8 if network_spec.image and obs_space.dtype == "uint8" else torch.float32
-    return Agent(algo, spec, network_spec, addons, carry_size, obs_dtype)
 
 
 def build(cfg: DictConfig, start_workers: bool = True) -> Components:

@@ -8,13 +8,7 @@ import signal
 import sys
 from typing import Any
 
-
-class StopNow(KeyboardInterrupt):
-    """A second Ctrl-C / SIGTERM while training: stop at once, without the checkpoint of the first."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(signum)
-        self.signum = signum
+from rlcli.stop import StopNow
 
 
 def train() -> None:

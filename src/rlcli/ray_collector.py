@@ -218,7 +218,7 @@ class RolloutWorker:
     """A Ray actor: `count` envs (the learner's envs offset .. offset+count-1) and a CPU copy of the algorithm."""
 
     def __init__(self, cfg: dict[str, Any], offset: int, count: int, total: int, on_policy: bool) -> None:
-        from rlcli.build import algo_section, build_agent, section
+        from rlcli.agent import algo_section, build_agent, section
         from rlcli.collector import Collector
         from rlcli.registry import ENVS
         from rlcli.runtime import configure_torch, seed_everything

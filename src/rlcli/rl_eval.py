@@ -168,7 +168,7 @@ def load_agent(path: Path, options: dict[str, Any], env_overrides: list[str]) ->
     from omegaconf import OmegaConf
 
     from rlcli import checkpoint
-    from rlcli.build import build_agent, section
+    from rlcli.agent import build_agent, section
     from rlcli.registry import ALGOS, ENVS, ConfigError
     from rlcli.runtime import configure_torch, resolve_device, seed_everything
     from rlcli.weights import network_weights

@@ -18,7 +18,6 @@ from typing import Any, Literal
 import numpy as np
 
 from rlcli.build import Components
-from rlcli.cli import StopNow
 from rlcli.collector import CollectorError, evaluate
 from rlcli.contracts import RunClock
 from rlcli.log import RunLogger, fmt_return
@@ -26,6 +25,7 @@ from rlcli.registry import ConfigError
 from rlcli.run_state import TrainState, save, save_best
 from rlcli.runtime import seconds_since_process_start
 from rlcli.schedules import apply_schedules
+from rlcli.stop import StopNow
 from rlcli.tracking import Tracking, run_files, settings_of
 
 logger = logging.getLogger("rlcli")
