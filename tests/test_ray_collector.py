@@ -176,3 +176,31 @@ def test_a_sweep_checks_its_jobs_without_starting_ray_and_runs_them_on_workers(m
         log = (tmp_path / "sweep" / job / "train.log").read_text()
         assert "collector=ray (2 workers x 1 envs on a private Ray instance, synchronous)" in log
         assert final(tmp_path / "sweep" / job)["state"]["env_steps"] == 256
+
+
+def test_ctrl_c_in_a_terminal_reaches_ray_too_and_the_run_still_saves(tmp_path):
+    """A terminal's Ctrl-C goes to the whole foreground process group, Ray's processes included: the learner
+    still saves its checkpoint (the workers' env states with it), says so, and nothing of Ray is left."""
+    import subprocess
+    import time
+
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen([str(RL_TRAIN), *PPO, *RAY, "train.total_steps=10000000", f"hydra.run.dir={run_dir}"],
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)  # its own group, as a terminal gives a foreground job
+    wait_for_checkpoint(run_dir, proc, timeout=300)
+    os.killpg(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signal.SIGINT, err
+    saved = final(run_dir)["state"]["env_steps"]
+    assert f"SIGINT: stopped at {saved:,} env steps with a checkpoint saved" in (run_dir / "train.log").read_text()
+    deadline = time.time() + 30
+    while time.time() < deadline:  # Ray's processes in the group end too
+        left = subprocess.run(["pgrep", "-g", str(proc.pid)], capture_output=True, text=True).stdout.split()
+        if not left:
+            break
+        time.sleep(0.5)
+    assert not left
+    resumed = run([f"resume={run_dir}", "train.total_steps=" + str(saved + 2048)], tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "were reset" not in (run_dir / "train.log").read_text()
