@@ -32,7 +32,7 @@ MATRICES: dict[str, list[str]] = {
             "pqn:CartPole-v1", "ppo:Acrobot-v1", "dqn:Acrobot-v1", "trpo:Acrobot-v1", "ppo:Pendulum-v1",
             "trpo:Pendulum-v1", "sac:Pendulum-v1", "td3:Pendulum-v1", "tqc:Pendulum-v1", "crossq:Pendulum-v1",
             "ppo:LunarLander-v3", "dqn:LunarLander-v3", "a2c:LunarLander-v3", "ppo:Hopper-v5:200000",
-            "ppo:HalfCheetah-v5:200000"],
+            "ppo:HalfCheetah-v5:200000", "sac:HalfCheetah-v5:50000", "td3:HalfCheetah-v5:50000"],
     # RL-Zoo's budgets for the off-policy MuJoCo rows: needs a GPU machine (run with device=cuda)
     "gpu": ["sac:HalfCheetah-v5", "sac:Hopper-v5", "td3:HalfCheetah-v5", "td3:Hopper-v5"],
 }
