@@ -320,4 +320,5 @@ def test_sigint_checkpoints_and_exits_with_130(tmp_path):
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err
     assert "SIGINT: stopped at" in (run_dir / "train.log").read_text()
+    assert "rl-train: SIGINT: stopped at" in err and f"resume with: rl-train resume={run_dir}" in err  # console off
     assert not final(run_dir)["state"]["finished"]

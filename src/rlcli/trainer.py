@@ -151,8 +151,11 @@ class Trainer:
                 if self._stop_signal is not None:
                     self._save(start)
                     name = signal.Signals(self._stop_signal).name
-                    log.message(f"{name}: stopped at {state.env_steps:,} env steps with a checkpoint saved; "
-                                f"resume with: rl-train resume={self.run_dir}")
+                    stopped = (f"{name}: stopped at {state.env_steps:,} env steps with a checkpoint saved; "
+                               f"resume with: rl-train resume={self.run_dir}")
+                    log.message(stopped)
+                    if not log.show_console:  # log.console=false: stderr still says why the run ended, and how on
+                        print(f"rl-train: {stopped}", file=sys.stderr)
                     log.close(status="KILLED")
                     self.close()
                     raise SystemExit(128 + self._stop_signal)
