@@ -38,7 +38,6 @@ def algo_section(cfg: DictConfig) -> dict[str, Any]:
     return algo
 
 
-
 @dataclass
 class Agent:
     """An algorithm with its networks, built for an env's spaces (what training and rl-eval share)."""
