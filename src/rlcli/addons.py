@@ -33,14 +33,15 @@ class PolicyAddon(Protocol):
 class KLPrior:
     name = "kl_prior"
 
-    def __init__(self, networks: Any, checkpoint: str | None = None, coef: float = 0.1) -> None:
+    def __init__(self, networks: Any, checkpoint: str | None = None, coef: float = 0.1,
+                 trusted_checkpoint: bool = False) -> None:
         if not checkpoint:
             raise ConfigError("algo.policy_loss_addons.kl_prior.checkpoint is not set: give the prior policy's "
                               "checkpoint (a run's checkpoints/latest or a ckpt_*.pt file)")
         require(coef >= 0, "algo.policy_loss_addons.kl_prior.coef", coef, "must be >= 0")
         path = Path(checkpoint)  # a file, checkpoints/latest, or a run directory (see load_network_weights)
         self.prior = copy.deepcopy(networks)
-        load_network_weights(self.prior, path, "algo.policy_loss_addons.kl_prior.checkpoint")
+        load_network_weights(self.prior, path, "algo.policy_loss_addons.kl_prior.checkpoint", trusted_checkpoint)
         self.prior.requires_grad_(False)
         self.coef = coef
 
@@ -56,7 +57,8 @@ class KLPrior:
 ADDONS = {"kl_prior": KLPrior}
 
 
-def build_addons(networks: Any, spec: dict[str, Any] | None, supported: bool) -> list[PolicyAddon]:
+def build_addons(networks: Any, spec: dict[str, Any] | None, supported: bool,
+                 trusted_checkpoint: bool = False) -> list[PolicyAddon]:
     """The configured add-ons for an algorithm's `policy_addons` (`supported`: an on-policy algorithm with a
     feed-forward network, the only kind whose policy loss they join)."""
     addons: list[PolicyAddon] = []
@@ -71,7 +73,7 @@ def build_addons(networks: Any, spec: dict[str, Any] | None, supported: bool) ->
         if unknown:
             raise ConfigError(f"algo.policy_loss_addons.{name}: unknown keys {sorted(unknown)}; "
                               "valid: checkpoint, coef")
-        addons.append(ADDONS[name](networks, **settings))
+        addons.append(ADDONS[name](networks, **settings, trusted_checkpoint=trusted_checkpoint))
     return addons
 
 

@@ -71,7 +71,8 @@ def build_agent(cfg: DictConfig, env_factory: GymEnvFactory, obs_space: Any, act
         built = built.to(device)
     addon_cfg = cfg.algo.get("policy_loss_addons") if with_addons else None
     addons = build_addons(built, OmegaConf.to_container(addon_cfg) if addon_cfg else None,  # type: ignore[arg-type]
-                          supported=actor_critic and not network_spec.recurrent)
+                          supported=actor_critic and not network_spec.recurrent,
+                          trusted_checkpoint=bool(cfg.get("trusted_checkpoint", False)))
     if actor_critic:  # the recipe builds the whole network; other algorithms build theirs from a recipe
         algo = ALGOS.build(algo_cfg, networks=built, num_envs=num_envs, **({"policy_addons": addons} if addons else {}))
     else:

@@ -45,6 +45,8 @@ class TrainSettings:
     stop_reward: float | str | None = "env"
     checkpoint_every: int = 0
     keep_checkpoints: int = 3
+    on_nonfinite: Literal["stop", "skip", "rollback"] = "stop"
+    max_nonfinite: int = 3
 
     def __post_init__(self) -> None:
         require(self.total_steps > 0, "train.total_steps", self.total_steps, "must be > 0")
@@ -56,6 +58,9 @@ class TrainSettings:
                 self.tb_every, "use auto or a number of env steps > 0")
         require(self.checkpoint_every >= 0, "train.checkpoint_every", self.checkpoint_every, "must be >= 0")
         require(self.keep_checkpoints > 0, "train.keep_checkpoints", self.keep_checkpoints, "must be > 0")
+        require(self.on_nonfinite in ("stop", "skip", "rollback"), "train.on_nonfinite", self.on_nonfinite,
+                "choose from: stop, skip, rollback")
+        require(self.max_nonfinite > 0, "train.max_nonfinite", self.max_nonfinite, "must be > 0")
         require(not isinstance(self.stop_reward, str) or self.stop_reward == "env", "train.stop_reward",
                 self.stop_reward, "use env (the env's reward threshold), a number, or null")
 
@@ -120,7 +125,11 @@ def check_config(cfg: DictConfig) -> None:
     if not spec.on_policy and network_spec.recurrent and not buffer_spec.sequences:
         raise ConfigError(f"algo={algo_name} with actor={network_name} learns from stored sequences: use "
                           f"buffer=sequence (R2D2 burn-in); buffer={buffer_name} holds single transitions")
-    require(isinstance(cfg.seed, int), "seed", cfg.seed, "must be an integer")
+    require(isinstance(cfg.seed, int) and not isinstance(cfg.seed, bool), "seed", cfg.seed, "must be an integer")
+    require(0 <= cfg.seed < 2**32, "seed", cfg.seed, "must be between 0 and 2**32 - 1 (numpy's seed range)")
+    threads = cfg.get("torch_threads", 1)
+    require(isinstance(threads, int) and threads >= 0, "torch_threads", threads,
+            "must be an integer >= 1 (0: torch's default, one thread per core)")
     compile_ = cfg.get("compile", False)
     require(isinstance(compile_, bool), "compile", compile_, "expected true or false")
     rays = ray_settings(cfg)
@@ -130,6 +139,16 @@ def check_config(cfg: DictConfig) -> None:
         able = [n for n in ALGOS.names() if getattr(ALGOS.spec(n), "compiles", False)]
         raise ConfigError(f"compile=true is not implemented for algo={algo_name} yet; it is for: {', '.join(able)} "
                           "(drop compile=true: eager is the default)")
+
+
+def _check_memory(cfg: DictConfig, obs_space: Any, act_space: Any, num_envs: int, on_policy: bool) -> None:
+    """Refuse a run that surely cannot fit in memory before anything big is allocated (memory.py)."""
+    from rlcli import memory
+
+    n_steps = cfg.algo.get("n_steps", 1)
+    n_steps = int(n_steps) if isinstance(n_steps, int) else 1
+    obs_bytes = 1 if str(getattr(obs_space, "dtype", "")) == "uint8" else 4
+    memory.check_fits(memory.estimate(cfg, obs_space, act_space, num_envs, n_steps, on_policy, obs_bytes))
 
 
 def build(cfg: DictConfig, start_workers: bool = True) -> Components:
@@ -158,11 +177,13 @@ def build(cfg: DictConfig, start_workers: bool = True) -> Components:
     try:
         video_envs = make_video_envs(cfg, env_factory, settings.vector_mode, masks)
         obs_space, act_space = envs.single_observation_space, envs.single_action_space
+        _check_memory(cfg, obs_space, act_space, settings.num_envs, spec.on_policy)
         agent = build_agent(cfg, env_factory, obs_space, act_space, device, settings.num_envs)
         algo, addons, carry_size, obs_dtype = agent.algo, agent.addons, agent.carry_size, agent.obs_dtype
         init_from = cfg.actor.get("init_from")
         if init_from:
-            load_network_weights(algo.networks, Path(str(init_from)))
+            load_network_weights(algo.networks, Path(str(init_from)),
+                                 trusted=bool(cfg.get("trusted_checkpoint", False)))
         buffer = BUFFERS.build(
             section(cfg, "buffer"), n_steps=algo.n_steps, num_envs=settings.num_envs,
             obs_shape=obs_space.shape, action_shape=act_space.shape, discrete=isinstance(act_space, Discrete),

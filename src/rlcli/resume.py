@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from omegaconf import OmegaConf
+from omegaconf import ListConfig, OmegaConf
 
 from rlcli.registry import ConfigError
 
@@ -21,7 +21,9 @@ from rlcli.registry import ConfigError
 CHANGEABLE = (
     "train.total_steps", "train.test_every", "train.test_episodes", "train.log_every", "train.tb_every",
     "train.stop_reward",
-    "train.checkpoint_every", "train.keep_checkpoints", "log.", "device", "torch_threads", "compile", "resume",
+    "train.checkpoint_every", "train.keep_checkpoints", "train.on_nonfinite", "train.max_nonfinite", "log.",
+    "device", "torch_threads", "compile", "resume",
+    "trusted_checkpoint",
     "actor.init_from", "sweep.", "collector.address", "collector.max_restarts", "collector.cpus_per_worker",
 )
 
@@ -85,9 +87,48 @@ def resume_args(args: list[str]) -> list[str]:
             f"resume={_quote(ckpt)}"]
 
 
+# Saved overrides that are permissions of one invocation, never replayed from a run directory.
+NOT_REPLAYED = ("resume", "hydra.run.dir", "trusted_checkpoint")
+
+
+def owned_roots() -> set[str]:
+    """The first parts of the keys rlcli owns: the primary config's keys and its groups (conf/), not Hydra's."""
+    from rlcli.compose import conf_dir
+
+    root = Path(conf_dir())
+    primary = OmegaConf.load(root / "config.yaml")
+    keys = {str(k) for k in primary if k not in ("defaults", "hydra")}  # type: ignore[union-attr]
+    groups = {p.name for p in root.iterdir() if p.is_dir() and p.name not in ("hydra",)}
+    return keys | groups
+
+
+def _root(key: str) -> str:
+    return key.split(".", 1)[0].split("/", 1)[0].split("@", 1)[0]
+
+
 def _saved_overrides(run_dir: Path) -> list[str]:
-    saved = OmegaConf.load(run_dir / ".hydra" / "overrides.yaml")
-    return [str(a) for a in saved if _key(str(a)) not in ("resume", "hydra.run.dir")]  # type: ignore[union-attr]
+    """The run's own overrides, each checked: a run directory is a file anyone may have edited, and an override
+    such as `+hydra.callbacks.x._target_=...` would run code when replayed. Only rlcli's keys are replayed."""
+    path = run_dir / ".hydra" / "overrides.yaml"
+    try:
+        saved = OmegaConf.load(path)
+    except Exception as error:
+        raise ConfigError(f"cannot read {path}: {str(error).strip().splitlines()[0]}") from None
+    if not isinstance(saved, ListConfig) or not all(isinstance(a, str) for a in saved):
+        raise ConfigError(f"{path} is not a list of key=value overrides: the run directory was edited or damaged")
+    roots, replayed = owned_roots(), []
+    for arg in (str(a) for a in saved):
+        key = _key(arg)
+        if key in NOT_REPLAYED:
+            if key == "trusted_checkpoint":
+                _warn(f"{path} says trusted_checkpoint: it is not replayed; give it again on this command line "
+                      "if you still trust the files that the run reads")
+            continue
+        if _root(key) not in roots or "_target_" in key or "=" not in arg:
+            raise ConfigError(f"{path} holds {arg!r}, which is not an rlcli setting: refusing to replay it "
+                              f"(a resume replays only keys under {', '.join(sorted(roots))})")
+        replayed.append(arg)
+    return replayed
 
 
 def _new_overrides(rest: list[str]) -> list[str]:

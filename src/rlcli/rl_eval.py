@@ -3,7 +3,7 @@
     rl-eval <run dir | checkpoint file | sweep dir> [load=best|last|<env steps>] [episodes=10]
             [deterministic=true] [seed=0] [num_envs=<episodes, at most 16>] [device=cpu] [env.<key>=<value> ...]
             [video=true [video_episodes=1] [video_format=mp4|gif] [video_concat=false]]
-            [export=onnx|torchscript]
+            [export=onnx|torchscript] [trusted_checkpoint=false]
 
 The agent is rebuilt from the checkpoint's own config (the source of truth) and its networks carry
 the observation statistics, so it acts exactly as training tested it. Episode i starts from seed
@@ -13,14 +13,18 @@ job's model is evaluated and the jobs are listed best first.
 
 video=true also records the first `video_episodes` episodes (the same seeds, so the same episodes as
 the table's first ones) headless to `<run dir>/videos/<load>-ep<i>-return<R>.mp4` (or .gif; with
-video_concat=true one file of them all). Needs `pip install 'rlcli[video]'`.
+video_concat=true one file of them all). Needs `pip install -e '.[video]'`.
 
 export=onnx|torchscript writes `<run dir>/export/<load>.onnx` (or .pt) instead of evaluating: a
 standalone deterministic policy, raw observation -> env action, with the observation normalization
 and the action clipping or rescaling folded in (a recurrent policy: carry in, next carry out), plus a
 JSON of its inputs and outputs. It is then checked as its user would run it (onnxruntime, torch.jit):
 its actions against rlcli's on 1,000 env observations, and one episode's return. ONNX needs
-`pip install 'rlcli[export]'`.
+`pip install -e '.[export]'`.
+
+Reading a checkpoint never runs code from it: only tensors and plain values are read. A format-1
+checkpoint (rlcli before the safe format, a full pickle) is read only with trusted_checkpoint=true,
+which says that you trust whoever wrote the file.
 
 Bad input is one line and exit code 2, with nothing written.
 """
@@ -36,8 +40,8 @@ from typing import Any, NoReturn
 
 USAGE = __doc__.split("\n\n")[1]
 OPTIONS = ("load", "episodes", "deterministic", "seed", "num_envs", "device", "video", "video_episodes", "video_format",
-           "video_concat", "export")
-BOOLEANS = ("deterministic", "video", "video_concat")
+           "video_concat", "export", "trusted_checkpoint")
+BOOLEANS = ("deterministic", "video", "video_concat", "trusted_checkpoint")
 
 
 @dataclass
@@ -59,9 +63,9 @@ class Result:
                 "returns": self.returns, "lengths": self.lengths}
 
 
-def _fail(message: str) -> NoReturn:
+def _fail(message: str, code: int = 2) -> NoReturn:
     print(f"rl-eval: error: {message}", file=sys.stderr)
-    raise SystemExit(2)
+    raise SystemExit(code)
 
 
 def parse(argv: list[str]) -> tuple[Path, dict[str, Any], list[str]]:
@@ -79,7 +83,8 @@ def parse(argv: list[str]) -> tuple[Path, dict[str, Any], list[str]]:
                           "rl-eval <run dir> [load=best|last|<env steps>] [episodes=N] ...")
     options: dict[str, Any] = {"load": "best", "episodes": 10, "deterministic": True, "seed": 0, "num_envs": None,
                                "device": "cpu", "video": False, "video_episodes": 1, "video_format": "mp4",
-                               "video_concat": False, "export": None}
+                               "video_concat": False, "export": None,
+                               "trusted_checkpoint": False}
     env_overrides = []
     for arg in argv:
         if "=" not in arg:
@@ -97,6 +102,8 @@ def parse(argv: list[str]) -> tuple[Path, dict[str, Any], list[str]]:
             if not str(options[key]).lstrip("-").isdigit():
                 raise ConfigError(f"{key}={options[key]!r} is invalid: expected an integer")
             options[key] = int(options[key])
+    if not 0 <= options["seed"] < 2**32:
+        raise ConfigError(f"seed={options['seed']} is invalid: must be between 0 and 2**32 - 1 (numpy's seed range)")
     if options["episodes"] < 1 or options["video_episodes"] < 1 or (options["num_envs"] is not None
                                                                     and options["num_envs"] < 1):
         raise ConfigError("episodes, video_episodes and num_envs must be >= 1")
@@ -124,6 +131,31 @@ def parse(argv: list[str]) -> tuple[Path, dict[str, Any], list[str]]:
 
 def is_run_dir(path: Path) -> bool:
     return (path / ".hydra" / "overrides.yaml").is_file() or (path / "checkpoints").is_dir()
+
+
+def env_of(run_dir: Path) -> str:
+    """The env id a run trained on, from its saved config (`?` when it cannot be read)."""
+    import yaml
+
+    try:
+        config = yaml.safe_load((run_dir / ".hydra" / "config.yaml").read_text()) or {}
+        return str(config.get("env", {}).get("id", "?"))
+    except (OSError, yaml.YAMLError, AttributeError):
+        return "?"
+
+
+def check_one_env(target: Path, runs: list[Path]) -> None:
+    """Runs are ranked against each other only when they share an env; otherwise say what was found."""
+    from rlcli.registry import ConfigError
+
+    by_env: dict[str, list[Path]] = {}
+    for run in runs:
+        by_env.setdefault(env_of(run), []).append(run)
+    if len(by_env) > 1:
+        found = ", ".join(f"{env}: {len(found)} run{'s' if len(found) > 1 else ''} (e.g. {found[0]})"
+                          for env, found in sorted(by_env.items()))
+        raise ConfigError(f"{target} holds runs on {len(by_env)} envs ({found}); rl-eval ranks the runs of one env "
+                          "together: give a sweep's directory or one run's")
 
 
 def checkpoint_of(run_dir: Path, load: str) -> Path:
@@ -173,7 +205,8 @@ def load_agent(path: Path, options: dict[str, Any], env_overrides: list[str]) ->
     from rlcli.runtime import configure_torch, resolve_device, seed_everything
     from rlcli.weights import network_weights
 
-    data = checkpoint.load(path)
+    data = checkpoint.load(path, trusted=options.get("trusted_checkpoint", False))
+    checkpoint.require(data, path, "config", "algo")
     cfg = OmegaConf.create(data["config"])
     for override in env_overrides:
         key, value = override.split("=", 1)
@@ -199,6 +232,12 @@ def load_agent(path: Path, options: dict[str, Any], env_overrides: list[str]) ->
         detail = str(error).strip().splitlines()
         raise ConfigError(f"{path.name} does not fit env {env_factory.spec.id}: "
                           f"{(detail[1] if len(detail) > 1 else detail[0]).strip()}") from None
+    from rlcli.finite import nonfinite_weights
+
+    bad = nonfinite_weights([*agent.algo.networks.named_parameters(), *agent.algo.networks.named_buffers()])
+    if bad:
+        raise ConfigError(f"{path} holds non-finite network weights ({', '.join(bad[:3])}): the run diverged "
+                          "before it was saved; evaluate or export an earlier checkpoint (load=<env steps>)")
     agent.algo.networks.eval()
     return Loaded(path, cfg, env_factory, agent, device)
 
@@ -345,6 +384,7 @@ def main(argv: list[str] | None = None) -> None:
             runs = [r for r in runs if (r / "checkpoints").is_dir()]
             if not runs:
                 raise ConfigError(f"{target} holds no run with checkpoints")
+            check_one_env(target, runs)
             jobs = [checkpoint_of(r, str(options["load"])) for r in runs]
         else:
             raise ConfigError(f"{target}: no such run directory, checkpoint file or sweep directory")
@@ -360,20 +400,29 @@ def main(argv: list[str] | None = None) -> None:
                 videos += recordings
     except (ConfigError, checkpoint.CheckpointError) as error:
         _fail(str(error))
+    except OSError as error:  # export/ or videos/ in a read-only or vanished run directory, a full disk
+        _fail(_os_error(error), code=1)
     if options["export"] is not None:
         report_exports(exports)
         return
     results.sort(key=lambda r: -sum(r.returns) / len(r.returns))
     shown = {k: v for k, v in options.items() if k != "device"}
-    for r in results:
-        out = r.run_dir / "eval"
-        out.mkdir(exist_ok=True)
-        (out / f"{name(r.checkpoint)}.json").write_text(
-            json.dumps(r.record(shown | {"env_overrides": env_overrides}), indent=1))
     mode = "deterministic" if options["deterministic"] else "stochastic"
     print_table(results, f"rl-eval: {options['episodes']} {mode} episodes each, seed {options['seed']}")
     for v in videos:
         print(f"video: {v.path} ({v.frames} frames, return {v.episode_return:g}, {v.length} steps)")
+    try:
+        for r in results:
+            out = r.run_dir / "eval"
+            out.mkdir(exist_ok=True)
+            (out / f"{name(r.checkpoint)}.json").write_text(
+                json.dumps(r.record(shown | {"env_overrides": env_overrides}), indent=1))
+    except OSError as error:  # the table above holds the results; only their record could not be kept
+        _fail(_os_error(error), code=1)
+
+
+def _os_error(error: OSError) -> str:
+    return f"cannot write {error.filename or ''}: {error.strerror or error}".replace("write :", "write:")
 
 
 def report_exports(exports: list[tuple[Path, float, float, float]]) -> None:

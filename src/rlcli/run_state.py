@@ -37,6 +37,12 @@ class TrainState:
     train_seconds: float = 0.0  # wall time spent in training, summed over resumes
     finished: bool = False  # the budget or the stop reward was reached
     tracking: dict[str, str] = dataclasses.field(default_factory=dict)  # sink -> its run id (MLflow, W&B)
+    stale_best: bool = False  # resumed before a best.pt that the stopped run wrote later: remove it at a save
+
+
+def counters(state: TrainState) -> dict[str, Any]:
+    """The counters a checkpoint keeps (`stale_best` concerns this process only)."""
+    return {k: v for k, v in dataclasses.asdict(state).items() if k != "stale_best"}
 
 
 def capture(c: Components, state: TrainState) -> dict[str, Any]:
@@ -44,7 +50,7 @@ def capture(c: Components, state: TrainState) -> dict[str, Any]:
     return {
         "payload_version": PAYLOAD_VERSION,
         "config": OmegaConf.to_container(c.cfg, resolve=True),
-        "state": dataclasses.asdict(state),
+        "state": counters(state),
         "algo": c.algo.state_dict(),
         "buffer": c.buffer.state_dict(),
         "rng": checkpoint.rng_state(),
@@ -61,7 +67,7 @@ def save_best(c: Components, state: TrainState, run_dir: Path) -> Path:
     """`checkpoints/best.pt`: the networks (with their observation statistics) and config of the best test
     phase so far; enough to evaluate, watch or export the agent, not to resume it. Never pruned."""
     payload = {"payload_version": PAYLOAD_VERSION, "config": OmegaConf.to_container(c.cfg, resolve=True),
-               "state": dataclasses.asdict(state), "algo": {"networks": c.algo.networks.state_dict()}}
+               "state": counters(state), "algo": {"networks": c.algo.networks.state_dict()}}
     return checkpoint.write(run_dir / "checkpoints" / BEST, state.env_steps, payload)
 
 
@@ -73,6 +79,7 @@ def save(c: Components, state: TrainState, run_dir: Path) -> Path:
 def restore(c: Components, path: Path) -> TrainState:
     """Load the checkpoint at `path` into the components; return the run's counters."""
     data = checkpoint.load(path, map_location=c.device)
+    checkpoint.require(data, path, "config", "state", "algo", "buffer", "rng", "collector", "envs", "recent")
     version = data.get("payload_version", 1)
     if version != PAYLOAD_VERSION:
         raise checkpoint.CheckpointError(
@@ -90,21 +97,28 @@ def restore(c: Components, path: Path) -> TrainState:
         c.collector.reset(seed=int(c.cfg.seed) + state.updates)
         logger.warning(why_not)
     checkpoint.set_rng_state(data["rng"])
-    _forget_a_later_best(path.parent / BEST, state.env_steps)
+    state.stale_best = _best_is_later(path.parent / BEST, state.env_steps)
     return state
 
 
-def _forget_a_later_best(best: Path, env_steps: int) -> None:
+def _best_is_later(best: Path, env_steps: int) -> bool:
     """A best model that the stopped process wrote after this checkpoint is dropped, as its TensorBoard points
-    are: the resumed run writes it again when it gets there (so best.pt always belongs to this run's history)."""
+    are: the resumed run writes it again when it gets there (so best.pt always belongs to this run's history).
+    It is only marked here; the trainer removes it after its first checkpoint is safely written, so a resume
+    that fails (no space, a crash) leaves it in place."""
     if not best.is_file():
-        return
+        return False
     try:
-        later = checkpoint.load(best)["env_steps"] > env_steps
+        return int(checkpoint.load(best)["env_steps"]) > env_steps
     except checkpoint.CheckpointError:
-        later = True  # unreadable: the next better test phase writes a good one
-    if later:
-        best.unlink()
+        return True  # unreadable: the next better test phase writes a good one
+
+
+def drop_stale_best(state: TrainState, run_dir: Path) -> None:
+    """Remove the later best.pt that `restore` marked (a better test phase since has overwritten it, or not)."""
+    if state.stale_best:
+        (run_dir / "checkpoints" / BEST).unlink(missing_ok=True)
+        state.stale_best = False
 
 
 def initial_state(c: Components) -> TrainState:

@@ -1,19 +1,21 @@
 """Save and restore the state of a vector env and its wrappers, for exact resume.
 
 Walks the wrapper chain (vector wrappers, the vector env, and for SyncVectorEnv every sub-env with
-its own wrappers) and copies each object's plain attributes: RNGs, physics state, step counters,
-episode statistics, reward-normalization statistics. Envs that cannot be captured this way
+its own wrappers) and records each object's attributes as plain data (plain_state.py): RNGs,
+physics state, step counters, episode statistics, reward-normalization statistics. Envs that cannot be captured this way
 (AsyncVectorEnv keeps its sub-envs in other processes) are reported so the trainer can warn and
 reset them instead.
 """
 
 from __future__ import annotations
 
-import copy
 import pickle
 from typing import Any
 
+import gymnasium
 from gymnasium.vector import AsyncVectorEnv, SyncVectorEnv
+
+from rlcli.plain_state import encode, restore_into
 
 # Structure, rendering and spaces: rebuilt from the config, never part of the state.
 _SKIP = {
@@ -37,12 +39,18 @@ def _layers(envs: Any) -> list[Any]:
     return layers
 
 
-def _picklable(value: Any) -> bool:
+_STRUCTURE_TYPES = ("MjModel", "MujocoRenderer")  # rebuilt from the config, like the spaces
+
+
+def _encoded(value: Any) -> Any:
+    """The attribute as plain data (see plain_state.py), or None for structure and what has no plain form."""
+    if isinstance(value, gymnasium.Space) or type(value).__name__ in _STRUCTURE_TYPES:
+        return None
     try:
-        pickle.dumps(value)
-    except Exception:
-        return False
-    return True
+        pickle.dumps(value)  # what cannot be copied at all (a Box2D world, a C++ handle) is not state we can keep
+        return encode(value, objects=True)
+    except Exception:  # noqa: BLE001  (Unsupported, or whatever an exotic object raises when walked)
+        return None
 
 
 def capturable(envs: Any) -> bool:
@@ -56,8 +64,9 @@ def get_env_state(envs: Any) -> list[dict[str, Any]]:
     """One dict of attributes per layer, in a fixed order that `set_env_state` relies on."""
     states = []
     for layer in _layers(envs):
-        attrs = {k: v for k, v in vars(layer).items() if k not in _SKIP and _picklable(v)}
-        states.append({"type": type(layer).__qualname__, "attrs": copy.deepcopy(attrs)})
+        attrs = {k: _encoded(v) for k, v in vars(layer).items() if k not in _SKIP}
+        states.append({"type": type(layer).__qualname__,
+                       "attrs": {k: v for k, v in attrs.items() if v is not None or getattr(layer, k) is None}})
     return states
 
 
@@ -67,5 +76,5 @@ def set_env_state(envs: Any, states: list[dict[str, Any]]) -> None:
     if kinds != [s["type"] for s in states]:
         raise ValueError(f"env layout changed since the checkpoint: {kinds} vs {[s['type'] for s in states]}")
     for layer, state in zip(layers, states, strict=True):
-        for key, value in copy.deepcopy(state["attrs"]).items():
-            setattr(layer, key, value)
+        for key, value in state["attrs"].items():
+            setattr(layer, key, restore_into(getattr(layer, key, None), value))
