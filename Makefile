@@ -21,6 +21,7 @@ $(VENV)/.dev-extras: $(BIN)/rl-train pyproject.toml
 
 train: $(BIN)/rl-train
 	$(BIN)/rl-train algo=ppo env=CartPole-v1 $(ARGS)
+	@echo "rlcli is installed in $(VENV): run '. $(VENV)/bin/activate' once per shell, then rl-train, rl-eval and rl-report work as the README shows"
 
 test: $(VENV)/.dev-extras
 	$(BIN)/ruff check src tests scripts

@@ -30,8 +30,8 @@ def test_a_missing_env_package_is_one_line_naming_the_pip_command(tmp_path):
     line = one_line_error(out)
     assert "NeedsDep-v0 needs a package that is not installed: foo is not installed, run `pip install foo`" in line
     assert not any(tmp_path.rglob("*.log"))  # nothing written
-    for env_id, advice in (("LunarLander-v3", "pip install 'rlcli[box2d]'"),
-                           ("HalfCheetah-v5", "pip install 'rlcli[mujoco]'")):
+    for env_id, advice in (("LunarLander-v3", "pip install -e '.[box2d]'"),
+                           ("HalfCheetah-v5", "pip install -e '.[mujoco]'")):
         assert advice in missing_dependency(gym.spec(env_id), gym.error.DependencyNotInstalled("x"))
 
 
@@ -149,10 +149,10 @@ def test_piped_console_is_plain_lines_with_rounded_returns(tmp_path):
                   "train.log_every=512", "train.test_every=1024", "train.test_episodes=2", "log.console=true",
                   cwd=tmp_path)  # captured: not a terminal
     assert out.returncode == 0, out.stderr
-    lines = out.stderr.strip().splitlines()
-    assert lines[0].startswith("rlcli: ppo on Pendulum-v1, 1,024 env steps")
+    assert out.stderr.strip().splitlines()[0].startswith("rlcli: ppo on Pendulum-v1, 1,024 env steps")
+    lines = out.stdout.strip().splitlines()  # the results on stdout, progress and messages on stderr
     assert [line.split(" |")[0] for line in lines if line.startswith("step ")] == ["step 512", "step 1024"]
     assert lines[-2].startswith("done: 1,024 env steps") and lines[-1].startswith("time: ")
-    assert not any(ch in out.stderr for ch in "━─│")  # no bar, no table borders
+    assert not any(ch in out.stderr + out.stdout for ch in "━─│")  # no bar, no table borders
     final = lines[-2].split("last test return ")[1].split(",")[0]
     assert len(final.split(".")[-1]) == 1  # one decimal, not 16 digits

@@ -217,7 +217,9 @@ def finished_run(tmp_path_factory):
 
 
 def snapshot(run_dir: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(run_dir)): p.read_bytes() for p in sorted(run_dir.rglob("*")) if p.is_file()}
+    """Every file of the run (the lock file names its last holder, so it is not the run's state)."""
+    return {str(p.relative_to(run_dir)): p.read_bytes() for p in sorted(run_dir.rglob("*"))
+            if p.is_file() and p.name != ".rlcli.lock"}
 
 
 def test_checkpoints_keep_the_last_k_and_a_latest_pointer(finished_run):
@@ -272,7 +274,7 @@ def test_bad_resume_targets_are_one_line_errors(finished_run, tmp_path):
     cases = [
         ([f"resume={tmp_path / 'nope'}"], "no such run directory or checkpoint file"),
         ([f"resume={empty}"], "no usable checkpoint in"),
-        ([f"resume={bad_version}"], "has checkpoint format version 99; this rlcli reads version 1"),
+        ([f"resume={bad_version}"], "has checkpoint format version 99; this rlcli reads version 2"),
         (["resume=auto"], "resume=auto needs hydra.run.dir"),
     ]
     for args, message in cases:

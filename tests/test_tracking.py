@@ -191,7 +191,7 @@ def test_a_missing_tracking_package_names_the_extra(tmp_path):
     assert out.returncode == 2, out.stderr
     assert out.stderr.strip().splitlines() == [
         "rl-train: error: log.mlflow=true needs mlflow, which is not installed (No module named 'mlflow'): "
-        "pip install 'rlcli[mlflow]'"]
+        "pip install -e '.[mlflow]'"]
 
 
 class RecordingSink:

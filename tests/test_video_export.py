@@ -112,7 +112,7 @@ def test_a_missing_extra_names_it(runs, monkeypatch, capsys):
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name in ("imageio_ffmpeg", "onnxscript")
                         else real(name, *a))
-    for args, extra in ((["video=true"], "rlcli[video]"), (["export=onnx"], "rlcli[export]")):
+    for args, extra in ((["video=true"], ".[video]"), (["export=onnx"], ".[export]")):
         with pytest.raises(SystemExit) as stop:
             rl_eval_module.main([str(runs["ppo"]), *args])
         assert stop.value.code == 2 and extra in capsys.readouterr().err

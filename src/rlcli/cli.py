@@ -11,8 +11,24 @@ from typing import Any
 from rlcli.stop import StopNow
 
 
+def print_version(program: str, args: list[str] | None = None) -> bool:
+    """`--version` / `-V`: the program's and rlcli's version (Hydra's own flag would print Hydra's)."""
+    if not any(a in ("--version", "-V") for a in (sys.argv[1:] if args is None else args)):
+        return False
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        installed = version("rlcli")
+    except PackageNotFoundError:
+        from rlcli import __version__ as installed
+    print(f"{program} (rlcli) {installed}")
+    return True
+
+
 def train() -> None:
     """`rl-train`."""
+    if print_version("rl-train"):
+        return
     received = {"signum": int(signal.SIGINT)}
 
     def on_sigterm(signum: int, frame: Any) -> None:
@@ -40,6 +56,9 @@ def train() -> None:
 
 def evaluate() -> None:
     """`rl-eval`."""
+    if print_version("rl-eval"):
+        return
+
     def on_sigterm(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt
 

@@ -21,6 +21,7 @@ from rlcli.contracts import Algorithm, RecurrentState
 from rlcli.envs import finished_episodes
 from rlcli.envs.masks import masks_from_infos
 from rlcli.envs.state import capturable, get_env_state, set_env_state
+from rlcli.registry import ConfigError
 from rlcli.timing import PhaseClock
 
 
@@ -35,6 +36,40 @@ class CollectStats:
 
 class CollectorError(RuntimeError):
     """The collector cannot go on (collector=ray: a worker keeps dying): the trainer stops with this one line."""
+
+
+class EnvError(CollectorError):
+    """The env raised, or returned what training cannot use (a non-finite value, a wrong shape); the message
+    names the env step within the collect phase (`step`) and what happened."""
+
+    def __init__(self, message: str, step: int) -> None:
+        super().__init__(message)
+        self.step = step
+
+
+def env_name(envs: Any) -> str:
+    spec = getattr(envs, "spec", None)
+    return str(getattr(spec, "id", None) or type(envs).__name__)
+
+
+def check_env_output(obs: Any, rewards: np.ndarray, expected_shape: tuple[int, ...] | None, step: int) -> None:
+    """One line naming what is wrong with a step's output (cheap: a few numpy reductions per vector step)."""
+    if isinstance(obs, np.ndarray):
+        if expected_shape is not None and obs.shape != expected_shape:
+            raise EnvError(f"returned observations of shape {obs.shape}; its observation space says {expected_shape}",
+                           step)
+        if obs.dtype.kind == "f" and not np.isfinite(obs).all():
+            bad = np.flatnonzero(~np.isfinite(obs).reshape(len(obs), -1).all(axis=1))
+            raise EnvError(f"returned a non-finite observation (env {int(bad[0])}: "
+                           f"{obs[bad[0]].ravel()[:6].tolist()})", step)
+    elif isinstance(obs, dict):
+        for key, value in obs.items():
+            if isinstance(value, np.ndarray) and value.dtype.kind == "f" and not np.isfinite(value).all():
+                raise EnvError(f"returned a non-finite observation in {key!r}", step)
+    rewards = np.asarray(rewards)
+    if rewards.dtype.kind == "f" and not np.isfinite(rewards).all():
+        bad = int(np.flatnonzero(~np.isfinite(rewards))[0])
+        raise EnvError(f"returned a non-finite reward (env {bad}: {rewards[bad]})", step)
 
 
 class ExperienceCollector(Protocol):
@@ -98,7 +133,17 @@ class Collector:
         self.reset(seed)
 
     def reset(self, seed: int) -> None:
-        obs, infos = self.envs.reset(seed=seed)
+        try:
+            obs, infos = self.envs.reset(seed=seed)
+        except Exception as error:
+            detail = str(error).strip().splitlines()
+            raise ConfigError(f"env {env_name(self.envs)} raised {type(error).__name__} at reset: "
+                              f"{detail[-1] if detail else ''}") from None
+        space_shape = getattr(self.envs.observation_space, "shape", None)
+        self._obs_shape = tuple(space_shape) if isinstance(obs, np.ndarray) and space_shape else None
+        if self._obs_shape is not None and obs.shape != self._obs_shape:
+            raise ConfigError(f"env {env_name(self.envs)} returned observations of shape {obs.shape} at reset; its "
+                              f"observation space says {self._obs_shape} (the env's reset and its space disagree)")
         self.obs = torch.as_tensor(obs, dtype=self.obs_dtype, device=self.device)
         self.action_mask = self._masks(infos)  # the valid actions at the current observations
         self.prev_done = np.zeros(self.envs.num_envs, dtype=bool)  # next step of these envs is a reset step
@@ -176,7 +221,13 @@ class Collector:
                 actions = algo.random_actions(n_envs).to(self.device)  # type: ignore[attr-defined]
             env_actions = algo.env_actions(actions).cpu().numpy()
             t1 = clock()
-            next_obs, rewards, terminated, truncated, infos = self.envs.step(env_actions)
+            try:
+                next_obs, rewards, terminated, truncated, infos = self.envs.step(env_actions)
+            except Exception as error:  # the env's own failure, named in one line by the trainer
+                detail = str(error).strip().splitlines()
+                raise EnvError(f"raised {type(error).__name__}: {detail[-1] if detail else ''}".rstrip(": "),
+                               step * n_envs) from error
+            check_env_output(next_obs, rewards, self._obs_shape, step * n_envs)
             t2 = clock()
             done = np.logical_or(terminated, truncated)
             recurrent = () if state is None else tuple(state)  # (carry, starts) this step began with

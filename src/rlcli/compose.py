@@ -3,6 +3,7 @@ options exist (rlcli's conf/, the search path, plugins), and what Hydra's compos
 
 from __future__ import annotations
 
+import difflib
 import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -83,6 +84,28 @@ def _is_gymnasium_id(value: str) -> bool:
     return value in gym.registry
 
 
+def _closest_key(cfg: DictConfig, key: str, leaf: str) -> str:
+    """`total_steps` -> ` (did you mean 'train.total_steps'?)`: the same or a close name in any section."""
+    paths: list[str] = []
+
+    def walk(node: object, prefix: str) -> None:
+        for name, value in node.items_ex(resolve=False) if isinstance(node, DictConfig) else []:
+            path = f"{prefix}{name}"
+            paths.append(path)
+            if isinstance(value, DictConfig) and len(path.split(".")) < 3:
+                walk(value, path + ".")
+
+    walk(cfg, "")
+    paths = [p for p in paths if p != key and not p.startswith("hydra")]
+    leaves: dict[str, str] = {}
+    for path in sorted(paths, key=lambda p: p.count(".")):
+        leaves.setdefault(path.rsplit(".", 1)[-1], path)
+    if leaf in leaves and leaves[leaf] != leaf:
+        return f" (did you mean '{leaves[leaf]}'?)"
+    close = difflib.get_close_matches(leaf, list(leaves), n=1, cutoff=0.8)
+    return f" (did you mean '{leaves[close[0]]}'?)" if close and "." in leaves[close[0]] else ""
+
+
 def explain_composition_error(error: Exception, args: list[str]) -> str:
     """Hydra's composition errors, cut down to one line that names the key and the valid ones."""
     text = str(error)
@@ -99,8 +122,8 @@ def explain_composition_error(error: Exception, args: list[str]) -> str:
         base = compose("config", overrides=[a for a in args if a.split("=", 1)[0] in GROUPS])
         node = OmegaConf.select(base, parent) if parent else base
         valid = sorted(node.keys()) if isinstance(node, DictConfig) else []
-        hint = did_you_mean(leaf, [str(v) for v in valid])
-        hint = sb3_hint(key) or hint
+        across = _closest_key(base, key, leaf) if not parent else ""  # a top-level typo: every section's keys
+        hint = sb3_hint(key) or across or did_you_mean(leaf, [str(v) for v in valid])
         return f"unknown key '{key}'{hint}; valid keys: {', '.join(map(str, valid))}"
     return text.strip().splitlines()[0]
 
@@ -119,7 +142,8 @@ def compose_config(args: list[str]) -> DictConfig:
 
 # pip packages of Hydra plugins a user may name without having installed them
 PLUGIN_PACKAGES = {
-    "hydra/launcher": {"joblib": "hydra-joblib-launcher (or rlcli[sweep])", "ray": "hydra-ray-launcher (or rlcli[ray])",
+    "hydra/launcher": {"joblib": "hydra-joblib-launcher (or pip install -e '.[sweep]')",
+                       "ray": "hydra-ray-launcher (or pip install -e '.[ray]')",
                        "submitit_local": "hydra-submitit-launcher", "submitit_slurm": "hydra-submitit-launcher",
                        "rq": "hydra-rq-launcher"},
     "hydra/sweeper": {"optuna": "hydra-optuna-sweeper (rlcli ships its own, with pruning: hydra/sweeper=rlcli_optuna)",
@@ -146,7 +170,8 @@ def check_plugins(args: list[str]) -> None:
         import importlib.util
 
         if importlib.util.find_spec("optuna") is None:
-            raise ConfigError("the rlcli_optuna sweeper needs optuna: pip install optuna (or rlcli[sweep])")
+            raise ConfigError("the rlcli_optuna sweeper needs optuna: pip install optuna "
+                              "(or pip install -e '.[sweep]')")
 
 
 def parses(arg: str) -> bool:

@@ -155,7 +155,7 @@ def require(*modules: str) -> None:
 
     missing = [m for m in modules if importlib.util.find_spec(m) is None]
     if missing:
-        raise ConfigError(f"export needs {', '.join(missing)}: pip install 'rlcli[export]'")
+        raise ConfigError(f"export needs {', '.join(missing)}: pip install -e '.[export]'")
 
 
 @contextlib.contextmanager

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import time
@@ -13,12 +12,14 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
+from rlcli import jsonl
 from rlcli.timing import PhaseClock
 
 if TYPE_CHECKING:
     from rlcli.tracking import Tracking
 
-console = Console(stderr=True)
+console = Console(stderr=True)  # progress, messages, warnings
+results = Console()  # the run's results (its table lines and final summary): stdout, so `> out.txt` keeps them
 logger = logging.getLogger("rlcli")
 
 # Console table columns: (TensorBoard tag, header, format)
@@ -55,9 +56,9 @@ class RunLogger:
         self.run_dir = run_dir
         self.tracking = tracking
         self.show_console = console_mode != "off"
-        # piped or captured output gets plain lines, one per table, the same as train.log's (greppable);
-        # the live bar and tables are for terminals
-        self.table_lines = console_mode == "full" and not console.is_terminal
+        # a table per log_every: a plain line on stdout (greppable, the same as train.log's), or a rich table
+        # under the live bar when stdout and stderr are both a terminal; sweeps ("lines") print none
+        self.table_lines = console_mode == "full"
         self.prefix = prefix
         self.writer = None
         if tensorboard:
@@ -80,12 +81,22 @@ class RunLogger:
         self._start = time.time() - start_seconds
         self._last_refresh = 0.0
 
+    def rewind(self, step: int) -> None:
+        """The run went back to `step` (a rollback): later TensorBoard points and test records are dropped, as
+        when a run resumes, so that no step appears twice."""
+        if self.writer is not None:
+            from torch.utils.tensorboard import SummaryWriter
+
+            log_dir = self.writer.log_dir
+            self.writer.close()
+            self.writer = SummaryWriter(log_dir, purge_step=step + 1)
+        self._truncate_test_records(step)
+
     def _truncate_test_records(self, start_step: int) -> None:
         path = self.run_dir / "eval.jsonl"
         if path.is_file():
-            kept = [line for line in path.read_text().splitlines()
-                    if line.strip() and json.loads(line)["env_steps"] <= start_step]
-            path.write_text("".join(line + "\n" for line in kept))
+            records = jsonl.read_records(path, warn=self.message)
+            jsonl.rewrite(path, [r for r in records if int(r.get("env_steps", 0)) <= start_step])
 
     def scalars(self, metrics: dict[str, float], step: int) -> None:
         for tag, value in metrics.items():
@@ -99,17 +110,16 @@ class RunLogger:
         """Machine-readable record of every test phase (for rl-report and scripts)."""
         record = {"env_steps": step, "wall_s": round(time.time() - self._start, 3),
                   "returns": returns, "lengths": lengths}
-        with open(self.run_dir / "eval.jsonl", "a") as f:
-            f.write(json.dumps(record) + "\n")
+        jsonl.append_record(self.run_dir / "eval.jsonl", record)
 
     def table(self, step: int) -> None:
         """A compact one-row table of the latest numbers, also written as one line to train.log."""
         shown = [(header, fmt.format(self.latest[tag])) for tag, header, fmt in _TABLE if tag in self.latest]
         line = f"step {step} | " + " | ".join(f"{h} {v}" for h, v in shown)
         logger.info("%s", line)
-        if self.table_lines:
-            console.print(self.prefix + line, highlight=False, markup=False, soft_wrap=True)
-        if self._progress is None:
+        if self._progress is None or not results.is_terminal:
+            if self.table_lines:
+                results.print(self.prefix + line, highlight=False, markup=False, soft_wrap=True)
             return
         table = Table(box=None, pad_edge=False, header_style="bold cyan")
         table.add_column("steps", justify="right")
@@ -128,6 +138,16 @@ class RunLogger:
             test = fmt_return(test_return)
             self._progress.update(self._task, completed=step, sps=f"{sps:.0f}", test=test,
                                   time=clock.summary() if clock is not None else "")
+
+    def result(self, text: str) -> None:
+        """A line of the run's results (the final summary): stdout, or the live display when both are a terminal."""
+        logger.info(text)
+        if not self.show_console:
+            return
+        if self._progress is not None and results.is_terminal:
+            console.print(self.prefix + text, highlight=False, markup=False, soft_wrap=True)
+        else:
+            results.print(self.prefix + text, highlight=False, markup=False, soft_wrap=True)
 
     def message(self, text: str) -> None:
         logger.info(text)

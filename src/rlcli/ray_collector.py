@@ -119,7 +119,7 @@ def check_ray(settings: RaySettings) -> None:
     try:
         import ray  # noqa: F401
     except ImportError:
-        raise ConfigError("collector=ray needs Ray: pip install 'rlcli[ray]'") from None
+        raise ConfigError("collector=ray needs Ray: pip install -e '.[ray]'") from None
     if settings.address is not None:
         host, _, port = str(settings.address).rpartition(":")
         try:

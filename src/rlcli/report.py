@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import yaml
 
+from rlcli import jsonl
 from rlcli.tuning import iqm
 
 IGNORED_KEYS = ("seed", "resume", "sweep.trial", "hydra.sweep.dir", "hydra.run.dir")
@@ -66,14 +67,16 @@ def load_run(path: Path) -> Run:
             config[key] = value
     run = Run(path=path, config=config, seed=job_cfg.get("seed"))
     eval_path = path / "eval.jsonl"
-    if eval_path.is_file():
-        for line in eval_path.read_text().splitlines():
-            if line.strip():
-                record = json.loads(line)
-                run.steps.append(int(record["env_steps"]))
-                run.returns.append(float(np.mean(record["returns"])))
-                run.wall_s = float(record.get("wall_s", 0.0))
-                run.env_steps = int(record["env_steps"])
+    for record in jsonl.read_records(eval_path, warn=lambda text: print(f"rl-report: warning: {text}",
+                                                                         file=sys.stderr)):
+        try:
+            steps, mean = int(record["env_steps"]), float(np.mean(record["returns"]))
+        except (KeyError, TypeError, ValueError):
+            continue  # a record that is whole but not a test phase's
+        run.steps.append(steps)
+        run.returns.append(mean)
+        run.wall_s = float(record.get("wall_s", 0.0))
+        run.env_steps = steps
     status = None
     with contextlib.suppress(OSError, ValueError):
         status = json.loads((path / "status.json").read_text())
@@ -238,6 +241,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("paths", nargs="+", type=Path, help="a multirun directory, a runs/ tree, or run directories")
     parser.add_argument("--plot", type=Path, metavar="PNG", help="write learning curves (mean and 95%% CI per config)")
     parser.add_argument("--csv", type=Path, metavar="CSV", help="write the table as CSV")
+    parser.add_argument("--version", "-V", action="store_true", help="print rlcli's version and exit")
+    from rlcli.cli import print_version
+
+    if print_version("rl-report", argv):
+        return
     args = parser.parse_args(argv)
     missing = [str(p) for p in args.paths if not p.exists()]
     if missing:
@@ -248,15 +256,31 @@ def main(argv: list[str] | None = None) -> None:
         print(f"rl-report: error: no runs under {' '.join(map(str, args.paths))} "
               "(a run is a directory with .hydra/overrides.yaml, as rl-train writes)", file=sys.stderr)
         raise SystemExit(2)
+    if args.plot:  # before anything is written: a missing extra is one line, as everywhere else
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            print("rl-report: error: --plot needs matplotlib: pip install -e '.[sweep]' (or pip install matplotlib)",
+                  file=sys.stderr)
+            raise SystemExit(2) from None
+    for out in (args.csv, args.plot):
+        if out is not None and not out.parent.resolve().is_dir():
+            print(f"rl-report: error: cannot write {out}: the directory {out.parent} does not exist", file=sys.stderr)
+            raise SystemExit(2)
     groups = group_runs(runs)
     keys = swept_keys(groups)
     print_table(groups, keys)
-    if args.csv:
-        write_csv(groups, keys, args.csv)
-        print(f"wrote {args.csv}", file=sys.stderr)
-    if args.plot:
-        plot_curves(groups, keys, args.plot)
-        print(f"wrote {args.plot}", file=sys.stderr)
+    try:
+        if args.csv:
+            write_csv(groups, keys, args.csv)
+            print(f"wrote {args.csv}", file=sys.stderr)
+        if args.plot:
+            plot_curves(groups, keys, args.plot)
+            print(f"wrote {args.plot}", file=sys.stderr)
+    except OSError as error:
+        print(f"rl-report: error: cannot write {error.filename or args.csv or args.plot}: {error.strerror or error}",
+              file=sys.stderr)
+        raise SystemExit(1) from None
 
 
 if __name__ == "__main__":

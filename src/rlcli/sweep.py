@@ -10,6 +10,7 @@ their last good checkpoint, the rest start.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import logging
@@ -59,11 +60,26 @@ def _say(text: str) -> None:
 def run_job(cfg: DictConfig, run_dir: Path, job_num: int, overrides: list[str],
             test_hook_factory: Callable[[DictConfig], Any] | None = None) -> dict[str, Any]:
     """Run one job of a sweep and return its status record (never raises for a failed job)."""
-    from rlcli import checkpoint
-    from rlcli.run_state import prepare
-    from rlcli.trainer import Trainer
+    from rlcli import run_lock
 
     shown = " ".join(o for o in overrides if not o.startswith(("sweep.trial", "resume=", "hydra.")))
+    try:
+        run_lock.acquire(run_dir)
+    except ConfigError as error:  # another process runs this job: leave its directory alone
+        _say(f"[job {job_num}] {shown}: {error}")
+        return {"job": job_num, "overrides": list(overrides), "status": "failed", "error": str(error)}
+    try:
+        return _run_locked_job(cfg, run_dir, job_num, overrides, shown, test_hook_factory)
+    finally:
+        run_lock.release(run_dir)
+
+
+def _run_locked_job(cfg: DictConfig, run_dir: Path, job_num: int, overrides: list[str], shown: str,
+                    test_hook_factory: Callable[[DictConfig], Any] | None) -> dict[str, Any]:
+    from rlcli import checkpoint
+    from rlcli.run_state import prepare
+    from rlcli.trainer import RunFailed, Trainer
+
     job_started = time.perf_counter()
     record: dict[str, Any] = {"job": job_num, "overrides": list(overrides), "status": "running",
                               "started": time.time()}
@@ -84,12 +100,19 @@ def run_job(cfg: DictConfig, run_dir: Path, job_num: int, overrides: list[str],
         trainer.console_prefix = f"[job {job_num}] "
         trainer.sweep_group = str(run_dir.parent)  # tracked runs: one MLflow tag / W&B group per sweep
         trainer.job_started = job_started
+        trainer.typed_keys = {o.split("=", 1)[0].lstrip("+~") for o in overrides}
         if test_hook_factory is not None:
             trainer.after_test = test_hook_factory(cfg)
         trainer.run()
     except ConfigError as error:
         record.update(status="failed", error=str(error))
-    except SystemExit as stop:  # a signal: the trainer saved a checkpoint first
+    except RunFailed as failed:  # the trainer's one-line failure (divergence, a failing env, a disk): this job only
+        cause = failed.__context__  # the env's own exception, when an env failed
+        detail = "".join(traceback.format_exception(cause)) if cause is not None else ""
+        with contextlib.suppress(OSError):
+            (run_dir / "error.txt").write_text(f"{failed.message}\n{detail}")
+        record.update(status="failed", error=failed.message)
+    except SystemExit as stop:  # a signal: the trainer saved a checkpoint first, and the sweep stops with it
         record.update(status="interrupted", error=f"stopped with exit code {stop.code}")
         write_status(run_dir, record)
         raise

@@ -71,6 +71,10 @@ def check_tracking(cfg: DictConfig) -> None:
     if settings.mlflow:
         _import("mlflow", "log.mlflow=true", "mlflow")
         uri = settings.mlflow_uri or os.environ.get("MLFLOW_TRACKING_URI", "")
+        if uri.startswith("file:") or (uri and "://" not in uri and not uri.startswith("databricks")):
+            raise ConfigError(f"log.mlflow_uri={uri!r}: MLflow 3 no longer takes a file store; use a database, e.g. "
+                              "log.mlflow_uri=sqlite:///mlflow.db (its artifacts go to mlartifacts/ beside it), or a "
+                              "server's http:// address")
         if uri.startswith(("http://", "https://")):
             _require_reachable(uri.rstrip("/") + "/health", f"log.mlflow_uri={uri!r}")
     if settings.wandb:
@@ -88,7 +92,7 @@ def _import(module: str, what: str, extra: str) -> Any:
         return importlib.import_module(module)
     except ImportError as error:
         raise ConfigError(f"{what} needs {module}, which is not installed ({error}): "
-                          f"pip install 'rlcli[{extra}]'") from None
+                          f"pip install -e '.[{extra}]'") from None
 
 
 def _require_reachable(url: str, what: str) -> None:
@@ -101,6 +105,15 @@ def _require_reachable(url: str, what: str) -> None:
         reason = getattr(error, "reason", error)
         raise ConfigError(f"{what}: the MLflow server does not answer ({reason}); start it, fix the address, "
                           "or leave log.mlflow_uri unset for MLflow's local store") from None
+
+
+def artifacts_beside(tracking_uri: str, experiment: str) -> str | None:
+    """A sqlite store's artifacts in `mlartifacts/<experiment>` beside its database file (MLflow's own default is
+    ./mlruns of whatever directory the run was started from); None (the server decides) for other stores."""
+    if not tracking_uri.startswith("sqlite:///"):
+        return None
+    database = Path(tracking_uri[len("sqlite:///"):]).expanduser().resolve()
+    return (database.parent / "mlartifacts" / experiment).as_uri()
 
 
 def _wandb_key_present() -> bool:
@@ -163,7 +176,9 @@ class MlflowSink:
         self.client = MlflowClient(settings.mlflow_uri)
         experiment = self.client.get_experiment_by_name(info.experiment)
         experiment_id = (experiment.experiment_id if experiment is not None
-                         else self.client.create_experiment(info.experiment))
+                         else self.client.create_experiment(info.experiment,
+                                                            artifact_location=artifacts_beside(self.client.tracking_uri,
+                                                                                               info.experiment)))
         tags = dict(info.tags, **({"rlcli.sweep": info.group} if info.group else {}))
         if run_id is not None:
             self.run_id = run_id

@@ -98,6 +98,7 @@ def _hydra_entry(cfg: DictConfig) -> Any:
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
+    from rlcli import run_lock
     from rlcli.run_state import prepare
     from rlcli.trainer import Trainer
 
@@ -108,6 +109,13 @@ def _hydra_entry(cfg: DictConfig) -> Any:
         from rlcli.tuning import trial_reporter
 
         return run_job(cfg, run_dir, int(hydra_cfg.job.num), list(hydra_cfg.overrides.task), trial_reporter)
+    try:
+        run_lock.acquire(run_dir)  # usually held since main(); a fresh directory is locked here
+    except ConfigError as error:
+        prepared = _PREPARED.pop("prepared", None)
+        if prepared is not None:
+            prepared[0].close()
+        _fail(error)
     prepared = _take_prepared(cfg)
     if prepared is None:
         try:
@@ -116,6 +124,7 @@ def _hydra_entry(cfg: DictConfig) -> Any:
             _fail(error)
     components, state = prepared
     trainer = Trainer(components, run_dir, state)
+    trainer.typed_keys = {key_of(str(a)).lstrip("+~") for a in hydra_cfg.overrides.task}
     choice = str(hydra_cfg.runtime.choices.get("env", "gym"))
     if choice not in ("gym", cfg.env.id):  # a shipped variant (MountainCarSparse-v0 is MountainCar-v0 + a setting)
         trainer.env_label = f"{choice} ({cfg.env.id})"
@@ -157,6 +166,15 @@ def precheck_sweep(args: list[str]) -> None:
         precheck(combo)
 
 
+def lock_existing_run_dir(args: list[str]) -> None:
+    """A resumed or re-queued run's directory is locked before anything reads or writes it (run_lock.py)."""
+    run_dirs = [value_of(a) for a in args if key_of(a) == "hydra.run.dir"]
+    if run_dirs and Path(run_dirs[-1]).expanduser().is_dir():
+        from rlcli import run_lock
+
+        run_lock.acquire(Path(run_dirs[-1]).expanduser())
+
+
 def main(argv: list[str] | None = None) -> None:
     """Console entry point of `rl-train`."""
     args = schedule_args(list(sys.argv[1:] if argv is None else argv))
@@ -167,6 +185,7 @@ def main(argv: list[str] | None = None) -> None:
             precheck_sweep([a for a in args if not a.startswith("-")])
         else:
             args = resume_args(args)
+            lock_existing_run_dir(args)
             overrides = with_config_dirs(args)
             if overrides is not None:  # other flags (--help, --cfg, --info) go straight to Hydra
                 precheck(overrides, keep=True)

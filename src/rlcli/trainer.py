@@ -7,28 +7,75 @@ the components that `build` made (build.py) and saves them through run_state.py.
 from __future__ import annotations
 
 import contextlib
+import copy
 import logging
 import signal
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NoReturn
 
 import numpy as np
 
+from rlcli import checkpoint
 from rlcli.build import Components
-from rlcli.collector import CollectorError, evaluate
+from rlcli.collector import CollectorError, EnvError, evaluate
 from rlcli.contracts import RunClock
+from rlcli.envs import library_noise
+from rlcli.finite import check_update
 from rlcli.log import RunLogger, fmt_return
 from rlcli.registry import ConfigError
-from rlcli.run_state import TrainState, save, save_best
+from rlcli.run_state import TrainState, drop_stale_best, restore, save, save_best
 from rlcli.runtime import seconds_since_process_start
 from rlcli.schedules import apply_schedules
 from rlcli.stop import StopNow
 from rlcli.tracking import Tracking, run_files, settings_of
 
 logger = logging.getLogger("rlcli")
+
+
+class RunFailed(SystemExit):
+    """The run stopped on a fault it cannot go past; `message` is the line printed on stderr. Exit code 1."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(1)
+        self.message = message
+
+
+class Diverged(RuntimeError):
+    """A non-finite update that train.on_nonfinite does not let the run go past; the message is one line."""
+
+
+def describe_os_error(error: OSError) -> str:
+    """`cannot write <path>: <cause>` from a filesystem error, in one line."""
+    name = error.filename.decode(errors="replace") if isinstance(error.filename, bytes) else error.filename
+    path = f" {name}" if name else ""
+    cause = error.strerror or str(error)
+    hint = {28: " (the disk is full)", 27: " (a file-size limit, ulimit -f)", 30: " (a read-only file system)",
+            13: " (no permission)", 2: " (the run directory was moved or deleted while training?)"}
+    return f"cannot write{path}: {cause}{hint.get(error.errno or 0, '')}"
+
+
+def _quiet_thread_os_errors(args: threading.ExceptHookArgs) -> None:
+    """TensorBoard's writer thread meets the same disk fault as the loop, which reports it in one line: the thread's
+    traceback goes to train.log only."""
+    if isinstance(args.exc_value, OSError):
+        logger.info("a background writer stopped: %s", args.exc_value)
+        return
+    threading.__excepthook__(args)
+
+
+def remove_stale_temporaries(run_dir: Path) -> None:
+    """`*.tmp` files that a killed process left behind (a write is a temporary file, then a rename)."""
+    for stale in [*run_dir.glob("*.tmp"), *run_dir.glob("checkpoints/*.tmp")]:
+        with contextlib.suppress(OSError):
+            stale.unlink()
+
+
+def checkpoint_steps(path: Path) -> int:
+    return int(path.stem.split("_")[-1]) if path.stem.startswith("ckpt_") else 0
 
 
 def crossed(step: int, previous: int, every: int) -> bool:
@@ -50,21 +97,39 @@ class Trainer:
         self.stop_reason: Literal["budget", "stop_reward", "pruned"] | None = None
         self.sweep_group: str | None = None  # a sweep's job: the sweep its tracked run is grouped under
         self.job_started: float | None = None  # a sweep's job: its perf_counter start (earlier jobs share the process)
+        self.typed_keys: set[str] | None = None  # the command line's keys (None: unknown), for budget_warnings
+        self._nonfinite_events = 0  # non-finite updates met by this process (train.on_nonfinite)
+        self._rolled_back = False
 
     # ------------------------------------------------------------------------------------- the loop
     def run(self) -> float:
-        """Train until train.total_steps or the stop reward; return the last mean test return."""
+        """Train until train.total_steps or the stop reward; return the last mean test return. A filesystem fault
+        (a full or read-only disk, a file-size limit, the run dir deleted) is one line and exit code 1."""
+        threading.excepthook = _quiet_thread_os_errors
+        try:
+            return self._run()
+        except OSError as error:
+            self.close()
+            self._fail(describe_os_error(error))
+        except Diverged as error:  # the final checkpoint would have held non-finite weights
+            self.close()
+            self._fail(str(error))
+
+    def _run(self) -> float:
         c, s, state = self.c, self.c.settings, self.state
         algo, spec = c.algo, c.spec
         if self._already_done():
+            drop_stale_best(state, self.run_dir)  # nothing is written in this run: a later best.pt is dropped now
             self.close()
             print(f"rl-train: this run already finished at {state.env_steps:,} env steps "
                   f"(test return {fmt_return(state.last_test_return)}); raise train.total_steps to train longer",
                   file=sys.stderr)
             return _as_return(state.last_test_return)
         state.finished = False
+        remove_stale_temporaries(self.run_dir)  # this process holds the run dir (run_lock.py): none is in flight
+        library_noise.log_pending()
         planned = self._planned_steps()
-        for warning in budget_warnings(c, planned):
+        for warning in budget_warnings(c, planned, self.typed_keys):
             print(f"rl-train: warning: {warning}", file=sys.stderr)
             logger.info("warning: %s", warning)  # train.log only: the line above is the console's
         tracking = self._start_tracking()
@@ -103,8 +168,17 @@ class Trainer:
                 if spec.on_policy or state.env_steps >= algo.learning_starts:
                     run_clock = RunClock(state.env_steps, s.total_steps)
                     scheduled = apply_schedules(c.schedules, run_clock.progress)  # learning values
+                    snapshot = copy.deepcopy(algo.state_dict()) if s.on_nonfinite == "skip" else None
                     with clock("update"):
                         metrics = algo.update(c.buffer, run_clock)
+                    problem = check_update(metrics, self._weights())
+                    if problem is not None:
+                        metrics = self._on_nonfinite(problem, snapshot, log)  # stops, rolls back or skips
+                        if self._rolled_back:
+                            self._rolled_back = False
+                            start, start_steps = time.perf_counter(), state.env_steps
+                            self._seconds_before_run = state.train_seconds
+                            continue
                     metrics.update({f"schedule_{k}": v for k, v in scheduled.items()})
                     state.updates += 1
                 sps = (state.env_steps - start_steps) / (time.perf_counter() - start)
@@ -164,12 +238,15 @@ class Trainer:
                         self._save(start)
                     if tracking is not None:
                         tracking.flush()  # the tracked runs hold at least what the checkpoint holds
-        except CollectorError as error:
+        except EnvError as error:
             log.close(status="FAILED")
             self.close()
-            print(f"rl-train: error: {error}; the last checkpoint is kept: rl-train resume={self.run_dir}",
-                  file=sys.stderr)
-            raise SystemExit(1) from None
+            at = state.env_steps + error.step  # the counter moves after a whole collect phase
+            self._fail(f"env {self.c.cfg.env.id} {error} at env step {at:,}")
+        except (CollectorError, Diverged) as error:
+            log.close(status="FAILED")
+            self.close()
+            self._fail(str(error))
         except BaseException:
             log.close(status="KILLED" if self._stop_signal is not None else "FAILED")  # no-op after a clean stop
             raise
@@ -179,11 +256,11 @@ class Trainer:
         state.finished = self.stop_reason != "pruned"  # a pruned run can still be resumed and finished
         with clock("checkpoint"):
             final = self._save(start)
-        log.message(f"done: {state.env_steps:,} env steps in {state.train_seconds:.1f} s "
+        log.result(f"done: {state.env_steps:,} env steps in {state.train_seconds:.1f} s "
                     f"({(state.env_steps - start_steps) / (time.perf_counter() - start):.0f} SPS), "
                     f"last test return {fmt_return(state.last_test_return)}, "
                     f"{ {'budget': 'budget reached', 'stop_reward': 'stopped early'}.get(self.stop_reason, 'pruned')}")
-        log.message(f"time: {clock.summary(top=8)}")
+        log.result(f"time: {clock.summary(top=8)}")
         # summary names of their own: a scalar tag at the final step would be a second point of that tag
         summary = {"final/test_return": state.last_test_return, "final/best_test_return": state.best_test_return,
                    "final/env_steps": state.env_steps, "final/train_seconds": state.train_seconds}
@@ -191,6 +268,52 @@ class Trainer:
                   files=run_files(self.run_dir, final, log.message) if tracking is not None else [])
         self.close()
         return _as_return(state.last_test_return)
+
+    def _fail(self, message: str) -> NoReturn:
+        """One line on stderr: what went wrong, and the last good checkpoint to resume from; exit code 1."""
+        try:
+            good = checkpoint.find_good(self.run_dir / "checkpoints", warn=lambda m: None)
+        except OSError:
+            good = None
+        where = (f"the last good checkpoint is {good.relative_to(self.run_dir)} ({checkpoint_steps(good):,} env "
+                 f"steps): rl-train resume={self.run_dir}" if good is not None else
+                 "no checkpoint was saved before it (train.checkpoint_every sets how often one is)")
+        with contextlib.suppress(Exception):
+            logger.info("error: %s; %s", message, where)  # train.log; the console's line is below
+        print(f"rl-train: error: {message}; {where}", file=sys.stderr)
+        raise RunFailed(f"{message}; {where}")
+
+    def _weights(self) -> list[Any]:
+        networks = self.c.algo.networks
+        return [*networks.parameters(), *networks.buffers()]
+
+    def _on_nonfinite(self, problem: str, snapshot: dict[str, Any] | None, log: RunLogger) -> dict[str, Any]:
+        """train.on_nonfinite: stop (raise Diverged), skip (put the weights back as they were before the update)
+        or rollback (load the last good checkpoint into the components); at most train.max_nonfinite times."""
+        s, state = self.c.settings, self.state
+        self._nonfinite_events += 1
+        what = f"{problem} after the update at {state.env_steps:,} env steps"
+        if s.on_nonfinite == "stop" or self._nonfinite_events > s.max_nonfinite:
+            limit = "" if s.on_nonfinite == "stop" else f" (the {self._nonfinite_events}th time, more than " \
+                f"train.max_nonfinite={s.max_nonfinite})"
+            raise Diverged(f"{what}{limit}: stopped without saving it (a lower algo.lr or a gradient clip may help)")
+        if s.on_nonfinite == "skip":
+            assert snapshot is not None
+            self.c.algo.load_state_dict(snapshot)
+            log.message(f"warning: {what}: the update was undone (skip {self._nonfinite_events} of at most "
+                        f"{s.max_nonfinite})")
+            return {"nonfinite_events": float(self._nonfinite_events)}
+        good = checkpoint.find_good(self.run_dir / "checkpoints", warn=log.message)
+        if good is None:
+            raise Diverged(f"{what}: nothing to roll back to")
+        restored = restore(self.c, good)
+        restored.stale_best = restored.stale_best or state.stale_best
+        vars(state).update(vars(restored))
+        log.rewind(state.env_steps)
+        log.message(f"warning: {what}: rolled back to {good.name} ({state.env_steps:,} env steps; rollback "
+                    f"{self._nonfinite_events} of at most {s.max_nonfinite})")
+        self._rolled_back = True
+        return {}
 
     def _start_tracking(self) -> Tracking | None:
         """MLflow / W&B runs for this run (the checkpoint's, when resuming). One line and exit code 2 if a sink
@@ -252,6 +375,7 @@ class Trainer:
         state.best_test_return = result.mean_return if best is None else max(best, result.mean_return)
         if best is None or result.mean_return > best:
             save_best(c, state, self.run_dir)
+            state.stale_best = False  # this run's own best replaced the stopped run's later one
             log.scalars({"eval/best_return": result.mean_return}, state.env_steps)
             log.message(f"new best test return {fmt_return(result.mean_return)} at {state.env_steps:,} env steps: "
                         "checkpoints/best.pt")
@@ -302,19 +426,34 @@ class Trainer:
 
     # ------------------------------------------------------------------------------- checkpoints
     def _save(self, start: float) -> Path:
+        if not self.run_dir.is_dir():  # deleted or moved while training: not silently re-made with checkpoints only
+            raise FileNotFoundError(2, "No such file or directory", str(self.run_dir))
+        problem = check_update({}, self._weights())
+        if problem is not None:  # never written over, nor pruning, a good checkpoint
+            raise Diverged(f"{problem} at {self.state.env_steps:,} env steps: not saved")
         self.state.train_seconds = self._seconds_before_run + time.perf_counter() - start
-        return save(self.c, self.state, self.run_dir)
+        path = save(self.c, self.state, self.run_dir)
+        drop_stale_best(self.state, self.run_dir)
+        return path
 
 
-def budget_warnings(c: Components, planned: int) -> list[str]:
-    """What a user should know before a run whose budget does not do what it says."""
+BUDGET_KEYS = ("train.total_steps", "algo.n_steps", "train.num_envs", "algo.train_freq")
+
+
+def budget_warnings(c: Components, planned: int, typed: set[str] | None = None) -> list[str]:
+    """What a user should know before a run whose budget does not do what it says. The rounding to whole collect
+    phases is said only when the user typed one of its settings (`typed`: the command line's keys; None: always),
+    so a shipped tuned config does not warn about itself."""
     s, algo, warnings = c.settings, c.algo, []
     per_phase = algo.n_steps * s.num_envs
-    if planned > s.total_steps:
+    if planned > s.total_steps and (typed is None or any(key in typed for key in BUDGET_KEYS)):
         phase = "one rollout" if c.spec.on_policy else "one collect phase"
         what = f"{phase} is {algo.n_steps:,} x {s.num_envs} envs"
+        key = "algo.n_steps" if c.spec.on_policy else "algo.train_freq"
+        fix = (f"; for exactly {s.total_steps:,}, {key}={s.total_steps // s.num_envs}" if s.total_steps < per_phase
+               and s.total_steps % s.num_envs == 0 else f"; {key} x train.num_envs dividing it trains exactly that")
         warnings.append(f"train.total_steps={s.total_steps:,} is not a whole number of collect phases ({what} = "
-                        f"{per_phase:,} env steps): the run takes {planned:,} env steps")
+                        f"{per_phase:,} env steps): the run takes {planned:,} env steps{fix}")
     if not c.spec.on_policy and algo.learning_starts >= planned:
         warnings.append(f"algo.learning_starts={algo.learning_starts:,} >= the run's {planned:,} env steps: it acts "
                         "randomly throughout and never learns; lower algo.learning_starts or raise train.total_steps")

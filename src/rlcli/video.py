@@ -1,7 +1,7 @@
 """Videos of a policy: episodes rendered headless (rgb_array) and encoded by imageio.
 
 imageio with imageio-ffmpeg (which ships its own ffmpeg binary) writes mp4; imageio with Pillow
-writes gif. Both come with `pip install 'rlcli[video]'`. Frames stream to the encoder as they are
+writes gif. Both come with `pip install -e '.[video]'`. Frames stream to the encoder as they are
 rendered, so a long episode does not sit in memory (a gif is the exception: Pillow encodes it at the end).
 """
 
@@ -38,7 +38,7 @@ def require_encoder(fmt: str, key: str = "video_format") -> None:
     needed = ["imageio", "imageio_ffmpeg"] if fmt == "mp4" else ["imageio", "PIL"]
     missing = [m for m in needed if importlib.util.find_spec(m) is None]
     if missing:
-        raise ConfigError(f"{key}={fmt} needs {', '.join(missing)}: pip install 'rlcli[video]'")
+        raise ConfigError(f"{key}={fmt} needs {', '.join(missing)}: pip install -e '.[video]'")
 
 
 def frames_per_second(envs: Any) -> float:

@@ -32,7 +32,7 @@ def resolve_env_id(env_id: str | None) -> gym.envs.registration.EnvSpec:
         try:
             import ale_py
         except ImportError:
-            raise ConfigError(f"env.id={env_id!r} needs the Atari emulator: pip install 'rlcli[atari]' "
+            raise ConfigError(f"env.id={env_id!r} needs the Atari emulator: pip install -e '.[atari]' "
                               "(ale-py, which ships the ROMs, and opencv for the preprocessing)") from None
         gym.register_envs(ale_py)
     if ":" in env_id:
@@ -74,6 +74,10 @@ class GymEnvFactory:
         frame_stack: int = 1,
     ) -> None:
         self.spec = resolve_env_id(id)
+        if "mujoco" in str(self.spec.entry_point):  # its deprecation warnings: once, to train.log (library_noise.py)
+            from rlcli.envs.library_noise import quiet_mujoco
+
+            quiet_mujoco()
         self.observation_indices = None if observation_indices is None else [int(i) for i in observation_indices]
         self.id = id
         self.kwargs = dict(kwargs or {})
@@ -97,7 +101,7 @@ class GymEnvFactory:
             try:
                 import cv2  # noqa: F401  (AtariPreprocessing resizes frames with it)
             except ImportError:
-                raise ConfigError("env.atari=true needs opencv: pip install 'rlcli[atari]'") from None
+                raise ConfigError("env.atari=true needs opencv: pip install -e '.[atari]'") from None
             self.kwargs.setdefault("frameskip", 1)  # the preprocessing skips frames itself
 
     def _keep_observations(self, envs: VectorEnv) -> VectorEnv:
@@ -221,9 +225,9 @@ class GymEnvFactory:
 
 
 # gymnasium's env families that need packages of their own: what to install
-EXTRAS = {"gymnasium.envs.box2d": "the Box2D physics engine: pip install 'rlcli[box2d]'",
-          "gymnasium.envs.mujoco": "the MuJoCo simulator: pip install 'rlcli[mujoco]'",
-          "ale_py": "the Atari emulator: pip install 'rlcli[atari]'"}
+EXTRAS = {"gymnasium.envs.box2d": "the Box2D physics engine: pip install -e '.[box2d]'",
+          "gymnasium.envs.mujoco": "the MuJoCo simulator: pip install -e '.[mujoco]'",
+          "ale_py": "the Atari emulator: pip install -e '.[atari]'"}
 
 
 def missing_dependency(spec: gym.envs.registration.EnvSpec, error: Exception) -> str:

@@ -25,7 +25,7 @@ def envpool_task(env_id: str) -> str:
     try:
         import envpool
     except ImportError:
-        raise ConfigError("train.vector_mode=envpool needs EnvPool: pip install 'rlcli[envpool]' (Linux, "
+        raise ConfigError("train.vector_mode=envpool needs EnvPool: pip install -e '.[envpool]' (Linux, "
                           "Python 3.11+)") from None
     task = env_id.split("/", 1)[1] if env_id.startswith("ALE/") else env_id
     known = set(envpool.list_all_envs())

@@ -1,0 +1,69 @@
+"""Divergence caught where it appears: a non-finite loss, gradient norm or weight after an update.
+
+Checked once per update phase (one host sync: the metrics and one flat view of every parameter), so
+a run that diverges stops at the update that did it instead of training on NaN to the end of its
+budget and overwriting its good checkpoints. What happens then is `train.on_nonfinite` (trainer.py).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import torch
+
+
+def check_update(metrics: Mapping[str, Any], parameters: Iterable[torch.Tensor]) -> str | None:
+    """What went non-finite in an update (its metrics, else the weights), or None; one host sync in all."""
+    names, flags = [], []
+    for name, value in metrics.items():
+        if isinstance(value, torch.Tensor) and value.numel():
+            names.append(name)
+            flags.append(torch.isfinite(value.detach().reshape(-1)[0]).reshape(1))
+        elif isinstance(value, float) and not math.isfinite(value):
+            return f"non-finite {name} ({value})"
+    floats = [p.detach().reshape(-1) for p in parameters if p.is_floating_point() and p.numel()]
+    if floats:
+        flags.append(torch.isfinite(torch.cat(floats)).all().reshape(1))
+    if not flags:
+        return None
+    try:
+        finite = torch.cat(flags).tolist()  # the one sync
+    except RuntimeError:  # metrics on more than one device
+        finite = torch.cat([f.cpu() for f in flags]).tolist()
+    bad = [name for name, ok in zip(names, finite, strict=False) if not ok]
+    if bad:
+        return describe(bad, "update result")
+    if floats and not finite[-1]:
+        return "non-finite network weights"
+    return None
+
+
+def nonfinite_metrics(metrics: Mapping[str, Any]) -> list[str]:
+    """The names of the update's metrics (losses, gradient norms, ...) that are NaN or infinite."""
+    names, tensors = [], []
+    for name, value in metrics.items():
+        if isinstance(value, torch.Tensor):
+            names.append(name)
+            tensors.append(value.detach().reshape(-1)[:1].float().cpu())
+        elif isinstance(value, float) and not math.isfinite(value):
+            return [name]
+    if not tensors:
+        return []
+    finite = torch.isfinite(torch.cat(tensors)).tolist()
+    return [name for name, ok in zip(names, finite, strict=True) if not ok]
+
+
+def nonfinite_weights(named: Iterable[tuple[str, torch.Tensor]]) -> list[str]:
+    """The names of the floating-point tensors (parameters, buffers, a state dict's values) that hold NaN or inf."""
+    items = [(n, t) for n, t in named if isinstance(t, torch.Tensor) and t.is_floating_point() and t.numel()]
+    if not items:
+        return []
+    flags = torch.stack([torch.isfinite(t.detach()).all() for _, t in items]).cpu().tolist()
+    return [n for (n, _), ok in zip(items, flags, strict=True) if not ok]
+
+
+def describe(names: list[str], what: str) -> str:
+    shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+    return f"non-finite {what} ({shown})"

@@ -1,0 +1,102 @@
+"""The first hour, second round: what tripped a new user after the README's set-up (issue 27)."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import REPO, RL_TRAIN, run_cli
+
+BIN = Path(sys.executable).parent
+
+
+@pytest.mark.parametrize("program", ["rl-train", "rl-eval", "rl-report"])
+def test_version_is_rlclis(program):
+    out = subprocess.run([str(BIN / program), "--version"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and out.stdout.strip() == f"{program} (rlcli) 0.1.0", out
+    assert "Hydra" not in out.stdout
+
+
+@pytest.mark.parametrize(("arg", "suggestion"), [("total_steps=1000", "train.total_steps"),
+                                                 ("num_envs=2", "train.num_envs"), ("lr=1e-3", "algo.lr")])
+def test_did_you_mean_searches_every_section(arg, suggestion, tmp_path):
+    out = run_cli(arg, cwd=tmp_path)
+    assert out.returncode == 2 and f"(did you mean '{suggestion}'?)" in out.stderr, out.stderr
+
+
+def test_a_shipped_tuned_config_does_not_warn_about_its_own_budget():
+    from types import SimpleNamespace
+
+    from rlcli.trainer import budget_warnings
+
+    c = SimpleNamespace(settings=SimpleNamespace(total_steps=100_000, num_envs=8),
+                        algo=SimpleNamespace(n_steps=32, learning_starts=0), spec=SimpleNamespace(on_policy=True))
+    assert budget_warnings(c, 100_096, typed={"algo", "env"}) == []  # the flagship command
+    typed = budget_warnings(c, 100_096, typed={"train.total_steps"})
+    assert len(typed) == 1 and "the run takes 100,096 env steps" in typed[0]
+    c.settings.total_steps = 3000
+    (short,) = budget_warnings(c, 3072, typed={"train.total_steps"})
+    assert "3,072 env steps" in short and "algo.n_steps x train.num_envs dividing it" in short
+    c.settings.total_steps = 160
+    (tiny,) = budget_warnings(c, 256, typed={"train.total_steps"})
+    assert "for exactly 160, algo.n_steps=20" in tiny
+
+
+def test_rl_eval_on_a_parent_of_runs_on_several_envs_says_what_it_found(tmp_path):
+    for env in ("CartPole-v1", "Acrobot-v1"):
+        out = run_cli("algo=ppo", f"env={env}", "algo.n_steps=32", "algo.batch_size=32", "train.num_envs=2",
+                      "train.total_steps=64",
+                      "train.test_every=0", "log.console=false", f"hydra.run.dir=runs/{env}", cwd=tmp_path)
+        assert out.returncode == 0, out.stderr
+    out = subprocess.run([str(BIN / "rl-eval"), "runs", "load=last"], cwd=tmp_path, capture_output=True, text=True,
+                         timeout=120)
+    lines = [line for line in out.stderr.splitlines() if line.strip()]
+    assert out.returncode == 2 and len(lines) == 1, out.stderr
+    assert "holds runs on 2 envs" in lines[0] and "Acrobot-v1: 1 run" in lines[0] and "CartPole-v1: 1 run" in lines[0]
+    assert not list(tmp_path.rglob("eval/*.json"))  # nothing written
+    out = subprocess.run([str(BIN / "rl-eval"), "runs/CartPole-v1", "load=last", "episodes=1"], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+
+
+def test_rl_report_plot_without_matplotlib_is_one_line_before_writing(tmp_path, monkeypatch, capsys):
+    from rlcli import report
+
+    run = tmp_path / "run"
+    (run / ".hydra").mkdir(parents=True)
+    (run / ".hydra" / "overrides.yaml").write_text("- seed=1\n")
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib now raises ImportError
+    with pytest.raises(SystemExit) as stop:
+        report.main([str(run), "--csv", str(tmp_path / "t.csv"), "--plot", str(tmp_path / "p.png")])
+    assert stop.value.code == 2 and "--plot needs matplotlib" in capsys.readouterr().err
+    assert not (tmp_path / "t.csv").exists()
+
+
+def test_mujoco_deprecations_stay_off_the_console(capsys, caplog):
+    from rlcli.envs import library_noise
+
+    text = "compiler attribute 'settotalmass' is deprecated and will be removed in a future release: scale ..."
+    for _ in range(11):
+        library_noise._on_mujoco_warning(text)
+    library_noise._on_mujoco_warning("something else went wrong")
+    err = capsys.readouterr().err
+    assert "settotalmass" not in err and err.count("something else went wrong") == 1
+    with caplog.at_level("INFO", logger="rlcli"):
+        library_noise.log_pending()
+        library_noise.log_pending()
+    assert sum("settotalmass" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_make_train_says_how_to_put_the_commands_on_the_path():
+    makefile = (REPO / "Makefile").read_text()
+    train_recipe = makefile.split("\ntrain:", 1)[1].split("\n\n", 1)[0]
+    assert ". $(VENV)/bin/activate" in train_recipe
+    readme = (REPO / "README.md").read_text()
+    setup = readme.split("## Set up, train, test", 1)[1].split("## A short tour", 1)[0]
+    assert ". .venv/bin/activate" in setup
+    assert "pip install 'rlcli[" not in readme  # one install form throughout: pip install -e '.[extra]'
+
+
+def test_rl_train_version_needs_no_config(tmp_path):
+    out = subprocess.run([str(RL_TRAIN), "-V"], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and "rlcli" in out.stdout and not any(tmp_path.iterdir())
