@@ -370,3 +370,40 @@ def test_fuzzed_values_are_one_line(args, expected, tmp_path):
 
 def test_rl_eval_refuses_a_bad_seed(good_run, tmp_path):
     assert "seed=-1 is invalid" in one_line(run(RL_EVAL, str(good_run), "seed=-1", cwd=tmp_path), code=2)
+
+
+@pytest.fixture
+def read_only_dir(tmp_path, good_run):
+    """A directory this process cannot write, holding a copy of the good run: a read-only tmpfs as root (root
+    ignores permissions), else chmod."""
+    where = tmp_path / "ro"
+    where.mkdir()
+    if os.geteuid() != 0:
+        shutil.copytree(good_run, where / "run")
+        for path in [where, *where.rglob("*")]:
+            path.chmod(0o555 if path.is_dir() else 0o444)
+        yield where
+        for path in [where, *where.rglob("*")]:
+            path.chmod(0o755)
+        return
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(where)], capture_output=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"root without a way to make a read-only directory here: {mounted.stderr.decode().strip()}")
+    shutil.copytree(good_run, where / "run", ignore=shutil.ignore_patterns(".rlcli.lock"))
+    subprocess.run(["mount", "-o", "remount,ro", str(where)], check=True)
+    yield where
+    subprocess.run(["umount", str(where)], capture_output=True)
+
+
+def test_a_read_only_working_directory_or_run_dir_is_one_line(read_only_dir, tmp_path):
+    out = run(RL_TRAIN, *SMALL, "train.total_steps=512", cwd=read_only_dir)
+    assert "cannot write the run directory" in one_line(out, code=2)
+    out = run(RL_TRAIN, *SMALL, "train.total_steps=512", f"hydra.run.dir={read_only_dir / 'new'}", cwd=tmp_path)
+    assert "cannot write the run directory" in one_line(out, code=2)
+    out = run(RL_TRAIN, f"resume={read_only_dir / 'run'}", "train.total_steps=4096", cwd=tmp_path)
+    assert "cannot lock the run directory" in one_line(out, code=2)
+    for extra in (["episodes=1"], ["export=torchscript"]):
+        out = run(RL_EVAL, str(read_only_dir / "run"), *extra, cwd=tmp_path)
+        assert out.returncode == 1 and "cannot write" in out.stderr.splitlines()[-1] and "Traceback" not in out.stderr
+    out = run(RL_REPORT, str(read_only_dir / "run"), "--csv", str(read_only_dir / "t.csv"), cwd=tmp_path)
+    assert "cannot write" in one_line(out, code=1)

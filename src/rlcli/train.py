@@ -175,6 +175,26 @@ def lock_existing_run_dir(args: list[str]) -> None:
         run_lock.acquire(Path(run_dirs[-1]).expanduser())
 
 
+def check_writable(args: list[str], multirun: bool) -> None:
+    """Where Hydra will make the run (or sweep) directory must be writable: else one line, before anything runs."""
+    import errno
+    import os
+
+    key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
+    given = [value_of(a) for a in args if key_of(a) == key]
+    target = Path(given[-1]).expanduser().absolute() if given else Path.cwd()
+    existing = next((p for p in (target, *target.parents) if p.exists()), None)
+    if existing is None or os.access(existing, os.W_OK):
+        return
+    try:  # access() says no: say why (a read-only file system, or permissions)
+        os.close(os.open(existing / ".rlcli-write-probe", os.O_CREAT | os.O_WRONLY, 0o600))
+        (existing / ".rlcli-write-probe").unlink()
+    except OSError as error:
+        why = "a read-only file system" if error.errno == errno.EROFS else (error.strerror or str(error)).lower()
+        raise ConfigError(f"cannot write the {'sweep' if multirun else 'run'} directory under {existing}: {why}; run "
+                          f"from a writable directory or set {key}=<a writable path>") from None
+
+
 def main(argv: list[str] | None = None) -> None:
     """Console entry point of `rl-train`."""
     args = schedule_args(list(sys.argv[1:] if argv is None else argv))
@@ -183,11 +203,13 @@ def main(argv: list[str] | None = None) -> None:
         check_argument_style(args, "rl-train", HYDRA_FLAGS, HYDRA_FLAGS_WITH_VALUE, group_with_option)
         if multirun:
             precheck_sweep([a for a in args if not a.startswith("-")])
+            check_writable(args, multirun=True)
         else:
             args = resume_args(args)
             lock_existing_run_dir(args)
             overrides = with_config_dirs(args)
             if overrides is not None:  # other flags (--help, --cfg, --info) go straight to Hydra
+                check_writable(args, multirun=False)
                 precheck(overrides, keep=True)
     except ConfigError as error:
         _fail(error)
