@@ -407,3 +407,17 @@ def test_a_read_only_working_directory_or_run_dir_is_one_line(read_only_dir, tmp
         assert out.returncode == 1 and "cannot write" in out.stderr.splitlines()[-1] and "Traceback" not in out.stderr
     out = run(RL_REPORT, str(read_only_dir / "run"), "--csv", str(read_only_dir / "t.csv"), cwd=tmp_path)
     assert "cannot write" in one_line(out, code=1)
+
+
+def test_check_update_names_what_went_nonfinite():
+    from rlcli.finite import check_update, nonfinite_weights
+
+    weights = [torch.ones(3, 2), torch.zeros(2), torch.arange(3)]  # an integer buffer is not checked
+    assert check_update({"loss": torch.tensor(0.5), "lr": 3e-4}, weights) is None
+    assert check_update({"explained_variance": torch.tensor(float("nan"))}, weights) is None  # a diagnostic
+    assert "policy_loss" in check_update({"policy_loss": torch.tensor(float("nan")), "v": torch.tensor(1.0)}, weights)
+    assert "grad_norm" in check_update({"grad_norm": float("inf")}, weights)
+    weights[1][0] = float("-inf")
+    assert "weights" in check_update({"loss": torch.tensor(0.5)}, weights)
+    assert nonfinite_weights([("a", weights[0]), ("b", weights[1])]) == ["b"]
+    assert "weights" in check_update({}, [torch.full((4,), 1e30)])  # beyond float32 in its norm: diverged

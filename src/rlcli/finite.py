@@ -13,11 +13,16 @@ from typing import Any
 
 import torch
 
+# Diagnostics that are NaN by definition at times (explained variance of a constant target), not divergence.
+DIAGNOSTICS = frozenset({"explained_variance"})
+
 
 def check_update(metrics: Mapping[str, Any], parameters: Iterable[torch.Tensor]) -> str | None:
     """What went non-finite in an update (its metrics, else the weights), or None; one host sync in all."""
     names, flags = [], []
     for name, value in metrics.items():
+        if name in DIAGNOSTICS:
+            continue
         if isinstance(value, torch.Tensor) and value.numel():
             names.append(name)
             flags.append(torch.isfinite(value.detach().reshape(-1)[0]).reshape(1))

@@ -67,6 +67,7 @@ class RunLogger:
             self.writer = SummaryWriter(str(run_dir / "tb"), purge_step=start_step + 1)
         self._truncate_test_records(start_step)
         self.latest: dict[str, float] = {}
+        self._dropped: set[str] = set()  # tags whose non-finite points were left out (said once each)
         self._progress: Progress | None = None
         if console_mode == "full" and console.is_terminal:
             self._progress = Progress(
@@ -102,6 +103,10 @@ class RunLogger:
         for tag, value in metrics.items():
             if self.writer is not None and math.isfinite(value):
                 self.writer.add_scalar(tag, value, step)
+            elif self.writer is not None and tag not in self._dropped:  # TensorBoard cannot plot it: say so, once
+                self._dropped.add(tag)
+                self.message(f"warning: {tag} was {value} at {step:,} env steps; TensorBoard cannot plot it, so "
+                             "that point is left out")
         if self.tracking is not None:
             self.tracking.scalars(metrics, step)
         self.latest.update(metrics)

@@ -142,7 +142,10 @@ def build_mlp_actor(
     if not isinstance(observation_space, gym.spaces.Box):
         raise ConfigError(
             f"actor=mlp needs a Box observation space; the env has {type(observation_space).__name__}"
-        )
+            + ("; rlcli does not one-hot encode Discrete observations yet: wrap the env in your own module with "
+               "gymnasium.wrappers.TransformObservation to a one-hot Box, or pick an env with Box observations "
+               "(CartPole-v1, Acrobot-v1, MountainCar-v0, LunarLander-v3)"
+               if isinstance(observation_space, gym.spaces.Discrete) else ""))
     for key, sizes in (("hidden_sizes", hidden_sizes), ("obs_extractor", obs_extractor),
                        ("act_extractor", act_extractor)):
         require(all(h > 0 for h in sizes), f"actor.{key}", list(sizes), "sizes must be > 0")
