@@ -152,7 +152,7 @@ def test_without_ray_installed_the_error_names_the_extra(monkeypatch):
     from rlcli.registry import ConfigError
 
     monkeypatch.setitem(sys.modules, "ray", None)  # what `import ray` meets where Ray is not installed
-    with pytest.raises(ConfigError, match=r"collector=ray needs Ray: pip install 'rlcli\[ray\]'"):
+    with pytest.raises(ConfigError, match=r"collector=ray needs Ray: pip install -e '\.\[ray\]'"):
         check_ray(RaySettings())
 
 
