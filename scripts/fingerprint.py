@@ -44,6 +44,15 @@ CASES = {
     "sac-Pendulum-ere-per": ["algo=sac", "env=Pendulum-v1", "buffer=ere", "buffer.c_min=128", "buffer.alpha=0.6",
                              *SMALL_OFF_POLICY],
     "a2c-Pendulum-tuned": ["algo=a2c", "env=Pendulum-v1", "train.num_envs=2", "algo.n_steps=16"],
+    # the entropy coefficient: learned (SAC's recurrent path, CrossQ's beta1=0.5 Adam, TQC's quantiles), and fixed
+    "sac-gru-Pendulum": ["algo=sac", "actor=gru", "actor.rnn_size=16", "buffer=sequence", "env=Pendulum-v1",
+                         *SMALL_OFF_POLICY, "algo.batch_size=16", "buffer.seq_len=6", "buffer.burn_in=2"],
+    "crossq-Pendulum": ["algo=crossq", "env=Pendulum-v1", *SMALL_OFF_POLICY, "algo.critic_hidden_sizes=[32,32]",
+                        "algo.renorm_warmup_steps=256"],
+    "crossq-Pendulum-fixed-alpha": ["algo=crossq", "env=Pendulum-v1", *SMALL_OFF_POLICY,
+                                    "algo.critic_hidden_sizes=[32,32]", "algo.ent_coef=0.05"],
+    "tqc-Pendulum": ["algo=tqc", "env=Pendulum-v1", *SMALL_OFF_POLICY, "algo.n_quantiles=5"],
+    "sac-Pendulum-fixed-alpha": ["algo=sac", "env=Pendulum-v1", *SMALL_OFF_POLICY, "algo.ent_coef=0.1"],
 }
 
 

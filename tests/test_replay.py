@@ -220,3 +220,22 @@ def test_storage_device_keeps_replay_on_the_gpu_only_while_it_fits():
     assert storage_device(cuda, 10**10, free_bytes=4 * 10**9) == cpu  # would not fit: pinned host memory
     assert storage_device(cuda, 10**10, "device", free_bytes=4 * 10**9) == cuda  # forced
     assert storage_device(cuda, 10, "cpu", free_bytes=4 * 10**9) == cpu
+
+
+def test_every_replay_storage_takes_priority_updates():
+    """Algorithms call update_priorities after every gradient step, whatever the storage (a no-op unless per)."""
+    import inspect
+    import typing
+
+    from rlcli.contracts import ReplayStorage
+    from rlcli.registry import BUFFERS
+
+    off_policy = [name for name in BUFFERS.names() if not BUFFERS.spec(name).on_policy]
+    assert {"replay", "per", "her", "sequence"} <= set(off_policy)
+    for name in off_policy:
+        factory = BUFFERS._factories[name]  # a class, or a function that returns one (ere: a configured replay)
+        factory = factory if isinstance(factory, type) else typing.get_type_hints(factory)["return"]
+        for method in ("sample", "update_priorities"):
+            assert callable(getattr(factory, method, None)), (name, method)
+        params = list(inspect.signature(factory.update_priorities).parameters)
+        assert params[1:] == list(inspect.signature(ReplayStorage.update_priorities).parameters)[1:], name

@@ -164,6 +164,15 @@ class MaskedPolicy(Protocol):
         ...
 
 
+class ReplayStorage(Protocol):
+    """What an off-policy algorithm calls on its storage. Every replay storage has `update_priorities`; where
+    sampling is uniform it does nothing, so no algorithm asks whether its storage is prioritized."""
+
+    def sample(self, batch_size: int, step: int = 0, steps: int = 1) -> Any: ...
+
+    def update_priorities(self, indices: torch.Tensor, td_errors: torch.Tensor) -> None: ...
+
+
 class OffPolicyAlgorithm(Algorithm, Protocol):
     batch_size: int
     learning_starts: int  # env steps of uniformly random actions before the first update

@@ -22,6 +22,7 @@ from torch import nn
 from rlcli.actors.batch_renorm import renorm_mlp
 from rlcli.actors.offpolicy import NetworkRecipe, squashed_gaussian
 from rlcli.algos.base import adam, frozen, gradient_step
+from rlcli.algos.entropy import EntropyCoefficient, check_entropy_settings, initial_log_alpha
 from rlcli.algos.offpolicy import BoxScaler, check_offpolicy, resolve_gradient_steps
 from rlcli.buffers.replay import ReplayBuffer
 from rlcli.contracts import ActOutput, AlgoSpec, RecurrentState, RunClock
@@ -89,11 +90,7 @@ class CrossQ:
         require(num_critics >= 1, "algo.num_critics", num_critics, "must be >= 1")
         require(all(h > 0 for h in critic_hidden_sizes), "algo.critic_hidden_sizes", list(critic_hidden_sizes),
                 "sizes must be > 0")
-        require(ent_coef == "auto" or (not isinstance(ent_coef, str) and ent_coef >= 0), "algo.ent_coef", ent_coef,
-                "use auto (tuned to reach target_entropy) or a fixed number >= 0")
-        require(target_entropy == "auto" or not isinstance(target_entropy, str), "algo.target_entropy",
-                target_entropy, "use auto (-action dimensions) or a number")
-        require(ent_coef_init > 0, "algo.ent_coef_init", ent_coef_init, "must be > 0")
+        check_entropy_settings(ent_coef, ent_coef_init, target_entropy)
         require(0 < batch_norm_momentum <= 1, "algo.batch_norm_momentum", batch_norm_momentum, "must be in (0, 1]")
         require(batch_norm_eps > 0, "algo.batch_norm_eps", batch_norm_eps, "must be > 0")
         require(renorm_warmup_steps >= 0, "algo.renorm_warmup_steps", renorm_warmup_steps, "must be >= 0")
@@ -103,17 +100,14 @@ class CrossQ:
                 "algo=crossq builds plain renormalized MLPs: use actor.hidden_sizes and algo.critic_hidden_sizes")
         self.scaler = BoxScaler(action_space)
         self.action_dim = int(np.prod(action_space.shape))
-        self.auto_alpha = ent_coef == "auto"
-        init = ent_coef_init if self.auto_alpha else max(float(ent_coef), 1e-30)
         renorm = {"momentum": batch_norm_momentum, "eps": batch_norm_eps, "warmup_steps": renorm_warmup_steps}
         self.networks = CrossQNetworks(recipe, self.action_dim, num_critics, list(critic_hidden_sizes),
-                                       float(np.log(init)), renorm)
-        self.fixed_alpha = None if self.auto_alpha else float(ent_coef)
-        self.target_entropy = -float(self.action_dim) if target_entropy == "auto" else float(target_entropy)
+                                       initial_log_alpha(ent_coef, ent_coef_init), renorm)
         betas = (adam_beta1, 0.999)  # sb3-contrib's CrossQ: beta1 = 0.5 for every optimizer
         self.policy_optimizer = adam(self.networks.policy.parameters(), lr=lr, betas=betas)
         self.critic_optimizer = adam(self.networks.critics.parameters(), lr=lr, betas=betas)
-        self.alpha_optimizer = adam([self.networks.log_alpha], lr=lr, betas=betas)
+        self.temperature = EntropyCoefficient(self.networks.log_alpha, ent_coef, target_entropy, self.action_dim, lr,
+                                           betas=betas)
         self.n_steps = train_freq
         self.batch_size, self.learning_starts = batch_size, learning_starts
         self.gradient_steps = resolve_gradient_steps(gradient_steps, train_freq, num_envs)
@@ -123,9 +117,7 @@ class CrossQ:
         self.default_schedules: dict[str, Schedule] = {}
 
     def alpha(self) -> torch.Tensor:
-        if self.fixed_alpha is not None:
-            return torch.tensor(self.fixed_alpha, device=self.networks.log_alpha.device)
-        return self.networks.log_alpha.detach().exp()
+        return self.temperature.value()
 
     @torch.inference_mode()
     def act(self, obs: torch.Tensor, deterministic: bool = False, state: RecurrentState | None = None) -> ActOutput:
@@ -163,8 +155,7 @@ class CrossQ:
             alpha = self.alpha()
             critic_loss, errors = self.critic_loss(batch, alpha)
             gradient_step(self.critic_optimizer, critic_loss, net.critics.parameters(), self.max_grad_norm)
-            if hasattr(buffer, "update_priorities"):
-                buffer.update_priorities(batch.indices, errors)
+            buffer.update_priorities(batch.indices, errors)  # a no-op unless buffer=per
             self.gradient_updates += 1
             logs["value_loss"].append(critic_loss.detach())
             logs["alpha"].append(alpha)
@@ -177,9 +168,7 @@ class CrossQ:
         net = self.networks
         with training_mode(net.policy):
             actions, log_probs = squashed_gaussian(net.policy(obs))
-        if self.auto_alpha:
-            alpha_loss = -(net.log_alpha * (log_probs.detach() + self.target_entropy)).mean()
-            gradient_step(self.alpha_optimizer, alpha_loss, [net.log_alpha], self.max_grad_norm)
+        self.temperature.step(log_probs, self.max_grad_norm)
         with frozen(net.critics):  # dQ/da only
             q_pi = net.q_values(obs, actions).min(0).values
         policy_loss = (alpha * log_probs - q_pi).mean()
@@ -190,11 +179,11 @@ class CrossQ:
     def state_dict(self) -> dict[str, Any]:
         return {"networks": self.networks.state_dict(), "policy_optimizer": self.policy_optimizer.state_dict(),
                 "critic_optimizer": self.critic_optimizer.state_dict(),
-                "alpha_optimizer": self.alpha_optimizer.state_dict(), "gradient_updates": self.gradient_updates}
+                "alpha_optimizer": self.temperature.optimizer.state_dict(), "gradient_updates": self.gradient_updates}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.networks.load_state_dict(state["networks"])  # the Batch Renorm statistics are buffers in here
         self.policy_optimizer.load_state_dict(state["policy_optimizer"])
         self.critic_optimizer.load_state_dict(state["critic_optimizer"])
-        self.alpha_optimizer.load_state_dict(state["alpha_optimizer"])
+        self.temperature.optimizer.load_state_dict(state["alpha_optimizer"])
         self.gradient_updates = state["gradient_updates"]

@@ -152,8 +152,7 @@ class DQN:
             else:
                 loss, (errors, q_mean) = self.transition_loss(batch)
                 gradient_step(self.optimizer, loss, net.q.parameters(), self.max_grad_norm)
-            if hasattr(buffer, "update_priorities"):
-                buffer.update_priorities(batch.indices, errors)
+            buffer.update_priorities(batch.indices, errors)  # a no-op unless buffer=per
             self.gradient_updates += 1
             losses.append(loss.detach())
             qs.append(q_mean)

@@ -13,6 +13,7 @@ from torch import nn
 from rlcli.actors.offpolicy import Critics, NetworkRecipe, SquashedGaussianPolicy, squashed_gaussian
 from rlcli.actors.recurrent import RecurrentCritics, RecurrentNet, RecurrentRecipe, state_or_zeros
 from rlcli.algos.base import adam, frozen, gradient_step
+from rlcli.algos.entropy import EntropyCoefficient, check_entropy_settings, initial_log_alpha
 from rlcli.algos.offpolicy import BoxScaler, check_offpolicy, polyak_update, resolve_gradient_steps
 from rlcli.buffers.replay import ReplayBuffer
 from rlcli.buffers.sequence import SequenceBatch
@@ -78,26 +79,19 @@ class SAC:
     ) -> None:
         check_offpolicy(lr, batch_size, learning_starts, train_freq, gradient_steps, gamma, tau, reward_scale)
         require(num_critics >= 1, "algo.num_critics", num_critics, "must be >= 1")
-        require(ent_coef == "auto" or (not isinstance(ent_coef, str) and ent_coef >= 0), "algo.ent_coef", ent_coef,
-                "use auto (tuned to reach target_entropy) or a fixed number >= 0")
-        require(target_entropy == "auto" or not isinstance(target_entropy, str), "algo.target_entropy",
-                target_entropy, "use auto (-action dimensions) or a number")
-        require(ent_coef_init > 0, "algo.ent_coef_init", ent_coef_init, "must be > 0")
+        check_entropy_settings(ent_coef, ent_coef_init, target_entropy)
         require(target_update_interval > 0, "algo.target_update_interval", target_update_interval, "must be > 0")
         self.scaler = BoxScaler(action_space)
         self.action_dim = int(np.prod(action_space.shape))
-        self.auto_alpha = ent_coef == "auto"
-        init = ent_coef_init if self.auto_alpha else max(float(ent_coef), 1e-30)
+        log_alpha = initial_log_alpha(ent_coef, ent_coef_init)
         self.recurrent = isinstance(recipe, RecurrentRecipe)
         self.networks: SACNetworks | RecurrentSACNetworks = (
-            RecurrentSACNetworks(recipe, self.action_dim, num_critics, np.log(init))
+            RecurrentSACNetworks(recipe, self.action_dim, num_critics, log_alpha)
             if isinstance(recipe, RecurrentRecipe)
-            else SACNetworks(recipe, self.action_dim, num_critics, np.log(init), self.critic_outputs()))
-        self.fixed_alpha = None if self.auto_alpha else float(ent_coef)
-        self.target_entropy = -float(self.action_dim) if target_entropy == "auto" else float(target_entropy)
+            else SACNetworks(recipe, self.action_dim, num_critics, log_alpha, self.critic_outputs()))
         self.policy_optimizer = adam(self.networks.policy.parameters(), lr=lr)
         self.critic_optimizer = adam(self.networks.critics.parameters(), lr=lr)
-        self.alpha_optimizer = adam([self.networks.log_alpha], lr=lr)
+        self.temperature = EntropyCoefficient(self.networks.log_alpha, ent_coef, target_entropy, self.action_dim, lr)
         self.n_steps = train_freq
         self.batch_size, self.learning_starts = batch_size, learning_starts
         self.gradient_steps = resolve_gradient_steps(gradient_steps, train_freq, num_envs)
@@ -111,9 +105,7 @@ class SAC:
         return 1
 
     def alpha(self) -> torch.Tensor:
-        if self.fixed_alpha is not None:
-            return torch.tensor(self.fixed_alpha, device=self.networks.log_alpha.device)
-        return self.networks.log_alpha.detach().exp()
+        return self.temperature.value()
 
     @torch.inference_mode()
     def act(self, obs: torch.Tensor, deterministic: bool = False, state: RecurrentState | None = None) -> ActOutput:
@@ -146,8 +138,7 @@ class SAC:
                 next_actions, next_log_probs = net.policy(next_obs)
             critic_loss, errors = self.critic_loss(batch, next_actions, next_log_probs, alpha)
             gradient_step(self.critic_optimizer, critic_loss, net.critics.parameters(), self.max_grad_norm)
-            if hasattr(buffer, "update_priorities"):
-                buffer.update_priorities(batch.indices, errors)
+            buffer.update_priorities(batch.indices, errors)  # a no-op unless buffer=per
 
             actions, log_probs = net.policy(obs)
             with frozen(net.critics):  # the policy loss needs dQ/da only, not the critics' weight gradients
@@ -207,9 +198,7 @@ class SAC:
         `mean` averages over the batch (masked to real transitions for sequences)."""
         net = self.networks
         gradient_step(self.policy_optimizer, policy_loss, net.policy.parameters(), self.max_grad_norm)
-        if self.auto_alpha:
-            alpha_loss = -mean(net.log_alpha * (log_probs + self.target_entropy))
-            gradient_step(self.alpha_optimizer, alpha_loss, [net.log_alpha], self.max_grad_norm)
+        self.temperature.step(log_probs, self.max_grad_norm, mean)
         self.gradient_updates += 1
         if self.gradient_updates % self.target_update_interval == 0:
             polyak_update(net.critics_target, net.critics, self.tau)
@@ -221,11 +210,11 @@ class SAC:
     def state_dict(self) -> dict[str, Any]:
         return {"networks": self.networks.state_dict(), "policy_optimizer": self.policy_optimizer.state_dict(),
                 "critic_optimizer": self.critic_optimizer.state_dict(),
-                "alpha_optimizer": self.alpha_optimizer.state_dict(), "gradient_updates": self.gradient_updates}
+                "alpha_optimizer": self.temperature.optimizer.state_dict(), "gradient_updates": self.gradient_updates}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.networks.load_state_dict(state["networks"])
         self.policy_optimizer.load_state_dict(state["policy_optimizer"])
         self.critic_optimizer.load_state_dict(state["critic_optimizer"])
-        self.alpha_optimizer.load_state_dict(state["alpha_optimizer"])
+        self.temperature.optimizer.load_state_dict(state["alpha_optimizer"])
         self.gradient_updates = state["gradient_updates"]

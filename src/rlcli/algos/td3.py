@@ -124,8 +124,7 @@ class TD3:
             td = qs - target
             critic_loss = (batch.weights * td.square()).mean(-1).sum()
             gradient_step(self.critic_optimizer, critic_loss, net.critics.parameters(), self.max_grad_norm)
-            if hasattr(buffer, "update_priorities"):
-                buffer.update_priorities(batch.indices, td.detach().abs().mean(0))
+            buffer.update_priorities(batch.indices, td.detach().abs().mean(0))  # a no-op unless buffer=per
             self.gradient_updates += 1
             critic_losses.append(critic_loss.detach())
             q_means.append(qs.detach().mean())

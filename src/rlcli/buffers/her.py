@@ -65,6 +65,9 @@ class HerReplayBuffer:
         self.written += n
         self.size = min(self.size + n, self.capacity)
 
+    def update_priorities(self, indices: torch.Tensor, td_errors: torch.Tensor) -> None:
+        """Uniform sampling keeps no priorities: nothing to update (buffer=per overrides this)."""
+
     def sample(self, batch_size: int, step: int = 0, steps: int = 1) -> ReplayBatch:
         if self.size == 0:
             raise ConfigError("buffer=her has no complete episode yet: raise algo.learning_starts")

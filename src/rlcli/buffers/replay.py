@@ -173,6 +173,9 @@ class ReplayBuffer:
         return ReplayBatch(self.normalizer(move(self.obs[idx])), move(self.actions[idx]), move(self.rewards[idx]),
                            self.normalizer(move(self.next_obs[idx])), move(self.discounts[idx]), move(w), move(idx))
 
+    def update_priorities(self, indices: torch.Tensor, td_errors: torch.Tensor) -> None:
+        """Uniform sampling keeps no priorities: nothing to update (buffer=per overrides this)."""
+
     def sample(self, batch_size: int, step: int = 0, steps: int = 1) -> ReplayBatch:
         """A uniform batch; `step` and `steps` (k of K in an update phase) are for ERE's recency window."""
         idx = torch.randint(0, self.size, (batch_size,))  # torch's CPU generator: resume draws the same

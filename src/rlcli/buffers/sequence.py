@@ -98,6 +98,9 @@ class SequenceReplayBuffer:
         self.pos = (self.pos + 1) % self.capacity
         self.size = min(self.size + 1, self.capacity)
 
+    def update_priorities(self, indices: torch.Tensor, td_errors: torch.Tensor) -> None:
+        """Uniform sampling keeps no priorities: nothing to update (buffer=per overrides this)."""
+
     def sample(self, batch_size: int, step: int = 0, steps: int = 1) -> SequenceBatch:
         idx = torch.randint(0, self.size, (batch_size,))  # torch's CPU generator: resume draws the same
 

@@ -1,0 +1,60 @@
+"""The entropy coefficient (SAC's temperature alpha) as one object: fixed, or learned toward a target entropy.
+
+SAC, TQC and CrossQ share it (as Tianshou's `FixedAlpha` / `AutoAlpha`). `ent_coef=auto` learns
+log(alpha) with its own Adam so that the policy's entropy approaches `target_entropy` (default: minus
+the action dimensions, SB3's choice); a number keeps alpha fixed. The parameter itself lives in the
+algorithm's networks (so checkpoints, exports and `.to(device)` carry it); this object owns its
+optimizer and the rule.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from rlcli.algos.base import adam, gradient_step
+from rlcli.registry import require
+
+
+def check_entropy_settings(ent_coef: float | str, ent_coef_init: float, target_entropy: float | str) -> None:
+    """One line naming the bad `algo.ent_coef*` / `algo.target_entropy` value."""
+    require(ent_coef == "auto" or (not isinstance(ent_coef, str) and ent_coef >= 0), "algo.ent_coef", ent_coef,
+            "use auto (tuned to reach target_entropy) or a fixed number >= 0")
+    require(target_entropy == "auto" or not isinstance(target_entropy, str), "algo.target_entropy",
+            target_entropy, "use auto (-action dimensions) or a number")
+    require(ent_coef_init > 0, "algo.ent_coef_init", ent_coef_init, "must be > 0")
+
+
+def initial_log_alpha(ent_coef: float | str, ent_coef_init: float) -> float:
+    """log(alpha) at the start: of ent_coef_init when learned, of the fixed value (floored above 0) otherwise."""
+    init = ent_coef_init if ent_coef == "auto" else max(float(ent_coef), 1e-30)
+    return float(np.log(init))
+
+
+class EntropyCoefficient:
+    """alpha: `value()` for the losses, `step(log_probs)` after the policy's forward pass (a no-op when fixed)."""
+
+    def __init__(self, log_alpha: nn.Parameter, ent_coef: float | str, target_entropy: float | str,
+                 action_dim: int, lr: float, **adam_options: Any) -> None:
+        self.log_alpha = log_alpha
+        self.learned = ent_coef == "auto"
+        self.fixed = None if self.learned else float(ent_coef)
+        self.target_entropy = -float(action_dim) if target_entropy == "auto" else float(target_entropy)
+        self.optimizer = adam([log_alpha], lr=lr, **adam_options)
+
+    def value(self) -> torch.Tensor:
+        if self.fixed is not None:
+            return torch.tensor(self.fixed, device=self.log_alpha.device)
+        return self.log_alpha.detach().exp()
+
+    def step(self, log_probs: torch.Tensor, max_grad_norm: float | None,
+             mean: Callable[[torch.Tensor], torch.Tensor] = torch.mean) -> None:
+        """One gradient step of log(alpha) on -mean(log_alpha * (log_probs + target)), `log_probs` detached.
+        `mean` averages over the batch (masked to real transitions for sequences)."""
+        if self.learned:
+            loss = -mean(self.log_alpha * (log_probs.detach() + self.target_entropy))
+            gradient_step(self.optimizer, loss, [self.log_alpha], max_grad_norm)
