@@ -53,6 +53,9 @@ CASES = {
                                     "algo.critic_hidden_sizes=[32,32]", "algo.ent_coef=0.05"],
     "tqc-Pendulum": ["algo=tqc", "env=Pendulum-v1", *SMALL_OFF_POLICY, "algo.n_quantiles=5"],
     "sac-Pendulum-fixed-alpha": ["algo=sac", "env=Pendulum-v1", *SMALL_OFF_POLICY, "algo.ent_coef=0.1"],
+    # the shared minibatch order and epsilon-greedy
+    "pqn-CartPole": ["algo=pqn", "env=CartPole-v1", "algo.n_steps=32", "algo.num_minibatches=2"],
+    "trpo-Pendulum": ["algo=trpo", "env=Pendulum-v1", "algo.n_steps=64", "algo.batch_size=32", "train.num_envs=2"],
 }
 
 

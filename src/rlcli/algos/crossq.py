@@ -23,6 +23,7 @@ from rlcli.actors.batch_renorm import renorm_mlp
 from rlcli.actors.offpolicy import NetworkRecipe, squashed_gaussian
 from rlcli.algos.base import adam, frozen, gradient_step
 from rlcli.algos.entropy import EntropyCoefficient, check_entropy_settings, initial_log_alpha
+from rlcli.algos.exploration import uniform_box_actions
 from rlcli.algos.offpolicy import BoxScaler, check_offpolicy, resolve_gradient_steps
 from rlcli.buffers.replay import ReplayBuffer
 from rlcli.contracts import ActOutput, AlgoSpec, RecurrentState, RunClock
@@ -125,7 +126,7 @@ class CrossQ:
         return ActOutput(actions, log_probs, torch.zeros_like(log_probs))
 
     def random_actions(self, n: int) -> torch.Tensor:
-        return torch.rand(n, self.action_dim) * 2 - 1
+        return uniform_box_actions(n, self.action_dim)
 
     def env_actions(self, actions: torch.Tensor) -> torch.Tensor:
         return self.scaler.to_env(actions)

@@ -12,6 +12,7 @@ from torch import nn
 from rlcli.actors.offpolicy import NetworkRecipe, QNetwork
 from rlcli.actors.recurrent import RecurrentQNetwork, RecurrentRecipe, state_or_zeros
 from rlcli.algos.base import adam, gradient_step
+from rlcli.algos.exploration import epsilon_greedy
 from rlcli.algos.offpolicy import check_offpolicy, polyak_update, resolve_gradient_steps
 from rlcli.buffers.replay import ReplayBuffer
 from rlcli.buffers.sequence import SequenceBatch
@@ -122,9 +123,7 @@ class DQN:
             q = self.q_values(obs)
         actions = q.argmax(-1)
         if not deterministic:
-            explore = torch.rand(actions.shape) < self.epsilon
-            random = torch.randint(0, self.n_actions, actions.shape)
-            actions = torch.where(explore.to(actions.device), random.to(actions.device), actions)
+            actions = epsilon_greedy(actions, self.n_actions, self.epsilon)
         zeros = torch.zeros(actions.shape, device=actions.device)
         return ActOutput(actions, zeros, zeros, carry)
 

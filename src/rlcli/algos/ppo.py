@@ -25,6 +25,7 @@ from rlcli.algos.base import (
     param_groups,
     set_lr,
 )
+from rlcli.algos.exploration import minibatches
 from rlcli.buffers.rollout import RolloutBatch, RolloutBuffer
 from rlcli.compiled import CompiledAdamStep
 from rlcli.contracts import ActOutput, AlgoSpec, RecurrentState, RunClock
@@ -150,11 +151,11 @@ class PPO:
         """Shuffled minibatches of steps, or of whole env sequences for a recurrent actor."""
         device = batch.mask.device
         if self.recurrent:
-            for envs in torch.randperm(buffer.num_envs, device=device).split(self.batch_size // buffer.n_steps):
+            for envs in minibatches(buffer.num_envs, self.batch_size // buffer.n_steps, device):
                 yield buffer.env_batch(envs)
             return
         masks = batch.action_masks
-        for idx in torch.randperm(size, device=device).split(self.batch_size):
+        for idx in minibatches(size, self.batch_size, device):
             yield RolloutBatch(*(x[idx] for x in batch[:7]), action_masks=None if masks is None else masks[idx])
 
     def _minibatch_step(self, batch: RolloutBatch, clip: float | None) -> dict[str, torch.Tensor]:

@@ -19,6 +19,7 @@ from torch import nn
 from rlcli.actors.layers import _ACTIVATIONS
 from rlcli.actors.offpolicy import NetworkRecipe
 from rlcli.algos.base import Decay, gradient_step, masked_mean, set_lr
+from rlcli.algos.exploration import epsilon_greedy, minibatches
 from rlcli.buffers.rollout import RolloutBuffer
 from rlcli.contracts import ActOutput, AlgoSpec, RecurrentState, RunClock
 from rlcli.registry import ALGOS, require
@@ -129,9 +130,7 @@ class PQN:
         q = self.networks(obs)
         values, actions = q.max(-1)
         if not deterministic:
-            explore = torch.rand(actions.shape) < self.epsilon
-            random = torch.randint(0, self.n_actions, actions.shape)
-            actions = torch.where(explore.to(actions.device), random.to(actions.device), actions)
+            actions = epsilon_greedy(actions, self.n_actions, self.epsilon)
         return ActOutput(actions, torch.zeros_like(values), values)
 
     def env_actions(self, actions: torch.Tensor) -> torch.Tensor:
@@ -150,7 +149,7 @@ class PQN:
         size, device = batch.mask.shape[0], batch.mask.device
         losses, q_means = [], []
         for _ in range(self.n_epochs):
-            for idx in torch.randperm(size, device=device).split(self.minibatch_size):
+            for idx in minibatches(size, self.minibatch_size, device):
                 mask = batch.mask[idx]
                 q = self.networks(batch.obs[idx]).gather(-1, batch.actions[idx].long().unsqueeze(-1)).squeeze(-1)
                 loss = masked_mean((q - batch.returns[idx]).square(), mask)

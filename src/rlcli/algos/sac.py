@@ -14,6 +14,7 @@ from rlcli.actors.offpolicy import Critics, NetworkRecipe, SquashedGaussianPolic
 from rlcli.actors.recurrent import RecurrentCritics, RecurrentNet, RecurrentRecipe, state_or_zeros
 from rlcli.algos.base import adam, frozen, gradient_step
 from rlcli.algos.entropy import EntropyCoefficient, check_entropy_settings, initial_log_alpha
+from rlcli.algos.exploration import uniform_box_actions
 from rlcli.algos.offpolicy import BoxScaler, check_offpolicy, polyak_update, resolve_gradient_steps
 from rlcli.buffers.replay import ReplayBuffer
 from rlcli.buffers.sequence import SequenceBatch
@@ -117,7 +118,7 @@ class SAC:
         return ActOutput(actions, log_probs, torch.zeros_like(log_probs), carry)
 
     def random_actions(self, n: int) -> torch.Tensor:
-        return torch.rand(n, self.action_dim) * 2 - 1
+        return uniform_box_actions(n, self.action_dim)
 
     def env_actions(self, actions: torch.Tensor) -> torch.Tensor:
         return self.scaler.to_env(actions)

@@ -16,6 +16,7 @@ from torch import nn
 
 from rlcli.actors.offpolicy import Critics, DeterministicPolicy, NetworkRecipe
 from rlcli.algos.base import adam, frozen, gradient_step
+from rlcli.algos.exploration import uniform_box_actions
 from rlcli.algos.offpolicy import (
     BoxScaler,
     ExplorationNoise,
@@ -99,7 +100,7 @@ class TD3:
         return ActOutput(actions, zeros, zeros)
 
     def random_actions(self, n: int) -> torch.Tensor:
-        return torch.rand(n, self.action_dim) * 2 - 1
+        return uniform_box_actions(n, self.action_dim)
 
     def env_actions(self, actions: torch.Tensor) -> torch.Tensor:
         return self.scaler.to_env(actions)

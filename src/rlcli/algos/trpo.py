@@ -29,6 +29,7 @@ from rlcli.algos.base import (
     normalize_masked,
     set_lr,
 )
+from rlcli.algos.exploration import minibatches
 from rlcli.buffers.rollout import RolloutBatch, RolloutBuffer
 from rlcli.contracts import ActOutput, AlgoSpec, RecurrentState, RunClock
 from rlcli.registry import ALGOS, ConfigError, require
@@ -213,7 +214,7 @@ class TRPO:
         size, device = batch.mask.shape[0], batch.mask.device
         total, count = torch.zeros((), device=device), 0
         for _ in range(self.n_critic_updates):
-            for idx in torch.randperm(size, device=device).split(self.batch_size):
+            for idx in minibatches(size, self.batch_size, device):
                 mask = batch.mask[idx]
                 loss = masked_mean((self.networks.value(batch.obs[idx]) - batch.returns[idx]).square(), mask)
                 self.value_optimizer.zero_grad(set_to_none=True)
