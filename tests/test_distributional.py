@@ -9,8 +9,9 @@ from conftest import run_cli
 
 from rlcli.actors.normalizer import RunningNorm
 from rlcli.actors.offpolicy import NetworkRecipe
+from rlcli.algos.losses import quantile_huber_loss
 from rlcli.algos.qrdqn import QRDQN
-from rlcli.algos.tqc import TQC, quantile_huber_loss, truncated_targets
+from rlcli.algos.tqc import TQC, truncated_targets
 
 
 def reference_quantile_huber(quantiles: np.ndarray, targets: np.ndarray) -> np.ndarray:

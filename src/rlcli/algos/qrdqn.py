@@ -12,7 +12,7 @@ import torch
 
 from rlcli.actors.offpolicy import NetworkRecipe
 from rlcli.algos.dqn import DQN
-from rlcli.algos.tqc import quantile_huber_loss
+from rlcli.algos.losses import quantile_huber_loss
 from rlcli.contracts import AlgoSpec
 from rlcli.registry import ALGOS, require
 
