@@ -6,7 +6,7 @@ import random
 import pytest
 import torch
 
-from rlcli.algos.ppo import clipped_surrogate_loss, clipped_value_loss
+from rlcli.algos.losses import clipped_surrogate_loss, policy_gradient_loss, squared_value_loss
 
 
 def reference_surrogate(adv, ratio, clip, mask):
@@ -64,13 +64,21 @@ def test_clipped_value_loss_matches_reference(clip_vf):
     returns = [rng.gauss(0, 2) for _ in range(n)]
     mask = [rng.random() > 0.1 for _ in range(n)]
     t = lambda x: torch.tensor(x, dtype=torch.float64)  # noqa: E731
-    got = clipped_value_loss(t(values), t(old), t(returns), clip_vf, t(mask))
+    got = squared_value_loss(t(values), t(returns), t(mask), t(old), clip_vf)
     assert got.item() == pytest.approx(reference_value(values, old, returns, clip_vf, mask), rel=1e-12)
 
 
 def test_value_loss_sums_several_heads():
     values, old, returns = torch.randn(10, 2), torch.randn(10, 2), torch.randn(10, 2)
     mask = torch.ones(10)
-    both = clipped_value_loss(values, old, returns, 0.2, mask)
-    each = sum(clipped_value_loss(values[:, i], old[:, i], returns[:, i], 0.2, mask) for i in range(2))
+    both = squared_value_loss(values, returns, mask, old, 0.2)
+    each = sum(squared_value_loss(values[:, i], returns[:, i], mask, old[:, i], 0.2) for i in range(2))
     assert both.item() == pytest.approx(each.item(), rel=1e-6)
+
+
+def test_policy_gradient_loss_is_minus_the_masked_mean_of_advantage_times_log_prob():
+    adv = torch.tensor([[1.0, -2.0], [0.5, 3.0]], dtype=torch.float64)
+    logp = torch.tensor([[-0.1, -1.0], [-2.0, -0.3]], dtype=torch.float64)
+    mask = torch.tensor([[1.0, 1.0], [1.0, 0.0]], dtype=torch.float64)  # the last step is padding
+    expected = -(1.0 * -0.1 + -2.0 * -1.0 + 0.5 * -2.0) / 3
+    assert policy_gradient_loss(adv, logp, mask).item() == pytest.approx(expected)

@@ -23,6 +23,7 @@ from rlcli.algos.base import (
     param_groups,
     set_lr,
 )
+from rlcli.algos.losses import policy_gradient_loss, squared_value_loss
 from rlcli.buffers.rollout import RolloutBuffer
 from rlcli.contracts import ActOutput, AlgoSpec, RecurrentState, RunClock
 from rlcli.registry import ALGOS
@@ -79,10 +80,10 @@ class A2C:
         advantages = batch.advantages
         if self.normalize_advantage:
             advantages = normalize_masked(advantages, mask)
-        policy_loss = -masked_mean(advantages * log_probs, mask)
+        policy_loss = policy_gradient_loss(advantages, log_probs, mask)
         extra, addon_logs = addon_losses(self.policy_addons, self.networks, batch.obs, mask)
         policy_loss = policy_loss + extra
-        value_loss = masked_mean((values - batch.returns).square(), mask)
+        value_loss = squared_value_loss(values, batch.returns, mask)
         entropy_mean = masked_mean(entropy, mask)
         loss = policy_loss - self.ent_coef * entropy_mean + self.vf_coef * value_loss
 

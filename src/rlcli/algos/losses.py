@@ -1,9 +1,43 @@
-"""Losses that more than one algorithm uses, each tested once against its definition
-(tests/test_distributional.py): the quantile regression loss of QR-DQN and TQC."""
+"""Losses that more than one algorithm uses, each tested once against its definition: the policy-gradient
+losses (plain: A2C, PG; clipped: PPO), the value loss (A2C, PG, PPO; clipped: PPO2) in
+tests/test_ppo_losses.py, and the quantile regression loss of QR-DQN and TQC in
+tests/test_distributional.py. Every mean is over real steps (`mask`: padding of recurrent sequences is 0)."""
 
 from __future__ import annotations
 
 import torch
+
+from rlcli.algos.base import masked_mean
+
+
+def policy_gradient_loss(advantages: torch.Tensor, log_probs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """REINFORCE / A2C: -mean(A log pi(a|s))."""
+    return -masked_mean(advantages * log_probs, mask)
+
+
+def clipped_surrogate_loss(advantages: torch.Tensor, ratio: torch.Tensor, clip: float | None,
+                           mask: torch.Tensor) -> torch.Tensor:
+    """PPO's policy loss: mean of max(-A r, -A clip(r, 1 - c, 1 + c)) over real steps; with `clip` None
+    the unclipped surrogate -A r (ppo_kl)."""
+    if clip is None:
+        return -masked_mean(advantages * ratio, mask)
+    return masked_mean(torch.maximum(-advantages * ratio, -advantages * ratio.clamp(1 - clip, 1 + clip)), mask)
+
+
+def squared_value_loss(values: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor,
+                       old_values: torch.Tensor | None = None, clip_vf: float | None = None) -> torch.Tensor:
+    """Mean squared error to the returns over real steps (A2C, PG's baseline, PPO); with `clip_vf`, the larger
+    of it and the error of the prediction clipped to old +- clip_vf (PPO2's value clipping). Several value
+    heads (rnd_ppo): their sum."""
+    value_error = (values - returns).square()
+    if clip_vf is not None:
+        assert old_values is not None, "value clipping needs the rollout's values"
+        clipped = old_values + (values - old_values).clamp(-clip_vf, clip_vf)
+        value_error = torch.maximum(value_error, (clipped - returns).square())
+    if value_error.dim() > 1:
+        value_error = value_error.sum(-1)
+    return masked_mean(value_error, mask)
+
 
 
 def quantile_huber_loss(quantiles: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:

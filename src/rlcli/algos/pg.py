@@ -29,6 +29,7 @@ from rlcli.algos.base import (
     param_groups,
     set_lr,
 )
+from rlcli.algos.losses import policy_gradient_loss, squared_value_loss
 from rlcli.buffers.rollout import RolloutBuffer
 from rlcli.contracts import ActOutput, AlgoSpec, RecurrentState, RunClock
 from rlcli.registry import ALGOS
@@ -88,14 +89,14 @@ class PolicyGradient:
         advantages = batch.advantages  # G - b(s) (b = 0 without a baseline)
         if self.normalize_advantage:
             advantages = normalize_masked(advantages, mask)
-        policy_loss = -masked_mean(advantages * log_probs, mask)
+        policy_loss = policy_gradient_loss(advantages, log_probs, mask)
         extra, addon_logs = addon_losses(self.policy_addons, self.networks, batch.obs, mask)
         policy_loss = policy_loss + extra
         entropy_mean = masked_mean(entropy, mask)
         loss = policy_loss - self.ent_coef * entropy_mean
         metrics = {"policy_loss": policy_loss.detach(), "entropy": entropy_mean.detach()}
         if self.baseline:
-            value_loss = masked_mean((values - batch.returns).square(), mask)
+            value_loss = squared_value_loss(values, batch.returns, mask)
             loss = loss + self.vf_coef * value_loss
             metrics["value_loss"] = value_loss.detach()
             metrics["explained_variance"] = explained_variance(batch.values, batch.returns, mask)

@@ -26,6 +26,7 @@ from rlcli.algos.base import (
     set_lr,
 )
 from rlcli.algos.exploration import minibatches
+from rlcli.algos.losses import clipped_surrogate_loss, squared_value_loss
 from rlcli.buffers.rollout import RolloutBatch, RolloutBuffer
 from rlcli.compiled import CompiledAdamStep
 from rlcli.contracts import ActOutput, AlgoSpec, RecurrentState, RunClock
@@ -187,7 +188,7 @@ class PPO:
             policy_loss = policy_loss + self.kl_coef * kl
         extra, addon_logs = addon_losses(self.policy_addons, self.networks, batch.obs, mask)
         policy_loss = policy_loss + extra
-        value_loss = clipped_value_loss(values, batch.values, batch.returns, self.clip_range_vf, mask)
+        value_loss = squared_value_loss(values, batch.returns, mask, batch.values, self.clip_range_vf)
         entropy_mean = masked_mean(entropy, mask)
         aux_loss, aux_logs = self.auxiliary_loss(batch)
         loss = policy_loss - ent_coef * entropy_mean + vf_coef * value_loss + aux_loss
@@ -227,28 +228,6 @@ class PPO:
 
 
 ALGOS.register("ppo_kl", spec=ON_POLICY)(PPO)
-
-
-def clipped_surrogate_loss(advantages: torch.Tensor, ratio: torch.Tensor, clip: float | None,
-                           mask: torch.Tensor) -> torch.Tensor:
-    """PPO's policy loss: mean of max(-A r, -A clip(r, 1 - c, 1 + c)) over real steps; with `clip` None
-    the unclipped surrogate -A r (ppo_kl)."""
-    if clip is None:
-        return -masked_mean(advantages * ratio, mask)
-    return masked_mean(torch.maximum(-advantages * ratio, -advantages * ratio.clamp(1 - clip, 1 + clip)), mask)
-
-
-def clipped_value_loss(values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor,
-                       clip_vf: float | None, mask: torch.Tensor) -> torch.Tensor:
-    """Squared error to the returns; with `clip_vf`, the larger of it and the error of the prediction
-    clipped to old +- clip_vf (PPO2's value clipping). Several value heads (rnd_ppo): their sum."""
-    value_error = (values - returns).square()
-    if clip_vf is not None:
-        clipped = old_values + (values - old_values).clamp(-clip_vf, clip_vf)
-        value_error = torch.maximum(value_error, (clipped - returns).square())
-    if value_error.dim() > 1:
-        value_error = value_error.sum(-1)
-    return masked_mean(value_error, mask)
 
 
 def adapt_kl_coef(coef: float, kl: float, target: float) -> float:
