@@ -72,8 +72,11 @@ def test_rl_report_plot_without_matplotlib_is_one_line_before_writing(tmp_path, 
     assert not (tmp_path / "t.csv").exists()
 
 
-def test_mujoco_deprecations_stay_off_the_console(capsys, caplog):
+def test_mujoco_deprecations_stay_off_the_console(capsys, caplog, monkeypatch):
     from rlcli.envs import library_noise
+
+    monkeypatch.setattr(library_noise, "_seen", set())  # an earlier test in this worker may have built MuJoCo envs
+    monkeypatch.setattr(library_noise, "_pending", [])
 
     text = "compiler attribute 'settotalmass' is deprecated and will be removed in a future release: scale ..."
     for _ in range(11):
