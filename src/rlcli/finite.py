@@ -46,21 +46,6 @@ def check_update(metrics: Mapping[str, Any], parameters: Iterable[torch.Tensor])
     return None
 
 
-def nonfinite_metrics(metrics: Mapping[str, Any]) -> list[str]:
-    """The names of the update's metrics (losses, gradient norms, ...) that are NaN or infinite."""
-    names, tensors = [], []
-    for name, value in metrics.items():
-        if isinstance(value, torch.Tensor):
-            names.append(name)
-            tensors.append(value.detach().reshape(-1)[:1].float().cpu())
-        elif isinstance(value, float) and not math.isfinite(value):
-            return [name]
-    if not tensors:
-        return []
-    finite = torch.isfinite(torch.cat(tensors)).tolist()
-    return [name for name, ok in zip(names, finite, strict=True) if not ok]
-
-
 def nonfinite_weights(named: Iterable[tuple[str, torch.Tensor]]) -> list[str]:
     """The names of the floating-point tensors (parameters, buffers, a state dict's values) that hold NaN or inf."""
     items = [(n, t) for n, t in named if isinstance(t, torch.Tensor) and t.is_floating_point() and t.numel()]
