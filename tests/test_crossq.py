@@ -108,6 +108,9 @@ class OneBatch:
     def sample(self, *args):
         return self.batch
 
+    def update_priorities(self, indices, td_errors):  # contracts.ReplayStorage: uniform storage, nothing to do
+        pass
+
 
 def _renorm_steps(module):
     return [int(m.steps) for m in module.modules() if isinstance(m, BatchRenorm)]
@@ -121,7 +124,8 @@ def test_acting_never_moves_the_statistics_and_the_policy_learns_every_policy_de
     algo.act(obs, deterministic=True)
     assert set(_renorm_steps(net)) == {0}
     batch = SimpleNamespace(obs=obs, next_obs=torch.randn(6, 3), actions=torch.rand(6, 2) * 2 - 1,
-                            rewards=torch.randn(6), discounts=torch.full((6,), 0.99), weights=torch.ones(6))
+                            rewards=torch.randn(6), discounts=torch.full((6,), 0.99), weights=torch.ones(6),
+                            indices=torch.arange(6))
     algo.gradient_steps = 4
     logs = algo.update(OneBatch(batch), None)
     assert set(_renorm_steps(net.critics)) == {4}  # one joint pass per critic update

@@ -60,6 +60,9 @@ class OneBatch:
     def sample(self, *args):
         return self.batch
 
+    def update_priorities(self, indices, td_errors):  # contracts.ReplayStorage: uniform storage, nothing to do
+        pass
+
     def __len__(self):
         return len(self.batch.rewards)
 
