@@ -294,8 +294,8 @@ class Trainer:
         self._nonfinite_events += 1
         what = f"{problem} after the update at {state.env_steps:,} env steps"
         if s.on_nonfinite == "stop" or self._nonfinite_events > s.max_nonfinite:
-            limit = "" if s.on_nonfinite == "stop" else f" (the {self._nonfinite_events}th time, more than " \
-                f"train.max_nonfinite={s.max_nonfinite})"
+            limit = "" if s.on_nonfinite == "stop" else \
+                f" ({self._nonfinite_events} times, more than train.max_nonfinite={s.max_nonfinite})"
             raise Diverged(f"{what}{limit}: stopped without saving it (a lower algo.lr or a gradient clip may help)")
         if s.on_nonfinite == "skip":
             assert snapshot is not None
