@@ -124,7 +124,7 @@ def _saved_overrides(run_dir: Path) -> list[str]:
                 _warn(f"{path} says trusted_checkpoint: it is not replayed; give it again on this command line "
                       "if you still trust the files that the run reads")
             continue
-        if _root(key) not in roots or "_target_" in key or "=" not in arg:
+        if _root(key) not in roots or "_target_" in key or ("=" not in arg and not arg.startswith("~")):
             raise ConfigError(f"{path} holds {arg!r}, which is not an rlcli setting: refusing to replay it "
                               f"(a resume replays only keys under {', '.join(sorted(roots))})")
         replayed.append(arg)
