@@ -52,6 +52,12 @@ def env_name(envs: Any) -> str:
     return str(getattr(spec, "id", None) or type(envs).__name__)
 
 
+def raised(error: Exception) -> str:
+    """`raised RuntimeError: <the last line of its message>`."""
+    detail = str(error).strip().splitlines()
+    return f"raised {type(error).__name__}" + (f": {detail[-1]}" if detail else "")
+
+
 def check_env_output(obs: Any, rewards: np.ndarray, expected_shape: tuple[int, ...] | None, step: int) -> None:
     """One line naming what is wrong with a step's output (cheap: a few numpy reductions per vector step)."""
     if isinstance(obs, np.ndarray):
@@ -136,9 +142,7 @@ class Collector:
         try:
             obs, infos = self.envs.reset(seed=seed)
         except Exception as error:
-            detail = str(error).strip().splitlines()
-            raise ConfigError(f"env {env_name(self.envs)} raised {type(error).__name__} at reset: "
-                              f"{detail[-1] if detail else ''}") from None
+            raise ConfigError(f"env {env_name(self.envs)} {raised(error)} at reset") from None
         space_shape = getattr(self.envs.observation_space, "shape", None)
         self._obs_shape = tuple(space_shape) if isinstance(obs, np.ndarray) and space_shape else None
         if self._obs_shape is not None and obs.shape != self._obs_shape:
@@ -224,9 +228,7 @@ class Collector:
             try:
                 next_obs, rewards, terminated, truncated, infos = self.envs.step(env_actions)
             except Exception as error:  # the env's own failure, named in one line by the trainer
-                detail = str(error).strip().splitlines()
-                raise EnvError(f"raised {type(error).__name__}: {detail[-1] if detail else ''}".rstrip(": "),
-                               step * n_envs) from error
+                raise EnvError(raised(error), step * n_envs) from error
             check_env_output(next_obs, rewards, self._obs_shape, step * n_envs)
             t2 = clock()
             done = np.logical_or(terminated, truncated)

@@ -22,6 +22,7 @@ import numpy as np
 import yaml
 
 from rlcli import jsonl
+from rlcli.os_errors import describe_os_error
 from rlcli.tuning import iqm
 
 IGNORED_KEYS = ("seed", "resume", "sweep.trial", "hydra.sweep.dir", "hydra.run.dir")
@@ -278,8 +279,7 @@ def main(argv: list[str] | None = None) -> None:
             plot_curves(groups, keys, args.plot)
             print(f"wrote {args.plot}", file=sys.stderr)
     except OSError as error:
-        print(f"rl-report: error: cannot write {error.filename or args.csv or args.plot}: {error.strerror or error}",
-              file=sys.stderr)
+        print(f"rl-report: error: {describe_os_error(error, args.csv or args.plot)}", file=sys.stderr)
         raise SystemExit(1) from None
 
 

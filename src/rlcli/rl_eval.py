@@ -38,6 +38,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
+from rlcli.os_errors import describe_os_error
+
 USAGE = __doc__.split("\n\n")[1]
 OPTIONS = ("load", "episodes", "deterministic", "seed", "num_envs", "device", "video", "video_episodes", "video_format",
            "video_concat", "export", "trusted_checkpoint")
@@ -401,7 +403,7 @@ def main(argv: list[str] | None = None) -> None:
     except (ConfigError, checkpoint.CheckpointError) as error:
         _fail(str(error))
     except OSError as error:  # export/ or videos/ in a read-only or vanished run directory, a full disk
-        _fail(_os_error(error), code=1)
+        _fail(describe_os_error(error), code=1)
     if options["export"] is not None:
         report_exports(exports)
         return
@@ -418,11 +420,8 @@ def main(argv: list[str] | None = None) -> None:
             (out / f"{name(r.checkpoint)}.json").write_text(
                 json.dumps(r.record(shown | {"env_overrides": env_overrides}), indent=1))
     except OSError as error:  # the table above holds the results; only their record could not be kept
-        _fail(_os_error(error), code=1)
+        _fail(describe_os_error(error), code=1)
 
-
-def _os_error(error: OSError) -> str:
-    return f"cannot write {error.filename or ''}: {error.strerror or error}".replace("write :", "write:")
 
 
 def report_exports(exports: list[tuple[Path, float, float, float]]) -> None:

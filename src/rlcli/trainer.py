@@ -26,6 +26,7 @@ from rlcli.contracts import RunClock
 from rlcli.envs import library_noise
 from rlcli.finite import check_update
 from rlcli.log import RunLogger, fmt_return
+from rlcli.os_errors import describe_os_error
 from rlcli.registry import ConfigError
 from rlcli.run_state import TrainState, drop_stale_best, restore, save, save_best
 from rlcli.runtime import seconds_since_process_start
@@ -46,16 +47,6 @@ class RunFailed(SystemExit):
 
 class Diverged(RuntimeError):
     """A non-finite update that train.on_nonfinite does not let the run go past; the message is one line."""
-
-
-def describe_os_error(error: OSError) -> str:
-    """`cannot write <path>: <cause>` from a filesystem error, in one line."""
-    name = error.filename.decode(errors="replace") if isinstance(error.filename, bytes) else error.filename
-    path = f" {name}" if name else ""
-    cause = error.strerror or str(error)
-    hint = {28: " (the disk is full)", 27: " (a file-size limit, ulimit -f)", 30: " (a read-only file system)",
-            13: " (no permission)", 2: " (the run directory was moved or deleted while training?)"}
-    return f"cannot write{path}: {cause}{hint.get(error.errno or 0, '')}"
 
 
 def _quiet_thread_os_errors(args: threading.ExceptHookArgs) -> None:
