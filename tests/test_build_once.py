@@ -7,7 +7,7 @@ import pytest
 
 import rlcli.run_state as run_state
 from rlcli import checkpoint
-from rlcli.train import main
+from rlcli.rl_train import main
 
 TINY = ["algo=ppo", "env=CartPole-v1", "algo.n_steps=32", "train.total_steps=512", "train.test_every=256",
         "train.test_episodes=2", "log.console=false", "log.tensorboard=false"]

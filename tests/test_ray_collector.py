@@ -160,7 +160,7 @@ def test_a_sweep_checks_its_jobs_without_starting_ray_and_runs_them_on_workers(m
     """The sweep's pre-check builds every job to check it; with collector=ray it checks the settings but does
     not start Ray and the workers once per job (about 10 s each). Each job then collects on its workers."""
     from rlcli.ray_collector import RayCollector
-    from rlcli.train import precheck_sweep
+    from rlcli.rl_train import precheck_sweep
 
     def no_ray(self):
         raise AssertionError("the pre-check started Ray")

@@ -255,7 +255,7 @@ def test_a_tracker_that_fails_to_start_a_run_ends_a_run_in_one_line_and_only_fai
     from rlcli.compose import compose_config
     from rlcli.registry import ConfigError
     from rlcli.run_state import prepare
-    from rlcli.trainer import Trainer
+    from rlcli.trainer import Trainer, TrainerOptions
 
     (tmp_path / "a-file").write_text("")  # the store's folder cannot be made: a file is in the way
     args = ["log.mlflow=true", f"log.mlflow_uri=sqlite:///{tmp_path}/a-file/mlflow.db", "log.console=false",
@@ -269,7 +269,6 @@ def test_a_tracker_that_fails_to_start_a_run_ends_a_run_in_one_line_and_only_fai
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("rl-train: error: log.mlflow=true: MLflow could not start a run"), err
     components, state = prepare(compose_config(args))
-    job = Trainer(components, tmp_path / "job", state)
-    job.sweep_group = str(tmp_path)
+    job = Trainer(components, tmp_path / "job", state, TrainerOptions(sweep_group=str(tmp_path)))
     with pytest.raises(ConfigError, match="MLflow could not start a run"):
         job.run()

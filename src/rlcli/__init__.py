@@ -1,3 +1,26 @@
-"""rlcli: a config-driven reinforcement-learning training CLI (`rl-train algo=ppo env=CartPole-v1`)."""
+"""rlcli: a config-driven reinforcement-learning trainer, from the shell (`rl-train algo=ppo env=CartPole-v1`) or
+from Python:
+
+    import rlcli
+
+    run = rlcli.train(algo="ppo", env="CartPole-v1", train={"total_steps": 50_000})
+    policy = rlcli.load(run.run_dir, load="best")      # or run.load("best")
+    action, state = policy.predict(obs)                 # raw env observations, one or a batch
+    rlcli.evaluate(policy, episodes=10).mean_return     # what rl-eval reports
+    rlcli.export(policy, "onnx")                        # what rl-eval export=onnx writes
+
+- train(overrides, env=, callbacks=, resume=, **settings) -> Run: a run as rl-train makes it.
+- load(run dir | checkpoint, load="best"|"last"|<env steps>, device=) -> Policy, with predict() and make_env().
+- evaluate(policy, env=, episodes=, seed=, video=) -> Evaluation: per-episode returns and lengths.
+- export(policy, format="onnx"|"torchscript") -> Path: a standalone, checked policy file.
+- Callback / RunContext: code of yours at the loop's points (after a collect, an update, a test phase, a
+  checkpoint), able to log scalars, read the agent and stop the run cleanly.
+- RlcliError: bad input or a failed run, in one line.
+"""
+
+from rlcli.api import Evaluation, Policy, RlcliError, Run, evaluate, export, load, train
+from rlcli.callbacks import Callback, RunContext
 
 __version__ = "0.1.0"
+__all__ = ["Callback", "Evaluation", "Policy", "RlcliError", "Run", "RunContext", "evaluate", "export", "load",
+           "train", "__version__"]

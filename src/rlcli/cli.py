@@ -39,7 +39,7 @@ def train() -> None:
     # Ctrl-C works even when rl-train was started with SIGINT ignored (a background job of a script)
     signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
-        from rlcli.train import main
+        from rlcli.rl_train import main
 
         main()
     except StopNow as stop:

@@ -117,7 +117,7 @@ def parse(argv: list[str]) -> tuple[Path, dict[str, Any], list[str]]:
         options["episodes"] = max(options["episodes"], options["video_episodes"])
         if options["num_envs"] is not None:
             options["num_envs"] = max(options["num_envs"], options["video_episodes"])
-    from rlcli import export, video
+    from rlcli import policy_export as export, video
 
     if options["video"]:
         video.require_encoder(options["video_format"])
@@ -217,8 +217,10 @@ def load_agent(path: Path, options: dict[str, Any], env_overrides: list[str]) ->
             raise ConfigError(f"unknown key '{key}'; valid env keys: {', '.join(valid)}")
         cfg = OmegaConf.merge(cfg, OmegaConf.from_dotlist([override]))  # values parse as YAML, as in rl-train
     device = resolve_device(options["device"])
-    configure_torch(int(cfg.get("torch_threads", 1)), deterministic=False)
-    seed_everything(options["seed"])
+    if options.get("configure_torch", True):  # rl-eval's process is its own; rlcli.load() leaves torch's settings
+        configure_torch(int(cfg.get("torch_threads", 1)), deterministic=False)
+    if options.get("seed") is not None:
+        seed_everything(options["seed"])
     env_factory = ENVS.build(section(cfg, "env"))
     masks = ALGOS.spec(str(cfg.algo.name)).action_masks
     probe = env_factory.make(1, "sync", eval=True, masks=masks)  # the spaces, as training's envs had them
@@ -288,7 +290,7 @@ def export_policy(loaded: Loaded, fmt: str, name: str, seed: int) -> tuple[Path,
     1,000 observations from the env, and one episode's return against rlcli's on the same seed."""
     from omegaconf import OmegaConf
 
-    from rlcli import export
+    from rlcli import policy_export as export
     from rlcli.registry import ConfigError
 
     agent = loaded.agent

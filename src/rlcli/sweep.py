@@ -78,7 +78,7 @@ def _run_locked_job(cfg: DictConfig, run_dir: Path, job_num: int, overrides: lis
                     test_hook_factory: Callable[[DictConfig], Any] | None) -> dict[str, Any]:
     from rlcli import checkpoint
     from rlcli.run_state import prepare
-    from rlcli.trainer import RunFailed, Trainer
+    from rlcli.trainer import RunFailed, Trainer, TrainerOptions
 
     job_started = time.perf_counter()
     record: dict[str, Any] = {"job": job_num, "overrides": list(overrides), "status": "running",
@@ -95,14 +95,14 @@ def _run_locked_job(cfg: DictConfig, run_dir: Path, job_num: int, overrides: lis
     write_status(run_dir, record)
     try:
         components, state = prepare(cfg)
-        trainer = Trainer(components, run_dir, state)
-        trainer.console_mode = "lines" if cfg.log.console else "off"
-        trainer.console_prefix = f"[job {job_num}] "
-        trainer.sweep_group = str(run_dir.parent)  # tracked runs: one MLflow tag / W&B group per sweep
-        trainer.job_started = job_started
-        trainer.typed_keys = {o.split("=", 1)[0].lstrip("+~") for o in overrides}
-        if test_hook_factory is not None:
-            trainer.after_test = test_hook_factory(cfg)
+        pruner = test_hook_factory(cfg) if test_hook_factory is not None else None
+        options = TrainerOptions(
+            console="lines" if cfg.log.console else "off", console_prefix=f"[job {job_num}] ",
+            sweep_group=str(run_dir.parent),  # tracked runs: one MLflow tag / W&B group per sweep
+            job_started=job_started, typed_keys={o.split("=", 1)[0].lstrip("+~") for o in overrides},
+            callbacks=[pruner] if pruner is not None else [],
+        )
+        trainer = Trainer(components, run_dir, state, options)
         trainer.run()
     except ConfigError as error:
         record.update(status="failed", error=str(error))

@@ -13,7 +13,8 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, NoReturn
 
@@ -21,7 +22,8 @@ import numpy as np
 
 from rlcli import checkpoint
 from rlcli.build import Components
-from rlcli.collector import CollectorError, EnvError, evaluate
+from rlcli.callbacks import Callback, CallbackList, RunContext
+from rlcli.collector import CollectorError, CollectStats, EnvError, TestStats, evaluate
 from rlcli.contracts import RunClock
 from rlcli.envs import library_noise
 from rlcli.finite import check_update
@@ -43,6 +45,14 @@ class RunFailed(SystemExit):
     def __init__(self, message: str) -> None:
         super().__init__(1)
         self.message = message
+
+
+class StoppedBySignal(SystemExit):
+    """Ctrl-C / SIGTERM stopped the run at a safe point with a checkpoint saved. Exit code 128 + the signal."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(128 + signum)
+        self.signum = signum
 
 
 class Diverged(RuntimeError):
@@ -74,23 +84,42 @@ def crossed(step: int, previous: int, every: int) -> bool:
     return every > 0 and step // every > previous // every
 
 
+@dataclass
+class TrainerOptions:
+    """How a trainer is run, given once by whoever runs it (rl-train, a sweep job, the Python API)."""
+
+    console: Literal["full", "lines", "off"] | None = None  # None: full when log.console, else off
+    console_prefix: str = ""  # a sweep's job: "[job 3] " before each line
+    env_label: str | None = None  # the header's name for the env (None: env.id)
+    sweep_group: str | None = None  # a sweep's job: the sweep its tracked run is grouped under
+    job_started: float | None = None  # a sweep's job: its perf_counter start (earlier jobs share the process)
+    typed_keys: set[str] | None = None  # the command line's keys (None: unknown), for budget_warnings
+    callbacks: Sequence[Callback] = ()  # called at the loop's points (callbacks.py): pruners, the user's own
+    in_python: bool = False  # rlcli.train(): a failure is raised to the caller, not printed on stderr
+
+
+@dataclass
+class Iteration:
+    """One pass of the loop: what its collect and update produced, for the steps after them."""
+
+    previous: int  # env steps before this iteration's collect
+    stats: CollectStats
+    metrics: dict[str, Any] = field(default_factory=dict)
+    sps: float = 0.0
+    last_phase: bool = False  # the budget is reached with this iteration
+    stop: str | None = None  # why the run ends after this iteration: stop_reward, pruned, a callback's reason
+
+
 class Trainer:
-    def __init__(self, components: Components, run_dir: Path, state: TrainState | None = None) -> None:
+    def __init__(self, components: Components, run_dir: Path, state: TrainState | None = None,
+                 options: TrainerOptions | None = None) -> None:
         self.c, self.run_dir = components, run_dir
         self.state = state or TrainState()
+        self.options = options or TrainerOptions()
+        self.callbacks = CallbackList(self.options.callbacks)
+        self.stop_reason: str | None = None  # budget, stop_reward, pruned or a callback's reason, once run ends
         self._stop_signal: int | None = None
-        # Set by whoever runs the trainer: sweeps print one line per event instead of progress bars,
-        # and an Optuna trial gets each test result (`after_test` returns True to stop: pruned).
-        self.console_mode: Literal["full", "lines", "off"] = "full" if components.cfg.log.console else "off"
-        self.console_prefix = ""
-        self.env_label = str(components.cfg.env.id)  # the header's name for the env
-        self.after_test: Callable[[TrainState], bool] | None = None
-        self.stop_reason: Literal["budget", "stop_reward", "pruned"] | None = None
-        self.sweep_group: str | None = None  # a sweep's job: the sweep its tracked run is grouped under
-        self.job_started: float | None = None  # a sweep's job: its perf_counter start (earlier jobs share the process)
-        self.typed_keys: set[str] | None = None  # the command line's keys (None: unknown), for budget_warnings
         self._nonfinite_events = 0  # non-finite updates met by this process (train.on_nonfinite)
-        self._rolled_back = False
 
     # ------------------------------------------------------------------------------------- the loop
     def run(self) -> float:
@@ -107,157 +136,210 @@ class Trainer:
             self._fail(str(error))
 
     def _run(self) -> float:
-        c, s, state = self.c, self.c.settings, self.state
-        algo, spec = c.algo, c.spec
+        state, total = self.state, self.c.settings.total_steps
         if self._already_done():
-            drop_stale_best(state, self.run_dir)  # nothing is written in this run: a later best.pt is dropped now
-            self.close()
-            print(f"rl-train: this run already finished at {state.env_steps:,} env steps "
-                  f"(test return {fmt_return(state.last_test_return)}); raise train.total_steps to train longer",
-                  file=sys.stderr)
-            return _as_return(state.last_test_return)
-        state.finished = False
-        remove_stale_temporaries(self.run_dir)  # this process holds the run dir (run_lock.py): none is in flight
-        library_noise.log_pending()
-        planned = self._planned_steps()
-        for warning in budget_warnings(c, planned, self.typed_keys):
-            print(f"rl-train: warning: {warning}", file=sys.stderr)
-            logger.info("warning: %s", warning)  # train.log only: the line above is the console's
-        tracking = self._start_tracking()
-        log = RunLogger(self.run_dir, s.total_steps, self.console_mode, bool(c.cfg.log.tensorboard),
-                        start_step=state.env_steps, start_seconds=state.train_seconds, prefix=self.console_prefix,
-                        tracking=tracking)
-        log.message(f"rlcli: {c.cfg.algo.name} on {self.env_label}, {planned:,} env steps, "
-                    f"device {c.device}, run dir {self.run_dir}"
-                    + (f", {c.collector.describe()}" if c.collector.describe() else "")
-                    + (f", resumed at {state.env_steps:,} env steps" if state.env_steps else ""))
-        for where in tracking.describe() if tracking is not None else []:
-            log.message(f"tracking: {where}" + (" (continued)" if state.env_steps else ""))
-        tb_every = self._tb_cadence()
+            return self._say_already_done()
+        log, tracking = self._start()
         restore_signals = self._catch_stop_signals()
-        clock = c.clock
-        clock.restart()
-        start, start_steps, stopped_early = time.perf_counter(), state.env_steps, False
-        age = seconds_since_process_start() if self.job_started is None else start - self.job_started
-        if age is not None:
-            logger.info("start-up: the first env step comes %.2f s after the %s started", age,
-                        "process" if self.job_started is None else "job")
-        self._seconds_before_run = state.train_seconds
         try:
-            while state.env_steps < s.total_steps:
-                # collect
-                warming_up = not spec.on_policy and state.env_steps < algo.learning_starts
-                apply_schedules(c.schedules, RunClock(state.env_steps, s.total_steps).progress)  # acting values
-                stats = c.collector.collect(algo, c.buffer, random_actions=warming_up)
-                previous = state.env_steps
-                state.env_steps += stats.steps
-                state.episodes += len(stats.episode_returns)
-                c.recent_returns.extend(stats.episode_returns)
-                c.recent_lengths.extend(stats.episode_lengths)
-                # update
-                metrics: dict[str, Any] = {}
-                if spec.on_policy or state.env_steps >= algo.learning_starts:
-                    run_clock = RunClock(state.env_steps, s.total_steps)
-                    scheduled = apply_schedules(c.schedules, run_clock.progress)  # learning values
-                    snapshot = copy.deepcopy(algo.state_dict()) if s.on_nonfinite == "skip" else None
-                    with clock("update"):
-                        metrics = algo.update(c.buffer, run_clock)
-                    problem = check_update(metrics, self._weights() if self._weights_due(state.updates) else [])
-                    if problem is not None:
-                        metrics = self._on_nonfinite(problem, snapshot, log)  # stops, rolls back or skips
-                        if self._rolled_back:
-                            self._rolled_back = False
-                            start, start_steps = time.perf_counter(), state.env_steps
-                            self._seconds_before_run = state.train_seconds
-                            continue
-                    metrics.update({f"schedule_{k}": v for k, v in scheduled.items()})
-                    state.updates += 1
-                sps = (state.env_steps - start_steps) / (time.perf_counter() - start)
-                # test
-                last_phase = state.env_steps >= s.total_steps
-                reached = pruned = False
-                if crossed(state.env_steps, previous, s.test_every) or (last_phase and s.test_every > 0):
-                    with clock("test"):
-                        self._test(log)
-                    last = state.last_test_return
-                    reached = c.stop_reward is not None and last is not None and last >= c.stop_reward
-                    pruned = not reached and self.after_test is not None and self.after_test(state)
-                if c.video_envs is not None and crossed(state.env_steps, previous, int(c.cfg.log.video_every)):
-                    with clock("test"):  # a test episode, recorded
-                        self._record_video(log)
-                # log: TensorBoard points at their cadence, console tables at theirs
-                table_due = crossed(state.env_steps, previous, s.log_every) or last_phase or reached
-                if table_due or crossed(state.env_steps, previous, tb_every):
-                    with clock("log"):
-                        scalars = {f"train/{k}": float(v) for k, v in metrics.items()}  # one sync per log
-                        scalars["time/sps"] = sps
-                        scalars.update(clock.scalars())
-                        scalars.update(stats.scalars)  # the collector's own (collector=ray: policy lag, restarts)
-                        scalars["rollout/episodes"] = state.episodes
-                        if c.recent_returns:
-                            scalars["rollout/return_mean"] = float(np.mean(c.recent_returns))
-                            scalars["rollout/ep_len_mean"] = float(np.mean(c.recent_lengths))
-                        log.scalars(scalars, state.env_steps)
-                        if table_due:
-                            log.table(state.env_steps)
-                with clock("log"):
-                    log.progress(state.env_steps, sps, state.last_test_return, clock)
-                if pruned and not last_phase:
-                    self.stop_reason = "pruned"
-                    log.message(f"pruned at {state.env_steps:,} env steps (test return "
-                                f"{fmt_return(state.last_test_return)}): the sweeper judged this trial hopeless")
+            while state.env_steps < total:
+                it = self._collect()
+                if not self._update(it, log):
+                    continue  # rolled back to the last good checkpoint: collect again from there
+                self._test_phase(it, log)
+                self._video_phase(it, log)
+                self._log_phase(it, log)
+                if it.stop is not None and not it.last_phase:  # at the budget's end it is simply the end
+                    self._say_stop(it, log)
                     break
-                if reached and not last_phase:  # at the budget's end it is simply the end of the run
-                    stopped_early = True
-                    log.message(f"test return {fmt_return(state.last_test_return)} >= stop reward {c.stop_reward}: "
-                                f"stopping at {state.env_steps:,} env steps")
-                    break
-                # checkpoint (and the safe point for Ctrl-C / SIGTERM)
-                if self._stop_signal is not None:
-                    self._save(start)
-                    name = signal.Signals(self._stop_signal).name
-                    stopped = (f"{name}: stopped at {state.env_steps:,} env steps with a checkpoint saved; "
-                               f"resume with: rl-train resume={self.run_dir}")
-                    log.message(stopped)
-                    if not log.show_console:  # log.console=false: stderr still says why the run ended, and how on
-                        print(f"rl-train: {stopped}", file=sys.stderr)
-                    log.close(status="KILLED")
-                    self.close()
-                    raise SystemExit(128 + self._stop_signal)
-                if crossed(state.env_steps, previous, s.checkpoint_every) and state.env_steps < s.total_steps:
-                    with clock("checkpoint"):
-                        self._save(start)
+                self._stop_on_signal(log)  # Ctrl-C / SIGTERM: checkpoint, exit
+                if crossed(state.env_steps, it.previous, self.c.settings.checkpoint_every) and state.env_steps < total:
+                    self._save()
                     if tracking is not None:
                         tracking.flush()  # the tracked runs hold at least what the checkpoint holds
         except EnvError as error:
-            log.close(status="FAILED")
-            self.close()
-            at = state.env_steps + error.step  # the counter moves after a whole collect phase
-            self._fail(f"env {self.c.cfg.env.id} {error} at env step {at:,}")
+            self._fail_run(log, f"env {self.c.cfg.env.id} {error} at env step {state.env_steps + error.step:,}")
         except (CollectorError, Diverged) as error:
-            log.close(status="FAILED")
-            self.close()
-            self._fail(str(error))
+            self._fail_run(log, str(error))
         except BaseException:
             log.close(status="KILLED" if self._stop_signal is not None else "FAILED")  # no-op after a clean stop
             raise
         finally:
             restore_signals()
-        self.stop_reason = self.stop_reason or ("stop_reward" if stopped_early else "budget")
-        state.finished = self.stop_reason != "pruned"  # a pruned run can still be resumed and finished
-        with clock("checkpoint"):
-            final = self._save(start)
-        log.result(f"done: {state.env_steps:,} env steps in {state.train_seconds:.1f} s "
-                    f"({(state.env_steps - start_steps) / (time.perf_counter() - start):.0f} SPS), "
-                    f"last test return {fmt_return(state.last_test_return)}, "
-                    f"{ {'budget': 'budget reached', 'stop_reward': 'stopped early'}.get(self.stop_reason, 'pruned')}")
-        log.result(f"time: {clock.summary(top=8)}")
+        return self._finish(log, tracking)
+
+    # ------------------------------------------------------------------------------- the loop's steps
+    def _start(self) -> tuple[RunLogger, Tracking | None]:
+        """Before the first collect: warnings, tracking, the logger and its header, the clocks, the callbacks."""
+        c, state = self.c, self.state
+        state.finished = False
+        remove_stale_temporaries(self.run_dir)  # this process holds the run dir (run_lock.py): none is in flight
+        library_noise.log_pending()
+        planned = self._planned_steps()
+        for warning in budget_warnings(c, planned, self.options.typed_keys):
+            print(f"rl-train: warning: {warning}", file=sys.stderr)
+            logger.info("warning: %s", warning)  # train.log only: the line above is the console's
+        tracking = self._start_tracking()
+        console = self.options.console or ("full" if c.cfg.log.console else "off")
+        log = RunLogger(self.run_dir, c.settings.total_steps, console, bool(c.cfg.log.tensorboard),
+                        start_step=state.env_steps, start_seconds=state.train_seconds,
+                        prefix=self.options.console_prefix, tracking=tracking)
+        log.message(f"rlcli: {c.cfg.algo.name} on {self.options.env_label or c.cfg.env.id}, {planned:,} env steps, "
+                    f"device {c.device}, run dir {self.run_dir}"
+                    + (f", {c.collector.describe()}" if c.collector.describe() else "")
+                    + (f", resumed at {state.env_steps:,} env steps" if state.env_steps else ""))
+        for where in tracking.describe() if tracking is not None else []:
+            log.message(f"tracking: {where}" + (" (continued)" if state.env_steps else ""))
+        self._tb_every = self._tb_cadence()
+        c.clock.restart()
+        self._restart_clock()
+        started = self.options.job_started
+        age = seconds_since_process_start() if started is None else self._started - started
+        if age is not None:
+            logger.info("start-up: the first env step comes %.2f s after the %s started", age,
+                        "process" if started is None else "job")
+        self.context = RunContext(self.run_dir, state, c.algo, c.cfg, log.scalars)
+        self.callbacks.on_start(self.context)
+        return log, tracking
+
+    def _restart_clock(self) -> None:
+        """SPS and train_seconds count from here (the start, or a rollback that rewound the counters)."""
+        self._started, self._steps_at_start = time.perf_counter(), self.state.env_steps
+        self._seconds_before_run = self.state.train_seconds
+
+    def _collect(self) -> Iteration:
+        c, state = self.c, self.state
+        warming_up = not c.spec.on_policy and state.env_steps < c.algo.learning_starts
+        apply_schedules(c.schedules, RunClock(state.env_steps, c.settings.total_steps).progress)  # acting values
+        stats = c.collector.collect(c.algo, c.buffer, random_actions=warming_up)
+        it = Iteration(previous=state.env_steps, stats=stats)
+        state.env_steps += stats.steps
+        state.episodes += len(stats.episode_returns)
+        c.recent_returns.extend(stats.episode_returns)
+        c.recent_lengths.extend(stats.episode_lengths)
+        it.stop = self.callbacks.after_collect(self.context, stats)
+        return it
+
+    def _update(self, it: Iteration, log: RunLogger) -> bool:
+        """One update (once learning starts), checked for non-finite values. False: rolled back, start over."""
+        c, s, state = self.c, self.c.settings, self.state
+        if c.spec.on_policy or state.env_steps >= c.algo.learning_starts:
+            run_clock = RunClock(state.env_steps, s.total_steps)
+            scheduled = apply_schedules(c.schedules, run_clock.progress)  # learning values
+            snapshot = copy.deepcopy(c.algo.state_dict()) if s.on_nonfinite == "skip" else None
+            with c.clock("update"):
+                metrics = c.algo.update(c.buffer, run_clock)
+            problem = check_update(metrics, self._weights() if self._weights_due(state.updates) else [])
+            if problem is not None:
+                metrics = self._on_nonfinite(problem, snapshot, log)  # stops, rolls back (None) or skips
+                if metrics is None:
+                    self._restart_clock()
+                    return False
+            it.metrics = {**metrics, **{f"schedule_{k}": v for k, v in scheduled.items()}}
+            state.updates += 1
+            it.stop = it.stop or self.callbacks.after_update(self.context, it.metrics)
+        it.sps = (state.env_steps - self._steps_at_start) / (time.perf_counter() - self._started)
+        it.last_phase = state.env_steps >= s.total_steps
+        return True
+
+    def _test_phase(self, it: Iteration, log: RunLogger) -> None:
+        c, state, every = self.c, self.state, self.c.settings.test_every
+        if not (crossed(state.env_steps, it.previous, every) or (it.last_phase and every > 0)):
+            return
+        with c.clock("test"):
+            result = self._test(log)
+        requested = self.callbacks.after_test(self.context, result)  # every callback sees every test
+        last = state.last_test_return
+        reached = c.stop_reward is not None and last is not None and last >= c.stop_reward
+        it.stop = "stop_reward" if reached else it.stop or requested
+
+    def _video_phase(self, it: Iteration, log: RunLogger) -> None:
+        c = self.c
+        if c.video_envs is not None and crossed(self.state.env_steps, it.previous, int(c.cfg.log.video_every)):
+            with c.clock("test"):  # a test episode, recorded
+                self._record_video(log)
+
+    def _log_phase(self, it: Iteration, log: RunLogger) -> None:
+        """TensorBoard points at their cadence, console tables at theirs, the progress bar every iteration."""
+        c, s, state, clock = self.c, self.c.settings, self.state, self.c.clock
+        table_due = crossed(state.env_steps, it.previous, s.log_every) or it.last_phase or it.stop == "stop_reward"
+        if table_due or crossed(state.env_steps, it.previous, self._tb_every):
+            with clock("log"):
+                scalars = {f"train/{k}": float(v) for k, v in it.metrics.items()}  # one sync per log
+                scalars["time/sps"] = it.sps
+                scalars.update(clock.scalars())
+                scalars.update(it.stats.scalars)  # the collector's own (collector=ray: policy lag, restarts)
+                scalars["rollout/episodes"] = state.episodes
+                if c.recent_returns:
+                    scalars["rollout/return_mean"] = float(np.mean(c.recent_returns))
+                    scalars["rollout/ep_len_mean"] = float(np.mean(c.recent_lengths))
+                log.scalars(scalars, state.env_steps)
+                if table_due:
+                    log.table(state.env_steps)
+        with clock("log"):
+            log.progress(state.env_steps, it.sps, state.last_test_return, clock)
+
+    def _say_stop(self, it: Iteration, log: RunLogger) -> None:
+        state, last = self.state, fmt_return(self.state.last_test_return)
+        if it.stop == "stop_reward":
+            log.message(f"test return {last} >= stop reward {self.c.stop_reward}: stopping at {state.env_steps:,} "
+                        "env steps")
+        elif it.stop == "pruned":
+            log.message(f"pruned at {state.env_steps:,} env steps (test return {last}): the sweeper judged this trial "
+                        "hopeless")
+        else:
+            log.message(f"stopped by a callback ({it.stop}) at {state.env_steps:,} env steps (test return {last}); "
+                        f"continue it with: rl-train resume={self.run_dir}")
+        self.stop_reason = it.stop
+
+    def _stop_on_signal(self, log: RunLogger) -> None:
+        """The safe point for Ctrl-C / SIGTERM: a checkpoint, one line, exit code 128 + the signal."""
+        if self._stop_signal is None:
+            return
+        self._save()
+        name = signal.Signals(self._stop_signal).name
+        stopped = (f"{name}: stopped at {self.state.env_steps:,} env steps with a checkpoint saved; "
+                   f"resume with: rl-train resume={self.run_dir}")
+        log.message(stopped)
+        if not log.show_console:  # log.console=false: stderr still says why the run ended, and how on
+            print(f"rl-train: {stopped}", file=sys.stderr)
+        log.close(status="KILLED")
+        self.close()
+        raise StoppedBySignal(self._stop_signal)
+
+    def _finish(self, log: RunLogger, tracking: Tracking | None) -> float:
+        """The final checkpoint, the result lines, the run's summary."""
+        state = self.state
+        self.stop_reason = self.stop_reason or "budget"
+        state.finished = self.stop_reason in ("budget", "stop_reward")  # otherwise it can be resumed and finished
+        final = self._save()
+        sps = (state.env_steps - self._steps_at_start) / (time.perf_counter() - self._started)
+        said = {"budget": "budget reached", "stop_reward": "stopped early"}.get(self.stop_reason, self.stop_reason)
+        log.result(f"done: {state.env_steps:,} env steps in {state.train_seconds:.1f} s ({sps:.0f} SPS), "
+                   f"last test return {fmt_return(state.last_test_return)}, {said}")
+        log.result(f"time: {self.c.clock.summary(top=8)}")
         # summary names of their own: a scalar tag at the final step would be a second point of that tag
         summary = {"final/test_return": state.last_test_return, "final/best_test_return": state.best_test_return,
                    "final/env_steps": state.env_steps, "final/train_seconds": state.train_seconds}
         log.close(summary={k: float(v) for k, v in summary.items() if v is not None},
                   files=run_files(self.run_dir, final, log.message) if tracking is not None else [])
         self.close()
+        self.callbacks.on_end(self.context, self.stop_reason)
+        return _as_return(state.last_test_return)
+
+    def _fail_run(self, log: RunLogger, message: str) -> NoReturn:
+        log.close(status="FAILED")
+        self.close()
+        self._fail(message)
+
+    def _say_already_done(self) -> float:
+        state = self.state
+        drop_stale_best(state, self.run_dir)  # nothing is written in this run: a later best.pt is dropped now
+        self.close()
+        self.stop_reason = "already finished"
+        print(f"rl-train: this run already finished at {state.env_steps:,} env steps "
+              f"(test return {fmt_return(state.last_test_return)}); raise train.total_steps to train longer",
+              file=sys.stderr)
         return _as_return(state.last_test_return)
 
     def _fail(self, message: str) -> NoReturn:
@@ -271,7 +353,8 @@ class Trainer:
                  "no checkpoint was saved before it (train.checkpoint_every sets how often one is)")
         with contextlib.suppress(Exception):
             logger.info("error: %s; %s", message, where)  # train.log; the console's line is below
-        print(f"rl-train: error: {message}; {where}", file=sys.stderr)
+        if not self.options.in_python:
+            print(f"rl-train: error: {message}; {where}", file=sys.stderr)
         raise RunFailed(f"{message}; {where}")
 
     def _weights_due(self, updates: int) -> bool:
@@ -284,9 +367,9 @@ class Trainer:
         networks = self.c.algo.networks
         return [*networks.parameters(), *networks.buffers()]
 
-    def _on_nonfinite(self, problem: str, snapshot: dict[str, Any] | None, log: RunLogger) -> dict[str, Any]:
+    def _on_nonfinite(self, problem: str, snapshot: dict[str, Any] | None, log: RunLogger) -> dict[str, Any] | None:
         """train.on_nonfinite: stop (raise Diverged), skip (put the weights back as they were before the update)
-        or rollback (load the last good checkpoint into the components); at most train.max_nonfinite times."""
+        or rollback (load the last good checkpoint into the components: None); at most train.max_nonfinite times."""
         s, state = self.c.settings, self.state
         self._nonfinite_events += 1
         what = f"{problem} after the update at {state.env_steps:,} env steps"
@@ -309,8 +392,7 @@ class Trainer:
         log.rewind(state.env_steps)
         log.message(f"warning: {what}: rolled back to {good.name} ({state.env_steps:,} env steps; rollback "
                     f"{self._nonfinite_events} of at most {s.max_nonfinite})")
-        self._rolled_back = True
-        return {}
+        return None
 
     def _start_tracking(self) -> Tracking | None:
         """MLflow / W&B runs for this run (the checkpoint's, when resuming). One line and exit code 2 if a sink
@@ -325,11 +407,11 @@ class Trainer:
 
         try:
             tracking = Tracking.start(self.c.cfg, self.run_dir, self.state.env_steps, self.state.tracking,
-                                      self.sweep_group, warn)
+                                      self.options.sweep_group, warn)
         except ConfigError as error:
             self.close()
-            if self.sweep_group is not None:
-                raise  # a sweep's job: that job fails (its status says why), the sweep goes on
+            if self.options.sweep_group is not None or self.options.in_python:
+                raise  # a sweep's job fails (its status says why) and the sweep goes on; Python gets the error
             print(f"rl-train: error: {error}", file=sys.stderr)
             raise SystemExit(2) from None
         self.state.tracking = tracking.run_ids
@@ -361,7 +443,7 @@ class Trainer:
         reached = stop is not None and last is not None and last >= stop
         return state.env_steps >= self.c.settings.total_steps or reached
 
-    def _test(self, log: RunLogger) -> None:
+    def _test(self, log: RunLogger) -> TestStats:
         c, state = self.c, self.state
         result = evaluate(c.test_envs, c.algo, c.algo.networks.normalizer, c.device,
                           seed=int(c.cfg.seed) + 100_003 * (state.tests + 1), obs_dtype=c.obs_dtype,
@@ -379,6 +461,7 @@ class Trainer:
         log.scalars({"eval/return_mean": result.mean_return, "eval/return_std": float(result.returns.std()),
                      "eval/ep_len_mean": float(result.lengths.mean())}, state.env_steps)
         log.test_result(state.env_steps, result.returns.tolist(), result.lengths.tolist())
+        return result
 
     def _record_video(self, log: RunLogger) -> None:
         """One deterministic test episode to videos/step-<env steps>-ep0-return<R>.<fmt>, and to TensorBoard.
@@ -422,15 +505,17 @@ class Trainer:
         return restore
 
     # ------------------------------------------------------------------------------- checkpoints
-    def _save(self, start: float) -> Path:
+    def _save(self) -> Path:
         if not self.run_dir.is_dir():  # deleted or moved while training: not silently re-made with checkpoints only
             raise FileNotFoundError(2, "No such file or directory", str(self.run_dir))
         problem = check_update({}, self._weights())
         if problem is not None:  # never written over, nor pruning, a good checkpoint
             raise Diverged(f"{problem} at {self.state.env_steps:,} env steps: not saved")
-        self.state.train_seconds = self._seconds_before_run + time.perf_counter() - start
-        path = save(self.c, self.state, self.run_dir)
-        drop_stale_best(self.state, self.run_dir)
+        self.state.train_seconds = self._seconds_before_run + time.perf_counter() - self._started
+        with self.c.clock("checkpoint"):
+            path = save(self.c, self.state, self.run_dir)
+            drop_stale_best(self.state, self.run_dir)
+        self.callbacks.on_checkpoint(self.context, path)
         return path
 
 

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
+from rlcli.callbacks import Callback, RunContext, StopRequest
 from rlcli.registry import ConfigError
 
 logger = logging.getLogger("rlcli")
@@ -125,8 +126,8 @@ def make_pruner(name: str, startup_trials: int, warmup_steps: int) -> Any:
     return optuna.pruners.MedianPruner(n_startup_trials=startup_trials, n_warmup_steps=warmup_steps)
 
 
-def trial_reporter(cfg: DictConfig) -> Any:
-    """The test hook a sweep job gets: report each test return to its trial; True = prune me."""
+def trial_reporter(cfg: DictConfig) -> Callback | None:
+    """The pruning callback a sweep job gets: each test return goes to its trial, and the trial may stop the job."""
     pointer = cfg.get("sweep", {}).get("trial")
     if not pointer or not pointer.get("report", False):
         return None
@@ -137,21 +138,27 @@ def trial_reporter(cfg: DictConfig) -> Any:
                          int(pointer.get("warmup", 0)))
     study = open_study(Path(str(pointer.journal)), str(pointer.study), pruner=pruner)
     trial_id = study._storage.get_trial_id_from_study_id_trial_number(study._study_id, int(pointer.number))
-    trial = optuna.trial.Trial(study, trial_id)
+    return TrialPruning(optuna.trial.Trial(study, trial_id), int(pointer.number))
 
-    def after_test(state: Any) -> bool:
+
+class TrialPruning(Callback):
+    """Reports each test return to the job's Optuna trial; stops the job ("pruned") when the pruner says so."""
+
+    def __init__(self, trial: Any, number: int) -> None:
+        self.trial, self.number = trial, number
+
+    def after_test(self, run: RunContext, result: Any) -> StopRequest:
+        state = run.state
         if state.last_test_return is None or not math.isfinite(state.last_test_return):
-            return False
+            return None
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # a resumed job reports steps it reported before
-                trial.report(float(state.last_test_return), int(state.env_steps))
-            return bool(trial.should_prune())
+                self.trial.report(float(state.last_test_return), int(state.env_steps))
+            return "pruned" if self.trial.should_prune() else None
         except Exception as error:  # the trial was closed by the sweeper: keep training, stop reporting
-            logger.warning("optuna trial %s: %s", pointer.number, error)
-            return False
-
-    return after_test
+            logger.warning("optuna trial %s: %s", self.number, error)
+            return None
 
 
 # ---------------------------------------------------------------------------------- the sweeper

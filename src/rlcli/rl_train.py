@@ -11,6 +11,7 @@ trains those same components: nothing is built twice.
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -98,10 +99,6 @@ def _hydra_entry(cfg: DictConfig) -> Any:
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
-    from rlcli import run_lock
-    from rlcli.run_state import prepare
-    from rlcli.trainer import Trainer
-
     hydra_cfg = HydraConfig.get()
     run_dir = Path(hydra_cfg.runtime.output_dir)
     if hydra_cfg.mode == RunMode.MULTIRUN:
@@ -109,26 +106,82 @@ def _hydra_entry(cfg: DictConfig) -> Any:
         from rlcli.tuning import trial_reporter
 
         return run_job(cfg, run_dir, int(hydra_cfg.job.num), list(hydra_cfg.overrides.task), trial_reporter)
+    if _FROM_PYTHON:  # Hydra would print the run's exceptions and exit: they go back to the caller instead
+        try:
+            _FROM_PYTHON["trainer"] = trainer = _single_run(cfg, hydra_cfg, run_dir)
+            trainer.run()
+        except BaseException as error:
+            _FROM_PYTHON["error"] = error
+        return None
+    try:
+        trainer = _single_run(cfg, hydra_cfg, run_dir)
+    except ConfigError as error:
+        _fail(error)
+    return trainer.run()
+
+
+def _single_run(cfg: DictConfig, hydra_cfg: Any, run_dir: Path) -> Any:
+    """The trainer of a single run, over the pre-check's components when they were built from this config."""
+    from rlcli import run_lock
+    from rlcli.run_state import prepare
+    from rlcli.trainer import Trainer, TrainerOptions
+
     try:
         run_lock.acquire(run_dir)  # usually held since main(); a fresh directory is locked here
-    except ConfigError as error:
+    except ConfigError:
         prepared = _PREPARED.pop("prepared", None)
         if prepared is not None:
             prepared[0].close()
-        _fail(error)
-    prepared = _take_prepared(cfg)
-    if prepared is None:
-        try:
-            prepared = prepare(cfg)
-        except ConfigError as error:
-            _fail(error)
-    components, state = prepared
-    trainer = Trainer(components, run_dir, state)
-    trainer.typed_keys = {key_of(str(a)).lstrip("+~") for a in hydra_cfg.overrides.task}
+        raise
+    components, state = _take_prepared(cfg) or prepare(cfg)
     choice = str(hydra_cfg.runtime.choices.get("env", "gym"))
-    if choice not in ("gym", cfg.env.id):  # a shipped variant (MountainCarSparse-v0 is MountainCar-v0 + a setting)
-        trainer.env_label = f"{choice} ({cfg.env.id})"
-    return trainer.run()
+    options = TrainerOptions(
+        typed_keys={key_of(str(a)).lstrip("+~") for a in hydra_cfg.overrides.task},
+        # a shipped variant (MountainCarSparse-v0 is MountainCar-v0 + a setting) names both
+        env_label=f"{choice} ({cfg.env.id})" if choice not in ("gym", cfg.env.id) else None,
+        callbacks=_FROM_PYTHON.get("callbacks", ()),
+        in_python=bool(_FROM_PYTHON),
+    )
+    return Trainer(components, run_dir, state, options)
+
+
+# The Python API's run (api.py): its callbacks in, and the trainer (or what stopped it) out of Hydra's job.
+_FROM_PYTHON: dict[str, Any] = {}
+
+
+def run_from_python(argv: list[str], callbacks: Sequence[Any] = ()) -> Any:
+    """What `rl-train <argv>` does, for rlcli.train(): the same checks, the same run directory and the same
+    loop, with bad input raised as ConfigError and the run's own exceptions raised here, never printed and
+    exited on. Returns the trainer after its run; the run directory's lock is released."""
+    from rlcli import run_lock
+
+    args = schedule_args(list(argv))
+    flags = [a for a in args if a.startswith("-")]
+    if flags:
+        raise ConfigError(f"{flags[0]!r} is a command-line flag; rlcli.train() takes key=value overrides only")
+    check_argument_style(args, "rlcli.train", (), (), group_with_option)
+    args = resume_args(args)
+    lock_existing_run_dir(args)
+    check_writable(args, multirun=False)
+    precheck(args, keep=True)
+    saved_argv = sys.argv
+    _FROM_PYTHON.update(callbacks=list(callbacks))
+    sys.argv = ["rl-train", *args]
+    try:
+        _hydra_entry()
+    finally:
+        sys.argv = saved_argv
+        outcome = dict(_FROM_PYTHON)
+        _FROM_PYTHON.clear()
+        _PREPARED.clear()
+    trainer = outcome.get("trainer")
+    if trainer is not None:
+        run_lock.release(trainer.run_dir)
+    if "error" in outcome:
+        raise outcome["error"]
+    if trainer is None:
+        raise ConfigError("the run did not start (Hydra gave no job)")
+    return trainer
 
 
 def precheck_sweep(args: list[str]) -> None:
