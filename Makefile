@@ -6,7 +6,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 ARGS   ?=
 
-.PHONY: train test lint clean-venv
+.PHONY: train test lint docs clean-venv
 
 $(BIN)/rl-train: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -24,13 +24,16 @@ train: $(BIN)/rl-train
 	@echo "rlcli is installed in $(VENV): run '. $(VENV)/bin/activate' once per shell, then rl-train, rl-eval and rl-report work as the README shows"
 
 test: $(VENV)/.dev-extras
-	$(BIN)/ruff check src tests scripts
+	$(BIN)/ruff check src tests scripts docs
 	$(BIN)/mypy
 	$(BIN)/python -m pytest -q -n 2 tests
 
 lint: $(VENV)/.dev-extras
-	$(BIN)/ruff check src tests scripts
+	$(BIN)/ruff check src tests scripts docs
 	$(BIN)/mypy
+
+docs: $(VENV)/.dev-extras
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve -a 127.0.0.1:8000
 
 clean-venv:
 	rm -rf $(VENV)

@@ -95,7 +95,7 @@ def test_make_train_says_how_to_put_the_commands_on_the_path():
     train_recipe = makefile.split("\ntrain:", 1)[1].split("\n\n", 1)[0]
     assert ". $(VENV)/bin/activate" in train_recipe
     readme = (REPO / "README.md").read_text()
-    setup = readme.split("## Set up, train, test", 1)[1].split("## A short tour", 1)[0]
+    setup = readme.split("## Set up, train, test", 1)[1].split("\n## ", 1)[0]
     assert ". .venv/bin/activate" in setup
     assert "pip install 'rlcli[" not in readme  # one install form throughout: pip install -e '.[extra]'
 

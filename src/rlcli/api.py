@@ -78,12 +78,11 @@ def train(overrides: Sequence[str] | str | None = None, *, env: str | Callable[.
     Raises RlcliError for bad input or a failed run (divergence, a failing env, a full disk); a Ctrl-C stops at the
     end of the iteration with a checkpoint saved and raises KeyboardInterrupt.
     """
-    from rlcli.registry import ConfigError
-    from rlcli.stop import StopNow
-    from rlcli.rl_train import run_from_python
-    from rlcli.trainer import RunFailed, StoppedBySignal
-
     from rlcli.callbacks import CallbackList
+    from rlcli.registry import ConfigError
+    from rlcli.rl_train import run_from_python
+    from rlcli.stop import StopNow
+    from rlcli.trainer import RunFailed, StoppedBySignal
 
     CallbackList(callbacks)  # a wrong kind is a TypeError now, before anything is made
     args = [*_as_list(overrides), *_env_overrides(env), *as_overrides(settings)]

@@ -117,7 +117,8 @@ def parse(argv: list[str]) -> tuple[Path, dict[str, Any], list[str]]:
         options["episodes"] = max(options["episodes"], options["video_episodes"])
         if options["num_envs"] is not None:
             options["num_envs"] = max(options["num_envs"], options["video_episodes"])
-    from rlcli import policy_export as export, video
+    from rlcli import policy_export as export
+    from rlcli import video
 
     if options["video"]:
         video.require_encoder(options["video_format"])
