@@ -1,8 +1,8 @@
 """MkDocs hook: the reference pages' tables are made from the code at build time, so they cannot drift.
 
-A page asks for a table with a marker line: `<!-- rlcli:algorithms -->` (every algorithm's config keys:
-type from the constructor, the value a run uses from the composed config, the constructor's default
-where the two differ, and the meaning from the yaml's comment) or `<!-- rlcli:usage rl-eval -->` (a
+A page asks for a table with a marker line: `<!-- rlcli:algorithms -->` (every algorithm's config keys
+with type and default from its constructor, which conf/algo/<name>.yaml agrees with (a test says so),
+and the meaning from the yaml's comment) or `<!-- rlcli:usage rl-eval -->` (a
 command's usage text, from the command itself).
 """
 
@@ -52,43 +52,27 @@ def yaml_comments(path: Path) -> dict[str, str]:
 
 
 def algorithm_reference() -> str:
-    from omegaconf import OmegaConf
-
+    from rlcli.build import ALGO_CONTEXT
     from rlcli.compose import compose_config
     from rlcli.registry import ALGOS, _accepted_parameters
 
-    context = ("networks", "recipe", "num_envs", "action_space", "policy_addons")
     sections = []
     for name in ALGOS.names():
         spec = ALGOS.spec(name)
-        cfg = compose_config([f"algo={name}"])
-        values = OmegaConf.to_container(cfg.algo, resolve=True)
-        assert isinstance(values, dict)
-        params, hints = _accepted_parameters(ALGOS.get(name), context)
+        cfg = compose_config([f"algo={name}", "env=gym"])  # no tuned file applies to env=gym
+        params, hints = _accepted_parameters(ALGOS.get(name), ALGO_CONTEXT)
         comments = yaml_comments(ROOT / "conf" / "algo" / f"{name}.yaml")
         factory = ALGOS.get(name)
         summary = (factory.__doc__ or "").strip().split("\n\n")[0].replace("\n", " ")
         kind = "on-policy" if spec.on_policy else "off-policy"
-        rows = ["| key | type | value in a run | constructor default | meaning |", "| --- | --- | --- | --- | --- |"]
+        rows = ["| key | type | default | meaning |", "| --- | --- | --- | --- |"]
         for key, parameter in params.items():
-            hint = hints.get(key, parameter.annotation)
-            type_name = _type_name(hint)
-            used = values.get(key, "-")
+            type_name = _type_name(hints.get(key, parameter.annotation))
             default = parameter.default if parameter.default is not parameter.empty else "(required)"
-            shown_default = "" if key in values and _same(default, used) else f"`{_value(default)}`"
-            rows.append(f"| `{key}` | {type_name} | `{_value(used)}` | {shown_default} | "
-                        f"{comments.get(key, '').replace('|', '/')} |")
-        buffer = cfg.buffer.name
-        sections.append(f"## `algo={name}`\n\n{summary}\n\n{kind}; storage `buffer={buffer}`; network "
-                        f"`actor={cfg.actor.name}`.\n\n" + "\n".join(rows) + "\n")
+            rows.append(f"| `{key}` | {type_name} | `{_value(default)}` | {comments.get(key, '').replace('|', '/')} |")
+        sections.append(f"## `algo={name}`\n\n{summary}\n\n{kind}; storage `buffer={cfg.buffer.name}`; network "
+                        f"`actor={cfg.actor.name}` unless you choose another.\n\n" + "\n".join(rows) + "\n")
     return "\n".join(sections)
-
-
-def _same(a: Any, b: Any) -> bool:
-    try:
-        return bool(a == b) or (isinstance(a, tuple) and list(a) == b)
-    except Exception:
-        return False
 
 
 def _value(value: Any) -> str:

@@ -57,6 +57,9 @@ CASES = {
     "pg-CartPole-baseline": ["algo=pg", "env=CartPole-v1", "algo.n_steps=64"],
     "pqn-CartPole": ["algo=pqn", "env=CartPole-v1", "algo.n_steps=32", "algo.num_minibatches=2"],
     "trpo-Pendulum": ["algo=trpo", "env=Pendulum-v1", "algo.n_steps=64", "algo.batch_size=32", "train.num_envs=2"],
+    "ddpg-Pendulum": ["algo=ddpg", "env=Pendulum-v1", "algo.learning_starts=256", "train.num_envs=2"],
+    "qrdqn-CartPole-per": ["algo=qrdqn", "env=CartPole-v1", "buffer=per", "algo.learning_starts=256"],
+    "ppo_kl-CartPole": ["algo=ppo_kl", "env=CartPole-v1"],
 }
 
 

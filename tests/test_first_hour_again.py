@@ -27,7 +27,7 @@ def test_did_you_mean_searches_every_section(arg, suggestion, tmp_path):
 def test_a_shipped_tuned_config_does_not_warn_about_its_own_budget():
     from types import SimpleNamespace
 
-    from rlcli.trainer import budget_warnings
+    from rlcli.budget import budget_warnings
 
     c = SimpleNamespace(settings=SimpleNamespace(total_steps=100_000, num_envs=8),
                         algo=SimpleNamespace(n_steps=32, learning_starts=0), spec=SimpleNamespace(on_policy=True))

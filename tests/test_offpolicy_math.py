@@ -150,3 +150,35 @@ def test_critics_apply_observation_action_and_common_extractors():
     assert out.shape == (6,)
     policy = SquashedGaussianPolicy(t, 2)  # policies use the observation extractor, not the action one
     assert policy.net[0][0].in_features == 3 and policy.net[0][0].out_features == 5
+
+
+def test_the_gradient_step_runner_samples_steps_feeds_priorities_and_averages_what_each_step_logged():
+    from types import SimpleNamespace
+
+    from rlcli.algos.offpolicy import run_gradient_steps
+
+    class Storage:
+        def __init__(self):
+            self.calls = []
+
+        def sample(self, batch_size, step=0, steps=1):
+            self.calls.append(("sample", batch_size, step, steps))
+            return SimpleNamespace(indices=torch.tensor([step]), value=float(step))
+
+        def update_priorities(self, indices, td_errors):
+            self.calls.append(("priorities", indices.tolist(), td_errors.tolist()))
+
+    def step(batch):  # every step logs a loss; every second one a policy loss; odd steps give no TD errors
+        k = batch.value
+        metrics = {"loss": torch.tensor(k)}
+        if k % 2 == 0:
+            metrics["policy_loss"] = torch.tensor(10 * k)
+        return (torch.tensor([k + 0.5]) if k % 2 == 0 else None), metrics
+
+    storage = Storage()
+    metrics = run_gradient_steps(storage, 32, 4, step)
+    assert storage.calls == [("sample", 32, 0, 4), ("priorities", [0], [0.5]), ("sample", 32, 1, 4),
+                             ("sample", 32, 2, 4), ("priorities", [2], [2.5]), ("sample", 32, 3, 4)]
+    assert metrics["loss"].item() == (0 + 1 + 2 + 3) / 4
+    assert metrics["policy_loss"].item() == (0 + 20) / 2  # the mean over the steps that logged it
+    assert run_gradient_steps(Storage(), 32, 0, step) == {}

@@ -42,6 +42,8 @@ def test_notebook_train_cartpole_to_475_then_load_predict_evaluate_export(tmp_pa
     assert json.loads((run.run_dir / "eval" / "best.json").read_text())["returns"] == evaluation.returns
     path = rlcli.export(policy, "torchscript")
     assert path == run.run_dir / "export" / "best.pt" and path.with_suffix(".json").is_file()
+    watched = rlcli.evaluate(policy, episodes=1, video=True, video_format="gif")
+    assert watched.returns == evaluation.returns[:1] and len(watched.videos) == 1 and watched.videos[0].is_file()
 
 
 class StopAt(rlcli.Callback):
@@ -79,7 +81,7 @@ def test_a_callback_logs_and_stops_the_run_which_resumes_to_the_end(tmp_path):
     events = EventAccumulator(str(run.run_dir / "tb"))
     events.Reload()
     assert [p.step for p in events.Scalars("custom/policy_loss")][:2] == [256, 512]
-    resumed = rlcli.train(resume=run.run_dir, log=QUIET)  # a second run in the same process
+    resumed = rlcli.train(resume="auto", run_dir=run.run_dir, log=QUIET)  # a second run in the same process
     assert (resumed.env_steps, resumed.stop_reason, resumed.finished) == (2048, "budget", True)
     records = [json.loads(line)["env_steps"] for line in (run.run_dir / "eval.jsonl").read_text().splitlines()]
     assert records == [1024, 2048]

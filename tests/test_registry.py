@@ -1,5 +1,6 @@
 """Registry look-ups and config checks produce one-line errors that name the value and the choices."""
 
+from pathlib import Path
 from typing import Literal
 
 import pytest
@@ -95,3 +96,33 @@ def test_plugins_register_through_entry_points(monkeypatch):
     monkeypatch.setattr("rlcli.registry.entry_points", fake)
     assert reg.build({"name": "my_algo"}, actor=None) == "plugged in"
     assert "my_algo" in reg.names()
+
+
+def _shipped_algo_settings(name):
+    """conf/algo/<name>.yaml's algo keys (a file in the global package keeps them under `algo:`)."""
+    from omegaconf import OmegaConf
+
+    from rlcli.compose import conf_dir
+
+    raw = OmegaConf.to_container(OmegaConf.load(Path(conf_dir()) / "algo" / f"{name}.yaml"))
+    return raw.get("algo", raw)
+
+
+def test_every_algorithm_default_is_written_once_the_yaml_agrees_with_the_constructor():
+    """The constructor's typed keywords are the schema; a key the yaml also states (for its comment, and for
+    `--cfg job`) must say the same value, so that Python and the CLI cannot build different algorithms."""
+    from rlcli.build import ALGO_CONTEXT
+    from rlcli.registry import ALGOS, _accepted_parameters
+
+    disagreements = []
+    for name in ALGOS.names():
+        params, _ = _accepted_parameters(ALGOS.get(name), ALGO_CONTEXT)
+        for key, value in _shipped_algo_settings(name).items():
+            if key in ("name", "schedules", "policy_loss_addons"):  # the trainer's, not the constructor's
+                continue
+            assert key in params, f"conf/algo/{name}.yaml sets {key}, which algo={name}'s constructor does not take"
+            default = params[key].default
+            same = default == value or (isinstance(default, tuple) and list(default) == value)
+            if not same:
+                disagreements.append(f"{name}.{key}: constructor {default!r}, yaml {value!r}")
+    assert not disagreements, disagreements

@@ -1,7 +1,12 @@
-"""The one exception that a stop signal turns into while training; its own module so that the console entry
-points (which must import nothing heavy) and the trainer both take it from here."""
+"""Stop signals while training: the first Ctrl-C / SIGTERM is remembered for the loop's next safe point, a second
+one raises StopNow. Its own module, importing nothing heavy, so that the console entry points take it from here."""
 
 from __future__ import annotations
+
+import contextlib
+import signal
+from collections.abc import Callable
+from typing import Any
 
 
 class StopNow(KeyboardInterrupt):
@@ -10,3 +15,30 @@ class StopNow(KeyboardInterrupt):
     def __init__(self, signum: int) -> None:
         super().__init__(signum)
         self.signum = signum
+
+
+class StopSignals:
+    """`received` is the first SIGINT / SIGTERM since `catch()` (None: none yet); a second raises StopNow."""
+
+    def __init__(self) -> None:
+        self.received: int | None = None
+
+    def catch(self) -> Callable[[], None]:
+        """Install the handlers; returns what puts the previous ones back. Not on the main thread (some launchers),
+        signals are left alone."""
+
+        def handler(signum: int, frame: Any) -> None:
+            if self.received is not None:
+                raise StopNow(signum)
+            self.received = signum
+
+        previous = {}
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(ValueError):
+                previous[sig] = signal.signal(sig, handler)
+
+        def restore() -> None:
+            for sig, old in previous.items():
+                signal.signal(sig, old)
+
+        return restore

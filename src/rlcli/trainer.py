@@ -13,7 +13,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, NoReturn
@@ -21,19 +21,21 @@ from typing import Any, Literal, NoReturn
 import numpy as np
 
 from rlcli import checkpoint
+from rlcli.budget import budget_warnings, planned_steps
 from rlcli.build import Components
 from rlcli.callbacks import Callback, CallbackList, RunContext
-from rlcli.collector import CollectorError, CollectStats, EnvError, TestStats, evaluate
+from rlcli.collector import CollectorError, CollectStats, EnvError
 from rlcli.contracts import RunClock
 from rlcli.envs import library_noise
+from rlcli.evaluation import record_video, test_phase
 from rlcli.finite import check_update
 from rlcli.log import RunLogger, fmt_return
 from rlcli.os_errors import describe_os_error
 from rlcli.registry import ConfigError
-from rlcli.run_state import TrainState, drop_stale_best, restore, save, save_best
+from rlcli.run_state import TrainState, drop_stale_best, restore, save
 from rlcli.runtime import seconds_since_process_start
 from rlcli.schedules import apply_schedules
-from rlcli.stop import StopNow
+from rlcli.stop import StopSignals
 from rlcli.tracking import Tracking, run_files, settings_of
 
 logger = logging.getLogger("rlcli")
@@ -118,7 +120,7 @@ class Trainer:
         self.options = options or TrainerOptions()
         self.callbacks = CallbackList(self.options.callbacks)
         self.stop_reason: str | None = None  # budget, stop_reward, pruned or a callback's reason, once run ends
-        self._stop_signal: int | None = None
+        self.signals = StopSignals()
         self._nonfinite_events = 0  # non-finite updates met by this process (train.on_nonfinite)
 
     # ------------------------------------------------------------------------------------- the loop
@@ -140,7 +142,7 @@ class Trainer:
         if self._already_done():
             return self._say_already_done()
         log, tracking = self._start()
-        restore_signals = self._catch_stop_signals()
+        restore_signals = self.signals.catch()
         try:
             while state.env_steps < total:
                 it = self._collect()
@@ -162,7 +164,7 @@ class Trainer:
         except (CollectorError, Diverged) as error:
             self._fail_run(log, str(error))
         except BaseException:
-            log.close(status="KILLED" if self._stop_signal is not None else "FAILED")  # no-op after a clean stop
+            log.close(status="KILLED" if self.signals.received is not None else "FAILED")  # no-op after a clean stop
             raise
         finally:
             restore_signals()
@@ -175,7 +177,7 @@ class Trainer:
         state.finished = False
         remove_stale_temporaries(self.run_dir)  # this process holds the run dir (run_lock.py): none is in flight
         library_noise.log_pending()
-        planned = self._planned_steps()
+        planned = planned_steps(c, state.env_steps)
         for warning in budget_warnings(c, planned, self.options.typed_keys):
             print(f"rl-train: warning: {warning}", file=sys.stderr)
             logger.info("warning: %s", warning)  # train.log only: the line above is the console's
@@ -247,7 +249,7 @@ class Trainer:
         if not (crossed(state.env_steps, it.previous, every) or (it.last_phase and every > 0)):
             return
         with c.clock("test"):
-            result = self._test(log)
+            result = test_phase(c, state, self.run_dir, log)
         requested = self.callbacks.after_test(self.context, result)  # every callback sees every test
         last = state.last_test_return
         reached = c.stop_reward is not None and last is not None and last >= c.stop_reward
@@ -257,7 +259,7 @@ class Trainer:
         c = self.c
         if c.video_envs is not None and crossed(self.state.env_steps, it.previous, int(c.cfg.log.video_every)):
             with c.clock("test"):  # a test episode, recorded
-                self._record_video(log)
+                record_video(c, self.state.env_steps, self.run_dir, log)
 
     def _log_phase(self, it: Iteration, log: RunLogger) -> None:
         """TensorBoard points at their cadence, console tables at theirs, the progress bar every iteration."""
@@ -294,10 +296,10 @@ class Trainer:
 
     def _stop_on_signal(self, log: RunLogger) -> None:
         """The safe point for Ctrl-C / SIGTERM: a checkpoint, one line, exit code 128 + the signal."""
-        if self._stop_signal is None:
+        if self.signals.received is None:
             return
         self._save()
-        name = signal.Signals(self._stop_signal).name
+        name = signal.Signals(self.signals.received).name
         stopped = (f"{name}: stopped at {self.state.env_steps:,} env steps with a checkpoint saved; "
                    f"resume with: rl-train resume={self.run_dir}")
         log.message(stopped)
@@ -305,7 +307,7 @@ class Trainer:
             print(f"rl-train: {stopped}", file=sys.stderr)
         log.close(status="KILLED")
         self.close()
-        raise StoppedBySignal(self._stop_signal)
+        raise StoppedBySignal(self.signals.received)
 
     def _finish(self, log: RunLogger, tracking: Tracking | None) -> float:
         """The final checkpoint, the result lines, the run's summary."""
@@ -417,12 +419,6 @@ class Trainer:
         self.state.tracking = tracking.run_ids
         return tracking
 
-    def _planned_steps(self) -> int:
-        """Where the run ends at the latest: whole collect phases until train.total_steps is reached."""
-        per_phase = int(self.c.algo.n_steps) * self.c.settings.num_envs
-        todo = max(0, self.c.settings.total_steps - self.state.env_steps)
-        return self.state.env_steps + -(-todo // per_phase) * per_phase
-
     def _tb_cadence(self) -> int:
         """train.tb_every, or for auto: every update of an on-policy run (at most ~1000 points a run), ~300
         points for an off-policy run."""
@@ -443,67 +439,6 @@ class Trainer:
         reached = stop is not None and last is not None and last >= stop
         return state.env_steps >= self.c.settings.total_steps or reached
 
-    def _test(self, log: RunLogger) -> TestStats:
-        c, state = self.c, self.state
-        result = evaluate(c.test_envs, c.algo, c.algo.networks.normalizer, c.device,
-                          seed=int(c.cfg.seed) + 100_003 * (state.tests + 1), obs_dtype=c.obs_dtype,
-                          carry_size=c.carry_size, masks=c.spec.action_masks)
-        state.tests += 1
-        state.last_test_return = result.mean_return
-        best = state.best_test_return
-        state.best_test_return = result.mean_return if best is None else max(best, result.mean_return)
-        if best is None or result.mean_return > best:
-            save_best(c, state, self.run_dir)
-            state.stale_best = False  # this run's own best replaced the stopped run's later one
-            log.scalars({"eval/best_return": result.mean_return}, state.env_steps)
-            log.message(f"new best test return {fmt_return(result.mean_return)} at {state.env_steps:,} env steps: "
-                        "checkpoints/best.pt")
-        log.scalars({"eval/return_mean": result.mean_return, "eval/return_std": float(result.returns.std()),
-                     "eval/ep_len_mean": float(result.lengths.mean())}, state.env_steps)
-        log.test_result(state.env_steps, result.returns.tolist(), result.lengths.tolist())
-        return result
-
-    def _record_video(self, log: RunLogger) -> None:
-        """One deterministic test episode to videos/step-<env steps>-ep0-return<R>.<fmt>, and to TensorBoard.
-        It draws no random numbers from the run, so a resumed run trains exactly as an unbroken one."""
-        from rlcli import video
-
-        c, steps = self.c, self.state.env_steps
-        assert c.video_envs is not None
-        fps = video.frames_per_second(c.video_envs)
-        sink = video.VideoSink(self.run_dir / "videos", f"step-{steps:012d}", c.cfg.log.get("video_format", "mp4"),
-                               fps, count=1, keep_every=1 if log.writer is not None else 0)
-        try:
-            result = evaluate(c.video_envs, c.algo, c.algo.networks.normalizer, c.device,
-                              seed=int(c.cfg.seed) + 7_919 * (steps // max(1, int(c.cfg.log.video_every))),
-                              obs_dtype=c.obs_dtype, carry_size=c.carry_size, frames=sink, masks=c.spec.action_masks)
-        finally:
-            sink.close()
-        (recording,) = sink.finish(result.returns, result.lengths)
-        if log.writer is not None and sink.kept:
-            video.add_to_tensorboard(log.writer, "eval/video", sink.kept, steps, fps)
-        log.message(f"video of a test episode at {steps:,} env steps (return {fmt_return(recording.episode_return)}): "
-                    f"{recording.path.relative_to(self.run_dir)}")
-
-    def _catch_stop_signals(self) -> Callable[[], None]:
-        """First Ctrl-C / SIGTERM: finish the iteration, checkpoint, exit. A second one stops at once."""
-
-        def handler(signum: int, frame: Any) -> None:
-            if self._stop_signal is not None:
-                raise StopNow(signum)
-            self._stop_signal = signum
-
-        previous = {}
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            with contextlib.suppress(ValueError):  # not the main thread (some launchers): leave signals alone
-                previous[sig] = signal.signal(sig, handler)
-
-        def restore() -> None:
-            for sig, old in previous.items():
-                signal.signal(sig, old)
-
-        return restore
-
     # ------------------------------------------------------------------------------- checkpoints
     def _save(self) -> Path:
         if not self.run_dir.is_dir():  # deleted or moved while training: not silently re-made with checkpoints only
@@ -517,29 +452,6 @@ class Trainer:
             drop_stale_best(self.state, self.run_dir)
         self.callbacks.on_checkpoint(self.context, path)
         return path
-
-
-BUDGET_KEYS = ("train.total_steps", "algo.n_steps", "train.num_envs", "algo.train_freq")
-
-
-def budget_warnings(c: Components, planned: int, typed: set[str] | None = None) -> list[str]:
-    """What a user should know before a run whose budget does not do what it says. The rounding to whole collect
-    phases is said only when the user typed one of its settings (`typed`: the command line's keys; None: always),
-    so a shipped tuned config does not warn about itself."""
-    s, algo, warnings = c.settings, c.algo, []
-    per_phase = algo.n_steps * s.num_envs
-    if planned > s.total_steps and (typed is None or any(key in typed for key in BUDGET_KEYS)):
-        phase = "one rollout" if c.spec.on_policy else "one collect phase"
-        what = f"{phase} is {algo.n_steps:,} x {s.num_envs} envs"
-        key = "algo.n_steps" if c.spec.on_policy else "algo.train_freq"
-        fix = (f"; for exactly {s.total_steps:,}, {key}={s.total_steps // s.num_envs}" if s.total_steps < per_phase
-               and s.total_steps % s.num_envs == 0 else f"; {key} x train.num_envs dividing it trains exactly that")
-        warnings.append(f"train.total_steps={s.total_steps:,} is not a whole number of collect phases ({what} = "
-                        f"{per_phase:,} env steps): the run takes {planned:,} env steps{fix}")
-    if not c.spec.on_policy and algo.learning_starts >= planned:
-        warnings.append(f"algo.learning_starts={algo.learning_starts:,} >= the run's {planned:,} env steps: it acts "
-                        "randomly throughout and never learns; lower algo.learning_starts or raise train.total_steps")
-    return warnings
 
 
 def _as_return(value: float | None) -> float:

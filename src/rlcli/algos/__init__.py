@@ -1,3 +1,8 @@
-"""Algorithms register themselves on import; importing this package makes them all available."""
+"""Algorithms register themselves on import (`@ALGOS.register`); importing this package imports every module in
+it, so a new algorithm is its module, its yaml and its resume test, with no list of names to extend."""
 
-from rlcli.algos import a2c, crossq, dqn, maskable_ppo, pg, ppo, pqn, qrdqn, rnd, sac, td3, tqc, trpo  # noqa: F401
+import importlib
+import pkgutil
+
+for _module in pkgutil.iter_modules(__path__):
+    importlib.import_module(f"{__name__}.{_module.name}")

@@ -24,7 +24,7 @@ from rlcli.actors.offpolicy import NetworkRecipe, squashed_gaussian
 from rlcli.algos.base import adam, frozen, gradient_step
 from rlcli.algos.entropy import EntropyCoefficient, check_entropy_settings, initial_log_alpha
 from rlcli.algos.exploration import uniform_box_actions
-from rlcli.algos.offpolicy import BoxScaler, check_offpolicy, resolve_gradient_steps
+from rlcli.algos.offpolicy import BoxScaler, StepOutput, check_offpolicy, resolve_gradient_steps, run_gradient_steps
 from rlcli.buffers.replay import ReplayBuffer
 from rlcli.contracts import ActOutput, AlgoSpec, RecurrentState, RunClock
 from rlcli.registry import ALGOS, require
@@ -149,22 +149,20 @@ class CrossQ:
     def update(self, buffer: ReplayBuffer, clock: RunClock) -> dict[str, torch.Tensor]:
         if len(buffer) == 0:
             return {}
-        net = self.networks
-        logs: dict[str, list[torch.Tensor]] = {"value_loss": [], "policy_loss": [], "alpha": [], "entropy": []}
-        for k in range(self.gradient_steps):
-            batch = buffer.sample(self.batch_size, k, self.gradient_steps)
-            alpha = self.alpha()
-            critic_loss, errors = self.critic_loss(batch, alpha)
-            gradient_step(self.critic_optimizer, critic_loss, net.critics.parameters(), self.max_grad_norm)
-            buffer.update_priorities(batch.indices, errors)  # a no-op unless buffer=per
-            self.gradient_updates += 1
-            logs["value_loss"].append(critic_loss.detach())
-            logs["alpha"].append(alpha)
-            if self.gradient_updates % self.policy_delay == 0:
-                self._policy_step(batch.obs, alpha, logs)
-        return {k: torch.stack(v).mean() for k, v in logs.items() if v}
+        return run_gradient_steps(buffer, self.batch_size, self.gradient_steps, self._gradient_step)
 
-    def _policy_step(self, obs: torch.Tensor, alpha: torch.Tensor, logs: dict[str, list[torch.Tensor]]) -> None:
+    def _gradient_step(self, batch: Any) -> StepOutput:
+        """The critics' step on one batch; every policy_delay-th one, the policy's and the temperature's too."""
+        alpha = self.alpha()
+        critic_loss, errors = self.critic_loss(batch, alpha)
+        gradient_step(self.critic_optimizer, critic_loss, self.networks.critics.parameters(), self.max_grad_norm)
+        self.gradient_updates += 1
+        metrics = {"value_loss": critic_loss.detach()}
+        if self.gradient_updates % self.policy_delay == 0:
+            metrics |= self._policy_step(batch.obs, alpha)
+        return errors, {**metrics, "alpha": alpha}
+
+    def _policy_step(self, obs: torch.Tensor, alpha: torch.Tensor) -> dict[str, torch.Tensor]:
         """The policy's forward pass in training mode; the critics judge its actions in eval mode."""
         net = self.networks
         with training_mode(net.policy):
@@ -174,8 +172,7 @@ class CrossQ:
             q_pi = net.q_values(obs, actions).min(0).values
         policy_loss = (alpha * log_probs - q_pi).mean()
         gradient_step(self.policy_optimizer, policy_loss, net.policy.parameters(), self.max_grad_norm)
-        logs["policy_loss"].append(policy_loss.detach())
-        logs["entropy"].append(-log_probs.detach().mean())
+        return {"policy_loss": policy_loss.detach(), "entropy": -log_probs.detach().mean()}
 
     def state_dict(self) -> dict[str, Any]:
         return {"networks": self.networks.state_dict(), "policy_optimizer": self.policy_optimizer.state_dict(),

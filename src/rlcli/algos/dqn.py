@@ -13,7 +13,13 @@ from rlcli.actors.offpolicy import NetworkRecipe, QNetwork
 from rlcli.actors.recurrent import RecurrentQNetwork, RecurrentRecipe, state_or_zeros
 from rlcli.algos.base import adam, gradient_step
 from rlcli.algos.exploration import epsilon_greedy
-from rlcli.algos.offpolicy import check_offpolicy, polyak_update, resolve_gradient_steps
+from rlcli.algos.offpolicy import (
+    StepOutput,
+    check_offpolicy,
+    polyak_update,
+    resolve_gradient_steps,
+    run_gradient_steps,
+)
 from rlcli.buffers.replay import ReplayBuffer
 from rlcli.buffers.sequence import SequenceBatch
 from rlcli.contracts import ActOutput, AlgoSpec, RecurrentState, RunClock
@@ -136,34 +142,31 @@ class DQN:
     def update(self, buffer: ReplayBuffer, clock: RunClock) -> dict[str, torch.Tensor]:
         if len(buffer) == 0:  # nothing whole stored yet: n-step returns or R2D2 sequences still pending
             return {}
-        net, losses, qs = self.networks, [], []
-        for k in range(self.gradient_steps):
-            if self.recurrent:
-                loss, q_mean = self._sequence_loss(buffer.sample(self.batch_size), buffer.burn_in)  # type: ignore
-                gradient_step(self.optimizer, loss, net.q.parameters(), self.max_grad_norm)
-                self.gradient_updates += 1
-                losses.append(loss.detach())
-                qs.append(q_mean)
-                continue
-            batch = buffer.sample(self.batch_size, k, self.gradient_steps)  # normalized by the buffer
-            if self._compiled is not None:
-                loss, (errors, q_mean) = self._compiled(batch)
-            else:
-                loss, (errors, q_mean) = self.transition_loss(batch)
-                gradient_step(self.optimizer, loss, net.q.parameters(), self.max_grad_norm)
-            buffer.update_priorities(batch.indices, errors)  # a no-op unless buffer=per
-            self.gradient_updates += 1
-            losses.append(loss.detach())
-            qs.append(q_mean)
+        net = self.networks
+        metrics = run_gradient_steps(buffer, self.batch_size, self.gradient_steps,
+                                     lambda batch: self._gradient_step(batch, buffer))
         # As in SB3 (and so RL-Zoo's tuned values): the interval counts env steps, not gradient steps.
         if clock.env_steps // self.target_update_interval > self.last_target_update // self.target_update_interval:
             polyak_update(net.q_target, net.q, self.tau)
             self.last_target_update = clock.env_steps
-        if not losses:
+        if not metrics:
             return {}
-        return {"value_loss": torch.stack(losses).mean(), "q_mean": torch.stack(qs).mean(),
-                "epsilon": torch.tensor(self.epsilon),  # at this update's env step
+        return {**metrics, "epsilon": torch.tensor(self.epsilon),  # at this update's env step
                 "learning_rate": torch.tensor(self.optimizer.param_groups[0]["lr"])}
+
+    def _gradient_step(self, batch: Any, buffer: Any) -> StepOutput:
+        """One gradient step on a batch of transitions (or of stored sequences, for a recurrent network)."""
+        errors = None
+        if self.recurrent:
+            loss, q_mean = self._sequence_loss(batch, buffer.burn_in)
+            gradient_step(self.optimizer, loss, self.networks.q.parameters(), self.max_grad_norm)
+        elif self._compiled is not None:
+            loss, (errors, q_mean) = self._compiled(batch)
+        else:
+            loss, (errors, q_mean) = self.transition_loss(batch)
+            gradient_step(self.optimizer, loss, self.networks.q.parameters(), self.max_grad_norm)
+        self.gradient_updates += 1
+        return errors, {"value_loss": loss.detach(), "q_mean": q_mean}
 
     def transition_loss(self, batch: Any) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
         """The (double) Q-learning loss on a batch of transitions, with each one's TD error (PER priorities) and

@@ -1,18 +1,40 @@
-"""Pieces shared by the off-policy algorithms: target updates, action scaling, exploration noise."""
+"""Pieces shared by the off-policy algorithms: the gradient-step runner, target updates, action scaling,
+exploration noise."""
 
 from __future__ import annotations
 
-from typing import Literal
+from collections.abc import Callable
+from typing import Any, Literal
 
 import gymnasium as gym
 import numpy as np
 import torch
 from torch import nn
 
+from rlcli.contracts import ReplayStorage
 from rlcli.registry import ConfigError, require
 from rlcli.runtime import DeviceConstants
 
 NoiseKind = Literal["gaussian", "ornstein_uhlenbeck", "none"]
+# What an algorithm's step on one batch gives back: each transition's |TD error| for prioritized replay (None for
+# stored sequences, which keep no priorities) and the step's metrics (detached scalars).
+StepOutput = tuple[torch.Tensor | None, dict[str, torch.Tensor]]
+
+
+def run_gradient_steps(buffer: ReplayStorage, batch_size: int, steps: int,
+                       step: Callable[[Any], StepOutput]) -> dict[str, torch.Tensor]:
+    """An off-policy update phase: `steps` times, sample a batch (k of `steps`, for ERE's recency window), let the
+    algorithm's `step` take its gradient steps on it, and give the storage the batch's TD errors (a no-op unless
+    buffer=per). Returns each metric's mean over the steps that logged it."""
+    logs: dict[str, list[torch.Tensor]] = {}
+    for k in range(steps):
+        batch = buffer.sample(batch_size, k, steps)
+        errors, metrics = step(batch)
+        if errors is not None:
+            buffer.update_priorities(batch.indices, errors)
+        for name, value in metrics.items():
+            logs.setdefault(name, []).append(value)
+    return {name: torch.stack(values).mean() for name, values in logs.items()}
 
 
 @torch.no_grad()

@@ -227,7 +227,14 @@ class PPO:
         self.kl_coef = state.get("kl_coef", self.kl_coef)
 
 
-ALGOS.register("ppo_kl", spec=ON_POLICY)(PPO)
+@ALGOS.register("ppo_kl", spec=ON_POLICY)
+class PPOKL(PPO):
+    """PPO with the adaptive KL penalty instead of clipping (Schulman et al. 2017, section 4): PPO's machinery,
+    with the penalty on and the clip off by default."""
+
+    def __init__(self, networks: ActorCritic, num_envs: int, clip_range: float | None = None,
+                 kl_coef: float | None = 1.0, **ppo_settings: Any) -> None:
+        super().__init__(networks, num_envs, clip_range=clip_range, kl_coef=kl_coef, **ppo_settings)
 
 
 def adapt_kl_coef(coef: float, kl: float, target: float) -> float:

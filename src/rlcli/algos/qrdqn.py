@@ -20,13 +20,18 @@ from rlcli.registry import ALGOS, require
 @ALGOS.register("qrdqn", spec=AlgoSpec(on_policy=False, action_spaces=("Discrete",), networks=("mlp", "cnn")))
 class QRDQN(DQN):
     def __init__(self, recipe: NetworkRecipe, action_space: gym.spaces.Space, num_envs: int,
-                 n_quantiles: int = 200, **dqn_settings: Any) -> None:
+                 n_quantiles: int = 200, lr: float = 5e-5, target_update_interval: int = 10_000,
+                 exploration_fraction: float = 0.005, exploration_final_eps: float = 0.01,
+                 max_grad_norm: float | None = None, **dqn_settings: Any) -> None:
+        """sb3-contrib's QRDQN defaults where they differ from DQN's (conf/algo/qrdqn.yaml says the same)."""
         require(n_quantiles >= 1, "algo.n_quantiles", n_quantiles, "must be >= 1")
         require(not dqn_settings.get("dueling", False), "algo.dueling", True, "is not built for quantile networks")
         require(dqn_settings.get("loss", "huber") == "huber", "algo.loss", dqn_settings.get("loss"),
                 "QR-DQN always learns with the quantile Huber loss")
         self.n_quantiles = n_quantiles
-        super().__init__(recipe, action_space, num_envs, **dqn_settings)
+        super().__init__(recipe, action_space, num_envs, lr=lr, target_update_interval=target_update_interval,
+                         exploration_fraction=exploration_fraction, exploration_final_eps=exploration_final_eps,
+                         max_grad_norm=max_grad_norm, **dqn_settings)
 
     def outputs_per_action(self) -> int:
         return self.n_quantiles

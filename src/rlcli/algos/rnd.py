@@ -84,11 +84,18 @@ class RNDPPO(PPO):
         ext_coef: float = 2.0,
         int_coef: float = 1.0,
         update_proportion: float = 0.25,
-        obs_norm_warmup_steps: int = 0,
+        obs_norm_warmup_steps: int = 2048,
         rnd_hidden_sizes: list[int] = (64, 64),  # type: ignore[assignment]
         rnd_features: int = 64,
+        n_steps: int = 128,
+        batch_size: int = 256,
+        n_epochs: int = 4,
+        gamma: float = 0.999,
+        ent_coef: float = 0.001,
         **ppo_settings: Any,
     ) -> None:
+        """PPO's settings where RND's paper (and conf/algo/rnd_ppo.yaml) differ; the rest as PPO's."""
+        ppo_settings.update(n_steps=n_steps, batch_size=batch_size, n_epochs=n_epochs, gamma=gamma, ent_coef=ent_coef)
         require(0 <= int_gamma <= 1, "algo.int_gamma", int_gamma, "must be in [0, 1]")
         require(ext_coef >= 0, "algo.ext_coef", ext_coef, "must be >= 0")
         require(int_coef >= 0, "algo.int_coef", int_coef, "must be >= 0")

@@ -15,7 +15,14 @@ from rlcli.actors.recurrent import RecurrentCritics, RecurrentNet, RecurrentReci
 from rlcli.algos.base import adam, frozen, gradient_step
 from rlcli.algos.entropy import EntropyCoefficient, check_entropy_settings, initial_log_alpha
 from rlcli.algos.exploration import uniform_box_actions
-from rlcli.algos.offpolicy import BoxScaler, check_offpolicy, polyak_update, resolve_gradient_steps
+from rlcli.algos.offpolicy import (
+    BoxScaler,
+    StepOutput,
+    check_offpolicy,
+    polyak_update,
+    resolve_gradient_steps,
+    run_gradient_steps,
+)
 from rlcli.buffers.replay import ReplayBuffer
 from rlcli.buffers.sequence import SequenceBatch
 from rlcli.contracts import ActOutput, AlgoSpec, RecurrentState, RunClock
@@ -126,27 +133,27 @@ class SAC:
     def update(self, buffer: ReplayBuffer, clock: RunClock) -> dict[str, torch.Tensor]:
         if len(buffer) == 0:  # n-step storage holds nothing yet (learning_starts=0, train_freq < n_step)
             return {}
-        net = self.networks
-        logs: dict[str, list[torch.Tensor]] = {"value_loss": [], "policy_loss": [], "alpha": [], "entropy": []}
-        for k in range(self.gradient_steps):
-            if self.recurrent:
-                self._sequence_step(buffer.sample(self.batch_size), buffer.burn_in, logs)  # type: ignore
-                continue
-            batch = buffer.sample(self.batch_size, k, self.gradient_steps)
-            obs, next_obs = batch.obs, batch.next_obs  # normalized by the buffer when sampled
-            alpha = self.alpha()
-            with torch.no_grad():
-                next_actions, next_log_probs = net.policy(next_obs)
-            critic_loss, errors = self.critic_loss(batch, next_actions, next_log_probs, alpha)
-            gradient_step(self.critic_optimizer, critic_loss, net.critics.parameters(), self.max_grad_norm)
-            buffer.update_priorities(batch.indices, errors)  # a no-op unless buffer=per
+        return run_gradient_steps(buffer, self.batch_size, self.gradient_steps,
+                                  lambda batch: self._gradient_step(batch, buffer))
 
-            actions, log_probs = net.policy(obs)
-            with frozen(net.critics):  # the policy loss needs dQ/da only, not the critics' weight gradients
-                q_pi = self.policy_q(obs, actions)
-            policy_loss = (alpha * log_probs - q_pi).mean()
-            self._finish_step(critic_loss, policy_loss, log_probs.detach(), lambda x: x.mean(), alpha, logs)
-        return {k: torch.stack(v).mean() for k, v in logs.items() if v}
+    def _gradient_step(self, batch: Any, buffer: Any) -> StepOutput:
+        """The critics' step, then the policy's and the temperature's, on one batch (of stored sequences for a
+        recurrent network)."""
+        if self.recurrent:
+            return None, self._sequence_step(batch, buffer.burn_in)
+        net = self.networks
+        obs, next_obs = batch.obs, batch.next_obs  # normalized by the buffer when sampled
+        alpha = self.alpha()
+        with torch.no_grad():
+            next_actions, next_log_probs = net.policy(next_obs)
+        critic_loss, errors = self.critic_loss(batch, next_actions, next_log_probs, alpha)
+        gradient_step(self.critic_optimizer, critic_loss, net.critics.parameters(), self.max_grad_norm)
+
+        actions, log_probs = net.policy(obs)
+        with frozen(net.critics):  # the policy loss needs dQ/da only, not the critics' weight gradients
+            q_pi = self.policy_q(obs, actions)
+        policy_loss = (alpha * log_probs - q_pi).mean()
+        return errors, self._finish_step(critic_loss, policy_loss, log_probs.detach(), lambda x: x.mean(), alpha)
 
     def critic_loss(self, batch: Any, next_actions: torch.Tensor, next_log_probs: torch.Tensor,
                     alpha: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -162,7 +169,7 @@ class SAC:
         """The value the policy climbs: the smallest critic's Q."""
         return self.networks.critics(obs, actions).min(0).values
 
-    def _sequence_step(self, batch: SequenceBatch, burn: int, logs: dict[str, list[torch.Tensor]]) -> None:
+    def _sequence_step(self, batch: SequenceBatch, burn: int) -> dict[str, torch.Tensor]:
         """One SAC update on stored sequences: burn-in without gradients (the policy from its stored carry,
         the critics from zero), then the usual losses over the remaining steps, masked to real transitions."""
         net, alpha = self.networks, self.alpha()
@@ -191,11 +198,11 @@ class SAC:
         with frozen(net.critics):  # dQ/da only, on the critics' (detached) features
             q_pi = net.critics.q([h[:-1].detach() for h in features], actions[:-1]).min(0).values
         policy_loss = masked_mean(alpha * log_probs[:-1] - q_pi)
-        self._finish_step(critic_loss, policy_loss, log_probs[:-1].detach(), masked_mean, alpha, logs)
+        return self._finish_step(critic_loss, policy_loss, log_probs[:-1].detach(), masked_mean, alpha)
 
     def _finish_step(self, critic_loss: torch.Tensor, policy_loss: torch.Tensor, log_probs: torch.Tensor,
-                     mean: Any, alpha: torch.Tensor, logs: dict[str, list[torch.Tensor]]) -> None:
-        """After the critic step: the policy step, the temperature step, target updates and logs.
+                     mean: Any, alpha: torch.Tensor) -> dict[str, torch.Tensor]:
+        """After the critic step: the policy step, the temperature step, target updates, and the step's metrics.
         `mean` averages over the batch (masked to real transitions for sequences)."""
         net = self.networks
         gradient_step(self.policy_optimizer, policy_loss, net.policy.parameters(), self.max_grad_norm)
@@ -203,10 +210,8 @@ class SAC:
         self.gradient_updates += 1
         if self.gradient_updates % self.target_update_interval == 0:
             polyak_update(net.critics_target, net.critics, self.tau)
-        logs["value_loss"].append(critic_loss.detach())
-        logs["policy_loss"].append(policy_loss.detach())
-        logs["alpha"].append(alpha)
-        logs["entropy"].append(-mean(log_probs))
+        return {"value_loss": critic_loss.detach(), "policy_loss": policy_loss.detach(), "alpha": alpha,
+                "entropy": -mean(log_probs)}
 
     def state_dict(self) -> dict[str, Any]:
         return {"networks": self.networks.state_dict(), "policy_optimizer": self.policy_optimizer.state_dict(),

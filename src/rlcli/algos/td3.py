@@ -21,9 +21,11 @@ from rlcli.algos.offpolicy import (
     BoxScaler,
     ExplorationNoise,
     NoiseKind,
+    StepOutput,
     check_offpolicy,
     polyak_update,
     resolve_gradient_steps,
+    run_gradient_steps,
 )
 from rlcli.buffers.replay import ReplayBuffer
 from rlcli.contracts import ActOutput, AlgoSpec, RecurrentState, RunClock
@@ -108,40 +110,34 @@ class TD3:
     def update(self, buffer: ReplayBuffer, clock: RunClock) -> dict[str, torch.Tensor]:
         if len(buffer) == 0:  # n-step storage holds nothing yet (learning_starts=0, train_freq < n_step)
             return {}
+        return run_gradient_steps(buffer, self.batch_size, self.gradient_steps, self._gradient_step)
+
+    def _gradient_step(self, batch: Any) -> StepOutput:
+        """The critics' step on one batch; every policy_delay-th one, the policy's and the target updates too."""
         net = self.networks
-        critic_losses, policy_losses, q_means = [], [], []
-        for k in range(self.gradient_steps):
-            batch = buffer.sample(self.batch_size, k, self.gradient_steps)
-            obs, next_obs = batch.obs, batch.next_obs  # normalized by the buffer when sampled
-            with torch.no_grad():
-                next_actions = net.policy_target(next_obs)
-                if self.target_policy_noise > 0:  # target policy smoothing
-                    smoothing = (torch.randn_like(next_actions) * self.target_policy_noise).clamp(
-                        -self.target_noise_clip, self.target_noise_clip)
-                    next_actions = (next_actions + smoothing).clamp(-1.0, 1.0)
-                next_q = net.critics_target(next_obs, next_actions).min(0).values
-                target = self.reward_scale * batch.rewards + batch.discounts * next_q
-            qs = net.critics(obs, batch.actions)
-            td = qs - target
-            critic_loss = (batch.weights * td.square()).mean(-1).sum()
-            gradient_step(self.critic_optimizer, critic_loss, net.critics.parameters(), self.max_grad_norm)
-            buffer.update_priorities(batch.indices, td.detach().abs().mean(0))  # a no-op unless buffer=per
-            self.gradient_updates += 1
-            critic_losses.append(critic_loss.detach())
-            q_means.append(qs.detach().mean())
-            if self.gradient_updates % self.policy_delay == 0:
-                with frozen(net.critics):  # Q1 only, and no weight gradients for it
-                    policy_loss = -net.critics.nets[0](obs, net.policy(obs)).mean()
-                gradient_step(self.policy_optimizer, policy_loss, net.policy.parameters(), self.max_grad_norm)
-                polyak_update(net.critics_target, net.critics, self.tau)
-                polyak_update(net.policy_target, net.policy, self.tau)
-                policy_losses.append(policy_loss.detach())
-        metrics: dict[str, torch.Tensor] = {}
-        if critic_losses:
-            metrics |= {"value_loss": torch.stack(critic_losses).mean(), "q_mean": torch.stack(q_means).mean()}
-        if policy_losses:
-            metrics["policy_loss"] = torch.stack(policy_losses).mean()
-        return metrics
+        obs, next_obs = batch.obs, batch.next_obs  # normalized by the buffer when sampled
+        with torch.no_grad():
+            next_actions = net.policy_target(next_obs)
+            if self.target_policy_noise > 0:  # target policy smoothing
+                smoothing = (torch.randn_like(next_actions) * self.target_policy_noise).clamp(
+                    -self.target_noise_clip, self.target_noise_clip)
+                next_actions = (next_actions + smoothing).clamp(-1.0, 1.0)
+            next_q = net.critics_target(next_obs, next_actions).min(0).values
+            target = self.reward_scale * batch.rewards + batch.discounts * next_q
+        qs = net.critics(obs, batch.actions)
+        td = qs - target
+        critic_loss = (batch.weights * td.square()).mean(-1).sum()
+        gradient_step(self.critic_optimizer, critic_loss, net.critics.parameters(), self.max_grad_norm)
+        self.gradient_updates += 1
+        metrics = {"value_loss": critic_loss.detach(), "q_mean": qs.detach().mean()}
+        if self.gradient_updates % self.policy_delay == 0:
+            with frozen(net.critics):  # Q1 only, and no weight gradients for it
+                policy_loss = -net.critics.nets[0](obs, net.policy(obs)).mean()
+            gradient_step(self.policy_optimizer, policy_loss, net.policy.parameters(), self.max_grad_norm)
+            polyak_update(net.critics_target, net.critics, self.tau)
+            polyak_update(net.policy_target, net.policy, self.tau)
+            metrics["policy_loss"] = policy_loss.detach()
+        return td.detach().abs().mean(0), metrics
 
     def state_dict(self) -> dict[str, Any]:
         return {"networks": self.networks.state_dict(), "policy_optimizer": self.policy_optimizer.state_dict(),
@@ -156,6 +152,13 @@ class TD3:
         self.gradient_updates = state["gradient_updates"]
 
 
-# DDPG is TD3's machinery with DDPG's choices, set in conf/algo/ddpg.yaml: one critic, no target
-# policy smoothing, no policy delay.
-ALGOS.register("ddpg", spec=SPEC)(TD3)
+@ALGOS.register("ddpg", spec=SPEC)
+class DDPG(TD3):
+    """DDPG (Lillicrap et al. 2016) is TD3's machinery with DDPG's choices: one critic, no target policy smoothing,
+    no policy delay."""
+
+    def __init__(self, recipe: NetworkRecipe, action_space: gym.spaces.Space, num_envs: int, num_critics: int = 1,
+                 policy_delay: int = 1, target_policy_noise: float = 0.0, target_noise_clip: float = 0.0,
+                 **td3_settings: Any) -> None:
+        super().__init__(recipe, action_space, num_envs, num_critics=num_critics, policy_delay=policy_delay,
+                         target_policy_noise=target_policy_noise, target_noise_clip=target_noise_clip, **td3_settings)
