@@ -129,7 +129,7 @@ def test_the_predictor_error_falls_on_seen_states_only():
 
 @pytest.mark.parametrize(("overrides", "message"), [
     (["actor=gru"], "algo=rnd_ppo does not support actor=gru yet; choose from: mlp"),
-    (["env=gym", "env.id=FrozenLake-v1"], "algo=rnd_ppo normalizes observations entry by entry and needs a flat Box"),
+    (["env=PixelGoal-v0", "actor=mlp"], "algo=rnd_ppo normalizes observations entry by entry and needs a flat Box"),
     (["algo.update_proportion=0"], "algo.update_proportion=0 is invalid: must be in (0, 1]"),
     (["algo.int_gamma=1.5"], "algo.int_gamma=1.5 is invalid"),
     (["+algo.int_coeff=1"], "unknown key 'algo.int_coeff' (did you mean 'int_coef'?)"),

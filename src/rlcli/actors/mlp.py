@@ -141,11 +141,9 @@ def build_mlp_actor(
     """An ActorCritic for on-policy algorithms, or a NetworkRecipe from which off-policy ones build heads."""
     if not isinstance(observation_space, gym.spaces.Box):
         raise ConfigError(
-            f"actor=mlp needs a Box observation space; the env has {type(observation_space).__name__}"
-            + ("; rlcli does not one-hot encode Discrete observations yet: wrap the env in your own module with "
-               "gymnasium.wrappers.TransformObservation to a one-hot Box, or pick an env with Box observations "
-               "(CartPole-v1, Acrobot-v1, MountainCar-v0, LunarLander-v3)"
-               if isinstance(observation_space, gym.spaces.Discrete) else ""))
+            f"actor=mlp needs a Box observation space (Discrete, MultiDiscrete and Dict ones are turned into one); "
+            f"the env has {type(observation_space).__name__}: wrap it in gymnasium.wrappers.TransformObservation "
+            "to a Box in your own module")
     for key, sizes in (("hidden_sizes", hidden_sizes), ("obs_extractor", obs_extractor),
                        ("act_extractor", act_extractor)):
         require(all(h > 0 for h in sizes), f"actor.{key}", list(sizes), "sizes must be > 0")

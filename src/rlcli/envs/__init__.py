@@ -190,6 +190,14 @@ class GymEnvFactory:
             self.goal = goal_layout(envs)
         if isinstance(envs.single_observation_space, gym.spaces.Dict):
             envs = gym.wrappers.vector.FlattenObservation(envs)
+        if one_hot_encodable(envs.single_observation_space):
+            envs = one_hot_observations(envs)
+        elif not isinstance(envs.single_observation_space, gym.spaces.Box):
+            space = envs.single_observation_space
+            envs.close()
+            raise ConfigError(f"env {self.spec.id} has {space} observations; rlcli takes Box ones, Discrete / "
+                              "MultiDiscrete ones and tuples of Discrete (one-hot encoded) and Dict ones (flattened): "
+                              "wrap it in gymnasium.wrappers.TransformObservation to one of those in your own module")
         if self.observation_indices is not None:
             envs = self._keep_observations(envs)
         if not eval:
@@ -247,6 +255,40 @@ class SparseReward(gym.vector.VectorWrapper):
     def step(self, actions: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         obs, _, terminated, truncated, infos = self.env.step(actions)
         return obs, terminated.astype(np.float64), terminated, truncated, infos
+
+
+def one_hot_encodable(space: gym.spaces.Space) -> bool:
+    return isinstance(space, gym.spaces.Discrete | gym.spaces.MultiDiscrete) or (
+        isinstance(space, gym.spaces.Tuple) and all(isinstance(s, gym.spaces.Discrete) for s in space.spaces))
+
+
+def one_hot_observations(envs: VectorEnv) -> VectorEnv:
+    """Discrete observations (FrozenLake, Taxi, CliffWalking) as one-hot vectors; MultiDiscrete ones and tuples of
+    Discrete (Blackjack) as their entries' one-hots side by side, as SB3 encodes them: the networks then see a flat
+    float Box."""
+    space = envs.single_observation_space
+    if isinstance(space, gym.spaces.Discrete):
+        sizes, starts = np.array([int(space.n)]), np.array([int(space.start)])
+    elif isinstance(space, gym.spaces.Tuple):
+        sizes = np.array([int(s.n) for s in space.spaces])  # type: ignore[attr-defined]
+        starts = np.array([int(s.start) for s in space.spaces])  # type: ignore[attr-defined]
+    else:
+        assert isinstance(space, gym.spaces.MultiDiscrete)
+        sizes, starts = np.asarray(space.nvec).reshape(-1), np.asarray(space.start).reshape(-1)
+    offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    width = int(sizes.sum())
+
+    def encode(obs: Any) -> np.ndarray:
+        stacked = np.stack(obs, axis=1) if isinstance(obs, tuple) else np.asarray(obs)
+        entries = stacked.reshape(len(stacked), -1) - starts  # [envs, entries], each from 0
+        out = np.zeros((len(stacked), width), dtype=np.float32)
+        np.put_along_axis(out, entries + offsets, 1.0, axis=1)
+        return out
+
+    single = gym.spaces.Box(0.0, 1.0, (width,), np.float32)
+    batched = gym.spaces.Box(0.0, 1.0, (envs.num_envs, width), np.float32)
+    return gym.wrappers.vector.TransformObservation(envs, encode, observation_space=batched,
+                                                   single_observation_space=single)
 
 
 def _select_box(space: gym.spaces.Box, keep: list[int]) -> gym.spaces.Box:
