@@ -106,7 +106,8 @@ BAD_INPUT = [
      "+env.kwargs.sutton_barto_reward=true"),
     (["actor.activation=swish"], "actor.activation='swish'", "choose from: tanh"),
     (["algo.batch_size=100000"], "algo.batch_size=100000", "n_steps * num_envs"),
-    (["env=gym", "env.id=odd_envs:MultiBinaryToy-v0"], "cannot handle MultiBinary actions", "Discrete, Box"),
+    (["algo=dqn", "env=gym", "env.id=odd_envs:MultiBinaryToy-v0"], "algo=dqn cannot handle MultiBinary actions",
+     "it supports: Discrete"),
     # off-policy family
     (["algo=dqn", "env=Pendulum-v1"], "algo=dqn cannot handle Box actions", "it supports: Discrete"),
     (["algo=sac", "env=CartPole-v1"], "algo=sac cannot handle Discrete actions", "it supports: Box"),

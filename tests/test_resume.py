@@ -28,6 +28,8 @@ CASES = {
     "ppo-CartPole": ["algo=ppo", "algo.n_steps=32", "env=CartPole-v1"],
     "ppo-Pendulum": ["algo=ppo", "algo.n_steps=32", *PENDULUM],
     "a2c-CartPole": ["algo=a2c", "algo.n_steps=8", "env=CartPole-v1"],
+    "ppo-MatchDigits-multidiscrete": ["algo=ppo", "algo.n_steps=32", "env=gym", "env.id=MatchDigits-v0"],
+    "a2c-MatchBits-multibinary": ["algo=a2c", "algo.n_steps=8", "env=gym", "env.id=MatchBits-v0"],
     # the KL coefficient adapts after every update and a schedule moves ent_coef: both must resume exactly
     "ppo_kl-CartPole-scheduled": ["algo=ppo_kl", "algo.n_steps=32", "algo.n_epochs=2", "env=CartPole-v1",
                                   "algo.schedules.ent_coef=linear:0.01:0.0"],

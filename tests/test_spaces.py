@@ -78,3 +78,65 @@ def test_ppo_learns_frozenlake_from_one_hot_observations(cli, tmp_path):
     assert out.returncode == 0, out.stderr
     last = (tmp_path / "run" / "eval.jsonl").read_text().splitlines()[-1]
     assert '"returns": [1.0, 1.0' in last
+
+
+def test_multidiscrete_and_multibinary_heads_match_torch_distributions():
+    import torch
+    from torch.distributions import Bernoulli, Categorical, Independent
+
+    from rlcli.actors.heads import BernoulliHead, MultiCategoricalHead
+
+    torch.manual_seed(0)
+    features = torch.randn(5, 8)
+    head = MultiCategoricalHead(8, [3, 2, 4])
+    log_probs = head(features)
+    branches = [Categorical(logits=x) for x in head.logits(features).split([3, 2, 4], dim=-1)]
+    actions = head.sample(log_probs, deterministic=False)
+    assert actions.shape == (5, 3) and all((actions[:, i] < n).all() for i, n in enumerate([3, 2, 4]))
+    expected = sum(b.log_prob(actions[:, i].long()) for i, b in enumerate(branches))
+    torch.testing.assert_close(head.log_prob(log_probs, actions), expected)
+    torch.testing.assert_close(head.entropy(log_probs), sum(b.entropy() for b in branches))
+    greedy = head.sample(log_probs, deterministic=True)
+    torch.testing.assert_close(greedy, torch.stack([b.probs.argmax(-1) for b in branches], -1).float())
+    other = head(torch.randn(5, 8))
+    q = [Categorical(logits=x) for x in other.split([3, 2, 4], dim=-1)]
+    kl = sum(torch.distributions.kl_divergence(p, q_) for p, q_ in zip(branches, q, strict=True))
+    torch.testing.assert_close(head.kl(log_probs, other), kl)
+
+    bits = BernoulliHead(8, 4)
+    logits = bits(features)
+    reference = Independent(Bernoulli(logits=logits), 1)
+    sample = bits.sample(logits, deterministic=False)
+    torch.testing.assert_close(bits.log_prob(logits, sample), reference.log_prob(sample))
+    torch.testing.assert_close(bits.entropy(logits), reference.entropy())
+    torch.testing.assert_close(bits.sample(logits, deterministic=True), (torch.sigmoid(logits) > 0.5).float())
+    other_logits = bits(torch.randn(5, 8))
+    torch.testing.assert_close(bits.kl(logits, other_logits), torch.distributions.kl_divergence(
+        reference, Independent(Bernoulli(logits=other_logits), 1)))
+
+
+def test_multidiscrete_actions_reach_the_env_as_integers_from_their_start():
+    import torch
+
+    from rlcli.actors.mlp import action_conversions
+    from rlcli.algos.base import clipped_env_actions
+
+    bounds, start = action_conversions(gym.spaces.MultiDiscrete([3, 4], start=[1, -2]))
+    actor = type("Actor", (), {"action_bounds": bounds, "action_start": start})()
+    env_actions = clipped_env_actions(actor, torch.tensor([[0.0, 3.0], [2.0, 0.0]]))
+    assert env_actions.dtype == torch.int64 and env_actions.tolist() == [[1, 1], [3, -2]]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("algo", "env_id"), [("ppo", "MatchDigits-v0"), ("a2c", "MatchBits-v0")])
+def test_on_policy_algorithms_learn_multidiscrete_and_multibinary_actions(cli, tmp_path, algo, env_id):
+    # random play returns 10/3 (MatchDigits) and 5 (MatchBits); the threshold is 9.5 of 10. Measured when written:
+    # ppo (n_steps 64) 9.57 at 40,960 env steps, a2c 9.85 at 28,680 (seed 1)
+    out = cli(f"algo={algo}", "env=gym", f"env.id={env_id}", "train.total_steps=61440", "train.test_every=4096",
+              *(["algo.n_steps=64", "algo.batch_size=128"] if algo == "ppo" else []), "log.console=false",
+              f"hydra.run.dir={tmp_path}/run")
+    assert out.returncode == 0, out.stderr
+    import json
+
+    last = json.loads((tmp_path / "run" / "eval.jsonl").read_text().splitlines()[-1])
+    assert sum(last["returns"]) / len(last["returns"]) >= 9.5

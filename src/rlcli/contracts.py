@@ -21,6 +21,10 @@ from rlcli.schedules import Schedule
 # ------------------------------------------------------------------------------------------ specs
 
 
+# The action spaces an on-policy algorithm with rlcli's heads takes (actors/heads.py has one head for each).
+ON_POLICY_ACTIONS = ("Discrete", "Box", "MultiDiscrete", "MultiBinary")
+
+
 @dataclass(frozen=True)
 class AlgoSpec:
     """What an algorithm needs and supports; the build step checks a config against it."""

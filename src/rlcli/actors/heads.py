@@ -47,6 +47,67 @@ class CategoricalHead(nn.Module):
         return (p_log_probs.exp() * (p_log_probs - q_log_probs)).sum(-1)
 
 
+class MultiCategoricalHead(nn.Module):
+    """MultiDiscrete actions: independent categoricals, one per entry; the log-prob and entropy are the entries'
+    sums. The head's output is every entry's log-probabilities side by side, [B, sum(nvec)]."""
+
+    def __init__(self, in_features: int, nvec: list[int]):
+        super().__init__()
+        self.nvec = [int(n) for n in nvec]
+        self.logits = nn.Linear(in_features, sum(self.nvec))
+
+    def forward(self, features: torch.Tensor) -> torch.Tensor:
+        return torch.cat([torch.log_softmax(x, dim=-1) for x in self.logits(features).split(self.nvec, dim=-1)], -1)
+
+    def sample(self, log_probs: torch.Tensor, deterministic: bool) -> torch.Tensor:
+        """[B, entries] as floats (stored with the Box actions' storage; `log_prob` takes them back as indices)."""
+        return torch.stack([CategoricalHead.sample(x, deterministic) for x in log_probs.split(self.nvec, dim=-1)],
+                           -1).float()
+
+    def log_prob(self, log_probs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        entries = log_probs.split(self.nvec, dim=-1)
+        return torch.stack([CategoricalHead.log_prob(x, actions[..., i]) for i, x in enumerate(entries)], -1).sum(-1)
+
+    def entropy(self, log_probs: torch.Tensor) -> torch.Tensor:
+        return -(log_probs.exp() * log_probs).sum(-1)  # the entries' entropies, summed
+
+    def kl(self, p_log_probs: torch.Tensor, q_log_probs: torch.Tensor, p_head: nn.Module | None = None) -> torch.Tensor:
+        return (p_log_probs.exp() * (p_log_probs - q_log_probs)).sum(-1)  # the entries' KLs, summed
+
+
+class BernoulliHead(nn.Module):
+    """MultiBinary actions: an independent Bernoulli per entry. The head's output is each entry's logit."""
+
+    def __init__(self, in_features: int, n: int):
+        super().__init__()
+        self.logits = nn.Linear(in_features, n)
+
+    def forward(self, features: torch.Tensor) -> torch.Tensor:
+        return self.logits(features)
+
+    @staticmethod
+    def sample(logits: torch.Tensor, deterministic: bool) -> torch.Tensor:
+        if deterministic:
+            return (logits > 0).float()
+        return (torch.rand_like(logits) < torch.sigmoid(logits)).float()
+
+    @staticmethod
+    def log_prob(logits: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        return -nn.functional.binary_cross_entropy_with_logits(logits, actions, reduction="none").sum(-1)
+
+    @staticmethod
+    def entropy(logits: torch.Tensor) -> torch.Tensor:
+        p = torch.sigmoid(logits)
+        return nn.functional.binary_cross_entropy_with_logits(logits, p, reduction="none").sum(-1)
+
+    @staticmethod
+    def kl(p_logits: torch.Tensor, q_logits: torch.Tensor, p_head: nn.Module | None = None) -> torch.Tensor:
+        p = torch.sigmoid(p_logits)
+        log_p1, log_p0 = nn.functional.logsigmoid(p_logits), nn.functional.logsigmoid(-p_logits)
+        log_q1, log_q0 = nn.functional.logsigmoid(q_logits), nn.functional.logsigmoid(-q_logits)
+        return (p * (log_p1 - log_q1) + (1 - p) * (log_p0 - log_q0)).sum(-1)
+
+
 MASKED_LOGIT = -1e8  # a finite "minus infinity": masked actions get probability 0 and entropy terms stay 0, not NaN
 
 

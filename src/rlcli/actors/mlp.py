@@ -10,7 +10,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from rlcli.actors.heads import CategoricalHead, GaussianHead, masked_log_probs
+from rlcli.actors.heads import BernoulliHead, CategoricalHead, GaussianHead, MultiCategoricalHead, masked_log_probs
 from rlcli.actors.layers import Activation, mlp, orthogonal_init
 from rlcli.actors.normalizer import RunningNorm
 from rlcli.actors.offpolicy import NetworkRecipe
@@ -25,11 +25,31 @@ class EvalOutput(NamedTuple):
     values: torch.Tensor
 
 
-def policy_head(features: int, action_space: gym.spaces.Space, log_std_init: float) -> CategoricalHead | GaussianHead:
-    """Categorical logits for Discrete actions, a diagonal Gaussian for Box actions."""
+PolicyHead = CategoricalHead | GaussianHead | MultiCategoricalHead | BernoulliHead
+
+
+def policy_head(features: int, action_space: gym.spaces.Space, log_std_init: float) -> PolicyHead:
+    """Categorical logits for Discrete actions, a diagonal Gaussian for Box actions, independent categoricals
+    for MultiDiscrete and independent Bernoullis for MultiBinary ones."""
     if isinstance(action_space, gym.spaces.Discrete):
         return CategoricalHead(features, int(action_space.n))
+    if isinstance(action_space, gym.spaces.MultiDiscrete):
+        return MultiCategoricalHead(features, np.asarray(action_space.nvec).reshape(-1).tolist())
+    if isinstance(action_space, gym.spaces.MultiBinary):
+        return BernoulliHead(features, int(np.prod(action_space.shape)))
     return GaussianHead(features, int(np.prod(action_space.shape)), log_std_init)
+
+
+def action_conversions(action_space: gym.spaces.Space) -> tuple[DeviceConstants | None, DeviceConstants | None]:
+    """(bounds, start): a Box's bounds, which the env's actions are clipped to; for MultiDiscrete / MultiBinary,
+    what the entries' indices are offset by (their `start`, or 0) on their way to the env as integers."""
+    if isinstance(action_space, gym.spaces.Box):
+        return DeviceConstants(action_space.low, action_space.high), None
+    if isinstance(action_space, gym.spaces.MultiDiscrete):
+        return None, DeviceConstants(np.asarray(action_space.start).reshape(-1).astype(np.int64))
+    if isinstance(action_space, gym.spaces.MultiBinary):
+        return None, DeviceConstants(np.zeros(int(np.prod(action_space.shape)), dtype=np.int64))
+    return None, None
 
 
 class ActorCritic(nn.Module):
@@ -64,7 +84,7 @@ class ActorCritic(nn.Module):
         self.v_body = self.pi_body if shared else mlp(obs_dim, hidden_sizes, activation)
         features = hidden_sizes[-1] if hidden_sizes else obs_dim
         self.discrete = isinstance(action_space, gym.spaces.Discrete)
-        self.action_bounds = None if self.discrete else DeviceConstants(action_space.low, action_space.high)
+        self.action_bounds, self.action_start = action_conversions(action_space)
         self.head = policy_head(features, action_space, log_std_init)
         self.value_outputs = value_outputs  # 2 for rnd_ppo: extrinsic and intrinsic value heads
         self.value_head = nn.Linear(features, value_outputs)

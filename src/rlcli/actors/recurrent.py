@@ -22,11 +22,10 @@ import torch
 from torch import nn
 
 from rlcli.actors.layers import Activation, mlp, orthogonal_init
-from rlcli.actors.mlp import EvalOutput, policy_head
+from rlcli.actors.mlp import EvalOutput, action_conversions, policy_head
 from rlcli.actors.normalizer import RunningNorm
 from rlcli.contracts import ActOutput, NetworkSpec, RecurrentState
 from rlcli.registry import ACTORS, ConfigError, require
-from rlcli.runtime import DeviceConstants
 
 
 def cell_step(cell: nn.GRUCell | nn.LSTMCell, x: torch.Tensor, carry: torch.Tensor,
@@ -64,7 +63,7 @@ class RecurrentActorCritic(nn.Module):
                                                else nn.LSTMCell(features, rnn_size))
         self.carry_size = rnn_size * (2 if cell == "lstm" else 1)
         self.discrete = isinstance(action_space, gym.spaces.Discrete)
-        self.action_bounds = None if self.discrete else DeviceConstants(action_space.low, action_space.high)
+        self.action_bounds, self.action_start = action_conversions(action_space)
         self.head = policy_head(rnn_size, action_space, log_std_init)
         self.value_head = nn.Linear(rnn_size, 1)
         if ortho_init:

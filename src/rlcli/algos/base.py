@@ -122,7 +122,11 @@ def check_common(
 
 
 def clipped_env_actions(actor: ActorCritic, actions: torch.Tensor) -> torch.Tensor:
-    """Gaussian samples are stored unclipped (exact log-probs); the env gets them clipped to its bounds."""
-    if actor.action_bounds is None:
-        return actions
-    return actions.clamp(*actor.action_bounds.on(actions.device))
+    """Gaussian samples are stored unclipped (exact log-probs); the env gets them clipped to its bounds.
+    MultiDiscrete / MultiBinary entries are stored as floats; the env gets integers (from each entry's start)."""
+    if actor.action_bounds is not None:
+        return actions.clamp(*actor.action_bounds.on(actions.device))
+    if actor.action_start is not None:
+        (start,) = actor.action_start.on(actions.device)
+        return actions.long() + start.long()
+    return actions

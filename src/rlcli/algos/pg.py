@@ -31,12 +31,12 @@ from rlcli.algos.base import (
 )
 from rlcli.algos.losses import policy_gradient_loss, squared_value_loss
 from rlcli.buffers.rollout import RolloutBuffer
-from rlcli.contracts import ActOutput, AlgoSpec, RecurrentState, RunClock
+from rlcli.contracts import ON_POLICY_ACTIONS, ActOutput, AlgoSpec, RecurrentState, RunClock
 from rlcli.registry import ALGOS
 from rlcli.schedules import to_zero
 
 
-@ALGOS.register("pg", spec=AlgoSpec(on_policy=True))
+@ALGOS.register("pg", spec=AlgoSpec(on_policy=True, action_spaces=ON_POLICY_ACTIONS))
 class PolicyGradient:
     def __init__(
         self,

@@ -29,14 +29,14 @@ from rlcli.algos.exploration import minibatches
 from rlcli.algos.losses import clipped_surrogate_loss, squared_value_loss
 from rlcli.buffers.rollout import RolloutBatch, RolloutBuffer
 from rlcli.compiled import CompiledAdamStep
-from rlcli.contracts import ActOutput, AlgoSpec, RecurrentState, RunClock
+from rlcli.contracts import ON_POLICY_ACTIONS, ActOutput, AlgoSpec, RecurrentState, RunClock
 from rlcli.registry import ALGOS, ConfigError, require
 from rlcli.schedules import to_zero
 
-ON_POLICY = AlgoSpec(on_policy=True)
+ON_POLICY = AlgoSpec(on_policy=True, action_spaces=ON_POLICY_ACTIONS)
 
 
-@ALGOS.register("ppo", spec=AlgoSpec(on_policy=True, compiles=True))
+@ALGOS.register("ppo", spec=AlgoSpec(on_policy=True, compiles=True, action_spaces=ON_POLICY_ACTIONS))
 class PPO:
     def __init__(
         self,

@@ -17,7 +17,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv
 
-from rlcli.envs import bit_flipping, memory_cue, pixel_goal, slow_step, valid_moves  # noqa: F401  (register the shipped envs)
+from rlcli.envs import bit_flipping, match_digits, memory_cue, pixel_goal, slow_step, valid_moves  # noqa: F401  (register the shipped envs)
 from rlcli.envs.masks import ActionMaskInInfo
 from rlcli.registry import ENVS, ConfigError, did_you_mean, require
 
