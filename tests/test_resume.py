@@ -66,6 +66,9 @@ CASES = {
     "dqn-CartPole-per-nstep": ["algo=dqn", "env=CartPole-v1", "train.num_envs=2", "buffer=per", "buffer.n_step=3",
                                *SMALL_OFF_POLICY, "algo.train_freq=16", "algo.gradient_steps=8"],
     "sac-Pendulum": ["algo=sac", *PENDULUM, *SMALL_OFF_POLICY, "algo.train_freq=8", "algo.gradient_steps=4"],
+    # the time feature counts each env's steps: a resume must continue that count mid-episode
+    "td3-Pendulum-time-feature": ["algo=td3", *PENDULUM, *SMALL_OFF_POLICY, "algo.train_freq=8",
+                                  "env.time_feature=true"],
     "td3-Pendulum": ["algo=td3", *PENDULUM, *SMALL_OFF_POLICY, "algo.train_freq=8", "algo.gradient_steps=4",
                      "algo.noise=ornstein_uhlenbeck"],
     "dqn-BitFlipping-her": ["algo=dqn", "env=BitFlipping-v0", "env.kwargs.n_bits=6", "buffer=her", "train.num_envs=2",

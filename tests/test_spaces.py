@@ -140,3 +140,30 @@ def test_on_policy_algorithms_learn_multidiscrete_and_multibinary_actions(cli, t
 
     last = json.loads((tmp_path / "run" / "eval.jsonl").read_text().splitlines()[-1])
     assert sum(last["returns"]) / len(last["returns"]) >= 9.5
+
+
+def test_the_time_feature_matches_sb3_contribs_wrapper_step_for_step():
+    from sb3_contrib.common.wrappers import TimeFeatureWrapper
+
+    from rlcli.envs import TimeFeature
+
+    ours, theirs = TimeFeature(gym.make("Pendulum-v1")), TimeFeatureWrapper(gym.make("Pendulum-v1"))
+    assert ours.observation_space == theirs.observation_space
+    for episode in range(2):  # the second episode starts the count again
+        a, _ = ours.reset(seed=episode)
+        b, _ = theirs.reset(seed=episode)
+        np.testing.assert_array_equal(a, b)
+        for t in range(200):
+            action = np.array([np.sin(t)], np.float32)
+            a, _, _, truncated, _ = ours.step(action)
+            b, *_ = theirs.step(action)
+            np.testing.assert_array_equal(a, b)
+        assert truncated and a[-1] == 0.0
+
+
+def test_the_tuned_td3_halfcheetah_entry_uses_the_time_feature_and_other_spaces_are_refused():
+    from test_configs import composed
+
+    assert composed("algo=td3", "env=HalfCheetah-v5").env.time_feature is True
+    with pytest.raises(ConfigError, match="env.time_feature=true appends an entry to a flat Box"):
+        GymEnvFactory("FrozenLake-v1", time_feature=True).make(1, "sync")

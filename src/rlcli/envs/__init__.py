@@ -72,6 +72,7 @@ class GymEnvFactory:
         sparse_reward: bool = False,
         atari: bool = False,
         frame_stack: int = 1,
+        time_feature: bool = False,
     ) -> None:
         self.spec = resolve_env_id(id)
         if "mujoco" in str(self.spec.entry_point):  # its deprecation warnings: once, to train.log (library_noise.py)
@@ -94,6 +95,7 @@ class GymEnvFactory:
         self.sparse_reward = sparse_reward
         require(frame_stack >= 1, "env.frame_stack", frame_stack, "must be >= 1 (1 = no stacking)")
         self.atari, self.frame_stack = atari, frame_stack
+        self.time_feature = time_feature
         if atari:
             if not self.spec.id.startswith("ALE/"):
                 raise ConfigError(f"env.atari=true applies gymnasium's Atari preprocessing, which needs an ALE/... "
@@ -130,6 +132,8 @@ class GymEnvFactory:
                                                                           screen_size=84, grayscale_obs=True))
         if self.frame_stack > 1:
             wrappers.append(lambda env: gym.wrappers.FrameStackObservation(env, self.frame_stack))
+        if self.time_feature:
+            wrappers.append(TimeFeature)
         return wrappers
 
     @property
@@ -225,6 +229,9 @@ class GymEnvFactory:
         if masks:
             raise ConfigError("train.vector_mode=envpool does not pass valid-action masks; use "
                               "train.vector_mode=auto with this algorithm")
+        if self.time_feature:
+            raise ConfigError("train.vector_mode=envpool has no time feature (env.time_feature=true); use "
+                              "train.vector_mode=auto")
         from rlcli.envs.envpool_vector import make_envpool
 
         kwargs = dict(self.kwargs)
@@ -255,6 +262,34 @@ class SparseReward(gym.vector.VectorWrapper):
     def step(self, actions: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         obs, _, terminated, truncated, infos = self.env.step(actions)
         return obs, terminated.astype(np.float64), terminated, truncated, infos
+
+
+class TimeFeature(gym.ObservationWrapper):  # type: ignore[type-arg]
+    """RL-Zoo's TimeFeatureWrapper (sb3-contrib; Pardo et al. 2018, "Time Limits in Reinforcement Learning"):
+    the observation gets one more entry, 1 - t / max_episode_steps, so that a time-limited task is Markov again.
+    Without a registered time limit it counts to 1000, as sb3-contrib does."""
+
+    def __init__(self, env: gym.Env) -> None:  # type: ignore[type-arg]
+        super().__init__(env)
+        space = env.observation_space
+        if not isinstance(space, gym.spaces.Box) or len(space.shape) != 1:
+            raise ConfigError(f"env.time_feature=true appends an entry to a flat Box observation; the env has {space}")
+        self.max_steps = int(env.spec.max_episode_steps) if env.spec and env.spec.max_episode_steps else 1000
+        self.observation_space = gym.spaces.Box(np.append(space.low, 0.0).astype(space.dtype),
+                                                np.append(space.high, 1.0).astype(space.dtype), dtype=space.dtype)
+        self.current_step = 0
+
+    def reset(self, **kwargs: Any) -> tuple[np.ndarray, dict[str, Any]]:
+        self.current_step = 0
+        return super().reset(**kwargs)
+
+    def step(self, action: Any) -> tuple[np.ndarray, Any, bool, bool, dict[str, Any]]:
+        self.current_step += 1
+        return super().step(action)
+
+    def observation(self, observation: np.ndarray) -> np.ndarray:
+        feature = 1.0 - self.current_step / self.max_steps
+        return np.append(observation, feature).astype(self.observation_space.dtype)
 
 
 def one_hot_encodable(space: gym.spaces.Space) -> bool:
