@@ -205,3 +205,12 @@ def test_every_public_name_has_a_docstring_and_type_hints():
             missing = [p for p in [*parameters, "return"] if p not in hints and p not in ("args", "kwargs")]
             assert not missing, f"{function.__qualname__} lacks type hints for {missing}"
     assert "train(" in rlcli.__doc__ and "load(" in rlcli.__doc__  # help(rlcli) shows the way in
+
+
+def test_a_refused_resume_from_python_leaves_the_run_directory_free_for_another_process(tmp_path):
+    run = rlcli.train(algo="ppo", train=TINY, log=QUIET, run_dir=tmp_path / "run")
+    with pytest.raises(rlcli.RlcliError, match="algo"):
+        rlcli.train(resume=run.run_dir, algo={"n_epochs": 0})
+    shell = subprocess.run([os.path.join(os.path.dirname(sys.executable), "rl-train"), f"resume={run.run_dir}",
+                            "train.total_steps=3072", "log.console=false"], capture_output=True, text=True, timeout=300)
+    assert shell.returncode == 0, shell.stderr  # not "in use by another rl-train"

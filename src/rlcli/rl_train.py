@@ -161,9 +161,14 @@ def run_from_python(argv: list[str], callbacks: Sequence[Any] = ()) -> Any:
         raise ConfigError(f"{flags[0]!r} is a command-line flag; rlcli.train() takes key=value overrides only")
     check_argument_style(args, "rlcli.train", (), (), group_with_option)
     args = resume_args(args)
-    lock_existing_run_dir(args)
-    check_writable(args, multirun=False)
-    precheck(args, keep=True)
+    try:
+        lock_existing_run_dir(args)
+        check_writable(args, multirun=False)
+        precheck(args, keep=True)
+    except BaseException:  # this process goes on: the run directory it locked is free again
+        for run_dir in [value_of(a) for a in args if key_of(a) == "hydra.run.dir"]:
+            run_lock.release(Path(run_dir).expanduser())
+        raise
     saved_argv = sys.argv
     _FROM_PYTHON.update(callbacks=list(callbacks))
     sys.argv = ["rl-train", *args]
