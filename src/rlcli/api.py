@@ -331,7 +331,7 @@ def evaluate(policy: Policy, env: str | Callable[..., Any] | None = None, episod
             videos.require_encoder(video_format)
         options = {"episodes": episodes, "num_envs": num_envs, "seed": seed, "deterministic": deterministic,
                    "video": video, "video_episodes": 1, "video_format": video_format, "video_concat": False}
-        name = "python-" + (loaded.path.stem if loaded.path.stem != "best" else "best")
+        name = f"python-{loaded.path.stem}"  # videos/python-best-ep0-return<R>.mp4
         result, recordings = evaluate_checkpoint(loaded, options, name)
     except ConfigError as error:
         raise RlcliError(str(error)) from None
