@@ -29,15 +29,15 @@ def train() -> None:
     """`rl-train`."""
     if print_version("rl-train"):
         return
-    received = {"signum": int(signal.SIGINT)}
+    received: dict[str, int | None] = {"signum": None}
 
-    def on_sigterm(signum: int, frame: Any) -> None:
+    def on_signal(signum: int, frame: Any) -> None:
         received["signum"] = signum
         raise KeyboardInterrupt
 
-    signal.signal(signal.SIGTERM, on_sigterm)
+    signal.signal(signal.SIGTERM, on_signal)
     # Ctrl-C works even when rl-train was started with SIGINT ignored (a background job of a script)
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGINT, on_signal)
     try:
         from rlcli.rl_train import main
 
@@ -47,8 +47,14 @@ def train() -> None:
         print(f"rl-train: a second {name}: stopped at once; resume from the last checkpoint with "
               "rl-train resume=<run dir>", file=sys.stderr)
         raise SystemExit(128 + stop.signum) from None
-    except KeyboardInterrupt:
-        signum = received["signum"]
+    except SystemExit:
+        raise
+    except BaseException as error:
+        # A signal lands wherever start-up is: inside a library (OmegaConf, Hydra) the KeyboardInterrupt can come
+        # out as that library's own error. The signal is what happened: say so in one line.
+        if received["signum"] is None and not isinstance(error, KeyboardInterrupt):
+            raise
+        signum = received["signum"] or int(signal.SIGINT)
         print(f"rl-train: {signal.Signals(signum).name} during start-up: stopped before training began, nothing "
               "was trained (a run directory it made starts fresh with rl-train resume=<it>)", file=sys.stderr)
         raise SystemExit(128 + signum) from None
