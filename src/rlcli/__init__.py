@@ -5,7 +5,7 @@ from Python:
 
     run = rlcli.train(algo="ppo", env="CartPole-v1", train={"total_steps": 50_000})
     policy = rlcli.load(run.run_dir, load="best")      # or run.load("best")
-    action, state = policy.predict(obs)                 # raw env observations, one or a batch
+    action, state = policy.predict(obs)                 # one observation or a batch (from policy.make_env())
     rlcli.evaluate(policy, episodes=10).mean_return     # what rl-eval reports
     rlcli.export(policy, "onnx")                        # what rl-eval export=onnx writes
 
