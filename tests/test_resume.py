@@ -28,6 +28,10 @@ CASES = {
     "ppo-CartPole": ["algo=ppo", "algo.n_steps=32", "env=CartPole-v1"],
     "ppo-Pendulum": ["algo=ppo", "algo.n_steps=32", *PENDULUM],
     "a2c-CartPole": ["algo=a2c", "algo.n_steps=8", "env=CartPole-v1"],
+    # gSDE: the noise matrices (saved with the networks) and their resampling every sde_sample_freq steps
+    "ppo-Pendulum-sde": ["algo=ppo", "algo.n_steps=32", *PENDULUM, "algo.use_sde=true", "algo.sde_sample_freq=8"],
+    "sac-Pendulum-sde": ["algo=sac", *PENDULUM, *SMALL_OFF_POLICY, "algo.train_freq=8", "algo.gradient_steps=4",
+                         "algo.use_sde=true", "algo.sde_sample_freq=4"],
     "ppo-MatchDigits-multidiscrete": ["algo=ppo", "algo.n_steps=32", "env=gym", "env.id=MatchDigits-v0"],
     "a2c-MatchBits-multibinary": ["algo=a2c", "algo.n_steps=8", "env=gym", "env.id=MatchBits-v0"],
     # the KL coefficient adapts after every update and a schedule moves ent_coef: both must resume exactly

@@ -62,10 +62,13 @@ def build_agent(cfg: DictConfig, env_factory: GymEnvFactory, obs_space: Any, act
     if spec.check_observations is not None:
         spec.check_observations(obs_space, env_factory.spec.id)
     actor_critic = spec.heads == "actor_critic"
+    # gSDE is the algorithm's setting (algo.use_sde, as in SB3), but an actor-critic's head is the network's
+    use_sde = actor_critic and bool(algo_cfg.get("use_sde", False))
     built = ACTORS.build(
         network_section(cfg), observation_space=obs_space, action_space=act_space,
         normalize_obs=env_factory.normalize_obs, clip_obs=env_factory.clip_obs, heads=spec.heads,
         **({"value_outputs": spec.value_outputs} if spec.value_outputs > 1 else {}),
+        **({"use_sde": True} if use_sde else {}),
     )
     if actor_critic:
         built = built.to(device)

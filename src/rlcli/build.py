@@ -96,7 +96,8 @@ class Components:
             self.video_envs.close()
 
 
-NETWORK_CONTEXT = ("observation_space", "action_space", "normalize_obs", "clip_obs", "heads", "value_outputs")
+NETWORK_CONTEXT = ("observation_space", "action_space", "normalize_obs", "clip_obs", "heads", "value_outputs",
+                   "use_sde")
 ALGO_CONTEXT = ("networks", "recipe", "num_envs", "action_space", "policy_addons")
 BUFFER_CONTEXT = ("n_steps", "num_envs", "obs_shape", "action_shape", "discrete", "device", "gamma", "goal",
                   "value_size", "obs_dtype", "carry_size", "normalizer", "mask_size")
@@ -122,6 +123,10 @@ def check_config(cfg: DictConfig) -> None:
         raise ConfigError(f"algo={algo_name} does not support actor={network_name} yet; "
                           f"choose from: {', '.join(spec.networks)}")
     network_spec: NetworkSpec = ACTORS.spec(network_name)
+    if algo_cfg_flag(cfg, "use_sde") and (network_spec.recurrent or (spec.on_policy and network_name != "mlp")):
+        sde_actors = "mlp" if spec.on_policy else "mlp or cnn"
+        raise ConfigError(f"algo.use_sde=true (gSDE) is built for actor={sde_actors}, not actor={network_name} yet; "
+                          "use that actor or algo.use_sde=false")
     if not spec.on_policy and network_spec.recurrent and not buffer_spec.sequences:
         raise ConfigError(f"algo={algo_name} with actor={network_name} learns from stored sequences: use "
                           f"buffer=sequence (R2D2 burn-in); buffer={buffer_name} holds single transitions")
@@ -134,11 +139,15 @@ def check_config(cfg: DictConfig) -> None:
     require(isinstance(compile_, bool), "compile", compile_, "expected true or false")
     rays = ray_settings(cfg)
     if rays is not None:
-        check_fits(rays, spec, network_spec, algo_name)
+        check_fits(rays, spec, network_spec, algo_name, algo_cfg_flag(cfg, "use_sde"))
     if compile_ and not spec.compiles:
         able = [n for n in ALGOS.names() if getattr(ALGOS.spec(n), "compiles", False)]
         raise ConfigError(f"compile=true is not implemented for algo={algo_name} yet; it is for: {', '.join(able)} "
                           "(drop compile=true: eager is the default)")
+
+
+def algo_cfg_flag(cfg: DictConfig, key: str) -> bool:
+    return bool(cfg.algo.get(key, False))
 
 
 def _check_memory(cfg: DictConfig, obs_space: Any, act_space: Any, num_envs: int, on_policy: bool) -> None:

@@ -38,7 +38,7 @@ SB3_NAMES = {
     "activation_fn": "actor.activation", "normalize": "env.normalize_obs and env.normalize_reward",
     "tensorboard_log": "hydra.run.dir (TensorBoard events go to <run dir>/tb)", "verbose": "log.console",
     "policy": "actor (actor=mlp|cnn|gru|lstm)", "eval_freq": "train.test_every",
-    "n_eval_episodes": "train.test_episodes", "use_sde": "nothing yet (rlcli has no gSDE)",
+    "n_eval_episodes": "train.test_episodes", "use_sde": "algo.use_sde, with algo=ppo, ppo_kl, a2c, trpo, sac or tqc",
 }
 
 

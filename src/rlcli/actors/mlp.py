@@ -14,6 +14,7 @@ from rlcli.actors.heads import BernoulliHead, CategoricalHead, GaussianHead, Mul
 from rlcli.actors.layers import Activation, mlp, orthogonal_init
 from rlcli.actors.normalizer import RunningNorm
 from rlcli.actors.offpolicy import NetworkRecipe
+from rlcli.actors.sde import SdeOptions, StateDependentGaussianHead
 from rlcli.contracts import ActOutput, NetworkSpec, RecurrentState
 from rlcli.registry import ACTORS, ConfigError, require
 from rlcli.runtime import DeviceConstants
@@ -25,12 +26,19 @@ class EvalOutput(NamedTuple):
     values: torch.Tensor
 
 
-PolicyHead = CategoricalHead | GaussianHead | MultiCategoricalHead | BernoulliHead
+PolicyHead = CategoricalHead | GaussianHead | MultiCategoricalHead | BernoulliHead | StateDependentGaussianHead
 
 
-def policy_head(features: int, action_space: gym.spaces.Space, log_std_init: float) -> PolicyHead:
-    """Categorical logits for Discrete actions, a diagonal Gaussian for Box actions, independent categoricals
-    for MultiDiscrete and independent Bernoullis for MultiBinary ones."""
+def policy_head(features: int, action_space: gym.spaces.Space, log_std_init: float,
+                sde: SdeOptions | None = None) -> PolicyHead:
+    """Categorical logits for Discrete actions, a diagonal Gaussian for Box actions (gSDE's state-dependent one
+    with `sde`), independent categoricals for MultiDiscrete and independent Bernoullis for MultiBinary ones."""
+    if sde is not None:
+        if not isinstance(action_space, gym.spaces.Box):
+            raise ConfigError(f"algo.use_sde=true explores in continuous (Box) actions; the env's actions are "
+                              f"{type(action_space).__name__}: use algo.use_sde=false")
+        return StateDependentGaussianHead(features, int(np.prod(action_space.shape)), log_std_init, sde.full_std,
+                                          sde.use_expln)
     if isinstance(action_space, gym.spaces.Discrete):
         return CategoricalHead(features, int(action_space.n))
     if isinstance(action_space, gym.spaces.MultiDiscrete):
@@ -74,6 +82,7 @@ class ActorCritic(nn.Module):
         clip_obs: float,
         value_outputs: int = 1,
         encoder: nn.Module | None = None,
+        sde: SdeOptions | None = None,
     ):
         super().__init__()
         self.encoder = nn.Flatten() if encoder is None else encoder
@@ -85,7 +94,7 @@ class ActorCritic(nn.Module):
         features = hidden_sizes[-1] if hidden_sizes else obs_dim
         self.discrete = isinstance(action_space, gym.spaces.Discrete)
         self.action_bounds, self.action_start = action_conversions(action_space)
-        self.head = policy_head(features, action_space, log_std_init)
+        self.head = policy_head(features, action_space, log_std_init, sde)
         self.value_outputs = value_outputs  # 2 for rnd_ppo: extrinsic and intrinsic value heads
         self.value_head = nn.Linear(features, value_outputs)
         if ortho_init:
@@ -153,12 +162,17 @@ def build_mlp_actor(
     activation: Activation = "tanh",
     shared: bool = False,
     ortho_init: bool = True,
-    log_std_init: float = 0.0,
+    log_std_init: float | None = None,
+    full_std: bool = True,
+    use_expln: bool = False,
     obs_extractor: list[int] = (),  # type: ignore[assignment]
     act_extractor: list[int] = (),  # type: ignore[assignment]
     value_outputs: int = 1,
+    use_sde: bool = False,
 ) -> ActorCritic | Any:
-    """An ActorCritic for on-policy algorithms, or a NetworkRecipe from which off-policy ones build heads."""
+    """An ActorCritic for on-policy algorithms, or a NetworkRecipe from which off-policy ones build heads.
+    `log_std_init` None: SB3's default for the policy that uses it (0 for on-policy Gaussians, -3 for SAC's gSDE).
+    `use_sde` comes from the algorithm's `algo.use_sde` (gSDE); `full_std` and `use_expln` shape its noise."""
     if not isinstance(observation_space, gym.spaces.Box):
         raise ConfigError(
             f"actor=mlp needs a Box observation space (Discrete, MultiDiscrete and Dict ones are turned into one); "
@@ -171,11 +185,12 @@ def build_mlp_actor(
         obs_dim = int(np.prod(observation_space.shape))
         normalizer = RunningNorm(tuple(observation_space.shape), clip=clip_obs, enabled=normalize_obs)
         return NetworkRecipe(obs_dim, list(hidden_sizes), activation, ortho_init, normalizer, list(obs_extractor),
-                     list(act_extractor))
+                             list(act_extractor), log_std_init=log_std_init, sde=SdeOptions(full_std, use_expln))
     if obs_extractor or act_extractor:
         raise ConfigError("actor.obs_extractor and actor.act_extractor shape off-policy networks; on-policy "
                           "algorithms use actor.hidden_sizes (and actor.shared)")
     return ActorCritic(
         observation_space, action_space, list(hidden_sizes), activation, shared, ortho_init,
-        log_std_init, normalize_obs, clip_obs, value_outputs,
+        0.0 if log_std_init is None else log_std_init, normalize_obs, clip_obs, value_outputs,
+        sde=SdeOptions(full_std, use_expln) if use_sde else None,
     )

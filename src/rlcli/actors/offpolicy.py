@@ -16,6 +16,7 @@ from torch import nn
 
 from rlcli.actors.layers import Activation, mlp, orthogonal_init
 from rlcli.actors.normalizer import RunningNorm
+from rlcli.actors.sde import SdeOptions, StateDependentSquashedPolicy
 
 LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0  # SAC's usual clamp of the policy's log std
 
@@ -39,6 +40,8 @@ class NetworkRecipe:
     # actor=cnn: makes a fresh image encoder (module, output width) for each network that sees observations
     encoder: Callable[[], tuple[nn.Module, int]] | None = None
     uint8_input: bool = False  # observations are stored and passed as uint8 pixels
+    log_std_init: float | None = None  # gSDE's initial log std (None: SB3's -3)
+    sde: SdeOptions = field(default_factory=SdeOptions)
 
     def mlp(self, in_features: int, sizes: list[int]) -> tuple[nn.Sequential, int]:
         body = mlp(in_features, sizes, self.activation)
@@ -139,6 +142,14 @@ class SquashedGaussianPolicy(nn.Module):
 
     def forward(self, obs: torch.Tensor, deterministic: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
         return squashed_gaussian(self.net(obs), deterministic)
+
+
+def sde_squashed_policy(torso: NetworkRecipe, action_dim: int) -> StateDependentSquashedPolicy:
+    """SAC / TQC's policy with gSDE (algo.use_sde=true), on the same torso as SquashedGaussianPolicy."""
+    obs_net, common, width = torso.features()
+    log_std_init = -3.0 if torso.log_std_init is None else torso.log_std_init
+    return StateDependentSquashedPolicy(nn.Sequential(obs_net, common), width, torso.head(width, action_dim, 0.01),
+                                        action_dim, log_std_init, torso.sde.full_std, torso.sde.use_expln)
 
 
 def squashed_gaussian(params: torch.Tensor, deterministic: bool = False) -> tuple[torch.Tensor, torch.Tensor]:

@@ -8,6 +8,7 @@ from typing import Any, Literal
 import torch
 
 from rlcli.actors.mlp import ActorCritic
+from rlcli.actors.sde import NoiseResampling, head_noise
 from rlcli.addons import PolicyAddon, addon_losses
 from rlcli.algos.base import (
     Decay,
@@ -49,11 +50,14 @@ class A2C:
         ent_coef: float = 0.0,
         vf_coef: float = 0.5,
         max_grad_norm: float | None = 0.5,
+        use_sde: bool = False,
+        sde_sample_freq: int = -1,
     ) -> None:
         check_common(n_steps, lr, lr_pi, lr_v, gamma, gae_lambda, ent_coef, vf_coef, max_grad_norm)
         self.networks = networks
         self.policy_addons = list(policy_addons)  # extra policy-loss terms (rlcli/addons.py)
         self.n_steps, self.gamma, self.gae_lambda = n_steps, gamma, gae_lambda
+        self.noise_resampling = NoiseResampling(head_noise(networks.head, use_sde), n_steps, sde_sample_freq)
         self.normalize_advantage = normalize_advantage
         self.lr_scale = 1.0  # lr_schedule=linear: a factor from 1 to 0, set by the trainer's schedules
         linear = to_zero(lr_schedule)
@@ -67,6 +71,7 @@ class A2C:
 
     @torch.inference_mode()
     def act(self, obs: torch.Tensor, deterministic: bool = False, state: RecurrentState | None = None) -> ActOutput:
+        self.noise_resampling.before_act(obs.shape[0], deterministic)
         return self.networks.act(obs, deterministic, state)
 
     def finish_rollout(self, buffer: RolloutBuffer, last_obs: torch.Tensor, state: RecurrentState | None) -> None:

@@ -10,6 +10,7 @@ import torch
 
 from rlcli.actors.mlp import ActorCritic
 from rlcli.actors.recurrent import RecurrentActorCritic
+from rlcli.actors.sde import NoiseResampling, head_noise
 from rlcli.addons import PolicyAddon, addon_losses
 from rlcli.algos.base import (
     Decay,
@@ -62,6 +63,8 @@ class PPO:
         target_kl: float | None = None,
         kl_coef: float | None = None,
         kl_target: float = 0.01,
+        use_sde: bool = False,
+        sde_sample_freq: int = -1,
     ) -> None:
         check_common(n_steps, lr, lr_pi, lr_v, gamma, gae_lambda, ent_coef, vf_coef, max_grad_norm)
         rollout = n_steps * num_envs
@@ -83,6 +86,7 @@ class PPO:
         self.networks = networks
         self.policy_addons = list(policy_addons)  # extra policy-loss terms (rlcli/addons.py)
         self.n_steps, self.batch_size, self.n_epochs = n_steps, batch_size, n_epochs
+        self.noise_resampling = NoiseResampling(head_noise(networks.head, use_sde), n_steps, sde_sample_freq)
         self.gamma, self.gae_lambda = gamma, gae_lambda
         self.clip_range = clip_range
         # lr_schedule / clip_range_schedule = linear: factors from 1 to 0, set by the trainer's schedules
@@ -113,6 +117,7 @@ class PPO:
 
     @torch.inference_mode()
     def act(self, obs: torch.Tensor, deterministic: bool = False, state: RecurrentState | None = None) -> ActOutput:
+        self.noise_resampling.before_act(obs.shape[0], deterministic)
         return self.networks.act(obs, deterministic, state)
 
     def finish_rollout(self, buffer: RolloutBuffer, last_obs: torch.Tensor, state: RecurrentState | None) -> None:

@@ -10,8 +10,15 @@ import numpy as np
 import torch
 from torch import nn
 
-from rlcli.actors.offpolicy import Critics, NetworkRecipe, SquashedGaussianPolicy, squashed_gaussian
+from rlcli.actors.offpolicy import (
+    Critics,
+    NetworkRecipe,
+    SquashedGaussianPolicy,
+    sde_squashed_policy,
+    squashed_gaussian,
+)
 from rlcli.actors.recurrent import RecurrentCritics, RecurrentNet, RecurrentRecipe, state_or_zeros
+from rlcli.actors.sde import NoiseResampling, StateDependentSquashedPolicy
 from rlcli.algos.base import adam, frozen, gradient_step
 from rlcli.algos.entropy import EntropyCoefficient, check_entropy_settings, initial_log_alpha
 from rlcli.algos.exploration import uniform_box_actions
@@ -32,10 +39,11 @@ from rlcli.schedules import Schedule
 
 class SACNetworks(nn.Module):
     def __init__(self, torso: NetworkRecipe, action_dim: int, num_critics: int, log_alpha: float,
-                 critic_outputs: int = 1):
+                 critic_outputs: int = 1, use_sde: bool = False):
         super().__init__()
         self.normalizer = torso.normalizer
-        self.policy = SquashedGaussianPolicy(torso, action_dim)
+        self.policy: SquashedGaussianPolicy | StateDependentSquashedPolicy = (
+            sde_squashed_policy(torso, action_dim) if use_sde else SquashedGaussianPolicy(torso, action_dim))
         self.critics = Critics(torso, action_dim, num_critics, critic_outputs)
         self.critics_target = copy.deepcopy(self.critics).requires_grad_(False)
         self.log_alpha = nn.Parameter(torch.tensor(float(log_alpha)))
@@ -84,9 +92,13 @@ class SAC:
         target_update_interval: int = 1,
         reward_scale: float = 1.0,
         max_grad_norm: float | None = None,
+        use_sde: bool = False,
+        sde_sample_freq: int = -1,
     ) -> None:
         check_offpolicy(lr, batch_size, learning_starts, train_freq, gradient_steps, gamma, tau, reward_scale)
         require(num_critics >= 1, "algo.num_critics", num_critics, "must be >= 1")
+        require(not (use_sde and isinstance(recipe, RecurrentRecipe)), "algo.use_sde", use_sde,
+                "gSDE needs actor=mlp or cnn (not a recurrent actor)")
         check_entropy_settings(ent_coef, ent_coef_init, target_entropy)
         require(target_update_interval > 0, "algo.target_update_interval", target_update_interval, "must be > 0")
         self.scaler = BoxScaler(action_space)
@@ -96,7 +108,11 @@ class SAC:
         self.networks: SACNetworks | RecurrentSACNetworks = (
             RecurrentSACNetworks(recipe, self.action_dim, num_critics, log_alpha)
             if isinstance(recipe, RecurrentRecipe)
-            else SACNetworks(recipe, self.action_dim, num_critics, log_alpha, self.critic_outputs()))
+            else SACNetworks(recipe, self.action_dim, num_critics, log_alpha, self.critic_outputs(), use_sde))
+        policy = self.networks.policy
+        # gSDE: new exploration matrices at each collect phase's start (and every sde_sample_freq steps)
+        self.noise_resampling = NoiseResampling(
+            policy.noise if isinstance(policy, StateDependentSquashedPolicy) else None, train_freq, sde_sample_freq)
         self.policy_optimizer = adam(self.networks.policy.parameters(), lr=lr)
         self.critic_optimizer = adam(self.networks.critics.parameters(), lr=lr)
         self.temperature = EntropyCoefficient(self.networks.log_alpha, ent_coef, target_entropy, self.action_dim, lr)
@@ -117,6 +133,7 @@ class SAC:
 
     @torch.inference_mode()
     def act(self, obs: torch.Tensor, deterministic: bool = False, state: RecurrentState | None = None) -> ActOutput:
+        self.noise_resampling.before_act(obs.shape[0], deterministic)
         carry = None
         if isinstance(self.networks, RecurrentSACNetworks):
             actions, log_probs, carry = self.networks.act(obs, deterministic, state)
@@ -144,6 +161,8 @@ class SAC:
         net = self.networks
         obs, next_obs = batch.obs, batch.next_obs  # normalized by the buffer when sampled
         alpha = self.alpha()
+        if isinstance(net.policy, StateDependentSquashedPolicy):
+            net.policy.noise.reset_noise()  # gSDE: one fresh matrix per gradient step, as SB3 (its log std moved)
         with torch.no_grad():
             next_actions, next_log_probs = net.policy(next_obs)
         critic_loss, errors = self.critic_loss(batch, next_actions, next_log_probs, alpha)

@@ -16,8 +16,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from rlcli.actors.heads import CategoricalHead, diag_gaussian_kl
+from rlcli.actors.heads import GaussianHead, diag_gaussian_kl
 from rlcli.actors.mlp import ActorCritic
+from rlcli.actors.sde import NoiseResampling, StateDependentGaussianHead, head_noise
 from rlcli.addons import PolicyAddon
 from rlcli.algos.base import (
     Decay,
@@ -31,7 +32,7 @@ from rlcli.algos.base import (
 )
 from rlcli.algos.exploration import minibatches
 from rlcli.buffers.rollout import RolloutBatch, RolloutBuffer
-from rlcli.contracts import ActOutput, AlgoSpec, RecurrentState, RunClock
+from rlcli.contracts import ON_POLICY_ACTIONS, ActOutput, AlgoSpec, RecurrentState, RunClock
 from rlcli.registry import ALGOS, ConfigError, require
 from rlcli.schedules import to_zero
 
@@ -85,7 +86,7 @@ def fisher_vector_product(kl: torch.Tensor, params: Sequence[nn.Parameter], damp
     return product
 
 
-@ALGOS.register("trpo", spec=AlgoSpec(on_policy=True, networks=("mlp", "cnn")))
+@ALGOS.register("trpo", spec=AlgoSpec(on_policy=True, networks=("mlp", "cnn"), action_spaces=ON_POLICY_ACTIONS))
 class TRPO:
     def __init__(
         self,
@@ -106,6 +107,8 @@ class TRPO:
         n_critic_updates: int = 10,
         normalize_advantage: bool = True,
         sub_sampling_factor: int = 1,
+        use_sde: bool = False,
+        sde_sample_freq: int = -1,
     ) -> None:
         if policy_addons:
             raise ConfigError("algo=trpo does not take algo.policy_loss_addons: its policy step is a trust-region "
@@ -128,6 +131,7 @@ class TRPO:
                 f"must be in [1, n_steps * num_envs = {rollout}]")
         self.networks = networks
         self.n_steps, self.batch_size = n_steps, batch_size
+        self.noise_resampling = NoiseResampling(head_noise(networks.head, use_sde), n_steps, sde_sample_freq)
         self.gamma, self.gae_lambda = gamma, gae_lambda
         self.target_kl, self.cg_max_steps, self.cg_damping = target_kl, cg_max_steps, cg_damping
         self.shrink, self.line_search_max_iter = line_search_shrinking_factor, line_search_max_iter
@@ -145,6 +149,7 @@ class TRPO:
 
     @torch.inference_mode()
     def act(self, obs: torch.Tensor, deterministic: bool = False, state: RecurrentState | None = None) -> ActOutput:
+        self.noise_resampling.before_act(obs.shape[0], deterministic)
         return self.networks.act(obs, deterministic, state)
 
     def finish_rollout(self, buffer: RolloutBuffer, last_obs: torch.Tensor, state: RecurrentState | None) -> None:
@@ -158,17 +163,23 @@ class TRPO:
         metrics["value_loss"] = self.fit_value(batch)
         metrics["explained_variance"] = explained_variance(batch.values, batch.returns, batch.mask)
         metrics["learning_rate"] = torch.tensor(lr)
-        if not self.networks.discrete:
-            metrics["std"] = self.networks.head.log_std.detach().exp().mean()
+        head = self.networks.head
+        if isinstance(head, GaussianHead):
+            metrics["std"] = head.log_std.detach().exp().mean()
+        elif isinstance(head, StateDependentGaussianHead):
+            metrics["std"] = head.noise.std().detach().mean()  # gSDE: of the noise matrices' entries
         return metrics
 
     # ---------------------------------------------------------------------------------- policy step
     def _kl(self, old: tuple[torch.Tensor, torch.Tensor | None], new: torch.Tensor) -> torch.Tensor:
-        """KL(old || new) per state; `old` is the head's output (and log std) before the step."""
+        """KL(old || new) per state; `old` is the head's output before the step (and a Gaussian head's log std,
+        which is not in its output)."""
         old_params, old_log_std = old
-        if old_log_std is None:
-            return CategoricalHead.kl(old_params, new)
-        return diag_gaussian_kl(old_params, old_log_std, new, self.networks.head.log_std)
+        head = self.networks.head
+        if isinstance(head, GaussianHead):
+            assert old_log_std is not None
+            return diag_gaussian_kl(old_params, old_log_std, new, head.log_std)
+        return head.kl(old_params, new)
 
     def policy_step(self, batch: RolloutBatch) -> dict[str, torch.Tensor]:
         """One natural-gradient step inside the KL radius, found by line search."""
@@ -177,7 +188,8 @@ class TRPO:
         if self.normalize_advantage and advantages.numel() > 1:
             advantages = normalize_masked(advantages, mask)
         with torch.no_grad():
-            old = (networks.policy_params(batch.obs), None if networks.discrete else networks.head.log_std.clone())
+            head = networks.head
+            old = (networks.policy_params(batch.obs), head.log_std.clone() if isinstance(head, GaussianHead) else None)
 
         def surrogate_and_kl() -> tuple[torch.Tensor, torch.Tensor]:
             new = networks.policy_params(batch.obs)

@@ -1,0 +1,161 @@
+"""gSDE (actors/sde.py) against plain references: torch.distributions for log-probs, entropies and KLs, a
+per-env matrix product for the noise, SB3's expln formula, and the resampling schedule step by step."""
+
+from __future__ import annotations
+
+import math
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from conftest import run_cli
+from torch.distributions import Normal, kl_divergence
+
+from rlcli.actors.mlp import build_mlp_actor
+from rlcli.actors.sde import (
+    VARIANCE_EPSILON,
+    NoiseResampling,
+    StateDependentGaussianHead,
+    StateDependentNoise,
+    StateDependentSquashedPolicy,
+)
+from rlcli.registry import ConfigError
+
+
+@pytest.fixture(autouse=True)
+def float64():
+    """The references are compared tightly: float64 within these tests, torch's default again after."""
+    torch.set_default_dtype(torch.float64)
+    yield
+    torch.set_default_dtype(torch.float32)
+
+
+def reference_normal(head: StateDependentGaussianHead, features: torch.Tensor) -> Normal:
+    """SB3's StateDependentNoiseDistribution.proba_distribution, written out."""
+    std = head.noise.log_std.exp().expand(features.shape[1], head.action_dim)
+    variance = features.square() @ std.square()
+    return Normal(head.mean(features), torch.sqrt(variance + VARIANCE_EPSILON))
+
+
+def test_log_prob_entropy_and_kl_are_the_state_dependent_gaussians():
+    torch.manual_seed(0)
+    head = StateDependentGaussianHead(5, 3, log_std_init=-0.5)
+    with torch.no_grad():
+        head.noise.log_std.add_(0.3 * torch.randn_like(head.noise.log_std))  # not all entries equal
+    features = torch.randn(7, 5)
+    params = head(features)
+    actions = torch.randn(7, 3)
+    normal = reference_normal(head, features)
+    torch.testing.assert_close(head.log_prob(params, actions), normal.log_prob(actions).sum(-1))
+    torch.testing.assert_close(head.entropy(params), normal.entropy().sum(-1))
+    other = StateDependentGaussianHead(5, 3, log_std_init=0.2)
+    q_normal = reference_normal(other, features)
+    torch.testing.assert_close(head.kl(params, other(features)), kl_divergence(normal, q_normal).sum(-1))
+
+
+def test_the_log_std_learns_through_log_probs_and_the_features_enter_the_std_detached():
+    torch.manual_seed(1)
+    head = StateDependentGaussianHead(4, 2, log_std_init=0.0)
+    features = torch.randn(6, 4, requires_grad=True)
+    actions = torch.randn(6, 2)
+    head.log_prob(head(features), actions).sum().backward()
+    assert head.noise.log_std.grad is not None and head.noise.log_std.grad.abs().sum() > 0
+    # the features get gradients through the mean only (SB3's learn_features=False)
+    sigma = reference_normal(head, features.detach()).stddev
+    expected = torch.autograd.grad(Normal(head.mean(features), sigma).log_prob(actions).sum(), features)[0]
+    torch.testing.assert_close(features.grad, expected)
+
+
+def test_each_env_explores_with_its_own_matrix_and_other_batches_with_the_first():
+    torch.manual_seed(2)
+    head = StateDependentGaussianHead(4, 2, log_std_init=-1.0)
+    head.noise.reset_noise(3)
+    weights = head.noise.eps * head.noise.log_std.exp()
+    features = torch.randn(3, 4)
+    params = head(features)
+    noise = head.sample(params, deterministic=False) - head.mean(features)
+    for i in range(3):
+        torch.testing.assert_close(noise[i], features[i] @ weights[i])
+    batch = torch.randn(5, 4)
+    torch.testing.assert_close(head.sample(head(batch), False) - head.mean(batch), batch @ weights[0])
+    torch.testing.assert_close(head.sample(params, deterministic=True), head.mean(features))
+    # the same features give the same action until the matrices are drawn again: smooth exploration
+    torch.testing.assert_close(head.sample(params, False), head.sample(params, False))
+
+
+def test_expln_and_a_std_shared_by_the_actions():
+    noise = StateDependentNoise(3, 2, log_std_init=0.0, full_std=False, use_expln=True)
+    assert noise.log_std.shape == (3, 1)
+    with torch.no_grad():
+        noise.log_std.copy_(torch.tensor([[-1.0], [0.0], [2.0]]))
+    plain = [math.exp(-1.0), math.exp(0.0), math.log1p(2.0 + VARIANCE_EPSILON) + 1.0]  # SB3's expln
+    std = noise.std()
+    assert std.shape == (3, 2)
+    torch.testing.assert_close(std, torch.tensor(plain).unsqueeze(1).expand(3, 2))
+
+
+def test_squashed_policy_log_prob_is_the_gaussians_minus_the_tanh_jacobian():
+    torch.manual_seed(3)
+    body = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Tanh())
+    policy = StateDependentSquashedPolicy(body, 4, torch.nn.Linear(4, 2), 2, log_std_init=-1.0)
+    policy.noise.reset_noise(1)
+    obs = torch.randn(8, 3)
+    actions, log_probs = policy(obs)
+    latent = body(obs)
+    mean = policy.mu(latent).clamp(-2.0, 2.0)
+    u = mean + latent @ (policy.noise.eps[0] * policy.noise.log_std.exp())
+    sigma = torch.sqrt(latent.square() @ policy.noise.log_std.exp().square() + VARIANCE_EPSILON)
+    expected = Normal(mean, sigma).log_prob(u).sum(-1) - torch.log(1 - torch.tanh(u).square()).sum(-1)
+    torch.testing.assert_close(actions, torch.tanh(u))
+    torch.testing.assert_close(log_probs, expected)
+    greedy, _ = policy(obs, deterministic=True)
+    torch.testing.assert_close(greedy, torch.tanh(mean))
+    # SAC's policy loss reaches the log std through the sampled matrix (the reparameterization)
+    (actions.sum() + log_probs.sum()).backward()
+    assert policy.noise.log_std.grad is not None and policy.noise.log_std.grad.abs().sum() > 0
+
+
+@pytest.mark.parametrize("freq, changes", [(3, [0, 3, 6, 8, 11, 14]), (-1, [0, 8]), (0, [0, 8]), (8, [0, 8])])
+def test_matrices_are_drawn_at_each_phase_start_and_every_sample_freq_steps(freq, changes):
+    torch.manual_seed(4)
+    noise = StateDependentNoise(2, 1, log_std_init=0.0)
+    schedule = NoiseResampling(noise, steps_per_collect=8, sample_freq=freq)
+    drawn, previous = [], noise.eps.clone()
+    for step in range(16):
+        schedule.before_act(n_envs=2, deterministic=True)  # testing in between changes nothing
+        schedule.before_act(n_envs=2, deterministic=False)
+        if not torch.equal(noise.eps, previous):
+            drawn.append(step)
+        previous = noise.eps.clone()
+    assert drawn == changes
+    assert noise.eps.shape == (2, 2, 1)
+
+
+def test_saved_matrices_load_into_networks_made_for_another_number_of_envs():
+    a = StateDependentNoise(4, 2, log_std_init=0.0)
+    a.reset_noise(6)
+    b = StateDependentNoise(4, 2, log_std_init=0.0)
+    b.load_state_dict(a.state_dict())
+    assert torch.equal(a.eps, b.eps)
+
+
+def test_settings_that_cannot_work_are_one_line_errors():
+    box = gym.spaces.Box(-1, 1, (3,), np.float32)
+    with pytest.raises(ConfigError, match="Box.*Discrete"):
+        build_mlp_actor(box, gym.spaces.Discrete(2), use_sde=True)
+    with pytest.raises(ConfigError, match="algo.sde_sample_freq=-2"):
+        NoiseResampling(None, 8, -2)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["algo=ppo", "env=CartPole-v1", "algo.use_sde=true"], "algo.use_sde=true explores in continuous (Box) actions"),
+    (["algo=ppo", "actor=lstm", "env=Pendulum-v1", "algo.use_sde=true"], "is built for actor=mlp, not actor=lstm"),
+    (["algo=sac", "env=Pendulum-v1", "algo.use_sde=true", "algo.sde_sample_freq=-2"], "algo.sde_sample_freq=-2"),
+    (["algo=dqn", "env=CartPole-v1", "algo.use_sde=true"], "SB3's use_sde is algo.use_sde, with algo=ppo"),
+])
+def test_rl_train_refuses_gsde_where_it_cannot_work_in_one_line(args, message, tmp_path):
+    out = run_cli(*args, "train.total_steps=64", f"hydra.run.dir={tmp_path / 'run'}", cwd=tmp_path)
+    assert out.returncode == 2, out.stderr
+    assert message in out.stderr and len(out.stderr.strip().splitlines()) == 1, out.stderr
+    assert not (tmp_path / "run").exists()
