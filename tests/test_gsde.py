@@ -150,7 +150,7 @@ def test_settings_that_cannot_work_are_one_line_errors():
 
 @pytest.mark.parametrize("args, message", [
     (["algo=ppo", "env=CartPole-v1", "algo.use_sde=true"], "algo.use_sde=true explores in continuous (Box) actions"),
-    (["algo=ppo", "actor=lstm", "env=Pendulum-v1", "algo.use_sde=true"], "is built for actor=mlp, not actor=lstm"),
+    (["algo=ppo", "actor=lstm", "env=Pendulum-v1", "algo.use_sde=true"], "not built for actor=lstm yet; choose"),
     (["algo=sac", "env=Pendulum-v1", "algo.use_sde=true", "algo.sde_sample_freq=-2"], "algo.sde_sample_freq=-2"),
     (["algo=dqn", "env=CartPole-v1", "algo.use_sde=true"], "SB3's use_sde is algo.use_sde, with algo=ppo"),
 ])

@@ -53,6 +53,11 @@ CASES = {
     # the recurrent carry ([h, c] for an LSTM) between steps and the episode starts must survive the resume too
     "ppo-CartPoleNoVel-lstm": ["algo=ppo", "actor=lstm", "env=CartPoleNoVel-v1", "algo.n_steps=32",
                                "algo.n_epochs=2"],
+    # Dict observations with an image, packed as uint8 (actor=combined): on-policy, and SAC's replay with gSDE
+    "ppo-ImageAndFlag-combined": ["algo=ppo", "env=ImageAndFlag-v0", "algo.n_steps=32", "algo.n_epochs=2"],
+    "sac-ImageAndFlag-combined-sde": ["algo=sac", "env=ImageAndFlag-v0", "+env.kwargs.continuous=true",
+                                      "train.num_envs=2", *SMALL_OFF_POLICY, "algo.train_freq=8",
+                                      "algo.gradient_steps=2", "algo.use_sde=true"],
     # uint8 pixels in the rollout buffer and a convolutional actor-critic
     "ppo-PixelGoal-cnn": ["algo=ppo", "env=PixelGoal-v0", "algo.n_steps=32", "algo.n_epochs=2"],
     # pixels stored as uint8 in replay, convolutional Q-networks (and their target copy)

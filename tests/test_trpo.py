@@ -10,7 +10,9 @@ import torch
 from conftest import run_cli
 from torch.func import functional_call
 
+from rlcli.actors.heads import GaussianHead
 from rlcli.actors.mlp import ActorCritic
+from rlcli.actors.sde import SdeOptions
 from rlcli.algos.trpo import TRPO, conjugate_gradient, fisher_vector_product
 from rlcli.buffers.rollout import RolloutBatch
 from rlcli.registry import ConfigError
@@ -28,11 +30,16 @@ def test_conjugate_gradient_solves_a_positive_definite_system():
     assert 0 < (few - exact).norm() < exact.norm()
 
 
-def networks(action_space: gym.spaces.Space) -> ActorCritic:
+def networks(action_space: gym.spaces.Space, sde: SdeOptions | None = None) -> ActorCritic:
     torch.manual_seed(1)
     obs_space = gym.spaces.Box(-1, 1, (3,))
     return ActorCritic(obs_space, action_space, [8], "tanh", shared=False, ortho_init=True, log_std_init=-0.5,
-                       normalize_obs=False, clip_obs=10.0).double()
+                       normalize_obs=False, clip_obs=10.0, sde=sde).double()
+
+
+def old_log_std(net: ActorCritic) -> torch.Tensor | None:
+    """What TRPO keeps of the policy before its step besides the head's output: a plain Gaussian's log std."""
+    return net.head.log_std.detach().clone() if isinstance(net.head, GaussianHead) else None
 
 
 SPACES = [gym.spaces.Discrete(3), gym.spaces.Box(-1, 1, (2,))]
@@ -85,13 +92,17 @@ def rollout(net: ActorCritic, advantages: torch.Tensor) -> RolloutBatch:
                         dtype=torch.float64))
 
 
-@pytest.mark.parametrize("action_space", SPACES, ids=["discrete", "box"])
-def test_the_accepted_step_improves_the_surrogate_inside_the_kl_radius(action_space):
-    net = networks(action_space)
-    algo = TRPO(net, num_envs=1, n_steps=64, batch_size=64, target_kl=0.01)
+@pytest.mark.parametrize(("action_space", "sde"), [
+    *((space, None) for space in SPACES), (gym.spaces.MultiDiscrete([3, 2]), None), (gym.spaces.MultiBinary(3), None),
+    (gym.spaces.Box(-1, 1, (2,)), SdeOptions())], ids=["discrete", "box", "multidiscrete", "multibinary", "box-gsde"])
+def test_the_accepted_step_improves_the_surrogate_inside_the_kl_radius(action_space, sde):
+    net = networks(action_space, sde)
+    algo = TRPO(net, num_envs=1, n_steps=64, batch_size=64, target_kl=0.01, use_sde=sde is not None)
+    if sde is not None:
+        net.head.noise.reset_noise(64)
     batch = rollout(net, torch.randn(64, dtype=torch.float64))
     before = net.policy_params(batch.obs).detach()
-    old = (before, None if net.discrete else net.head.log_std.detach().clone())
+    old = (before, old_log_std(net))
     stats = algo.policy_step(batch)
     assert stats["line_search_success"] == 1.0
     with torch.no_grad():

@@ -123,10 +123,10 @@ def check_config(cfg: DictConfig) -> None:
         raise ConfigError(f"algo={algo_name} does not support actor={network_name} yet; "
                           f"choose from: {', '.join(spec.networks)}")
     network_spec: NetworkSpec = ACTORS.spec(network_name)
-    if algo_cfg_flag(cfg, "use_sde") and (network_spec.recurrent or (spec.on_policy and network_name != "mlp")):
-        sde_actors = "mlp" if spec.on_policy else "mlp or cnn"
-        raise ConfigError(f"algo.use_sde=true (gSDE) is built for actor={sde_actors}, not actor={network_name} yet; "
-                          "use that actor or algo.use_sde=false")
+    if algo_cfg_flag(cfg, "use_sde") and not network_spec.sde:
+        sde_actors = ", ".join(n for n in ACTORS.names() if ACTORS.spec(n).sde)
+        raise ConfigError(f"algo.use_sde=true (gSDE) is not built for actor={network_name} yet; choose from: "
+                          f"{sde_actors} (or algo.use_sde=false)")
     if not spec.on_policy and network_spec.recurrent and not buffer_spec.sequences:
         raise ConfigError(f"algo={algo_name} with actor={network_name} learns from stored sequences: use "
                           f"buffer=sequence (R2D2 burn-in); buffer={buffer_name} holds single transitions")

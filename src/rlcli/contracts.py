@@ -67,6 +67,7 @@ class NetworkSpec:
 
     recurrent: bool = False
     image: bool = False
+    sde: bool = False  # builds gSDE's state-dependent noise when the algorithm sets algo.use_sde
 
 
 # ------------------------------------------------------------------------------- values passed in

@@ -298,6 +298,9 @@ def export_policy(loaded: Loaded, fmt: str, name: str, seed: int) -> tuple[Path,
     if agent.spec.action_masks:
         raise ConfigError(f"export: algo={loaded.cfg.algo.name} acts on the env's action masks, which an exported "
                           "policy (observation in, action out) has no input for yet; evaluate it with rl-eval instead")
+    if loaded.cfg.actor.name == "combined":
+        raise ConfigError("export: Dict observations with images (actor=combined) have no exported input format yet; "
+                          "evaluate with rl-eval, or load the policy in Python: rlcli.load(run).predict(obs)")
     policy = export.StandalonePolicy(agent.algo, agent.obs_dtype, agent.carry_size).cpu()  # exports run on the CPU
     ours = export.numpy_policy(policy)
     dtype = export.input_dtype(policy)

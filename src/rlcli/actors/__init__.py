@@ -1,3 +1,3 @@
 """Actors register themselves on import."""
 
-from rlcli.actors import cnn, mlp, recurrent  # noqa: F401
+from rlcli.actors import cnn, combined, mlp, recurrent  # noqa: F401

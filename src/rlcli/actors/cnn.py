@@ -21,7 +21,9 @@ from rlcli.actors.layers import _ACTIVATIONS, Activation, orthogonal_init
 from rlcli.actors.mlp import ActorCritic
 from rlcli.actors.normalizer import RunningNorm
 from rlcli.actors.offpolicy import NetworkRecipe
+from rlcli.actors.sde import SdeOptions
 from rlcli.contracts import NetworkSpec
+from rlcli.envs.dict_obs import PackedDict
 from rlcli.registry import ACTORS, ConfigError, require
 
 NATURE_CONVS = [[32, 8, 4], [64, 4, 2], [64, 3, 1]]  # [out_channels, kernel, stride], Mnih et al. 2015
@@ -62,6 +64,9 @@ class ConvEncoder(nn.Module):
 
 
 def check_image_space(space: gym.spaces.Space, normalize_obs: bool) -> None:
+    if isinstance(space, PackedDict):
+        raise ConfigError("the env's Dict observations hold images and other entries: use actor=combined, not "
+                          "actor=cnn")
     if not isinstance(space, gym.spaces.Box) or len(space.shape) != 3:
         raise ConfigError(f"actor=cnn needs image observations (a Box of shape [C, H, W] or [H, W, C]); the env's "
                           f"observations are {space}: use actor=mlp")
@@ -70,7 +75,7 @@ def check_image_space(space: gym.spaces.Space, normalize_obs: bool) -> None:
                           "actor.pixel_scale inside the network; set env.normalize_obs=false")
 
 
-@ACTORS.register("cnn", spec=NetworkSpec(image=True))
+@ACTORS.register("cnn", spec=NetworkSpec(image=True, sde=True))
 def build_cnn_actor(
     observation_space: gym.spaces.Space,
     action_space: gym.spaces.Space,
@@ -83,10 +88,14 @@ def build_cnn_actor(
     activation: Activation = "relu",
     shared: bool = True,
     ortho_init: bool = True,
-    log_std_init: float = 0.0,
+    log_std_init: float | None = None,
+    full_std: bool = True,
+    use_expln: bool = False,
     pixel_scale: float = 255.0,
+    use_sde: bool = False,
 ) -> ActorCritic | Any:
-    """An actor-critic on a shared convolutional encoder, or a NetworkRecipe whose networks each get one."""
+    """An actor-critic on a shared convolutional encoder, or a NetworkRecipe whose networks each get one.
+    `log_std_init`, `full_std`, `use_expln` and `use_sde` (from algo.use_sde) as for actor=mlp."""
     check_image_space(observation_space, normalize_obs)
     require(all(len(c) == 3 and all(int(v) > 0 for v in c) for c in convs), "actor.convs", convs,
             "each layer is [out_channels, kernel, stride], all > 0")
@@ -110,7 +119,8 @@ def build_cnn_actor(
             return make_encoder(), features
 
         return NetworkRecipe(features, list(hidden_sizes), activation, ortho_init, normalizer, encoder=encoder,
-                     uint8_input=uint8_input)
+                             uint8_input=uint8_input, log_std_init=log_std_init, sde=SdeOptions(full_std, use_expln))
     actor = ActorCritic(observation_space, action_space, list(hidden_sizes), activation, shared, ortho_init,
-                        log_std_init, normalize_obs=False, clip_obs=clip_obs, encoder=make_encoder())
+                        0.0 if log_std_init is None else log_std_init, normalize_obs=False, clip_obs=clip_obs,
+                        encoder=make_encoder(), sde=SdeOptions(full_std, use_expln) if use_sde else None)
     return actor

@@ -16,6 +16,7 @@ from rlcli.actors.normalizer import RunningNorm
 from rlcli.actors.offpolicy import NetworkRecipe
 from rlcli.actors.sde import SdeOptions, StateDependentGaussianHead
 from rlcli.contracts import ActOutput, NetworkSpec, RecurrentState
+from rlcli.envs.dict_obs import PackedDict
 from rlcli.registry import ACTORS, ConfigError, require
 from rlcli.runtime import DeviceConstants
 
@@ -151,7 +152,7 @@ class ActorCritic(nn.Module):
         )
 
 
-@ACTORS.register("mlp", spec=NetworkSpec())
+@ACTORS.register("mlp", spec=NetworkSpec(sde=True))
 def build_mlp_actor(
     observation_space: gym.spaces.Space,
     action_space: gym.spaces.Space,
@@ -173,6 +174,9 @@ def build_mlp_actor(
     """An ActorCritic for on-policy algorithms, or a NetworkRecipe from which off-policy ones build heads.
     `log_std_init` None: SB3's default for the policy that uses it (0 for on-policy Gaussians, -3 for SAC's gSDE).
     `use_sde` comes from the algorithm's `algo.use_sde` (gSDE); `full_std` and `use_expln` shape its noise."""
+    if isinstance(observation_space, PackedDict):
+        raise ConfigError("the env's Dict observations hold images: use actor=combined (a CNN for each image, the "
+                          "other entries concatenated), not actor=mlp")
     if not isinstance(observation_space, gym.spaces.Box):
         raise ConfigError(
             f"actor=mlp needs a Box observation space (Discrete, MultiDiscrete and Dict ones are turned into one); "

@@ -63,7 +63,7 @@ class StateDependentNoise(nn.Module):
         """Draw `n` new exploration matrices (one per env; training draws one). From torch's CPU generator,
         which checkpoints save, then moved to the networks' device: CPU and GPU runs explore alike."""
         with torch.inference_mode(False):  # also when called while acting under inference mode
-            self.eps = torch.randn(n, self.latent_dim, self.action_dim).to(self.eps.device)
+            self.eps = torch.randn(n, self.latent_dim, self.action_dim).to(self.eps.device, self.eps.dtype)
 
     def noise(self, latent: torch.Tensor) -> torch.Tensor:
         """[B, action_dim]: each row's features times its env's matrix when there is one matrix per row, else

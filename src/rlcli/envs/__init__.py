@@ -17,7 +17,17 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv
 
-from rlcli.envs import bit_flipping, match_digits, memory_cue, pixel_goal, slow_step, valid_moves  # noqa: F401  (register the shipped envs)
+from rlcli.envs import (  # noqa: F401  (register the shipped envs)
+    bit_flipping,
+    image_and_flag,
+    match_digits,
+    memory_cue,
+    pixel_goal,
+    slow_step,
+    valid_moves,
+)
+from rlcli.envs.dict_obs import has_images, pack_dict_observations
+from rlcli.envs.image import image_wrappers
 from rlcli.envs.masks import ActionMaskInInfo
 from rlcli.registry import ENVS, ConfigError, did_you_mean, require
 
@@ -73,6 +83,9 @@ class GymEnvFactory:
         atari: bool = False,
         frame_stack: int = 1,
         time_feature: bool = False,
+        frame_skip: int = 1,
+        resize: list[int] | None = None,
+        grayscale: bool = False,
     ) -> None:
         self.spec = resolve_env_id(id)
         if "mujoco" in str(self.spec.entry_point):  # its deprecation warnings: once, to train.log (library_noise.py)
@@ -95,6 +108,11 @@ class GymEnvFactory:
         self.sparse_reward = sparse_reward
         require(frame_stack >= 1, "env.frame_stack", frame_stack, "must be >= 1 (1 = no stacking)")
         self.atari, self.frame_stack = atari, frame_stack
+        require(frame_skip >= 1, "env.frame_skip", frame_skip, "must be >= 1 (1 = every frame)")
+        self.frame_skip, self.resize, self.grayscale = frame_skip, resize, grayscale
+        if atari and (frame_skip > 1 or resize is not None or grayscale):
+            raise ConfigError("env.atari=true already skips 4 frames and makes 84 x 84 gray images; drop "
+                              "env.frame_skip, env.resize and env.grayscale")
         self.time_feature = time_feature
         if atari:
             if not self.spec.id.startswith("ALE/"):
@@ -123,15 +141,15 @@ class GymEnvFactory:
     def _env_wrappers(self, masks: bool = False) -> list[Callable[[gym.Env], gym.Env]]:
         """Per-env wrappers: valid-action masks into info (for algorithms that read them), Atari
         preprocessing (no-op starts, 4-frame skip with max-pooling, 84 x 84 grayscale; episodes end with
-        the game, not with a lost life) and frame stacking."""
+        the game, not with a lost life), other images' frame skip / resize / gray scale (image.py), and frame
+        stacking."""
         wrappers: list[Callable[[gym.Env], gym.Env]] = []
         if masks:
             wrappers.append(lambda env: ActionMaskInInfo(env, self.spec.id))
         if self.atari:
             wrappers.append(lambda env: gym.wrappers.AtariPreprocessing(env, noop_max=30, frame_skip=4,
                                                                           screen_size=84, grayscale_obs=True))
-        if self.frame_stack > 1:
-            wrappers.append(lambda env: gym.wrappers.FrameStackObservation(env, self.frame_stack))
+        wrappers += image_wrappers(self.spec.id, self.frame_skip, self.resize, self.grayscale, self.frame_stack)
         if self.time_feature:
             wrappers.append(TimeFeature)
         return wrappers
@@ -192,7 +210,9 @@ class GymEnvFactory:
         envs = gym.wrappers.vector.RecordEpisodeStatistics(envs)  # raw returns, before any scaling
         if not eval:
             self.goal = goal_layout(envs)
-        if isinstance(envs.single_observation_space, gym.spaces.Dict):
+        if has_images(envs.single_observation_space):  # images stay uint8: packed, for actor=combined
+            envs = pack_dict_observations(envs, self.spec.id)
+        elif isinstance(envs.single_observation_space, gym.spaces.Dict):
             envs = gym.wrappers.vector.FlattenObservation(envs)
         if one_hot_encodable(envs.single_observation_space):
             envs = one_hot_observations(envs)
@@ -232,6 +252,9 @@ class GymEnvFactory:
         if self.time_feature:
             raise ConfigError("train.vector_mode=envpool has no time feature (env.time_feature=true); use "
                               "train.vector_mode=auto")
+        if self.frame_skip > 1 or self.resize is not None or self.grayscale:
+            raise ConfigError("train.vector_mode=envpool does not apply env.frame_skip / env.resize / env.grayscale; "
+                              "use train.vector_mode=auto")
         from rlcli.envs.envpool_vector import make_envpool
 
         kwargs = dict(self.kwargs)
