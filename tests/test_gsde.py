@@ -3,6 +3,7 @@ per-env matrix product for the noise, SB3's expln formula, and the resampling sc
 
 from __future__ import annotations
 
+import json
 import math
 
 import gymnasium as gym
@@ -159,3 +160,14 @@ def test_rl_train_refuses_gsde_where_it_cannot_work_in_one_line(args, message, t
     assert out.returncode == 2, out.stderr
     assert message in out.stderr and len(out.stderr.strip().splitlines()) == 1, out.stderr
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.slow
+def test_a2c_with_gsde_reaches_the_flag_on_mountaincarcontinuous(tmp_path):
+    """RL-Zoo's tuned A2C entry (gSDE, 4 envs, n_steps 100). Measured when written (seeds 1-3): above 90 by
+    10,000-20,000 env steps, 91.4-92.0 at RL-Zoo's 100,000 (RL-Zoo: 91.2 +- 0.3)."""
+    out = run_cli("algo=a2c", "env=MountainCarContinuous-v0", "seed=1", "train.total_steps=50000",
+                  "log.console=false", f"hydra.run.dir={tmp_path / 'run'}", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    last = json.loads((tmp_path / "run" / "eval.jsonl").read_text().splitlines()[-1])
+    assert np.mean(last["returns"]) >= 90, last

@@ -1,5 +1,7 @@
 """Generic schedules, the adaptive KL rule, and REINFORCE without a baseline."""
 
+from pathlib import Path
+
 import pytest
 import torch
 from conftest import at
@@ -43,6 +45,10 @@ def test_apply_sets_attributes_and_every_optimizer_lr():
             self.optimizer = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=1.0)
 
         default_schedules: dict = {}
+        schedulable = ("ent_coef",)
+
+        def optimizers(self):
+            return [self.optimizer]
 
     algo = Algo()
     schedules = build_schedules(algo, {"ent_coef": "linear:0.02:0.0", "lr": "constant:0.5"})
@@ -116,3 +122,62 @@ def test_pg_without_baseline_uses_plain_discounted_returns():
     parts.close()
 
 
+
+
+def test_every_algorithm_declares_what_it_schedules_and_its_defaults_are_among_them():
+    """`schedulable` names settings the algorithm holds as numbers (or None: off until scheduled); every default
+    schedule sets one of them (or lr_scale, which every algorithm with optimizers has)."""
+    from test_resume import CASES, budget  # one small, buildable config per algorithm
+
+    from rlcli.registry import ALGOS
+
+    for name in ALGOS.names():
+        case = next(c for c in CASES if c.split("-")[0] == name)
+        args = [("+" + a if a.startswith("algo.schedules.") else a) for a in budget(case)]
+        parts = build(composed(*args))
+        try:
+            algo = parts.algo
+            assert algo.optimizers(), name
+            for key in algo.schedulable:
+                value = getattr(algo, key)
+                assert value is None or (isinstance(value, (int, float)) and not isinstance(value, bool)), (name, key)
+            assert set(algo.default_schedules) <= {*algo.schedulable, "lr_scale"}, name
+        finally:
+            parts.close()
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["algo=sac", "algo.ent_coef=auto", "+algo.schedules.ent_coef=linear:0.1:0.0"], "no numeric parameter 'ent_coef'"),
+    (["algo=tqc", "+algo.schedules.n_quantiles=linear:25:5"], "no numeric parameter 'n_quantiles'"),
+])
+def test_settings_a_schedule_cannot_move_are_refused(args, message):
+    with pytest.raises(ConfigError, match=message):
+        build(composed(*args, "env=Pendulum-v1"))
+
+
+def test_a_fixed_sac_temperature_follows_its_schedule():
+    parts = build(composed("algo=sac", "env=Pendulum-v1", "algo.ent_coef=0.1",
+                           "+algo.schedules.ent_coef=linear:0.1:0.0"))
+    try:
+        apply_schedules(parts.schedules, 0.5)
+        assert parts.algo.temperature.fixed == pytest.approx(0.05)
+        assert parts.algo.alpha().item() == pytest.approx(0.05)
+    finally:
+        parts.close()
+
+
+def test_every_algorithms_schedule_example_in_its_yaml_builds():
+    """The example in each conf/algo/<name>.yaml's `schedules:` comment names a setting that can be scheduled."""
+    import re
+
+    from rlcli.compose import conf_dir
+
+    for path in sorted((Path(conf_dir()) / "algo").glob("*.yaml")):
+        example = re.search(r"schedules: \{\}.*?(algo\.schedules\.\w+=\S+)", path.read_text())
+        if example is None:
+            continue
+        env = {"maskable_ppo": "ValidMoves-v0", "rnd_ppo": "MountainCar-v0"}.get(path.stem, "Pendulum-v1")
+        if path.stem in ("dqn", "qrdqn", "pqn", "ppo", "ppo_kl", "a2c", "pg"):
+            env = "Acrobot-v1"
+        parts = build(composed(f"algo={path.stem}", f"env={env}", "+" + example.group(1)))
+        parts.close()

@@ -130,6 +130,12 @@ class Algorithm(Protocol):
     gamma: float
     # the values over the run that its settings imply (epsilon, lr_scale, ...); see schedules.py
     default_schedules: dict[str, Schedule]
+    # the numeric settings `algo.schedules` may move during a run: attributes of these names (besides lr)
+    schedulable: tuple[str, ...]
+
+    def optimizers(self) -> list[torch.optim.Optimizer]:
+        """Every optimizer, for `algo.schedules.lr` and the generic `lr_scale`."""
+        ...
 
     def act(self, obs: torch.Tensor, deterministic: bool = False, state: RecurrentState | None = None) -> ActOutput:
         """Actions for normalized observations (exploration values such as epsilon come from schedules)."""

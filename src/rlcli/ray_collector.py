@@ -277,9 +277,9 @@ class RolloutWorker:
 
 
 def acting_values(algo: Any) -> dict[str, Any]:
-    """The algorithm's plain numbers (exploration epsilon, noise scales, ...): what schedules set before acting."""
-    return {k: v for k, v in vars(algo).items()
-            if isinstance(v, (int, float)) and not isinstance(v, bool) and not k.startswith("_")}
+    """The values schedules set on the algorithm (exploration epsilon, noise scales, ...), as the workers' copies
+    must act with them: every setting it declares schedulable."""
+    return {name: getattr(algo, name) for name in algo.schedulable}
 
 
 def cpu_weights(networks: Any) -> dict[str, Any]:

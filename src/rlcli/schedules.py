@@ -11,7 +11,8 @@ an `algo.schedules` entry replaces the default of the same value. Names:
     lr_scale           a factor on each parameter group's base learning rate (lr_schedule=linear: 1 -> 0)
     <addon>_coef       a policy-loss add-on's coefficient (kl_prior_coef)
     beta, eta          the storage's PER exponent and ERE recency (buffer=per / ere)
-    anything else      a numeric attribute of the algorithm (ent_coef, clip_range_scale, epsilon, tau, ...)
+    anything else      a setting the algorithm declares schedulable (`schedulable`: ent_coef, clip_range_scale,
+                       epsilon, tau, ...); counts and sizes (n_steps, batch_size, n_quantiles) are not
 
 Forms:
 
@@ -88,24 +89,13 @@ def parse_schedule(key: str, text: Any) -> Schedule:
     return Schedule(kind, values[0], values[1], values[2] if len(values) == 3 else 1.0)
 
 
-def _optimizers(algo: Any) -> list[Any]:
-    return [v for v in vars(algo).values() if hasattr(v, "param_groups") and hasattr(v, "step")]
-
-
-NOT_SCHEDULABLE = {"n_steps", "num_envs", "batch_size", "n_epochs", "gradient_updates", "learning_starts", "train_freq",
-                   "gradient_steps", "action_dim", "policy_delay", "target_update_interval", "n_actions", "warmup_seen",
-                   "obs_norm_warmup_steps", "last_target_update"}
-
-
 def numeric_params(algo: Any, addons: Sequence[Any] = (), storage: Any = None) -> list[str]:
-    """What can be scheduled: the algorithm's numeric attributes, lr, the add-ons' coefficients and the
-    values the storage schedules itself."""
-    names = {k for k, v in vars(algo).items()
-             if isinstance(v, (int, float)) and not isinstance(v, bool) and not k.startswith("_")}
-    names -= NOT_SCHEDULABLE
+    """What can be scheduled: what the algorithm declares (`schedulable`), lr when it has optimizers, the
+    add-ons' coefficients and the values the storage schedules itself."""
+    names = set(algo.schedulable)
     names |= {f"{addon.name}_coef" for addon in addons}
     names |= set(storage.default_schedules if storage is not None else {})
-    return sorted(names | ({"lr", "lr_scale"} if _optimizers(algo) else set()))
+    return sorted(names | ({"lr", "lr_scale"} if algo.optimizers() else set()))
 
 
 def _setter(algo: Any, key: str, addons: Sequence[Any], storage: Any) -> Callable[[float], None]:
@@ -114,23 +104,22 @@ def _setter(algo: Any, key: str, addons: Sequence[Any], storage: Any) -> Callabl
         return lambda value: setattr(addon, "coef", value)
     if key == "lr":
         def set_lr(value: float) -> None:
-            for optimizer in _optimizers(algo):
+            for optimizer in algo.optimizers():
                 for group in optimizer.param_groups:
                     group["lr"] = value
                     if "base_lr" in group:
                         group["base_lr"] = value
         return set_lr
-    if key == "lr_scale" and not hasattr(algo, key):  # algorithms that do not scale lr themselves (sac, td3, dqn)
+    if key == "lr_scale" and key not in algo.schedulable:  # algorithms that do not scale lr themselves (sac, dqn)
         def scale_lr(value: float) -> None:
-            for optimizer in _optimizers(algo):
+            for optimizer in algo.optimizers():
                 for group in optimizer.param_groups:
                     group.setdefault("base_lr", group["lr"])  # kept in the optimizer's state: resume sees it
                     group["lr"] = group["base_lr"] * value
         return scale_lr
     if storage is not None and key in storage.default_schedules:
         return lambda value: setattr(storage, key, value)
-    cast = int if isinstance(getattr(algo, key), int) and not isinstance(getattr(algo, key), bool) else float
-    return lambda value: setattr(algo, key, cast(value))
+    return lambda value: setattr(algo, key, float(value))
 
 
 # An explicit schedule of the first replaces a default schedule of the second: they set the same value.

@@ -63,6 +63,7 @@ class A2C:
         linear = to_zero(lr_schedule)
         self.default_schedules = {"lr_scale": linear} if linear else {}
         self.ent_coef, self.vf_coef, self.max_grad_norm = ent_coef, vf_coef, max_grad_norm
+        self.schedulable: tuple[str, ...] = ("lr_scale", "ent_coef", "vf_coef", "gamma", "gae_lambda", "max_grad_norm")
         groups = param_groups(networks, lr, lr_pi, lr_v)
         if optimizer == "rmsprop":  # SB3's (TF-like) settings, which A2C's published results use
             self.optimizer: torch.optim.Optimizer = torch.optim.RMSprop(groups, alpha=0.99, eps=1e-5)
@@ -99,6 +100,9 @@ class A2C:
             "explained_variance": explained_variance(batch.values, batch.returns, mask),
             "learning_rate": torch.tensor(lr), **addon_logs,
         }
+
+    def optimizers(self) -> list[torch.optim.Optimizer]:
+        return [self.optimizer]
 
     def env_actions(self, actions: torch.Tensor) -> torch.Tensor:
         return clipped_env_actions(self.networks, actions)

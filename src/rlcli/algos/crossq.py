@@ -22,7 +22,12 @@ from torch import nn
 from rlcli.actors.batch_renorm import renorm_mlp
 from rlcli.actors.offpolicy import NetworkRecipe, squashed_gaussian
 from rlcli.algos.base import adam, frozen, gradient_step
-from rlcli.algos.entropy import EntropyCoefficient, check_entropy_settings, initial_log_alpha
+from rlcli.algos.entropy import (
+    EntropyCoefficient,
+    FixedEntropyCoefficient,
+    check_entropy_settings,
+    initial_log_alpha,
+)
 from rlcli.algos.exploration import uniform_box_actions
 from rlcli.algos.offpolicy import BoxScaler, StepOutput, check_offpolicy, resolve_gradient_steps, run_gradient_steps
 from rlcli.buffers.replay import ReplayBuffer
@@ -61,6 +66,8 @@ class CrossQNetworks(nn.Module):
 
 @ALGOS.register("crossq", spec=AlgoSpec(on_policy=False, action_spaces=("Box",), networks=("mlp",)))
 class CrossQ:
+    ent_coef = FixedEntropyCoefficient()  # algo.schedules.ent_coef, with a fixed algo.ent_coef
+
     def __init__(
         self,
         recipe: NetworkRecipe,
@@ -116,6 +123,7 @@ class CrossQ:
         self.reward_scale, self.max_grad_norm = reward_scale, max_grad_norm
         self.gradient_updates = 0
         self.default_schedules: dict[str, Schedule] = {}
+        self.schedulable: tuple[str, ...] = ("gamma", "reward_scale", "max_grad_norm", *self.temperature.schedulable)
 
     def alpha(self) -> torch.Tensor:
         return self.temperature.value()
@@ -127,6 +135,9 @@ class CrossQ:
 
     def random_actions(self, n: int) -> torch.Tensor:
         return uniform_box_actions(n, self.action_dim)
+
+    def optimizers(self) -> list[torch.optim.Optimizer]:
+        return [self.policy_optimizer, self.critic_optimizer]
 
     def env_actions(self, actions: torch.Tensor) -> torch.Tensor:
         return self.scaler.to_env(actions)

@@ -101,6 +101,7 @@ class DQN:
         self.loss, self.double, self.max_grad_norm, self.reward_scale = loss, double, max_grad_norm, reward_scale
         self.gradient_updates = 0
         self.last_target_update = 0  # env steps at the last target update
+        self.schedulable: tuple[str, ...] = ("epsilon", "gamma", "tau", "max_grad_norm", "reward_scale")
         self._compiled: Any = None  # compile=true: CompiledAdamStep over transition_loss
 
     def enable_compile(self) -> None:
@@ -135,6 +136,9 @@ class DQN:
 
     def random_actions(self, n: int) -> torch.Tensor:
         return torch.randint(0, self.n_actions, (n,))
+
+    def optimizers(self) -> list[torch.optim.Optimizer]:
+        return [self.optimizer]
 
     def env_actions(self, actions: torch.Tensor) -> torch.Tensor:
         return actions

@@ -35,6 +35,17 @@ def initial_log_alpha(ent_coef: float | str, ent_coef_init: float) -> float:
     return float(np.log(init))
 
 
+class FixedEntropyCoefficient:
+    """`ent_coef` on an algorithm that owns a `temperature`: reads and sets its fixed alpha, so that
+    `algo.schedules.ent_coef` moves it (declared schedulable only when alpha is fixed, not learned)."""
+
+    def __get__(self, algo: Any, owner: type | None = None) -> float | None:
+        return None if algo is None else algo.temperature.fixed
+
+    def __set__(self, algo: Any, value: float) -> None:
+        algo.temperature.fixed = float(value)
+
+
 class EntropyCoefficient:
     """alpha: `value()` for the losses, `step(log_probs)` after the policy's forward pass (a no-op when fixed)."""
 
@@ -45,6 +56,8 @@ class EntropyCoefficient:
         self.fixed = None if self.learned else float(ent_coef)
         self.target_entropy = -float(action_dim) if target_entropy == "auto" else float(target_entropy)
         self.optimizer = adam([log_alpha], lr=lr, **adam_options)
+        # a fixed alpha can follow a schedule (FixedEntropyCoefficient); a learned one follows its target
+        self.schedulable: tuple[str, ...] = () if self.learned else ("ent_coef",)
 
     def value(self) -> torch.Tensor:
         if self.fixed is not None:

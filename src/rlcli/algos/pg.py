@@ -64,6 +64,7 @@ class PolicyGradient:
         linear = to_zero(lr_schedule)
         self.default_schedules = {"lr_scale": linear} if linear else {}
         self.ent_coef, self.vf_coef, self.max_grad_norm = ent_coef, vf_coef, max_grad_norm
+        self.schedulable: tuple[str, ...] = ("lr_scale", "ent_coef", "vf_coef", "gamma", "max_grad_norm")
         self.optimizer = adam(param_groups(networks, lr, lr_pi, lr_v))
 
     @torch.inference_mode()
@@ -103,6 +104,9 @@ class PolicyGradient:
         gradient_step(self.optimizer, loss, self.networks.parameters(), self.max_grad_norm)
         metrics.update(loss=loss.detach(), learning_rate=torch.tensor(lr), **addon_logs)
         return metrics
+
+    def optimizers(self) -> list[torch.optim.Optimizer]:
+        return [self.optimizer]
 
     def env_actions(self, actions: torch.Tensor) -> torch.Tensor:
         return clipped_env_actions(self.networks, actions)

@@ -35,6 +35,9 @@ from rlcli.registry import ALGOS, ConfigError, require
 from rlcli.schedules import to_zero
 
 ON_POLICY = AlgoSpec(on_policy=True, action_spaces=ON_POLICY_ACTIONS)
+PPO_SCHEDULABLE: tuple[str, ...] = ("lr_scale", "clip_range", "clip_range_scale", "clip_range_vf", "ent_coef",
+                                    "vf_coef", "gamma", "gae_lambda", "max_grad_norm", "target_kl", "kl_coef",
+                                    "kl_target")
 
 
 @ALGOS.register("ppo", spec=AlgoSpec(on_policy=True, compiles=True, action_spaces=ON_POLICY_ACTIONS))
@@ -96,6 +99,7 @@ class PPO:
         self.clip_range_vf, self.normalize_advantage = clip_range_vf, normalize_advantage
         self.ent_coef, self.vf_coef, self.max_grad_norm, self.target_kl = ent_coef, vf_coef, max_grad_norm, target_kl
         self.kl_coef, self.kl_target = kl_coef, kl_target
+        self.schedulable = PPO_SCHEDULABLE
         self.optimizer = adam(param_groups(networks, lr, lr_pi, lr_v) + self.extra_param_groups(lr), eps=1e-5)
         self._compiled: CompiledAdamStep | None = None  # compile=true: the whole minibatch step as one graph
 
@@ -214,6 +218,9 @@ class PPO:
     def auxiliary_loss(self, batch: RolloutBatch) -> tuple[torch.Tensor | float, dict[str, torch.Tensor]]:
         """An extra loss trained in the same step (rnd_ppo's predictor); none for plain PPO."""
         return 0.0, {}
+
+    def optimizers(self) -> list[torch.optim.Optimizer]:
+        return [self.optimizer]
 
     def trained_parameters(self) -> Iterator[torch.nn.Parameter]:
         """What the optimizer steps and gradient clipping covers."""

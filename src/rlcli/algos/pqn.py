@@ -118,6 +118,7 @@ class PQN:
         self.minibatch_size = rollout // num_minibatches
         self.gamma, self.q_lambda, self.max_grad_norm = gamma, q_lambda, max_grad_norm
         self.epsilon, self.lr_scale = exploration_initial_eps, 1.0
+        self.schedulable: tuple[str, ...] = ("lr_scale", "epsilon", "gamma", "q_lambda", "max_grad_norm")
         self.default_schedules: dict[str, Schedule] = {
             "epsilon": Schedule("linear", exploration_initial_eps, exploration_final_eps, exploration_fraction)}
         linear = to_zero(lr_schedule)
@@ -132,6 +133,9 @@ class PQN:
         if not deterministic:
             actions = epsilon_greedy(actions, self.n_actions, self.epsilon)
         return ActOutput(actions, torch.zeros_like(values), values)
+
+    def optimizers(self) -> list[torch.optim.Optimizer]:
+        return [self.optimizer]
 
     def env_actions(self, actions: torch.Tensor) -> torch.Tensor:
         return actions

@@ -110,6 +110,7 @@ class RNDPPO(PPO):
         self.rnd = RandomNetworkDistillation(int(networks.obs_shape[0]), list(rnd_hidden_sizes),
                                              rnd_features).to(device)
         super().__init__(networks, num_envs, **ppo_settings)
+        self.schedulable = (*self.schedulable, "int_gamma", "ext_coef", "int_coef", "update_proportion")
         self.int_reward_norm = RunningNorm(()).to(device)  # statistics of the discounted intrinsic sums
         self.int_running = torch.zeros(num_envs, device=device)
         self.warmup_seen = 0  # env steps whose observations only fed RND's statistics

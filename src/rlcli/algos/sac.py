@@ -20,7 +20,12 @@ from rlcli.actors.offpolicy import (
 from rlcli.actors.recurrent import RecurrentCritics, RecurrentNet, RecurrentRecipe, state_or_zeros
 from rlcli.actors.sde import NoiseResampling, StateDependentSquashedPolicy
 from rlcli.algos.base import adam, frozen, gradient_step
-from rlcli.algos.entropy import EntropyCoefficient, check_entropy_settings, initial_log_alpha
+from rlcli.algos.entropy import (
+    EntropyCoefficient,
+    FixedEntropyCoefficient,
+    check_entropy_settings,
+    initial_log_alpha,
+)
 from rlcli.algos.exploration import uniform_box_actions
 from rlcli.algos.offpolicy import (
     BoxScaler,
@@ -73,6 +78,8 @@ class RecurrentSACNetworks(nn.Module):
 
 @ALGOS.register("sac", spec=AlgoSpec(on_policy=False, action_spaces=("Box",)))
 class SAC:
+    ent_coef = FixedEntropyCoefficient()  # algo.schedules.ent_coef, with a fixed algo.ent_coef
+
     def __init__(
         self,
         recipe: NetworkRecipe | RecurrentRecipe,
@@ -123,6 +130,8 @@ class SAC:
         self.reward_scale, self.max_grad_norm = reward_scale, max_grad_norm
         self.gradient_updates = 0
         self.default_schedules: dict[str, Schedule] = {}
+        self.schedulable: tuple[str, ...] = ("gamma", "tau", "reward_scale", "max_grad_norm",
+                                             *self.temperature.schedulable)
 
     def critic_outputs(self) -> int:
         """Outputs of each critic: one Q-value (TQC: its quantiles)."""
@@ -143,6 +152,9 @@ class SAC:
 
     def random_actions(self, n: int) -> torch.Tensor:
         return uniform_box_actions(n, self.action_dim)
+
+    def optimizers(self) -> list[torch.optim.Optimizer]:
+        return [self.policy_optimizer, self.critic_optimizer]
 
     def env_actions(self, actions: torch.Tensor) -> torch.Tensor:
         return self.scaler.to_env(actions)

@@ -91,6 +91,8 @@ class TD3:
         self.target_policy_noise, self.target_noise_clip = target_policy_noise, target_noise_clip
         self.reward_scale, self.max_grad_norm = reward_scale, max_grad_norm
         self.gradient_updates = 0
+        self.schedulable: tuple[str, ...] = ("gamma", "tau", "noise_scale", "target_policy_noise",
+                                             "target_noise_clip", "reward_scale", "max_grad_norm")
 
     @torch.inference_mode()
     def act(self, obs: torch.Tensor, deterministic: bool = False, state: RecurrentState | None = None) -> ActOutput:
@@ -103,6 +105,9 @@ class TD3:
 
     def random_actions(self, n: int) -> torch.Tensor:
         return uniform_box_actions(n, self.action_dim)
+
+    def optimizers(self) -> list[torch.optim.Optimizer]:
+        return [self.policy_optimizer, self.critic_optimizer]
 
     def env_actions(self, actions: torch.Tensor) -> torch.Tensor:
         return self.scaler.to_env(actions)

@@ -134,9 +134,12 @@ class TRPO:
         self.noise_resampling = NoiseResampling(head_noise(networks.head, use_sde), n_steps, sde_sample_freq)
         self.gamma, self.gae_lambda = gamma, gae_lambda
         self.target_kl, self.cg_max_steps, self.cg_damping = target_kl, cg_max_steps, cg_damping
-        self.shrink, self.line_search_max_iter = line_search_shrinking_factor, line_search_max_iter
+        self.line_search_shrinking_factor = line_search_shrinking_factor
+        self.line_search_max_iter = line_search_max_iter
         self.n_critic_updates, self.normalize_advantage = n_critic_updates, normalize_advantage
         self.sub_sampling_factor = sub_sampling_factor
+        self.schedulable: tuple[str, ...] = ("lr_scale", "gamma", "gae_lambda", "target_kl", "cg_damping",
+                                             "line_search_shrinking_factor")
         self.lr_scale = 1.0  # lr_schedule=linear: a factor from 1 to 0, set by the trainer's schedules
         linear = to_zero(lr_schedule)
         self.default_schedules = {"lr_scale": linear} if linear else {}
@@ -216,7 +219,7 @@ class TRPO:
                 if new_kl < self.target_kl and new_objective > objective:
                     return {"policy_objective": new_objective, "kl": new_kl,
                             "line_search_success": torch.tensor(1.0), "step_fraction": torch.tensor(fraction)}
-                fraction *= self.shrink
+                fraction *= self.line_search_shrinking_factor
             assign_flat(params, original)  # no step kept both promises: the policy stays where it was
         return stats
 
@@ -234,6 +237,9 @@ class TRPO:
                 self.value_optimizer.step()
                 total, count = total + loss.detach(), count + 1
         return total / max(count, 1)
+
+    def optimizers(self) -> list[torch.optim.Optimizer]:
+        return [self.value_optimizer]
 
     def env_actions(self, actions: torch.Tensor) -> torch.Tensor:
         return clipped_env_actions(self.networks, actions)

@@ -5,8 +5,9 @@ What rlcli asks of an algorithm (rlcli/contracts.py): register the class with a 
 (off-policy) plus `num_envs` as constructor arguments, and everything else as config keys with
 types and defaults (they are checked and listed in errors); then `act`, `env_actions`,
 `finish_rollout` (on-policy) or `random_actions` (off-policy), `update`, `state_dict` and
-`load_state_dict`, and `default_schedules` (the values over the run its settings imply). The clock
-comes in as an argument; nothing is set on the object from outside but its scheduled values.
+`load_state_dict`, `default_schedules` (the values over the run its settings imply), `schedulable` (the
+settings `algo.schedules` may move) and `optimizers()`. The clock comes in as an argument; nothing is set on
+the object from outside but its scheduled values.
 """
 
 from __future__ import annotations
@@ -32,10 +33,14 @@ class VanillaPolicyGradient:
         self.networks, self.n_steps, self.gamma, self.gae_lambda = networks, n_steps, gamma, 1.0
         self.optimizer = torch.optim.Adam(networks.parameters(), lr=lr)
         self.default_schedules: dict[str, Schedule] = {}  # none; users may still set algo.schedules.lr
+        self.schedulable = ("gamma",)
 
     @torch.inference_mode()
     def act(self, obs: torch.Tensor, deterministic: bool = False, state: RecurrentState | None = None) -> ActOutput:
         return self.networks.act(obs, deterministic)
+
+    def optimizers(self) -> list[torch.optim.Optimizer]:
+        return [self.optimizer]
 
     def env_actions(self, actions: torch.Tensor) -> torch.Tensor:
         return actions
