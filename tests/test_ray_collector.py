@@ -83,7 +83,7 @@ def test_off_policy_collects_ahead_with_bounded_lag_and_survives_a_killed_worker
     c = components("algo=dqn", "env=CartPole-v1", "collector=ray", "collector.workers=2",
                    "train.num_envs=4", "algo.learning_starts=0", "algo.batch_size=32", "train.vector_mode=sync")
     try:
-        per_phase = c.algo.n_steps * 4
+        per_phase = c.algo.steps_per_collect * 4
         lags = []
         for _ in range(3):
             stats = c.collector.collect(c.algo, c.buffer)
@@ -108,7 +108,7 @@ def test_off_policy_collects_ahead_with_bounded_lag_and_survives_a_killed_worker
     assert "RAY_AUTH_MODE" not in os.environ  # ray.init's variables are gone with it (a later `ray start` works)
     again = components("algo=ppo", "env=CartPole-v1", "collector=ray")  # a second instance in this process
     try:
-        assert again.collector.collect(again.algo, again.buffer).steps == again.algo.n_steps * 8
+        assert again.collector.collect(again.algo, again.buffer).steps == again.algo.steps_per_collect * 8
     finally:
         again.close()
 

@@ -14,6 +14,10 @@ class NoAlgo:
     """Schedules without an algorithm: only the storage's own (PER's beta, ERE's eta)."""
 
     default_schedules: dict = {}
+    schedulable: tuple = ()
+
+    def optimizers(self) -> list:
+        return []
 
 GAMMA = 0.9
 

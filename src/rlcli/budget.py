@@ -7,7 +7,7 @@ from rlcli.build import Components
 
 def planned_steps(c: Components, env_steps: int) -> int:
     """Where the run ends at the latest: whole collect phases from `env_steps` until train.total_steps."""
-    per_phase = int(c.algo.n_steps) * c.settings.num_envs
+    per_phase = int(c.algo.steps_per_collect) * c.settings.num_envs
     todo = max(0, c.settings.total_steps - env_steps)
     return env_steps + -(-todo // per_phase) * per_phase
 
@@ -20,10 +20,10 @@ def budget_warnings(c: Components, planned: int, typed: set[str] | None = None) 
     phases is said only when the user typed one of its settings (`typed`: the command line's keys; None: always),
     so a shipped tuned config does not warn about itself."""
     s, algo, warnings = c.settings, c.algo, []
-    per_phase = algo.n_steps * s.num_envs
+    per_phase = algo.steps_per_collect * s.num_envs
     if planned > s.total_steps and (typed is None or any(key in typed for key in BUDGET_KEYS)):
         phase = "one rollout" if c.spec.on_policy else "one collect phase"
-        what = f"{phase} is {algo.n_steps:,} x {s.num_envs} envs"
+        what = f"{phase} is {algo.steps_per_collect:,} x {s.num_envs} envs"
         key = "algo.n_steps" if c.spec.on_policy else "algo.train_freq"
         fix = (f"; for exactly {s.total_steps:,}, {key}={s.total_steps // s.num_envs}" if s.total_steps < per_phase
                and s.total_steps % s.num_envs == 0 else f"; {key} x train.num_envs dividing it trains exactly that")

@@ -194,7 +194,7 @@ def build(cfg: DictConfig, start_workers: bool = True) -> Components:
             load_network_weights(algo.networks, Path(str(init_from)),
                                  trusted=bool(cfg.get("trusted_checkpoint", False)))
         buffer = BUFFERS.build(
-            section(cfg, "buffer"), n_steps=algo.n_steps, num_envs=settings.num_envs,
+            section(cfg, "buffer"), n_steps=algo.steps_per_collect, num_envs=settings.num_envs,
             obs_shape=obs_space.shape, action_shape=act_space.shape, discrete=isinstance(act_space, Discrete),
             device=device, gamma=algo.gamma, goal=env_factory.goal,
             **({"carry_size": carry_size} if carry_size else {}),

@@ -200,17 +200,17 @@ class Collector:
         return RecurrentState(self.carry, starts)
 
     def collect(self, algo: Algorithm, buffer: Any, random_actions: bool = False) -> CollectStats:
-        """algo.n_steps steps of every env into `buffer`: a whole rollout, finished by the algorithm's
+        """algo.steps_per_collect steps of every env into `buffer`: a whole rollout, finished by the algorithm's
         `finish_rollout` (on-policy), or transitions (off-policy). `random_actions`: the off-policy warm-up,
         uniformly random actions (a recurrent network still steps its carry)."""
         if self.on_policy:
             buffer.reset()
         n_envs = self.envs.num_envs
-        stats = CollectStats(steps=algo.n_steps * n_envs)
+        stats = CollectStats(steps=algo.steps_per_collect * n_envs)
         to_tensor = lambda x: torch.as_tensor(x, dtype=torch.float32, device=self.device)  # noqa: E731
         clock = time.perf_counter
         act_s = env_s = buffer_s = 0.0
-        for step in range(algo.n_steps):
+        for step in range(algo.steps_per_collect):
             t0 = clock()
             self.normalizer.update(self.obs)
             obs = self.normalizer(self.obs)

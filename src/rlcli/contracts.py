@@ -126,7 +126,9 @@ class Algorithm(Protocol):
     """What both kinds of algorithm provide to the collector, the tests and the checkpoints."""
 
     networks: Any  # Networks; Any so that algorithms may name their concrete module type
-    n_steps: int  # env steps per env in one collect phase
+    # env steps per env in one collect phase: on-policy algorithms' algo.n_steps (the rollout), off-policy ones'
+    # algo.train_freq (the env steps between two updates)
+    steps_per_collect: int
     gamma: float
     # the values over the run that its settings imply (epsilon, lr_scale, ...); see schedules.py
     default_schedules: dict[str, Schedule]

@@ -425,7 +425,7 @@ class Trainer:
         s = self.c.settings
         if isinstance(s.tb_every, int):
             return s.tb_every
-        per_phase = int(self.c.algo.n_steps) * s.num_envs
+        per_phase = int(self.c.algo.steps_per_collect) * s.num_envs
         return max(per_phase, s.total_steps // (1000 if self.c.spec.on_policy else 300))
 
     def close(self) -> None:

@@ -57,6 +57,7 @@ class A2C:
         self.networks = networks
         self.policy_addons = list(policy_addons)  # extra policy-loss terms (rlcli/addons.py)
         self.n_steps, self.gamma, self.gae_lambda = n_steps, gamma, gae_lambda
+        self.steps_per_collect = n_steps
         self.noise_resampling = NoiseResampling(head_noise(networks.head, use_sde), n_steps, sde_sample_freq)
         self.normalize_advantage = normalize_advantage
         self.lr_scale = 1.0  # lr_schedule=linear: a factor from 1 to 0, set by the trainer's schedules

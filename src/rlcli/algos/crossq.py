@@ -116,7 +116,7 @@ class CrossQ:
         self.critic_optimizer = adam(self.networks.critics.parameters(), lr=lr, betas=betas)
         self.temperature = EntropyCoefficient(self.networks.log_alpha, ent_coef, target_entropy, self.action_dim, lr,
                                            betas=betas)
-        self.n_steps = train_freq
+        self.steps_per_collect = train_freq  # env steps per env between update phases
         self.batch_size, self.learning_starts = batch_size, learning_starts
         self.gradient_steps = resolve_gradient_steps(gradient_steps, train_freq, num_envs)
         self.gamma, self.policy_delay = gamma, policy_delay

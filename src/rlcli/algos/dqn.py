@@ -90,7 +90,7 @@ class DQN:
             RecurrentDQNNetworks(recipe, self.n_actions) if isinstance(recipe, RecurrentRecipe)
             else DQNNetworks(recipe, self.n_actions, dueling, self.outputs_per_action()))
         self.optimizer = adam(self.networks.q.parameters(), lr=lr)
-        self.n_steps = train_freq  # env steps per env between update phases
+        self.steps_per_collect = train_freq  # env steps per env between update phases
         self.batch_size, self.learning_starts = batch_size, learning_starts
         self.gradient_steps = resolve_gradient_steps(gradient_steps, train_freq, num_envs)
         self.gamma, self.tau, self.target_update_interval = gamma, tau, target_update_interval

@@ -59,6 +59,7 @@ class PolicyGradient:
         self.networks = networks
         self.policy_addons = list(policy_addons)  # extra policy-loss terms (rlcli/addons.py)
         self.n_steps, self.gamma, self.gae_lambda = n_steps, gamma, 1.0
+        self.steps_per_collect = n_steps
         self.baseline, self.normalize_advantage = baseline, normalize_advantage
         self.lr_scale = 1.0  # lr_schedule=linear: a factor from 1 to 0, set by the trainer's schedules
         linear = to_zero(lr_schedule)

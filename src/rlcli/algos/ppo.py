@@ -89,6 +89,7 @@ class PPO:
         self.networks = networks
         self.policy_addons = list(policy_addons)  # extra policy-loss terms (rlcli/addons.py)
         self.n_steps, self.batch_size, self.n_epochs = n_steps, batch_size, n_epochs
+        self.steps_per_collect = n_steps
         self.noise_resampling = NoiseResampling(head_noise(networks.head, use_sde), n_steps, sde_sample_freq)
         self.gamma, self.gae_lambda = gamma, gae_lambda
         self.clip_range = clip_range

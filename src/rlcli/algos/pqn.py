@@ -115,6 +115,7 @@ class PQN:
         # RAdam, as CleanRL's PQN: no warm-up of the learning rate needed without a target network
         self.optimizer = torch.optim.RAdam([{"params": self.networks.parameters(), "lr": lr, "base_lr": lr}])
         self.n_steps, self.n_epochs = n_steps, n_epochs
+        self.steps_per_collect = n_steps
         self.minibatch_size = rollout // num_minibatches
         self.gamma, self.q_lambda, self.max_grad_norm = gamma, q_lambda, max_grad_norm
         self.epsilon, self.lr_scale = exploration_initial_eps, 1.0

@@ -123,7 +123,7 @@ class SAC:
         self.policy_optimizer = adam(self.networks.policy.parameters(), lr=lr)
         self.critic_optimizer = adam(self.networks.critics.parameters(), lr=lr)
         self.temperature = EntropyCoefficient(self.networks.log_alpha, ent_coef, target_entropy, self.action_dim, lr)
-        self.n_steps = train_freq
+        self.steps_per_collect = train_freq  # env steps per env between update phases
         self.batch_size, self.learning_starts = batch_size, learning_starts
         self.gradient_steps = resolve_gradient_steps(gradient_steps, train_freq, num_envs)
         self.gamma, self.tau, self.target_update_interval = gamma, tau, target_update_interval

@@ -84,7 +84,7 @@ class TD3:
         self.noise_scale = 1.0  # noise_decay=linear: a factor from 1 to 0, set by the trainer's schedules
         linear = to_zero(noise_decay)
         self.default_schedules = {"noise_scale": linear} if linear else {}
-        self.n_steps = train_freq
+        self.steps_per_collect = train_freq  # env steps per env between update phases
         self.batch_size, self.learning_starts = batch_size, learning_starts
         self.gradient_steps = resolve_gradient_steps(gradient_steps, train_freq, num_envs)
         self.gamma, self.tau, self.policy_delay = gamma, tau, policy_delay

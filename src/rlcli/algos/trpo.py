@@ -131,6 +131,7 @@ class TRPO:
                 f"must be in [1, n_steps * num_envs = {rollout}]")
         self.networks = networks
         self.n_steps, self.batch_size = n_steps, batch_size
+        self.steps_per_collect = n_steps
         self.noise_resampling = NoiseResampling(head_noise(networks.head, use_sde), n_steps, sde_sample_freq)
         self.gamma, self.gae_lambda = gamma, gae_lambda
         self.target_kl, self.cg_max_steps, self.cg_damping = target_kl, cg_max_steps, cg_damping

@@ -31,6 +31,7 @@ class VanillaPolicyGradient:
         require(n_steps > 0, "algo.n_steps", n_steps, "must be > 0")
         require(lr > 0, "algo.lr", lr, "must be > 0")
         self.networks, self.n_steps, self.gamma, self.gae_lambda = networks, n_steps, gamma, 1.0
+        self.steps_per_collect = n_steps  # env steps per env in one collect phase: the rollout
         self.optimizer = torch.optim.Adam(networks.parameters(), lr=lr)
         self.default_schedules: dict[str, Schedule] = {}  # none; users may still set algo.schedules.lr
         self.schedulable = ("gamma",)
