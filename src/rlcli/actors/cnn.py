@@ -75,6 +75,16 @@ def check_image_space(space: gym.spaces.Space, normalize_obs: bool) -> None:
                           "actor.pixel_scale inside the network; set env.normalize_obs=false")
 
 
+def check_conv_settings(convs: list[list[int]], features_key: str, features: int, hidden_sizes: list[int],
+                        pixel_scale: float) -> None:
+    """One line naming the bad convolution, feature or hidden size (actor=cnn and actor=combined alike)."""
+    require(all(len(c) == 3 and all(int(v) > 0 for v in c) for c in convs), "actor.convs", convs,
+            "each layer is [out_channels, kernel, stride], all > 0")
+    require(features > 0, features_key, features, "must be > 0")
+    require(all(h > 0 for h in hidden_sizes), "actor.hidden_sizes", list(hidden_sizes), "sizes must be > 0")
+    require(pixel_scale > 0, "actor.pixel_scale", pixel_scale, "must be > 0")
+
+
 @ACTORS.register("cnn", spec=NetworkSpec(image=True, sde=True))
 def build_cnn_actor(
     observation_space: gym.spaces.Space,
@@ -97,11 +107,7 @@ def build_cnn_actor(
     """An actor-critic on a shared convolutional encoder, or a NetworkRecipe whose networks each get one.
     `log_std_init`, `full_std`, `use_expln` and `use_sde` (from algo.use_sde) as for actor=mlp."""
     check_image_space(observation_space, normalize_obs)
-    require(all(len(c) == 3 and all(int(v) > 0 for v in c) for c in convs), "actor.convs", convs,
-            "each layer is [out_channels, kernel, stride], all > 0")
-    require(features > 0, "actor.features", features, "must be > 0")
-    require(all(h > 0 for h in hidden_sizes), "actor.hidden_sizes", list(hidden_sizes), "sizes must be > 0")
-    require(pixel_scale > 0, "actor.pixel_scale", pixel_scale, "must be > 0")
+    check_conv_settings(convs, "actor.features", features, hidden_sizes, pixel_scale)
     obs_shape = tuple(observation_space.shape)
     uint8_input = observation_space.dtype == np.uint8
 

@@ -15,7 +15,7 @@ import gymnasium as gym
 import torch
 from torch import nn
 
-from rlcli.actors.cnn import NATURE_CONVS, ConvEncoder
+from rlcli.actors.cnn import NATURE_CONVS, ConvEncoder, check_conv_settings
 from rlcli.actors.layers import Activation, orthogonal_init
 from rlcli.actors.mlp import ActorCritic
 from rlcli.actors.normalizer import RunningNorm
@@ -23,7 +23,7 @@ from rlcli.actors.offpolicy import NetworkRecipe
 from rlcli.actors.sde import SdeOptions
 from rlcli.contracts import NetworkSpec
 from rlcli.envs.dict_obs import PackedDict
-from rlcli.registry import ACTORS, ConfigError, require
+from rlcli.registry import ACTORS, ConfigError
 
 _TORCH_DTYPES = {"float32": torch.float32, "float64": torch.float64, "int64": torch.int64, "int32": torch.int32,
                  "uint8": torch.uint8, "int8": torch.int8, "float16": torch.float16, "bool": torch.bool}
@@ -83,10 +83,7 @@ def build_combined_actor(
     if normalize_obs:
         raise ConfigError("env.normalize_obs=true does not apply to actor=combined yet (its images are scaled by "
                           "actor.pixel_scale); set env.normalize_obs=false")
-    require(all(len(c) == 3 and all(int(v) > 0 for v in c) for c in convs), "actor.convs", convs,
-            "each layer is [out_channels, kernel, stride], all > 0")
-    require(image_features > 0, "actor.image_features", image_features, "must be > 0")
-    require(all(h > 0 for h in hidden_sizes), "actor.hidden_sizes", list(hidden_sizes), "sizes must be > 0")
+    check_conv_settings(convs, "actor.image_features", image_features, hidden_sizes, pixel_scale)
     layers = [list(map(int, c)) for c in convs]
 
     def make_encoder() -> CombinedEncoder:
