@@ -148,7 +148,7 @@ def test_old_checkpoints_without_a_collector_choice_still_resume():
 def test_without_ray_installed_the_error_names_the_extra(monkeypatch):
     import sys
 
-    from rlcli.ray_collector import RaySettings, check_ray
+    from rlcli.ray_settings import RaySettings, check_ray
     from rlcli.registry import ConfigError
 
     monkeypatch.setitem(sys.modules, "ray", None)  # what `import ray` meets where Ray is not installed

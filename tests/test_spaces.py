@@ -4,7 +4,8 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from rlcli.envs import GymEnvFactory, one_hot_observations
+from rlcli.envs import GymEnvFactory
+from rlcli.envs.wrappers import one_hot_observations
 from rlcli.registry import ConfigError
 
 
@@ -145,7 +146,7 @@ def test_on_policy_algorithms_learn_multidiscrete_and_multibinary_actions(cli, t
 def test_the_time_feature_matches_sb3_contribs_wrapper_step_for_step():
     from sb3_contrib.common.wrappers import TimeFeatureWrapper
 
-    from rlcli.envs import TimeFeature
+    from rlcli.envs.wrappers import TimeFeature
 
     ours, theirs = TimeFeature(gym.make("Pendulum-v1")), TimeFeatureWrapper(gym.make("Pendulum-v1"))
     assert ours.observation_space == theirs.observation_space

@@ -18,6 +18,7 @@ from conftest import run_cli
 from test_rl_eval import TINY, one_line_error, rl_eval
 
 from rlcli import rl_eval as rl_eval_module
+from rlcli import run_loading
 from rlcli.contracts import RecurrentState
 
 pytestmark = pytest.mark.slow
@@ -127,7 +128,7 @@ def test_a_missing_extra_names_it(runs, monkeypatch, capsys):
 def rlcli_actions(run: Path, observations: np.ndarray) -> np.ndarray:
     """rlcli's own deterministic env actions for [steps, envs, ...] observations (a carry runs through the steps)."""
     options = {"device": "cpu", "seed": 0}
-    agent = rl_eval_module.load_agent(rl_eval_module.checkpoint_of(run, "last"), options, []).agent
+    agent = run_loading.load_agent(run_loading.checkpoint_of(run, "last"), options, []).agent
     actions, carry = [], None
     with torch.inference_mode():
         for obs in observations:

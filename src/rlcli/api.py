@@ -28,7 +28,7 @@ from rlcli.callbacks import Callback
 if TYPE_CHECKING:
     import numpy as np
 
-    from rlcli.rl_eval import Loaded
+    from rlcli.run_loading import Loaded
 
 LoadWhich = Literal["best", "last"] | int
 
@@ -273,7 +273,7 @@ def load(path: str | Path, load: LoadWhich = "best", device: str = "cpu", truste
     (pickle) checkpoint of an older rlcli is read only with trusted_checkpoint=True."""
     from rlcli import checkpoint
     from rlcli.registry import ConfigError
-    from rlcli.rl_eval import checkpoint_of, is_run_dir, load_agent
+    from rlcli.run_loading import checkpoint_of, is_run_dir, load_agent
 
     target = Path(path).expanduser()
     try:
@@ -357,8 +357,8 @@ def export(policy: Policy, format: Literal["onnx", "torchscript"] = "onnx") -> P
     """Write the policy as a standalone file (observation in, env action out; a recurrent policy: carry in and
     out) to `<run dir>/export/`, check it against rlcli's actions, and return its path (rl-eval export=...)."""
     from rlcli import policy_export as exporting
+    from rlcli.export_check import export_policy
     from rlcli.registry import ConfigError
-    from rlcli.rl_eval import export_policy
 
     try:
         if format not in exporting.FORMATS:

@@ -22,7 +22,8 @@ from rlcli.agent import algo_section, build_agent, network_section, section
 from rlcli.collector import Collector, ExperienceCollector
 from rlcli.contracts import AlgoSpec, BufferSpec, CompilableAlgorithm, NetworkSpec
 from rlcli.envs import GymEnvFactory, VectorMode
-from rlcli.ray_collector import RayCollector, check_fits, check_ray, ray_settings
+from rlcli.ray_collector import RayCollector
+from rlcli.ray_settings import check_fits, check_ray, ray_settings
 from rlcli.registry import ACTORS, ALGOS, BUFFERS, ENVS, ConfigError, check_kwargs, require
 from rlcli.runtime import configure_torch, resolve_device, seed_everything
 from rlcli.schedules import ScheduledValue, build_schedules

@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from rlcli.os_errors import describe_os_error
+from rlcli.run_loading import Loaded, check_one_env, checkpoint_of, is_run_dir, load_agent
 
 USAGE = __doc__.split("\n\n")[1]
 OPTIONS = ("load", "episodes", "deterministic", "seed", "num_envs", "device", "video", "video_episodes", "video_format",
@@ -132,121 +133,6 @@ def parse(argv: list[str]) -> tuple[Path, dict[str, Any], list[str]]:
     return Path(targets[0]).expanduser(), options, env_overrides
 
 
-def is_run_dir(path: Path) -> bool:
-    return (path / ".hydra" / "overrides.yaml").is_file() or (path / "checkpoints").is_dir()
-
-
-def env_of(run_dir: Path) -> str:
-    """The env id a run trained on, from its saved config (`?` when it cannot be read)."""
-    import yaml
-
-    try:
-        config = yaml.safe_load((run_dir / ".hydra" / "config.yaml").read_text()) or {}
-        return str(config.get("env", {}).get("id", "?"))
-    except (OSError, yaml.YAMLError, AttributeError):
-        return "?"
-
-
-def check_one_env(target: Path, runs: list[Path]) -> None:
-    """Runs are ranked against each other only when they share an env; otherwise say what was found."""
-    from rlcli.registry import ConfigError
-
-    by_env: dict[str, list[Path]] = {}
-    for run in runs:
-        by_env.setdefault(env_of(run), []).append(run)
-    if len(by_env) > 1:
-        found = ", ".join(f"{env}: {len(found)} run{'s' if len(found) > 1 else ''} (e.g. {found[0]})"
-                          for env, found in sorted(by_env.items()))
-        raise ConfigError(f"{target} holds runs on {len(by_env)} envs ({found}); rl-eval ranks the runs of one env "
-                          "together: give a sweep's directory or one run's")
-
-
-def checkpoint_of(run_dir: Path, load: str) -> Path:
-    """The checkpoint file that `load` names in a run directory."""
-    from rlcli import checkpoint
-    from rlcli.registry import ConfigError
-
-    directory = run_dir / "checkpoints"
-    if load == "best":
-        path = directory / "best.pt"
-        if not path.is_file():
-            raise ConfigError(f"{run_dir} has no best model (checkpoints/best.pt): no test phase ran "
-                              "(train.test_every=0?); use load=last")
-        return path
-    if load == "last":
-        found = checkpoint.find_good(directory, warn=lambda m: None) if directory.is_dir() else None
-        if found is None:
-            raise ConfigError(f"{run_dir} has no usable checkpoint in checkpoints/")
-        return found
-    if not load.isdigit():
-        raise ConfigError(f"load={load!r} is invalid: use best, last or a number of env steps")
-    path = directory / f"ckpt_{int(load):012d}.pt"
-    if not path.is_file():
-        have = sorted(int(p.stem.split("_")[1]) for p in directory.glob("ckpt_*.pt"))
-        raise ConfigError(f"load={load}: no checkpoint at {int(load):,} env steps in {directory}; "
-                          f"there are: {', '.join(f'{s}' for s in have) or 'none'}")
-    return path
-
-
-@dataclass
-class Loaded:
-    """A checkpoint's agent, rebuilt as training built it, with the env factory of its (overridden) config."""
-
-    path: Path
-    cfg: Any
-    env_factory: Any
-    agent: Any
-    device: Any
-
-
-def load_agent(path: Path, options: dict[str, Any], env_overrides: list[str]) -> Loaded:
-    from omegaconf import OmegaConf
-
-    from rlcli import checkpoint
-    from rlcli.agent import build_agent, section
-    from rlcli.registry import ALGOS, ENVS, ConfigError
-    from rlcli.runtime import configure_torch, resolve_device, seed_everything
-    from rlcli.weights import network_weights
-
-    data = checkpoint.load(path, trusted=options.get("trusted_checkpoint", False))
-    checkpoint.require(data, path, "config", "algo")
-    cfg = OmegaConf.create(data["config"])
-    for override in env_overrides:
-        key, value = override.split("=", 1)
-        if OmegaConf.select(cfg, key, default="<missing>") == "<missing>" and not key.startswith("env.kwargs."):
-            valid = sorted(str(k) for k in cfg.env)
-            raise ConfigError(f"unknown key '{key}'; valid env keys: {', '.join(valid)}")
-        cfg = OmegaConf.merge(cfg, OmegaConf.from_dotlist([override]))  # values parse as YAML, as in rl-train
-    device = resolve_device(options["device"])
-    if options.get("configure_torch", True):  # rl-eval's process is its own; rlcli.load() leaves torch's settings
-        configure_torch(int(cfg.get("torch_threads", 1)), deterministic=False)
-    if options.get("seed") is not None:
-        seed_everything(options["seed"])
-    env_factory = ENVS.build(section(cfg, "env"))
-    masks = ALGOS.spec(str(cfg.algo.name)).action_masks
-    probe = env_factory.make(1, "sync", eval=True, masks=masks)  # the spaces, as training's envs had them
-    try:
-        # the algorithm as training built it (its settings are checked against training's number of envs)
-        agent = build_agent(cfg, env_factory, probe.single_observation_space, probe.single_action_space, device,
-                            int(cfg.train.num_envs), with_addons=False)
-    finally:
-        probe.close()
-    try:
-        agent.algo.networks.load_state_dict(network_weights(data))
-    except RuntimeError as error:
-        detail = str(error).strip().splitlines()
-        raise ConfigError(f"{path.name} does not fit env {env_factory.spec.id}: "
-                          f"{(detail[1] if len(detail) > 1 else detail[0]).strip()}") from None
-    from rlcli.finite import nonfinite_weights
-
-    bad = nonfinite_weights([*agent.algo.networks.named_parameters(), *agent.algo.networks.named_buffers()])
-    if bad:
-        raise ConfigError(f"{path} holds non-finite network weights ({', '.join(bad[:3])}): the run diverged "
-                          "before it was saved; evaluate or export an earlier checkpoint (load=<env steps>)")
-    agent.algo.networks.eval()
-    return Loaded(path, cfg, env_factory, agent, device)
-
-
 def evaluate_checkpoint(loaded: Loaded, options: dict[str, Any], name: str) -> tuple[Result, list[Any]]:
     """Run `episodes` episodes (episode i from seed `seed + i`); with video=true the first round of envs
     renders, and the first `video_episodes` of its episodes are written to <run dir>/videos/."""
@@ -284,71 +170,6 @@ def evaluate_checkpoint(loaded: Loaded, options: dict[str, Any], name: str) -> t
     result = Result(loaded.path.parent.parent, loaded.path, loaded.env_factory.spec.id, returns[:episodes],
                     lengths[:episodes], time.perf_counter() - start)
     return result, recordings
-
-
-def export_policy(loaded: Loaded, fmt: str, name: str, seed: int) -> tuple[Path, float, float, float]:
-    """Write the standalone policy, then check it as its user would run it: its actions against rlcli's on
-    1,000 observations from the env, and one episode's return against rlcli's on the same seed."""
-    from omegaconf import OmegaConf
-
-    from rlcli import policy_export as export
-    from rlcli.registry import ConfigError
-
-    agent = loaded.agent
-    if agent.spec.action_masks:
-        raise ConfigError(f"export: algo={loaded.cfg.algo.name} acts on the env's action masks, which an exported "
-                          "policy (observation in, action out) has no input for yet; evaluate it with rl-eval instead")
-    if loaded.cfg.actor.name == "combined":
-        raise ConfigError("export: Dict observations with images (actor=combined) have no exported input format yet; "
-                          "evaluate with rl-eval, or load the policy in Python: rlcli.load(run).predict(obs)")
-    policy = export.StandalonePolicy(agent.algo, agent.obs_dtype, agent.carry_size).cpu()  # exports run on the CPU
-    ours = export.numpy_policy(policy)
-    dtype = export.input_dtype(policy)
-    envs = loaded.env_factory.make(10, "sync", eval=True)
-    try:
-        observations = _observations(envs, ours, agent.carry_size, seed, steps=100, dtype=dtype)
-        path = loaded.path.parent.parent / "export" / f"{name}{export.FORMATS[fmt]}"
-        export.export(policy, fmt, path, observations[0])
-        exported = export.run_exported(path, fmt)
-        difference = export.max_difference(ours, exported, observations, agent.carry_size)
-        their_return = _episode_return(envs, exported, agent.carry_size, seed, dtype)
-        our_return = _episode_return(envs, ours, agent.carry_size, seed, dtype)
-    finally:
-        envs.close()
-    export.write_metadata(path, export.metadata(policy, fmt, loaded.env_factory.spec.id,
-                                                envs.single_observation_space, envs.single_action_space, loaded.path,
-                                                OmegaConf.to_container(loaded.cfg.env, resolve=True)))
-    return path, difference, their_return, our_return
-
-
-def _observations(envs: Any, act: Any, carry_size: int, seed: int, steps: int, dtype: Any) -> Any:
-    """[steps, envs, ...] observations met by the policy (episodes restart as they end)."""
-    import numpy as np
-
-    obs, _ = envs.reset(seed=seed)
-    carry = np.zeros((envs.num_envs, carry_size), dtype=np.float32) if carry_size else None
-    seen = []
-    for _ in range(steps):
-        obs = obs.astype(dtype)  # what the exported file takes
-        seen.append(obs)
-        out = act(obs, carry)
-        action, carry = out if carry_size else (out, None)
-        obs, *_ = envs.step(action)
-    return np.stack(seen)
-
-
-def _episode_return(envs: Any, act: Any, carry_size: int, seed: int, dtype: Any) -> float:
-    """The return of the first env's first episode from `seed` (what rl-eval's episode 0 is)."""
-    import numpy as np
-
-    obs, _ = envs.reset(seed=seed)
-    carry = np.zeros((envs.num_envs, carry_size), dtype=np.float32) if carry_size else None
-    while True:
-        out = act(obs.astype(dtype), carry)
-        action, carry = out if carry_size else (out, None)
-        obs, _, _, _, infos = envs.step(action)
-        if "_episode" in infos and infos["_episode"][0]:
-            return float(infos["episode"]["r"][0])
 
 
 def print_table(results: list[Result], title: str) -> None:
@@ -398,6 +219,8 @@ def main(argv: list[str] | None = None) -> None:
             raise ConfigError(f"{target}: no such run directory, checkpoint file or sweep directory")
         name = (lambda path: path.stem) if target.is_file() else (lambda path: str(options["load"]))
         if options["export"] is not None:
+            from rlcli.export_check import export_policy
+
             exports = [export_policy(load_agent(path, options, env_overrides), options["export"], name(path),
                                      options["seed"]) for path in jobs]
         else:

@@ -1,0 +1,97 @@
+"""`collector=ray`'s settings and the checks made before any worker starts (ray_collector.py runs them)."""
+
+from __future__ import annotations
+
+import socket
+from dataclasses import dataclass
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from rlcli.contracts import AlgoSpec, NetworkSpec
+from rlcli.registry import ConfigError, require
+
+
+@dataclass
+class RaySettings:
+    """The `collector:` section for collector=ray (conf/collector/ray.yaml says what each key means)."""
+
+    name: str = "ray"
+    workers: int = 2
+    envs_per_worker: int | None = None
+    address: str | None = None
+    max_policy_lag: int = 1
+    cpus_per_worker: float = 1.0
+    max_restarts: int = 3
+
+    def __post_init__(self) -> None:
+        require(self.workers > 0, "collector.workers", self.workers, "must be > 0")
+        require(self.envs_per_worker is None or self.envs_per_worker > 0, "collector.envs_per_worker",
+                self.envs_per_worker, "must be > 0 (or null: train.num_envs split over the workers)")
+        require(self.max_policy_lag >= 0, "collector.max_policy_lag", self.max_policy_lag,
+                "must be >= 0 (0: synchronous)")
+        require(self.cpus_per_worker >= 0, "collector.cpus_per_worker", self.cpus_per_worker, "must be >= 0")
+        require(self.max_restarts >= 0, "collector.max_restarts", self.max_restarts, "must be >= 0")
+        if self.address is not None:
+            host, _, port = str(self.address).rpartition(":")
+            require(bool(host) and port.isdigit(), "collector.address", self.address,
+                    "use HOST:PORT of a running Ray head (or null: a private Ray instance on this machine)")
+
+    def envs_each(self, num_envs: int) -> int:
+        """Envs per worker: collector.envs_per_worker, or train.num_envs split evenly."""
+        if self.envs_per_worker is not None:
+            return self.envs_per_worker
+        if num_envs % self.workers:
+            fits = [w for w in range(1, num_envs + 1) if num_envs % w == 0]
+            raise ConfigError(f"collector.workers={self.workers} does not divide train.num_envs={num_envs}; choose "
+                              f"from: {', '.join(map(str, fits))}, or set collector.envs_per_worker")
+        return num_envs // self.workers
+
+
+def ray_settings(cfg: DictConfig) -> RaySettings | None:
+    """The checked settings of collector=ray, or None for the local collector."""
+    from rlcli.registry import check_kwargs
+
+    node = cfg.get("collector")
+    section: dict[str, Any] = OmegaConf.to_container(node, resolve=True) if node is not None else {}  # type: ignore[assignment]
+    name = section.get("name", "local")
+    if name == "local":
+        extra = sorted(set(section) - {"name"})
+        if extra:
+            raise ConfigError(f"unknown key 'collector.{extra[0]}' for collector=local; it has no settings "
+                              "(collector=ray has workers, envs_per_worker, address, ...)")
+        return None
+    if name != "ray":
+        raise ConfigError(f"collector={name!r} is unknown; choose from: local, ray")
+    check_kwargs(RaySettings, section, prefix="collector")
+    return RaySettings(**section)
+
+
+def check_fits(settings: RaySettings, spec: AlgoSpec, network_spec: NetworkSpec, algo_name: str,
+               use_sde: bool = False) -> None:
+    """What the Ray collector does not cover yet, in one line each."""
+    if network_spec.recurrent:
+        raise ConfigError("collector=ray does not carry recurrent networks' state across workers yet; "
+                          "use collector=local with this actor")
+    if spec.action_masks:
+        raise ConfigError(f"collector=ray does not pass valid-action masks yet (algo={algo_name}); use collector=local")
+    if use_sde:
+        raise ConfigError("collector=ray does not keep gSDE's exploration matrices in step with the workers yet "
+                          "(algo.use_sde=true); use collector=local")
+
+
+def check_ray(settings: RaySettings) -> None:
+    """Ray installed, and the cluster's head answering when an address is given: one line otherwise."""
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        raise ConfigError("collector=ray needs Ray: pip install -e '.[ray]'") from None
+    if settings.address is not None:
+        host, _, port = str(settings.address).rpartition(":")
+        try:
+            with socket.create_connection((host, int(port)), timeout=3):
+                pass
+        except OSError as error:
+            why = error.strerror or error
+            raise ConfigError(f"collector.address={settings.address}: no Ray head answers there ({why}); "
+                              "start one with `ray start --head --port=PORT`, or use collector.address=null") from None
