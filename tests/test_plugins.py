@@ -79,3 +79,27 @@ def test_a_users_config_directory_adds_group_options(user_conf, tmp_path, form):
     assert (algo["name"], algo["n_steps"], algo["batch_size"]) == ("ppo", 16, 32)
     out = run([*where, "algo=ppo_smal"], tmp_path)
     assert out.returncode == 2 and "did you mean 'ppo_small'" in out.stderr, out.stderr
+
+
+def test_a_plugin_algorithm_written_against_an_older_contract_is_one_line():
+    """What the loop reads on an algorithm is checked once at build; every built-in one passes (each build in the
+    suite goes through the check), an older plugin is told what it lacks."""
+    import pytest
+
+    from rlcli.agent import check_contract
+    from rlcli.contracts import AlgoSpec
+    from rlcli.registry import ConfigError
+
+    class OlderPlugin:  # before `schedulable`, `optimizers()` and `steps_per_collect`
+        networks, n_steps, gamma, default_schedules = None, 8, 0.99, {}
+
+        def act(self): ...
+        def env_actions(self): ...
+        def update(self): ...
+        def state_dict(self): ...
+        def load_state_dict(self): ...
+        def finish_rollout(self): ...
+
+    with pytest.raises(ConfigError, match=r"algo=old_vpg \(.*OlderPlugin\) lacks steps_per_collect, schedulable, "
+                                          r"optimizers, which rlcli's algorithm contract asks for"):
+        check_contract(OlderPlugin(), "old_vpg", AlgoSpec(on_policy=True))

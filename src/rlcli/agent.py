@@ -81,6 +81,25 @@ def build_agent(cfg: DictConfig, env_factory: GymEnvFactory, obs_space: Any, act
     else:
         algo = ALGOS.build(algo_cfg, recipe=built, action_space=act_space, num_envs=num_envs)
         algo.networks.to(device)
+    check_contract(algo, algo_cfg["name"], spec)
     carry_size = algo.networks.carry_size if isinstance(algo.networks, RecurrentNetworks) else 0
     obs_dtype = torch.uint8 if network_spec.image and obs_space.dtype == "uint8" else torch.float32
     return Agent(algo, spec, network_spec, addons, carry_size, obs_dtype)
+
+
+# What the loop reads on every algorithm (contracts.Algorithm, and OffPolicyAlgorithm's additions).
+CONTRACT = ("networks", "steps_per_collect", "gamma", "default_schedules", "schedulable", "optimizers", "act",
+            "env_actions", "update", "state_dict", "load_state_dict")
+OFF_POLICY_CONTRACT = ("batch_size", "learning_starts", "random_actions")
+
+
+def check_contract(algo: Any, name: str, spec: AlgoSpec) -> None:
+    """A plugin algorithm written against an older contract: one line naming what it lacks, before any run state
+    exists, instead of an AttributeError deep in the loop (the built-in ones are checked by mypy)."""
+    wanted = CONTRACT + (() if spec.on_policy else OFF_POLICY_CONTRACT) + (("finish_rollout",) if spec.on_policy
+                                                                         else ())
+    missing = [attribute for attribute in wanted if not hasattr(algo, attribute)]
+    if missing:
+        raise ConfigError(f"algo={name} ({type(algo).__module__}.{type(algo).__name__}) lacks {', '.join(missing)}, "
+                          "which rlcli's algorithm contract asks for (rlcli/contracts.py, "
+                          "docs/guide/adding-an-algorithm.md)")
