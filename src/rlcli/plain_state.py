@@ -47,6 +47,8 @@ def encode(value: Any, objects: bool = False) -> Any:
     """`value` as tensors and plain Python values; `objects` allows enums and objects by their attributes."""
     if isinstance(value, np.generic):  # before the plain types: np.float64 is a float
         return {TAG: "npscalar", "dtype": value.dtype.str, "data": value.tobytes()}
+    if isinstance(value, torch.Tensor) and value.untyped_storage().nbytes() > value.nbytes:
+        return value.clone()  # a view (a population member's row of stacked weights): saved alone, not its storage
     if isinstance(value, _PLAIN):
         return value
     if isinstance(value, np.ndarray):

@@ -217,6 +217,11 @@ def precheck_sweep(args: list[str]) -> None:
             full = compose("config", overrides=[*combos[0], *hydra_args], return_hydra_config=True)
         except Exception as error:
             raise ConfigError(explain_composition_error(error, combos[0])) from None
+    launcher = full.hydra.launcher
+    if "rlcli_population_launcher" in str(launcher.get("_target_", "")):
+        from rlcli.population.launch import check_launcher_options
+
+        check_launcher_options(launcher.get("max_members"), launcher.get("n_jobs"))
     sweeper = full.hydra.sweeper
     ours = "rlcli" in str(sweeper.get("_target_", "")) and sweeper.get("params")
     probes = search_space_probes(OmegaConf.to_container(sweeper.params)) if ours else []

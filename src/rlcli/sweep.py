@@ -76,11 +76,24 @@ def run_job(cfg: DictConfig, run_dir: Path, job_num: int, overrides: list[str],
 
 def _run_locked_job(cfg: DictConfig, run_dir: Path, job_num: int, overrides: list[str], shown: str,
                     test_hook_factory: Callable[[DictConfig], Any] | None) -> dict[str, Any]:
-    from rlcli import checkpoint
-    from rlcli.run_state import prepare
-    from rlcli.trainer import RunFailed, Trainer, TrainerOptions
-
     job_started = time.perf_counter()
+    record = start_record(cfg, run_dir, job_num, overrides, shown)
+    if record["status"] in DONE:
+        return record  # finished before: skipped
+    trainer = None
+    try:
+        trainer = job_trainer(cfg, run_dir, job_num, overrides, job_started, test_hook_factory)
+        trainer.run()
+    except BaseException as error:
+        return end_record(record, run_dir, job_num, shown, error=error)
+    return end_record(record, run_dir, job_num, shown, trainer=trainer)
+
+
+def start_record(cfg: DictConfig, run_dir: Path, job_num: int, overrides: list[str], shown: str) -> dict[str, Any]:
+    """The job's `running` record (written), or with resume=auto its earlier record when it is already done
+    (then `cfg.resume` points at the last good checkpoint when there is one)."""
+    from rlcli import checkpoint
+
     record: dict[str, Any] = {"job": job_num, "overrides": list(overrides), "status": "running",
                               "started": time.time()}
     if cfg.get("resume") == "auto":
@@ -93,32 +106,49 @@ def _run_locked_job(cfg: DictConfig, run_dir: Path, job_num: int, overrides: lis
         if found:
             _say(f"[job {job_num}] {shown}: resuming from {found.name}")
     write_status(run_dir, record)
-    try:
-        components, state = prepare(cfg)
-        pruner = test_hook_factory(cfg) if test_hook_factory is not None else None
-        options = TrainerOptions(
-            console="lines" if cfg.log.console else "off", console_prefix=f"[job {job_num}] ",
-            sweep_group=str(run_dir.parent),  # tracked runs: one MLflow tag / W&B group per sweep
-            job_started=job_started, typed_keys={o.split("=", 1)[0].lstrip("+~") for o in overrides},
-            callbacks=[pruner] if pruner is not None else [],
-        )
-        trainer = Trainer(components, run_dir, state, options)
-        trainer.run()
-    except ConfigError as error:
+    return record
+
+
+def job_trainer(cfg: DictConfig, run_dir: Path, job_num: int, overrides: list[str], job_started: float,
+                test_hook_factory: Callable[[DictConfig], Any] | None = None) -> Any:
+    """A sweep job's trainer over its built (or resumed) components."""
+    from rlcli.run_state import prepare
+    from rlcli.trainer import Trainer, TrainerOptions
+
+    components, state = prepare(cfg)
+    pruner = test_hook_factory(cfg) if test_hook_factory is not None else None
+    options = TrainerOptions(
+        console="lines" if cfg.log.console else "off", console_prefix=f"[job {job_num}] ",
+        sweep_group=str(run_dir.parent),  # tracked runs: one MLflow tag / W&B group per sweep
+        job_started=job_started, typed_keys={o.split("=", 1)[0].lstrip("+~") for o in overrides},
+        callbacks=[pruner] if pruner is not None else [],
+    )
+    return Trainer(components, run_dir, state, options)
+
+
+def end_record(record: dict[str, Any], run_dir: Path, job_num: int, shown: str, trainer: Any = None,
+               error: BaseException | None = None) -> dict[str, Any]:
+    """The job's final record from its trainer or what stopped it, written; a signal's SystemExit is re-raised
+    after the record says `interrupted` (the sweep stops with it)."""
+    from rlcli.trainer import RunFailed
+
+    if isinstance(error, ConfigError):
         record.update(status="failed", error=str(error))
-    except RunFailed as failed:  # the trainer's one-line failure (divergence, a failing env, a disk): this job only
-        cause = failed.__context__  # the env's own exception, when an env failed
+    elif isinstance(error, RunFailed):  # the trainer's one-line failure (divergence, a failing env, a disk)
+        cause = error.__context__  # the env's own exception, when an env failed
         detail = "".join(traceback.format_exception(cause)) if cause is not None else ""
         with contextlib.suppress(OSError):
-            (run_dir / "error.txt").write_text(f"{failed.message}\n{detail}")
-        record.update(status="failed", error=failed.message)
-    except SystemExit as stop:  # a signal: the trainer saved a checkpoint first, and the sweep stops with it
-        record.update(status="interrupted", error=f"stopped with exit code {stop.code}")
+            (run_dir / "error.txt").write_text(f"{error.message}\n{detail}")
+        record.update(status="failed", error=error.message)
+    elif isinstance(error, SystemExit):  # a signal: the trainer saved a checkpoint first
+        record.update(status="interrupted", error=f"stopped with exit code {error.code}")
         write_status(run_dir, record)
-        raise
-    except Exception as error:  # a crash in one job must not take the sweep down
-        (run_dir / "error.txt").write_text(traceback.format_exc())
+        raise error
+    elif isinstance(error, Exception):  # a crash in one job must not take the sweep down
+        (run_dir / "error.txt").write_text("".join(traceback.format_exception(error)))
         record.update(status="failed", error=f"{type(error).__name__}: {error} (traceback in error.txt)")
+    elif error is not None:
+        raise error  # KeyboardInterrupt and the like
     else:
         state = trainer.state
         record.update(status="pruned" if trainer.stop_reason == "pruned" else "completed",

@@ -16,7 +16,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, NoReturn
+from typing import Any, Literal, NamedTuple, NoReturn
 
 import numpy as np
 
@@ -112,6 +112,14 @@ class Iteration:
     stop: str | None = None  # why the run ends after this iteration: stop_reward, pruned, a callback's reason
 
 
+class PlannedUpdate(NamedTuple):
+    """What an iteration's update needs from the loop, and what a skipped update goes back to."""
+
+    clock: RunClock
+    scheduled: dict[str, float]
+    snapshot: dict[str, Any] | None
+
+
 class Trainer:
     def __init__(self, components: Components, run_dir: Path, state: TrainState | None = None,
                  options: TrainerOptions | None = None) -> None:
@@ -139,39 +147,50 @@ class Trainer:
 
     def _run(self) -> float:
         state, total = self.state, self.c.settings.total_steps
-        if self._already_done():
-            return self._say_already_done()
-        log, tracking = self._start()
+        if self.already_done():
+            return self.say_already_done()
+        log, tracking = self.start()
         restore_signals = self.signals.catch()
         try:
             while state.env_steps < total:
-                it = self._collect()
+                it = self.collect()
                 if not self._update(it, log):
                     continue  # rolled back to the last good checkpoint: collect again from there
-                self._test_phase(it, log)
-                self._video_phase(it, log)
-                self._log_phase(it, log)
-                if it.stop is not None and not it.last_phase:  # at the budget's end it is simply the end
-                    self._say_stop(it, log)
+                if self.after_update(it, log, tracking):
                     break
-                self._stop_on_signal(log)  # Ctrl-C / SIGTERM: checkpoint, exit
-                if crossed(state.env_steps, it.previous, self.c.settings.checkpoint_every) and state.env_steps < total:
-                    self._save()
-                    if tracking is not None:
-                        tracking.flush()  # the tracked runs hold at least what the checkpoint holds
-        except EnvError as error:
-            self._fail_run(log, f"env {self.c.cfg.env.id} {error} at env step {state.env_steps + error.step:,}")
-        except (CollectorError, Diverged) as error:
-            self._fail_run(log, str(error))
+        except (EnvError, CollectorError, Diverged) as error:
+            self.fail_run(log, self.describe_failure(error))
         except BaseException:
             log.close(status="KILLED" if self.signals.received is not None else "FAILED")  # no-op after a clean stop
             raise
         finally:
             restore_signals()
-        return self._finish(log, tracking)
+        return self.finish(log, tracking)
+
+    def describe_failure(self, error: EnvError | CollectorError | Diverged) -> str:
+        if isinstance(error, EnvError):
+            return f"env {self.c.cfg.env.id} {error} at env step {self.state.env_steps + error.step:,}"
+        return str(error)
+
+    def after_update(self, it: Iteration, log: RunLogger, tracking: Tracking | None) -> bool:
+        """Test, video, log, a stop, a signal, a checkpoint: everything after an iteration's update. True: stop."""
+        state = self.state
+        self._test_phase(it, log)
+        self._video_phase(it, log)
+        self._log_phase(it, log)
+        if it.stop is not None and not it.last_phase:  # at the budget's end it is simply the end
+            self._say_stop(it, log)
+            return True
+        self._stop_on_signal(log)  # Ctrl-C / SIGTERM: checkpoint, exit
+        total = self.c.settings.total_steps
+        if crossed(state.env_steps, it.previous, self.c.settings.checkpoint_every) and state.env_steps < total:
+            self._save()
+            if tracking is not None:
+                tracking.flush()  # the tracked runs hold at least what the checkpoint holds
+        return False
 
     # ------------------------------------------------------------------------------- the loop's steps
-    def _start(self) -> tuple[RunLogger, Tracking | None]:
+    def start(self) -> tuple[RunLogger, Tracking | None]:
         """Before the first collect: warnings, tracking, the logger and its header, the clocks, the callbacks."""
         c, state = self.c, self.state
         state.finished = False
@@ -209,7 +228,7 @@ class Trainer:
         self._started, self._steps_at_start = time.perf_counter(), self.state.env_steps
         self._seconds_before_run = self.state.train_seconds
 
-    def _collect(self) -> Iteration:
+    def collect(self) -> Iteration:
         c, state = self.c, self.state
         warming_up = not c.spec.on_policy and state.env_steps < c.algo.learning_starts
         apply_schedules(c.schedules, RunClock(state.env_steps, c.settings.total_steps).progress)  # acting values
@@ -224,20 +243,36 @@ class Trainer:
 
     def _update(self, it: Iteration, log: RunLogger) -> bool:
         """One update (once learning starts), checked for non-finite values. False: rolled back, start over."""
+        planned = self.before_update()
+        metrics = None
+        if planned is not None:
+            with self.c.clock("update"):
+                metrics = self.c.algo.update(self.c.buffer, planned.clock)
+        return self.record_update(it, planned, metrics, log)
+
+    def before_update(self) -> PlannedUpdate | None:
+        """The schedules' learning values and the skip snapshot, when this iteration updates (None: it does not)."""
         c, s, state = self.c, self.c.settings, self.state
-        if c.spec.on_policy or state.env_steps >= c.algo.learning_starts:
-            run_clock = RunClock(state.env_steps, s.total_steps)
-            scheduled = apply_schedules(c.schedules, run_clock.progress)  # learning values
-            snapshot = copy.deepcopy(c.algo.state_dict()) if s.on_nonfinite == "skip" else None
-            with c.clock("update"):
-                metrics = c.algo.update(c.buffer, run_clock)
+        if not (c.spec.on_policy or state.env_steps >= c.algo.learning_starts):
+            return None
+        run_clock = RunClock(state.env_steps, s.total_steps)
+        scheduled = apply_schedules(c.schedules, run_clock.progress)  # learning values
+        snapshot = copy.deepcopy(c.algo.state_dict()) if s.on_nonfinite == "skip" else None
+        return PlannedUpdate(run_clock, scheduled, snapshot)
+
+    def record_update(self, it: Iteration, planned: PlannedUpdate | None, metrics: dict[str, Any] | None,
+                       log: RunLogger) -> bool:
+        """Check the update's numbers and weights, count it, tell the callbacks. False: rolled back, start over."""
+        s, state = self.c.settings, self.state
+        if planned is not None:
+            assert metrics is not None
             problem = check_update(metrics, self._weights() if self._weights_due(state.updates) else [])
             if problem is not None:
-                metrics = self._on_nonfinite(problem, snapshot, log)  # stops, rolls back (None) or skips
+                metrics = self._on_nonfinite(problem, planned.snapshot, log)  # stops, rolls back (None) or skips
                 if metrics is None:
                     self._restart_clock()
                     return False
-            it.metrics = {**metrics, **{f"schedule_{k}": v for k, v in scheduled.items()}}
+            it.metrics = {**metrics, **{f"schedule_{k}": v for k, v in planned.scheduled.items()}}
             state.updates += 1
             it.stop = it.stop or self.callbacks.after_update(self.context, it.metrics)
         it.sps = (state.env_steps - self._steps_at_start) / (time.perf_counter() - self._started)
@@ -309,7 +344,7 @@ class Trainer:
         self.close()
         raise StoppedBySignal(self.signals.received)
 
-    def _finish(self, log: RunLogger, tracking: Tracking | None) -> float:
+    def finish(self, log: RunLogger, tracking: Tracking | None) -> float:
         """The final checkpoint, the result lines, the run's summary."""
         state = self.state
         self.stop_reason = self.stop_reason or "budget"
@@ -329,12 +364,12 @@ class Trainer:
         self.callbacks.on_end(self.context, self.stop_reason)
         return _as_return(state.last_test_return)
 
-    def _fail_run(self, log: RunLogger, message: str) -> NoReturn:
+    def fail_run(self, log: RunLogger, message: str) -> NoReturn:
         log.close(status="FAILED")
         self.close()
         self._fail(message)
 
-    def _say_already_done(self) -> float:
+    def say_already_done(self) -> float:
         state = self.state
         drop_stale_best(state, self.run_dir)  # nothing is written in this run: a later best.pt is dropped now
         self.close()
@@ -431,7 +466,7 @@ class Trainer:
     def close(self) -> None:
         self.c.close()
 
-    def _already_done(self) -> bool:
+    def already_done(self) -> bool:
         state = self.state
         if not state.finished:
             return False

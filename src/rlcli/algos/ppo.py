@@ -4,7 +4,7 @@ adaptive KL penalty (`ppo_kl`: the same class with `kl_coef` set and, by default
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -38,6 +38,12 @@ ON_POLICY = AlgoSpec(on_policy=True, action_spaces=ON_POLICY_ACTIONS)
 PPO_SCHEDULABLE: tuple[str, ...] = ("lr_scale", "clip_range", "clip_range_scale", "clip_range_vf", "ent_coef",
                                     "vf_coef", "gamma", "gae_lambda", "max_grad_norm", "target_kl", "kl_coef",
                                     "kl_target")
+
+
+class UpdatePlan(NamedTuple):
+    lr: float
+    clip: float | None
+    batch: RolloutBatch
 
 
 @ALGOS.register("ppo", spec=AlgoSpec(on_policy=True, compiles=True, action_spaces=ON_POLICY_ACTIONS))
@@ -129,30 +135,37 @@ class PPO:
         finish_with_gae(self.networks.value, buffer, last_obs, state, self.gamma, self.gae_lambda)
 
     def update(self, buffer: RolloutBuffer, clock: RunClock) -> dict[str, torch.Tensor]:
-        lr = set_lr(self.optimizer, self.lr_scale)
-        clip = None if self.clip_range is None else self.clip_range * self.clip_range_scale
-        batch = buffer.flat()
-        size = batch.mask.shape[0]
+        plan = self.begin_update(buffer)
         sums: dict[str, torch.Tensor] = {}
         n_minibatches = 0
         for _epoch in range(self.n_epochs):
             kls = []
-            for minibatch in self._minibatches(buffer, batch, size):
-                stats = self._minibatch_step(minibatch, clip)
+            for minibatch in self._minibatches(buffer, plan.batch, plan.batch.mask.shape[0]):
+                stats = self._minibatch_step(minibatch, plan.clip)
                 for k, v in stats.items():
                     sums[k] = sums.get(k, 0.0) + v
                 kls.append(stats["approx_kl"])
                 n_minibatches += 1
             if self.target_kl is not None and torch.stack(kls).mean().item() > 1.5 * self.target_kl:
                 break
-        metrics = {k: v / n_minibatches for k, v in sums.items()}
+        return self.end_update(plan, {k: v / n_minibatches for k, v in sums.items()})
+
+    def begin_update(self, buffer: RolloutBuffer) -> UpdatePlan:
+        """This update's learning rate (the schedule's), clip range and flat rollout."""
+        lr = set_lr(self.optimizer, self.lr_scale)
+        clip = None if self.clip_range is None else self.clip_range * self.clip_range_scale
+        return UpdatePlan(lr, clip, buffer.flat())
+
+    def end_update(self, plan: UpdatePlan, metrics: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """The update's metrics (the minibatches' means given) and the KL penalty's adaptation."""
+        batch = plan.batch
         values, returns = batch.values, batch.returns
         if values.dim() > 1:  # several value heads (rnd_ppo): report the extrinsic one
             values, returns = values[:, 0], returns[:, 0]
         metrics["explained_variance"] = explained_variance(values, returns, batch.mask)
-        metrics["learning_rate"] = torch.tensor(lr)
-        if clip is not None:
-            metrics["clip_range"] = torch.tensor(clip)
+        metrics["learning_rate"] = torch.tensor(plan.lr)
+        if plan.clip is not None:
+            metrics["clip_range"] = torch.tensor(plan.clip)
         if self.kl_coef is not None:
             metrics["kl_coef"] = torch.tensor(self.kl_coef)  # the coefficient this update used
             self.kl_coef = adapt_kl_coef(self.kl_coef, float(metrics["approx_kl"]), self.kl_target)

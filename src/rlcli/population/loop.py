@@ -1,0 +1,99 @@
+"""The population's loop: each member collects, then one batched update for all, then each member's own test,
+logs, stop and checkpoint steps: the single run's loop (trainer.py) with its update shared."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+from rlcli.collector import CollectorError
+from rlcli.population.members import Member
+from rlcli.stop import StopSignals
+from rlcli.trainer import Diverged, RunFailed, StoppedBySignal
+
+# (active flags, the members' storage, their torch RNG states) -> each member's update metrics (None: inactive)
+BatchedUpdate = Callable[[Sequence[bool], Sequence[Any], list[torch.Tensor]], list[dict[str, torch.Tensor] | None]]
+
+
+def train_population(members: list[Member], update: BatchedUpdate) -> int | None:
+    """Train every member to its end; returns the signal that stopped the population (None: none did)."""
+    signals = StopSignals()
+    for member in members:
+        member.trainer.signals = signals  # one Ctrl-C stops them all, each saved at its safe point
+        with member.turn():
+            _start(member)
+    restore = signals.catch()
+    try:
+        while any(m.live for m in members):
+            live = [m for m in members if m.live]
+            for member in live:
+                with member.turn():
+                    _collect(member)
+            _update(members, update)
+            for member in [m for m in members if m.live]:
+                with member.turn():
+                    _after_update(member)
+    finally:
+        restore()
+    return signals.received
+
+
+def _start(member: Member) -> None:
+    trainer = member.trainer
+    if trainer.already_done():
+        trainer.say_already_done()
+        member.end()
+        return
+    member.log, member.tracking = trainer.start()
+
+
+def _collect(member: Member) -> None:
+    trainer = member.trainer
+    try:
+        member.it = trainer.collect()
+        member.planned = trainer.before_update()
+    except (CollectorError, Diverged) as error:
+        _fail(member, error)
+
+
+def _update(members: list[Member], update: BatchedUpdate) -> None:
+    active = [m.live for m in members]
+    rngs = [m.rng["torch"] for m in members]
+    started = time.perf_counter()
+    metrics = update(active, [m.trainer.c.buffer for m in members], rngs)
+    share = (time.perf_counter() - started) / max(1, sum(active))
+    for member, rng, result in zip(members, rngs, metrics, strict=True):
+        if member.live:
+            member.rng["torch"] = rng
+            member.trainer.c.clock.seconds["update"] += share
+            member.metrics = result
+
+
+def _after_update(member: Member) -> None:
+    trainer, it, log = member.trainer, member.it, member.log
+    assert it is not None and log is not None
+    try:
+        if not trainer.record_update(it, member.planned, member.metrics, log):
+            return  # rolled back to its last good checkpoint: it collects again from there
+        total = trainer.c.settings.total_steps
+        if trainer.after_update(it, log, member.tracking) or trainer.state.env_steps >= total:
+            trainer.finish(log, member.tracking)
+            member.end()
+    except StoppedBySignal as stopped:  # saved; the record says interrupted
+        member.end(stopped)
+    except (CollectorError, Diverged) as error:
+        _fail(member, error)
+    except RunFailed as failed:
+        member.end(failed)
+
+
+def _fail(member: Member, error: CollectorError | Diverged) -> None:
+    """A failing env or a diverged member ends that member only (one line, as a single run says it)."""
+    assert member.log is not None
+    try:
+        member.trainer.fail_run(member.log, member.trainer.describe_failure(error))
+    except RunFailed as failed:
+        member.end(failed)

@@ -1,0 +1,195 @@
+"""hydra/launcher=population: a sweep's seeds trained as one batched population (rlcli/population/)."""
+
+import copy
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import RL_TRAIN
+from test_resume import assert_equal_state, final
+
+from rlcli.compose import compose_config
+from rlcli.contracts import RunClock
+from rlcli.optim import FusedAdam, fused_adam_available, step_together
+from rlcli.population.launch import group_jobs
+from rlcli.population.onpolicy import PopulationPPO
+from rlcli.population.stacking import stack_weights
+from rlcli.registry import ConfigError
+from rlcli.run_state import prepare
+
+TINY = ["algo=ppo", "env=CartPole-v1", "algo.n_steps=32", "algo.batch_size=64", "algo.n_epochs=3",
+        "train.num_envs=4", "train.test_every=256", "train.test_episodes=2", "train.stop_reward=null",
+        "log.tensorboard=false", "log.console=false"]
+
+
+def collected(*overrides: str):
+    """A member's components after its first collect, and its torch RNG state then (as its single run has it)."""
+    components, _ = prepare(compose_config([*TINY, *overrides]))
+    components.collector.collect(components.algo, components.buffer, random_actions=False)
+    return components, torch.get_rng_state()
+
+
+def test_a_members_first_update_is_its_single_runs_within_float_tolerance():
+    members = [collected("seed=0"), collected("seed=1", "algo.lr=1e-3"), collected("seed=2", "algo.ent_coef=0.01")]
+    singles = []
+    for components, rng in members:  # each single run's own update, on a copy
+        algo = copy.deepcopy(components.algo)
+        torch.set_rng_state(rng)
+        singles.append((algo, algo.update(components.buffer, RunClock(128, 1024)), torch.get_rng_state()))
+    population = PopulationPPO([c.algo for c, _ in members])
+    rngs = [rng for _, rng in members]
+    results = population.update([True] * 3, [c.buffer for c, _ in members], rngs)
+    for (components, _), (algo, metrics, rng_after), result, rng in zip(members, singles, results, rngs, strict=True):
+        assert torch.equal(rng, rng_after)  # the member's RNG stream advanced exactly as its single run's
+        for mine, theirs in zip(components.algo.networks.parameters(), algo.networks.parameters(), strict=True):
+            assert torch.allclose(mine, theirs, atol=1e-6, rtol=0)
+        assert result is not None
+        for key in ("policy_loss", "value_loss", "entropy", "approx_kl", "explained_variance", "learning_rate"):
+            assert float(result[key]) == pytest.approx(float(metrics[key]), rel=1e-4, abs=1e-6), key
+    # the members learned different things: their rows are not shared by mistake
+    first, second = (next(c.algo.networks.parameters()) for c, _ in members[:2])
+    assert not torch.equal(first, second)
+
+
+def test_a_member_that_has_stopped_is_carried_but_not_stepped():
+    members = [collected("seed=0"), collected("seed=1")]
+    before = [copy.deepcopy(c.algo.networks.state_dict()) for c, _ in members]
+    population = PopulationPPO([c.algo for c, _ in members])
+    results = population.update([True, False], [c.buffer for c, _ in members], [r for _, r in members])
+    assert results[1] is None and results[0] is not None
+    after = [c.algo.networks.state_dict() for c, _ in members]
+    assert all(torch.equal(before[1][k], after[1][k]) for k in before[1])
+    assert any(not torch.equal(before[0][k], after[0][k]) for k in before[0])
+
+
+def test_stacked_weights_are_the_members_own_tensors():
+    a, b = torch.nn.Linear(3, 2), torch.nn.Linear(3, 2)
+    weight_a = a.weight
+    params, _ = stack_weights([a, b])
+    assert a.weight is weight_a  # the same Parameter (an optimizer's reference stays valid)
+    with torch.no_grad():
+        params["weight"][1].fill_(7.0)
+        a.weight.fill_(-1.0)
+    assert torch.equal(b.weight, torch.full((2, 3), 7.0)) and torch.equal(params["weight"][0], a.weight)
+    with pytest.raises(ConfigError, match="differ in the shape of weight"):
+        stack_weights([torch.nn.Linear(3, 2), torch.nn.Linear(4, 2)])
+
+
+@pytest.mark.skipif(not fused_adam_available(), reason="the fused Adam kernel is not in this torch build")
+def test_stepping_members_together_is_each_optimizers_own_step_bit_for_bit():
+    torch.manual_seed(0)
+    nets = [torch.nn.Linear(4, 3) for _ in range(3)]
+    copies = copy.deepcopy(nets)
+    lrs = [1e-3, 1e-3, 3e-4]  # two share one fused call, the third gets its own
+    together = [FusedAdam(n.parameters(), lr=lr, eps=1e-5) for n, lr in zip(nets, lrs, strict=True)]
+    alone = [FusedAdam(n.parameters(), lr=lr, eps=1e-5) for n, lr in zip(copies, lrs, strict=True)]
+    for _ in range(3):
+        x = torch.randn(5, 4)
+        for n, c in zip(nets, copies, strict=True):
+            n(x).square().sum().backward()
+            c(x).square().sum().backward()
+        step_together(together)
+        for optimizer in alone:
+            optimizer.step()
+        for n, c in zip(nets, copies, strict=True):
+            n.zero_grad()
+            c.zero_grad()
+    for n, c in zip(nets, copies, strict=True):
+        assert all(torch.equal(p, q) for p, q in zip(n.parameters(), c.parameters(), strict=True))
+    for t, a in zip(together, alone, strict=True):
+        assert_equal_state(t.state_dict(), a.state_dict())
+
+
+def test_jobs_that_differ_in_seed_or_batchable_values_share_a_population():
+    def cfg(*overrides: str):
+        return compose_config(["algo=ppo", "env=CartPole-v1", *overrides])
+
+    configs = [cfg("seed=0"), cfg("seed=1", "algo.lr=1e-3"), cfg("seed=0", "env=Acrobot-v1"),
+               cfg("seed=2", "algo.gamma=0.9"), cfg("seed=0", "algo.n_epochs=3"), cfg("seed=1", "env=Acrobot-v1")]
+    assert group_jobs(configs, max_members=64) == [[0, 1, 3], [2, 5], [4]]
+    assert group_jobs(configs, max_members=2) == [[0, 1], [3], [2, 5], [4]]
+
+
+def test_population_refuses_what_it_cannot_batch_in_one_line():
+    dqn, _ = prepare(compose_config(["algo=dqn", "env=CartPole-v1"]))
+    with pytest.raises(ConfigError, match="DQN cannot train in a population yet: ppo can"):
+        PopulationPPO([dqn.algo, dqn.algo])
+    kl, _ = prepare(compose_config(["algo=ppo_kl", "env=CartPole-v1"]))
+    with pytest.raises(ConfigError, match="the KL penalty"):
+        PopulationPPO([kl.algo, kl.algo])
+
+
+def run(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([str(RL_TRAIN), *args], cwd=cwd, capture_output=True, text=True, timeout=600)
+
+
+def test_a_population_sweep_writes_what_the_basic_launcher_writes(tmp_path):
+    args = ["-m", *TINY, "seed=0,1,2", "train.total_steps=512"]
+    population = run(*args, "hydra/launcher=population", "hydra.sweep.dir=pop", cwd=tmp_path)
+    assert population.returncode == 0, population.stderr[-3000:]
+    basic = run(*args, "hydra.sweep.dir=basic", cwd=tmp_path)
+    assert basic.returncode == 0, basic.stderr[-3000:]
+    for job in ("0", "1", "2"):
+        pop, bas = tmp_path / "pop" / job, tmp_path / "basic" / job
+        assert sorted(p.name for p in pop.iterdir()) == sorted(p.name for p in bas.iterdir())
+        assert sorted(p.name for p in (pop / "checkpoints").iterdir()) == \
+            sorted(p.name for p in (bas / "checkpoints").iterdir())
+        # the same test episodes: the same actions, from weights equal to float tolerance
+        assert [line.split('"returns"')[1] for line in (pop / "eval.jsonl").read_text().splitlines()] == \
+               [line.split('"returns"')[1] for line in (bas / "eval.jsonl").read_text().splitlines()]
+        a, b = final(pop)["algo"]["networks"], final(bas)["algo"]["networks"]
+        assert all(torch.allclose(a[k], b[k], atol=1e-4) for k in a)
+        assert '"status": "completed"' in (pop / "status.json").read_text()
+        assert "done: 512 env steps" in (pop / "train.log").read_text()
+    # a member's checkpoint stands alone: member-sized, and rl-eval reads it as any run's
+    sizes = [(tmp_path / sweep / "1" / "checkpoints" / "best.pt").stat().st_size for sweep in ("pop", "basic")]
+    assert sizes[0] < 1.2 * sizes[1]
+    evaluated = subprocess.run([str(RL_TRAIN.parent / "rl-eval"), str(tmp_path / "pop" / "1"), "episodes=2"],
+                               cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert evaluated.returncode == 0, evaluated.stderr
+
+
+def test_what_cannot_batch_runs_one_job_at_a_time_after_a_warning(tmp_path):
+    out = run("-m", "algo=dqn", "env=CartPole-v1", "seed=0,1", "train.total_steps=300", "algo.learning_starts=100",
+              "train.test_every=300", "train.test_episodes=1", "log.tensorboard=false", "log.console=false",
+              "hydra/launcher=population", "hydra.sweep.dir=sw", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "population launcher: DQN cannot train in a population yet: ppo can" in out.stderr + out.stdout
+    for job in ("0", "1"):
+        assert '"status": "completed"' in (tmp_path / "sw" / job / "status.json").read_text()
+
+
+def test_bad_launcher_options_are_one_line(tmp_path):
+    out = run("-m", *TINY, "seed=0,1", "hydra/launcher=population", "hydra.launcher.n_jobs=2", cwd=tmp_path)
+    assert out.returncode != 0 and "hydra.launcher.n_jobs=2" in out.stderr and "Traceback" not in out.stderr
+
+
+@pytest.mark.slow
+def test_sigterm_then_resume_auto_is_bit_identical_to_an_uninterrupted_population(tmp_path):
+    args = [str(RL_TRAIN), "-m", *TINY, "seed=0,1", "train.total_steps=2048", "train.checkpoint_every=256",
+            "deterministic=true", "hydra/launcher=population"]
+    straight = subprocess.run([*args, "hydra.sweep.dir=straight"], cwd=tmp_path, capture_output=True, text=True,
+                              timeout=600)
+    assert straight.returncode == 0, straight.stderr[-3000:]
+    proc = subprocess.Popen([*args, "hydra.sweep.dir=stopped"], cwd=tmp_path, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while not (tmp_path / "stopped" / "1" / "checkpoints" / "latest").exists():
+        assert proc.poll() is None and time.time() < deadline, proc.communicate()
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signal.SIGTERM, err[-3000:]
+    stopped_at = [final(tmp_path / "stopped" / job)["state"]["env_steps"] for job in ("0", "1")]
+    assert stopped_at[0] == stopped_at[1] and 0 < stopped_at[0] < 2048  # both saved at the same safe point
+    resumed = subprocess.run([*args, "hydra.sweep.dir=stopped", "resume=auto"], cwd=tmp_path, capture_output=True,
+                             text=True, timeout=600)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    for job in ("0", "1"):
+        a, b = final(tmp_path / "straight" / job), final(tmp_path / "stopped" / job)
+        assert a["state"]["env_steps"] == b["state"]["env_steps"] == 2048
+        assert_equal_state(a["algo"], b["algo"], "algo")  # weights, Adam state, counters
+        assert_equal_state(a["buffer"], b["buffer"], "buffer")
