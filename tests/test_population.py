@@ -14,32 +14,38 @@ from test_resume import assert_equal_state, final
 from rlcli.compose import compose_config
 from rlcli.contracts import RunClock
 from rlcli.optim import FusedAdam, fused_adam_available, step_together
+from rlcli.population.collect import collect_together
 from rlcli.population.launch import group_jobs
-from rlcli.population.onpolicy import PopulationPPO
+from rlcli.population.members import Member
+from rlcli.population.onpolicy import PopulationUpdate
 from rlcli.population.stacking import stack_weights
 from rlcli.registry import ConfigError
 from rlcli.run_state import prepare
+from rlcli.trainer import Trainer
 
-TINY = ["algo=ppo", "env=CartPole-v1", "algo.n_steps=32", "algo.batch_size=64", "algo.n_epochs=3",
-        "train.num_envs=4", "train.test_every=256", "train.test_episodes=2", "train.stop_reward=null",
-        "log.tensorboard=false", "log.console=false"]
+PPO = ["algo=ppo", "algo.n_steps=32", "algo.batch_size=64", "algo.n_epochs=3"]
+TINY = ["env=CartPole-v1", "train.num_envs=4", "train.test_every=256", "train.test_episodes=2",
+        "train.stop_reward=null", "log.tensorboard=false", "log.console=false"]
+ALGOS = {"ppo": PPO, "a2c": ["algo=a2c", "algo.n_steps=8"], "pg": ["algo=pg", "algo.n_steps=32", "algo.baseline=true"]}
 
 
-def collected(*overrides: str):
+def collected(*overrides: str, algo: str = "ppo"):
     """A member's components after its first collect, and its torch RNG state then (as its single run has it)."""
-    components, _ = prepare(compose_config([*TINY, *overrides]))
+    components, _ = prepare(compose_config([*TINY, *ALGOS[algo], *overrides]))
     components.collector.collect(components.algo, components.buffer, random_actions=False)
     return components, torch.get_rng_state()
 
 
-def test_a_members_first_update_is_its_single_runs_within_float_tolerance():
-    members = [collected("seed=0"), collected("seed=1", "algo.lr=1e-3"), collected("seed=2", "algo.ent_coef=0.01")]
+@pytest.mark.parametrize("algo", list(ALGOS))
+def test_a_members_first_update_is_its_single_runs_within_float_tolerance(algo):
+    members = [collected("seed=0", algo=algo), collected("seed=1", "algo.lr=1e-3", algo=algo),
+               collected("seed=2", "algo.ent_coef=0.01", "algo.gamma=0.9", algo=algo)]
     singles = []
     for components, rng in members:  # each single run's own update, on a copy
         algo = copy.deepcopy(components.algo)
         torch.set_rng_state(rng)
         singles.append((algo, algo.update(components.buffer, RunClock(128, 1024)), torch.get_rng_state()))
-    population = PopulationPPO([c.algo for c, _ in members])
+    population = PopulationUpdate([c.algo for c, _ in members])
     rngs = [rng for _, rng in members]
     results = population.update([True] * 3, [c.buffer for c, _ in members], rngs)
     for (components, _), (algo, metrics, rng_after), result, rng in zip(members, singles, results, rngs, strict=True):
@@ -47,17 +53,39 @@ def test_a_members_first_update_is_its_single_runs_within_float_tolerance():
         for mine, theirs in zip(components.algo.networks.parameters(), algo.networks.parameters(), strict=True):
             assert torch.allclose(mine, theirs, atol=1e-6, rtol=0)
         assert result is not None
-        for key in ("policy_loss", "value_loss", "entropy", "approx_kl", "explained_variance", "learning_rate"):
+        assert set(result) == set(metrics)
+        for key in metrics:
             assert float(result[key]) == pytest.approx(float(metrics[key]), rel=1e-4, abs=1e-6), key
     # the members learned different things: their rows are not shared by mistake
     first, second = (next(c.algo.networks.parameters()) for c, _ in members[:2])
     assert not torch.equal(first, second)
 
 
+@pytest.mark.parametrize("algo", list(ALGOS))
+def test_a_members_first_rollout_is_its_single_runs(algo, tmp_path):
+    singles = []
+    for seed in (0, 1):
+        components, _ = collected(f"seed={seed}", algo=algo)
+        singles.append(components.buffer.flat())
+    members = []
+    for seed in (0, 1):
+        components, state = prepare(compose_config([*TINY, *ALGOS[algo], f"seed={seed}"]))
+        run_dir = tmp_path / str(seed)
+        members.append(Member(Trainer(components, run_dir, state), run_dir, seed, "", {}))  # its RNG, as built
+    population = PopulationUpdate([m.trainer.c.algo for m in members])
+    stats = collect_together(members, population)
+    assert all(s is not None and s.steps == singles[0].mask.shape[0] for s in stats)
+    for member, single in zip(members, singles, strict=True):
+        mine = member.trainer.c.buffer.flat()
+        assert torch.equal(mine.obs, single.obs) and torch.equal(mine.actions, single.actions)  # the same draws
+        for field in ("log_probs", "values", "advantages", "returns"):
+            assert torch.allclose(getattr(mine, field), getattr(single, field), atol=1e-5), field
+
+
 def test_a_member_that_has_stopped_is_carried_but_not_stepped():
     members = [collected("seed=0"), collected("seed=1")]
     before = [copy.deepcopy(c.algo.networks.state_dict()) for c, _ in members]
-    population = PopulationPPO([c.algo for c, _ in members])
+    population = PopulationUpdate([c.algo for c, _ in members])
     results = population.update([True, False], [c.buffer for c, _ in members], [r for _, r in members])
     assert results[1] is None and results[0] is not None
     after = [c.algo.networks.state_dict() for c, _ in members]
@@ -115,11 +143,11 @@ def test_jobs_that_differ_in_seed_or_batchable_values_share_a_population():
 
 def test_population_refuses_what_it_cannot_batch_in_one_line():
     dqn, _ = prepare(compose_config(["algo=dqn", "env=CartPole-v1"]))
-    with pytest.raises(ConfigError, match="DQN cannot train in a population yet: ppo can"):
-        PopulationPPO([dqn.algo, dqn.algo])
+    with pytest.raises(ConfigError, match="DQN cannot train in a population yet: ppo, a2c and pg"):
+        PopulationUpdate([dqn.algo, dqn.algo])
     kl, _ = prepare(compose_config(["algo=ppo_kl", "env=CartPole-v1"]))
     with pytest.raises(ConfigError, match="the KL penalty"):
-        PopulationPPO([kl.algo, kl.algo])
+        PopulationUpdate([kl.algo, kl.algo])
 
 
 def run(*args: str, cwd: Path) -> subprocess.CompletedProcess:
@@ -127,7 +155,7 @@ def run(*args: str, cwd: Path) -> subprocess.CompletedProcess:
 
 
 def test_a_population_sweep_writes_what_the_basic_launcher_writes(tmp_path):
-    args = ["-m", *TINY, "seed=0,1,2", "train.total_steps=512"]
+    args = ["-m", *PPO, *TINY, "seed=0,1,2", "train.total_steps=512"]
     population = run(*args, "hydra/launcher=population", "hydra.sweep.dir=pop", cwd=tmp_path)
     assert population.returncode == 0, population.stderr[-3000:]
     basic = run(*args, "hydra.sweep.dir=basic", cwd=tmp_path)
@@ -157,19 +185,19 @@ def test_what_cannot_batch_runs_one_job_at_a_time_after_a_warning(tmp_path):
               "train.test_every=300", "train.test_episodes=1", "log.tensorboard=false", "log.console=false",
               "hydra/launcher=population", "hydra.sweep.dir=sw", cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
-    assert "population launcher: DQN cannot train in a population yet: ppo can" in out.stderr + out.stdout
+    assert "population launcher: DQN cannot train in a population yet: ppo, a2c and pg" in out.stderr + out.stdout
     for job in ("0", "1"):
         assert '"status": "completed"' in (tmp_path / "sw" / job / "status.json").read_text()
 
 
 def test_bad_launcher_options_are_one_line(tmp_path):
-    out = run("-m", *TINY, "seed=0,1", "hydra/launcher=population", "hydra.launcher.n_jobs=2", cwd=tmp_path)
+    out = run("-m", *PPO, *TINY, "seed=0,1", "hydra/launcher=population", "hydra.launcher.n_jobs=2", cwd=tmp_path)
     assert out.returncode != 0 and "hydra.launcher.n_jobs=2" in out.stderr and "Traceback" not in out.stderr
 
 
 @pytest.mark.slow
 def test_sigterm_then_resume_auto_is_bit_identical_to_an_uninterrupted_population(tmp_path):
-    args = [str(RL_TRAIN), "-m", *TINY, "seed=0,1", "train.total_steps=2048", "train.checkpoint_every=256",
+    args = [str(RL_TRAIN), "-m", *PPO, *TINY, "seed=0,1", "train.total_steps=2048", "train.checkpoint_every=256",
             "deterministic=true", "hydra/launcher=population"]
     straight = subprocess.run([*args, "hydra.sweep.dir=straight"], cwd=tmp_path, capture_output=True, text=True,
                               timeout=600)

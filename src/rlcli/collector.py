@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Protocol
 
 import numpy as np
@@ -17,7 +18,7 @@ import torch
 from gymnasium.vector import VectorEnv
 
 from rlcli.actors.normalizer import RunningNorm
-from rlcli.contracts import Algorithm, RecurrentState
+from rlcli.contracts import ActOutput, Algorithm, RecurrentState
 from rlcli.envs import finished_episodes
 from rlcli.envs.masks import masks_from_infos
 from rlcli.envs.state import capturable, get_env_state, set_env_state
@@ -136,6 +137,7 @@ class Collector:
         self.masks = masks  # the algorithm acts on valid-action masks (AlgoSpec.action_masks)
         self.obs_dtype = obs_dtype  # uint8 for pixels: they stay uint8 until the network scales them
         self.clock = clock or PhaseClock()
+        self.act_s = self.env_s = self.buffer_s = 0.0  # this collect phase's seconds so far
         self.reset(seed)
 
     def reset(self, seed: int) -> None:
@@ -203,59 +205,80 @@ class Collector:
         """algo.steps_per_collect steps of every env into `buffer`: a whole rollout, finished by the algorithm's
         `finish_rollout` (on-policy), or transitions (off-policy). `random_actions`: the off-policy warm-up,
         uniformly random actions (a recurrent network still steps its carry)."""
-        if self.on_policy:
-            buffer.reset()
-        n_envs = self.envs.num_envs
-        stats = CollectStats(steps=algo.steps_per_collect * n_envs)
-        to_tensor = lambda x: torch.as_tensor(x, dtype=torch.float32, device=self.device)  # noqa: E731
-        clock = time.perf_counter
-        act_s = env_s = buffer_s = 0.0
+        stats = self.begin(algo, buffer)
         for step in range(algo.steps_per_collect):
-            t0 = clock()
-            self.normalizer.update(self.obs)
-            obs = self.normalizer(self.obs)
-            state = self._recurrent_state()
+            t0 = time.perf_counter()
+            obs, state = self.observe()
             out = None
             if state is not None or not random_actions:  # random warm-up actions skip the policy's sampling
                 mask = self.action_mask
                 out = algo.act(obs, state=state) if mask is None else algo.act_masked(obs, mask)  # type: ignore[attr-defined]
-                self.carry = out.carry
-            actions = out.actions if out is not None and not random_actions else None
-            if actions is None:  # torch's generator draws them, so a resume stays exact
-                actions = algo.random_actions(n_envs).to(self.device)  # type: ignore[attr-defined]
-            env_actions = algo.env_actions(actions).cpu().numpy()
-            t1 = clock()
-            try:
-                next_obs, rewards, terminated, truncated, infos = self.envs.step(env_actions)
-            except Exception as error:  # the env's own failure, named in one line by the trainer
-                raise EnvError(raised(error), step * n_envs) from error
-            check_env_output(next_obs, rewards, self._obs_shape, step * n_envs)
-            t2 = clock()
-            done = np.logical_or(terminated, truncated)
-            recurrent = () if state is None else tuple(state)  # (carry, starts) this step began with
-            if self.on_policy:
-                assert out is not None
-                masks = {} if self.action_mask is None else {"action_mask": self.action_mask}
-                buffer.add(obs, out.actions, out.log_probs, out.values, to_tensor(rewards), to_tensor(terminated),
-                           to_tensor(done), to_tensor(~self.prev_done), *recurrent[::-1], **masks)
-            else:
-                buffer.add(self.obs, actions, rewards, next_obs, terminated, done, ~self.prev_done, *recurrent[::-1])
-            returns, lengths = finished_episodes(infos)
-            stats.episode_returns.extend(returns.tolist())
-            stats.episode_lengths.extend(lengths.tolist())
-            stats.episode_steps.extend([step] * len(returns))
-            self.obs = torch.as_tensor(next_obs, dtype=self.obs_dtype, device=self.device)
-            self.action_mask = self._masks(infos)
-            self.episode_start = self.prev_done.copy()  # after a reset step comes a new episode's first step
-            self.prev_done = done
-            t3 = clock()
-            act_s, env_s, buffer_s = act_s + (t1 - t0), env_s + (t2 - t1), buffer_s + (t3 - t2)
-        if self.on_policy:
-            t0 = clock()
-            algo.finish_rollout(buffer, self.normalizer(self.obs), self._recurrent_state())  # type: ignore[attr-defined]
-            buffer_s += clock() - t0
-        self._account(act_s, env_s, buffer_s)
+            self.act_s += time.perf_counter() - t0
+            self.advance(algo, buffer, stats, step, obs, state, out, random_actions)
+        self.end(algo, buffer)
         return stats
+
+    # collect's parts, which a population (rlcli/population/) calls for its members in step, acting for all at once
+    def begin(self, algo: Algorithm, buffer: Any) -> CollectStats:
+        if self.on_policy:
+            buffer.reset()
+        self.act_s = self.env_s = self.buffer_s = 0.0
+        return CollectStats(steps=algo.steps_per_collect * self.envs.num_envs)
+
+    def observe(self) -> tuple[torch.Tensor, RecurrentState | None]:
+        """The observations to act on, normalized (updating the running statistics), and a recurrent carry."""
+        self.normalizer.update(self.obs)
+        return self.normalizer(self.obs), self._recurrent_state()
+
+    def advance(self, algo: Algorithm, buffer: Any, stats: CollectStats, step: int, obs: torch.Tensor,
+                state: RecurrentState | None, out: ActOutput | None, random_actions: bool) -> None:
+        """Step the envs with the acting's output (or random actions) and store the transition."""
+        clock = time.perf_counter
+        t0 = clock()
+        n_envs = self.envs.num_envs
+        if out is not None:
+            self.carry = out.carry
+        actions = out.actions if out is not None and not random_actions else None
+        if actions is None:  # torch's generator draws them, so a resume stays exact
+            actions = algo.random_actions(n_envs).to(self.device)  # type: ignore[attr-defined]
+        env_actions = algo.env_actions(actions).cpu().numpy()
+        t1 = clock()
+        try:
+            next_obs, rewards, terminated, truncated, infos = self.envs.step(env_actions)
+        except Exception as error:  # the env's own failure, named in one line by the trainer
+            raise EnvError(raised(error), step * n_envs) from error
+        check_env_output(next_obs, rewards, self._obs_shape, step * n_envs)
+        t2 = clock()
+        done = np.logical_or(terminated, truncated)
+        recurrent = () if state is None else tuple(state)  # (carry, starts) this step began with
+        if self.on_policy:
+            assert out is not None
+            masks = {} if self.action_mask is None else {"action_mask": self.action_mask}
+            to_tensor = partial(torch.as_tensor, dtype=torch.float32, device=self.device)
+            buffer.add(obs, out.actions, out.log_probs, out.values, to_tensor(rewards), to_tensor(terminated),
+                       to_tensor(done), to_tensor(~self.prev_done), *recurrent[::-1], **masks)
+        else:
+            buffer.add(self.obs, actions, rewards, next_obs, terminated, done, ~self.prev_done, *recurrent[::-1])
+        returns, lengths = finished_episodes(infos)
+        stats.episode_returns.extend(returns.tolist())
+        stats.episode_lengths.extend(lengths.tolist())
+        stats.episode_steps.extend([step] * len(returns))
+        self.obs = torch.as_tensor(next_obs, dtype=self.obs_dtype, device=self.device)
+        self.action_mask = self._masks(infos)
+        self.episode_start = self.prev_done.copy()  # after a reset step comes a new episode's first step
+        self.prev_done = done
+        t3 = clock()
+        self.act_s += t1 - t0
+        self.env_s += t2 - t1
+        self.buffer_s += t3 - t2
+
+    def end(self, algo: Algorithm, buffer: Any) -> None:
+        """Finish an on-policy rollout (its returns and advantages), and account the phase's time."""
+        if self.on_policy:
+            t0 = time.perf_counter()
+            algo.finish_rollout(buffer, self.normalizer(self.obs), self._recurrent_state())  # type: ignore[attr-defined]
+            self.buffer_s += time.perf_counter() - t0
+        self._account(self.act_s, self.env_s, self.buffer_s)
 
     def _account(self, act_s: float, env_s: float, buffer_s: float) -> None:
         seconds = self.clock.seconds

@@ -229,10 +229,18 @@ class Trainer:
         self._seconds_before_run = self.state.train_seconds
 
     def collect(self) -> Iteration:
+        warming_up = self.before_collect()
+        return self.after_collect(self.c.collector.collect(self.c.algo, self.c.buffer, random_actions=warming_up))
+
+    def before_collect(self) -> bool:
+        """The schedules' acting values; True while an off-policy run warms up with random actions."""
         c, state = self.c, self.state
-        warming_up = not c.spec.on_policy and state.env_steps < c.algo.learning_starts
         apply_schedules(c.schedules, RunClock(state.env_steps, c.settings.total_steps).progress)  # acting values
-        stats = c.collector.collect(c.algo, c.buffer, random_actions=warming_up)
+        return not c.spec.on_policy and state.env_steps < c.algo.learning_starts
+
+    def after_collect(self, stats: CollectStats) -> Iteration:
+        """Count the collect phase's steps and episodes; the callbacks may ask to stop."""
+        c, state = self.c, self.state
         it = Iteration(previous=state.env_steps, stats=stats)
         state.env_steps += stats.steps
         state.episodes += len(stats.episode_returns)

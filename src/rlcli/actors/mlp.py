@@ -121,10 +121,19 @@ class ActorCritic(nn.Module):
     def act(self, obs: torch.Tensor, deterministic: bool = False, state: RecurrentState | None = None,
             action_mask: torch.Tensor | None = None) -> ActOutput:
         """`action_mask` (Discrete actions): sample only among the valid actions."""
+        params, values = self.policy_and_values(obs, action_mask)
+        return self.sampled(params, values, deterministic)
+
+    def policy_and_values(self, obs: torch.Tensor, action_mask: torch.Tensor | None = None,
+                          ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The policy head's parameters and the values: acting's arithmetic, without the draw (a population
+        computes this for all its members at once, then draws each member's actions from its own RNG)."""
         pi, v = self._features(obs)
-        params = self._policy(pi, action_mask)
+        return self._policy(pi, action_mask), self._values(v)
+
+    def sampled(self, params: torch.Tensor, values: torch.Tensor, deterministic: bool = False) -> ActOutput:
         actions = self.head.sample(params, deterministic)
-        return ActOutput(actions, self.head.log_prob(params, actions), self._values(v))
+        return ActOutput(actions, self.head.log_prob(params, actions), values)
 
     def policy_params(self, obs: torch.Tensor) -> torch.Tensor:
         """The policy head's output (log-probs or means) at these states: for KL terms between policies."""

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
-from typing import Any, Literal
+from collections.abc import Iterator, Sequence
+from typing import Any, Literal, NamedTuple
 
 import torch
 from torch import nn
@@ -130,3 +130,25 @@ def clipped_env_actions(actor: ActorCritic, actions: torch.Tensor) -> torch.Tens
         (start,) = actor.action_start.on(actions.device)
         return actions.long() + start.long()
     return actions
+
+
+class UpdatePlan(NamedTuple):
+    """An on-policy update's inputs: the learning rate the schedule set, the clip range (PPO) and the rollout."""
+
+    lr: float
+    clip: float | None
+    batch: RolloutBatch
+
+
+def whole_batch(size: int, device: torch.device | str = "cpu") -> list[list[torch.Tensor]]:
+    """A one-step update's minibatch order (A2C, PG): one epoch of one minibatch, the whole rollout in order."""
+    return [[torch.arange(size, device=device)]]
+
+
+def refuse_in_population(networks: Any, addons: Sequence[Any], use_sde: bool) -> str | None:
+    """What keeps an on-policy algorithm's update out of a batched population (None: nothing)."""
+    from rlcli.actors.recurrent import RecurrentActorCritic
+
+    reasons = [(isinstance(networks, RecurrentActorCritic), "a recurrent actor"),
+               (bool(addons), "algo.policy_loss_addons"), (use_sde, "gSDE (algo.use_sde)")]
+    return next((what for bad, what in reasons if bad), None)

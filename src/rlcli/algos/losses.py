@@ -5,9 +5,14 @@ tests/test_distributional.py. Every mean is over real steps (`mask`: padding of 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 import torch
 
-from rlcli.algos.base import masked_mean
+from rlcli.addons import addon_losses
+from rlcli.algos.base import evaluate_batch, masked_mean, normalize_masked
+from rlcli.buffers.rollout import RolloutBatch
 
 
 def policy_gradient_loss(advantages: torch.Tensor, log_probs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -55,3 +60,17 @@ def quantile_huber_loss(quantiles: torch.Tensor, targets: torch.Tensor) -> torch
     loss = (tau.unsqueeze(-1) - (delta.detach() < 0).to(quantiles.dtype)).abs() * huber
     per_sample = loss.sum(-2).mean(-1)  # [..., B]
     return per_sample.reshape(-1, per_sample.shape[-1]).mean(0)
+
+
+def policy_gradient_terms(networks: Any, batch: RolloutBatch, addons: Sequence[Any], normalize_advantage: bool,
+                          ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+    """A2C's and PG's shared part: the policy-gradient loss (with add-on terms), the mean entropy, the values
+    and the add-ons' logs of one rollout batch."""
+    mask = batch.mask
+    log_probs, entropy, values = evaluate_batch(networks, batch)
+    advantages = batch.advantages
+    if normalize_advantage:
+        advantages = normalize_masked(advantages, mask)
+    policy_loss = policy_gradient_loss(advantages, log_probs, mask)
+    extra, addon_logs = addon_losses(addons, networks, batch.obs, mask)
+    return policy_loss + extra, masked_mean(entropy, mask), values, addon_logs

@@ -14,23 +14,23 @@ from typing import Any
 import torch
 
 from rlcli.actors.mlp import ActorCritic
-from rlcli.addons import PolicyAddon, addon_losses
+from rlcli.addons import PolicyAddon
 from rlcli.algos.base import (
     Decay,
+    UpdatePlan,
     adam,
     check_common,
     clipped_env_actions,
-    evaluate_batch,
     explained_variance,
     finish_with_gae,
     gradient_step,
-    masked_mean,
-    normalize_masked,
     param_groups,
+    refuse_in_population,
     set_lr,
+    whole_batch,
 )
-from rlcli.algos.losses import policy_gradient_loss, squared_value_loss
-from rlcli.buffers.rollout import RolloutBuffer
+from rlcli.algos.losses import policy_gradient_terms, squared_value_loss
+from rlcli.buffers.rollout import RolloutBatch, RolloutBuffer
 from rlcli.contracts import ON_POLICY_ACTIONS, ActOutput, AlgoSpec, RecurrentState, RunClock
 from rlcli.registry import ALGOS
 from rlcli.schedules import to_zero
@@ -84,27 +84,47 @@ class PolicyGradient:
         finish_with_gae(self.value, buffer, last_obs, state, self.gamma, self.gae_lambda)
 
     def update(self, buffer: RolloutBuffer, clock: RunClock) -> dict[str, torch.Tensor]:
-        lr = set_lr(self.optimizer, self.lr_scale)
-        batch = buffer.flat()
-        mask = batch.mask
-        log_probs, entropy, values = evaluate_batch(self.networks, batch)
-        advantages = batch.advantages  # G - b(s) (b = 0 without a baseline)
-        if self.normalize_advantage:
-            advantages = normalize_masked(advantages, mask)
-        policy_loss = policy_gradient_loss(advantages, log_probs, mask)
-        extra, addon_logs = addon_losses(self.policy_addons, self.networks, batch.obs, mask)
-        policy_loss = policy_loss + extra
-        entropy_mean = masked_mean(entropy, mask)
-        loss = policy_loss - self.ent_coef * entropy_mean
-        metrics = {"policy_loss": policy_loss.detach(), "entropy": entropy_mean.detach()}
-        if self.baseline:
-            value_loss = squared_value_loss(values, batch.returns, mask)
-            loss = loss + self.vf_coef * value_loss
-            metrics["value_loss"] = value_loss.detach()
-            metrics["explained_variance"] = explained_variance(batch.values, batch.returns, mask)
+        plan = self.begin_update(buffer)
+        loss, stats = self.minibatch_loss(plan.batch, **self.loss_terms(plan))
         gradient_step(self.optimizer, loss, self.networks.parameters(), self.max_grad_norm)
-        metrics.update(loss=loss.detach(), learning_rate=torch.tensor(lr), **addon_logs)
-        return metrics
+        return self.end_update(plan, stats)
+
+    # the update in parts, which a batched population (rlcli/population/) calls for all its members at once
+    def begin_update(self, buffer: RolloutBuffer) -> UpdatePlan:
+        return UpdatePlan(set_lr(self.optimizer, self.lr_scale), None, buffer.flat())
+
+    def loss_terms(self, plan: UpdatePlan) -> dict[str, float]:
+        return {"ent_coef": self.ent_coef, "vf_coef": self.vf_coef}
+
+    def minibatch_order(self, size: int, device: torch.device | str = "cpu") -> list[list[torch.Tensor]]:
+        return whole_batch(size, device)
+
+    def minibatch_loss(self, batch: RolloutBatch, ent_coef: float | torch.Tensor, vf_coef: float | torch.Tensor,
+                       ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """The advantages are G - b(s) (b = 0 without a baseline, and then no value loss)."""
+        policy_loss, entropy_mean, values, addon_logs = policy_gradient_terms(
+            self.networks, batch, self.policy_addons, self.normalize_advantage)
+        loss = policy_loss - ent_coef * entropy_mean
+        stats = {"policy_loss": policy_loss.detach(), "entropy": entropy_mean.detach()}
+        if self.baseline:
+            value_loss = squared_value_loss(values, batch.returns, batch.mask)
+            loss = loss + vf_coef * value_loss
+            stats["value_loss"] = value_loss.detach()
+        return loss, {**stats, "loss": loss.detach(), **addon_logs}
+
+    def end_update(self, plan: UpdatePlan, metrics: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        if self.baseline:
+            batch = plan.batch
+            metrics["explained_variance"] = explained_variance(batch.values, batch.returns, batch.mask)
+        return {**metrics, "learning_rate": torch.tensor(plan.lr)}
+
+    def act_on(self, params: torch.Tensor, values: torch.Tensor) -> ActOutput:
+        """`act`'s draw from the policy head's parameters and the values a population computed for all members."""
+        out = self.networks.sampled(params, values)
+        return out if self.baseline else out._replace(values=torch.zeros_like(out.values))
+
+    def population_refusal(self) -> str | None:
+        return refuse_in_population(self.networks, self.policy_addons, use_sde=False)
 
     def optimizers(self) -> list[torch.optim.Optimizer]:
         return [self.optimizer]

@@ -4,7 +4,7 @@ adaptive KL penalty (`ppo_kl`: the same class with `kl_coef` set and, by default
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
 import torch
 
@@ -14,6 +14,7 @@ from rlcli.actors.sde import NoiseResampling, head_noise
 from rlcli.addons import PolicyAddon, addon_losses
 from rlcli.algos.base import (
     Decay,
+    UpdatePlan,
     adam,
     check_common,
     clipped_env_actions,
@@ -24,6 +25,7 @@ from rlcli.algos.base import (
     masked_mean,
     normalize_masked,
     param_groups,
+    refuse_in_population,
     set_lr,
 )
 from rlcli.algos.exploration import minibatches
@@ -38,12 +40,6 @@ ON_POLICY = AlgoSpec(on_policy=True, action_spaces=ON_POLICY_ACTIONS)
 PPO_SCHEDULABLE: tuple[str, ...] = ("lr_scale", "clip_range", "clip_range_scale", "clip_range_vf", "ent_coef",
                                     "vf_coef", "gamma", "gae_lambda", "max_grad_norm", "target_kl", "kl_coef",
                                     "kl_target")
-
-
-class UpdatePlan(NamedTuple):
-    lr: float
-    clip: float | None
-    batch: RolloutBatch
 
 
 @ALGOS.register("ppo", spec=AlgoSpec(on_policy=True, compiles=True, action_spaces=ON_POLICY_ACTIONS))
@@ -155,6 +151,26 @@ class PPO:
         lr = set_lr(self.optimizer, self.lr_scale)
         clip = None if self.clip_range is None else self.clip_range * self.clip_range_scale
         return UpdatePlan(lr, clip, buffer.flat())
+
+    def loss_terms(self, plan: UpdatePlan) -> dict[str, float | None]:
+        return {"clip": plan.clip, "ent_coef": self.ent_coef, "vf_coef": self.vf_coef}
+
+    def minibatch_order(self, size: int, device: torch.device | str = "cpu") -> list[list[torch.Tensor]]:
+        """Every epoch's shuffled minibatches, drawn as the update draws them (for a batched population)."""
+        return [list(minibatches(size, self.batch_size, device)) for _ in range(self.n_epochs)]
+
+    def act_on(self, params: torch.Tensor, values: torch.Tensor) -> ActOutput:
+        """`act`'s draw from the policy head's parameters and the values a population computed for all members."""
+        return self.networks.sampled(params, values)
+
+    def population_refusal(self) -> str | None:
+        reasons = [(self.kl_coef is not None, "the KL penalty (ppo_kl)"),
+                   (self.target_kl is not None, "algo.target_kl (members would end their epochs at different times)"),
+                   (bool(self.extra_param_groups(1.0)), f"{type(self).__name__}'s extra networks"),
+                   (self._compiled is not None, "compile=true")]
+        own = next((what for bad, what in reasons if bad), None)
+        return own or refuse_in_population(self.networks, self.policy_addons,
+                                           self.noise_resampling.noise is not None)
 
     def end_update(self, plan: UpdatePlan, metrics: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """The update's metrics (the minibatches' means given) and the KL penalty's adaptation."""

@@ -124,12 +124,12 @@ def _prepare_member(cfg: DictConfig) -> Any:
 def _batched_update(members: list[Any]) -> Any:
     """The population's update, or None (after a warning naming why) when these members cannot batch."""
     from rlcli.log import console
-    from rlcli.population.onpolicy import PopulationPPO
+    from rlcli.population.onpolicy import PopulationUpdate
 
     if len(members) == 1:
         return None
     try:
-        return PopulationPPO([m.trainer.c.algo for m in members]).update
+        return PopulationUpdate([m.trainer.c.algo for m in members])
     except ConfigError as error:
         jobs = ", ".join(str(m.job_num) for m in members)
         console.print(f"rl-train: warning: population launcher: {error}; jobs {jobs} run one at a time",

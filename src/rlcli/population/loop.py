@@ -4,21 +4,16 @@ logs, stop and checkpoint steps: the single run's loop (trainer.py) with its upd
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
-from typing import Any
 
-import torch
-
-from rlcli.collector import CollectorError
+from rlcli.collector import CollectorError, CollectStats
+from rlcli.population.collect import collect_together
 from rlcli.population.members import Member
+from rlcli.population.onpolicy import PopulationUpdate
 from rlcli.stop import StopSignals
 from rlcli.trainer import Diverged, RunFailed, StoppedBySignal
 
-# (active flags, the members' storage, their torch RNG states) -> each member's update metrics (None: inactive)
-BatchedUpdate = Callable[[Sequence[bool], Sequence[Any], list[torch.Tensor]], list[dict[str, torch.Tensor] | None]]
 
-
-def train_population(members: list[Member], update: BatchedUpdate) -> int | None:
+def train_population(members: list[Member], population: PopulationUpdate) -> int | None:
     """Train every member to its end; returns the signal that stopped the population (None: none did)."""
     signals = StopSignals()
     for member in members:
@@ -28,11 +23,14 @@ def train_population(members: list[Member], update: BatchedUpdate) -> int | None
     restore = signals.catch()
     try:
         while any(m.live for m in members):
-            live = [m for m in members if m.live]
-            for member in live:
+            for member in [m for m in members if m.live]:
                 with member.turn():
-                    _collect(member)
-            _update(members, update)
+                    member.trainer.before_collect()  # the schedules' acting values (on-policy: no warm-up)
+            for member, collected in zip(members, collect_together(members, population), strict=True):
+                if member.live:
+                    with member.turn():
+                        _after_collect(member, collected)
+            _update(members, population)
             for member in [m for m in members if m.live]:
                 with member.turn():
                     _after_update(member)
@@ -50,20 +48,20 @@ def _start(member: Member) -> None:
     member.log, member.tracking = trainer.start()
 
 
-def _collect(member: Member) -> None:
-    trainer = member.trainer
-    try:
-        member.it = trainer.collect()
-        member.planned = trainer.before_update()
-    except (CollectorError, Diverged) as error:
-        _fail(member, error)
+def _after_collect(member: Member, collected: CollectStats | CollectorError | None) -> None:
+    if isinstance(collected, CollectorError):
+        _fail(member, collected)
+        return
+    assert collected is not None
+    member.it = member.trainer.after_collect(collected)
+    member.planned = member.trainer.before_update()
 
 
-def _update(members: list[Member], update: BatchedUpdate) -> None:
+def _update(members: list[Member], population: PopulationUpdate) -> None:
     active = [m.live for m in members]
     rngs = [m.rng["torch"] for m in members]
     started = time.perf_counter()
-    metrics = update(active, [m.trainer.c.buffer for m in members], rngs)
+    metrics = population.update(active, [m.trainer.c.buffer for m in members], rngs)
     share = (time.perf_counter() - started) / max(1, sum(active))
     for member, rng, result in zip(members, rngs, metrics, strict=True):
         if member.live:

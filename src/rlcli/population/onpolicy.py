@@ -1,119 +1,159 @@
-"""PPO's update for a whole population: every member's minibatch loss and gradients in one vectorized call.
+"""The on-policy family's update for a whole population: every member's loss and gradients in one vectorized
+call.
 
-The loss is PPO's own `minibatch_loss` (one member's code, called through `torch.func.functional_call` with the
-stacked weights and vectorized over members by `vmap`), so the population computes what a single run computes.
-Each member keeps its own minibatch order (drawn from its own torch RNG stream, as its single run would), its
-own gradient-norm clip, learning rate and Adam state; members that have stopped are carried along but not
-stepped.
+The loss is the algorithm's own `minibatch_loss` (one member's code, called through
+`torch.func.functional_call` with the stacked weights and vectorized over members by `vmap`), so a population
+computes what single runs compute. The algorithm gives its update in parts (`begin_update`, `loss_terms`,
+`minibatch_order`, `minibatch_loss`, `end_update`: PPO, A2C, PG); each member keeps its own minibatch order
+(drawn from its own torch RNG stream, as its single run draws it), gradient-norm clip, learning rate and
+optimizer state. Members that have stopped are carried along but not stepped.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 from torch import nn
 from torch.func import functional_call, vmap
 
-from rlcli.actors.recurrent import RecurrentActorCritic
-from rlcli.algos.exploration import minibatches
-from rlcli.algos.ppo import PPO, UpdatePlan
+from rlcli.algos.base import UpdatePlan
 from rlcli.buffers.rollout import RolloutBatch, RolloutBuffer
+from rlcli.contracts import ActOutput
 from rlcli.optim import step_together
 from rlcli.population.stacking import stack_weights
 from rlcli.registry import ConfigError
 
 BATCH_FIELDS = 7  # RolloutBatch's tensors for an MLP or CNN actor (obs ... mask); the rest are None here
+BATCHED_ALGOS = "ppo, a2c and pg (MLP or CNN actors)"
 
 
-def check_batchable(algo: Any) -> None:
-    """One line naming what keeps this algorithm out of a population (the launcher then runs it alone)."""
-    if not isinstance(algo, PPO):
-        raise ConfigError(f"{type(algo).__name__} cannot train in a population yet: ppo can (and a sweep of "
-                          "anything else runs one job at a time)")
-    reasons = [(isinstance(algo.networks, RecurrentActorCritic), "a recurrent actor"),
-               (algo.kl_coef is not None, "the KL penalty (ppo_kl)"),
-               (algo.target_kl is not None, "algo.target_kl (members would stop their epochs at different times)"),
-               (bool(algo.policy_addons), "algo.policy_loss_addons"),
-               (bool(algo.extra_param_groups(1.0)), f"{type(algo).__name__}'s extra networks"),
-               (algo.noise_resampling.noise is not None, "gSDE (algo.use_sde)"),
-               (algo._compiled is not None, "compile=true")]
-    for bad, what in reasons:
-        if bad:
-            raise ConfigError(f"{what} cannot train in a population yet; plain ppo (MLP or CNN actor) can")
+@runtime_checkable
+class BatchableUpdate(Protocol):
+    """An on-policy algorithm whose update a population can run for many members at once."""
+
+    networks: nn.Module
+    optimizer: Any
+    max_grad_norm: float | None
+
+    def begin_update(self, buffer: RolloutBuffer) -> UpdatePlan: ...
+
+    def loss_terms(self, plan: UpdatePlan) -> dict[str, float | None]: ...
+
+    def minibatch_order(self, size: int, device: torch.device | str = "cpu") -> list[list[torch.Tensor]]: ...
+
+    def minibatch_loss(self, batch: RolloutBatch, **terms: Any) -> tuple[torch.Tensor, dict[str, torch.Tensor]]: ...
+
+    def end_update(self, plan: UpdatePlan, metrics: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]: ...
+
+    def act_on(self, params: torch.Tensor, values: torch.Tensor) -> ActOutput: ...
+
+    def population_refusal(self) -> str | None: ...
+
+
+def check_batchable(algos: Sequence[Any]) -> None:
+    """One line naming what keeps these members out of a population (the launcher then runs them one by one)."""
+    kinds = {type(a) for a in algos}
+    if len(kinds) > 1:
+        raise ConfigError(f"the members run different algorithms ({sorted(k.__name__ for k in kinds)})")
+    algo = algos[0]
+    if not isinstance(algo, BatchableUpdate):
+        raise ConfigError(f"{type(algo).__name__} cannot train in a population yet: {BATCHED_ALGOS} can")
+    for member in algos:
+        refusal = member.population_refusal()
+        if refusal is not None:
+            raise ConfigError(f"{refusal} cannot train in a population yet; {BATCHED_ALGOS} without it can")
 
 
 class _MemberLoss(nn.Module):
-    """PPO's minibatch loss as a module call, so that functional_call can swap in one member's weights."""
+    """The algorithm's minibatch loss as a module call, so that functional_call can swap in a member's weights."""
 
-    def __init__(self, algo: PPO) -> None:
+    def __init__(self, algo: BatchableUpdate) -> None:
         super().__init__()
         self.networks = algo.networks
         self._algo = (algo,)  # a tuple, not a submodule: its networks are registered once, above
+        self.unset_terms: dict[str, None] = {}  # coefficients every member leaves null (vmap takes tensors only)
 
-    def forward(self, batch: RolloutBatch, clip: torch.Tensor, ent_coef: torch.Tensor,
-                vf_coef: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        return self._algo[0].minibatch_loss(batch, clip, ent_coef, vf_coef)
+    def forward(self, batch: RolloutBatch, terms: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, Any]]:
+        return self._algo[0].minibatch_loss(batch, **terms, **self.unset_terms)
 
 
-class PopulationPPO:
-    """The members' PPO updates as one; `update(active, buffers, rngs)` returns each member's metrics."""
+class _MemberAct(nn.Module):
+    """Acting's arithmetic (the policy head's parameters and the values) as a module call, for functional_call."""
 
-    def __init__(self, algos: Sequence[PPO]) -> None:
-        for algo in algos:
-            check_batchable(algo)
-        first = algos[0]
-        if len({(a.n_epochs, a.batch_size, a.normalize_advantage, a.clip_range_vf is None) for a in algos}) > 1:
-            raise ConfigError("the members differ in n_epochs, batch_size, normalize_advantage or clip_range_vf: "
-                              "they cannot train as one population")
-        self.algos = list(algos)
+    def __init__(self, networks: nn.Module) -> None:
+        super().__init__()
+        self.networks = networks
+
+    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.networks.policy_and_values(obs)  # type: ignore[operator]
+
+
+class PopulationUpdate:
+    """The members' acting and updates as one: `policy_and_values` for all members' observations at once,
+    `update(active, buffers, torch_rngs)` for all their updates (each member's metrics back)."""
+
+    def __init__(self, algos: Sequence[Any]) -> None:
+        check_batchable(algos)
+        self.algos: list[BatchableUpdate] = list(algos)
         self.params, self.buffers = stack_weights([a.networks for a in algos])
-        self.names = list(self.params)
-        module = _MemberLoss(first)
-
-        def member_loss(params: dict[str, torch.Tensor], buffers: dict[str, torch.Tensor],
-                        batch: tuple[torch.Tensor, ...], clip: torch.Tensor, ent_coef: torch.Tensor,
-                        vf_coef: torch.Tensor) -> Any:
-            weights = {f"networks.{k}": v for k, v in {**params, **buffers}.items()}
-            return functional_call(module, weights, (RolloutBatch(*batch), clip, ent_coef, vf_coef))
-
-        self._losses: Callable[..., Any] = vmap(member_loss)
         for stacked in self.params.values():
             stacked.requires_grad_(True)
-        self._rows: dict[str, list[list[torch.Tensor]]] = {
-            name: [[a.networks.get_parameter(name)] for a in algos] for name in self.names}
+        self._module = module = _MemberLoss(self.algos[0])
+
+        def member_loss(params: dict[str, torch.Tensor], buffers: dict[str, torch.Tensor],
+                        batch: tuple[torch.Tensor, ...], terms: dict[str, torch.Tensor]) -> Any:
+            weights = {f"networks.{k}": v for k, v in {**params, **buffers}.items()}
+            return functional_call(module, weights, (RolloutBatch(*batch), terms))
+
+        self._losses: Callable[..., Any] = vmap(member_loss)
+        acting = _MemberAct(self.algos[0].networks)
+
+        def member_act(params: dict[str, torch.Tensor], buffers: dict[str, torch.Tensor], obs: torch.Tensor) -> Any:
+            weights = {f"networks.{k}": v for k, v in {**params, **buffers}.items()}
+            return functional_call(acting, weights, (obs,))
+
+        self._act: Callable[..., Any] = vmap(member_act)
+        self._rows = {name: [a.networks.get_parameter(name) for a in algos] for name in self.params}
+
+    @torch.inference_mode()
+    def policy_and_values(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """[members, envs, ...] observations -> each member's policy-head parameters and values, one call."""
+        return self._act(self.params, self.buffers, obs)
 
     def update(self, active: Sequence[bool], buffers: Sequence[RolloutBuffer],
                torch_rngs: list[torch.Tensor]) -> list[dict[str, torch.Tensor] | None]:
-        """One PPO update of every active member (None for the others); `torch_rngs` are the members' torch RNG
+        """One update of every active member (None for the others); `torch_rngs` are the members' torch RNG
         states, used for their minibatch order and advanced as their single runs would advance them."""
         algos = self.algos
-        plans: list[UpdatePlan] = [a.begin_update(b) for a, b in zip(algos, buffers, strict=True)]
+        plans = [a.begin_update(b) for a, b in zip(algos, buffers, strict=True)]
         size = plans[0].batch.mask.shape[0]
         if any(p.batch.mask.shape[0] != size for p in plans):
             raise ConfigError("the members' rollouts differ in size (n_steps x num_envs): they cannot share updates")
-        clip = torch.tensor([p.clip for p in plans])
-        ent_coef = torch.tensor([a.ent_coef for a in algos])
-        vf_coef = torch.tensor([a.vf_coef for a in algos])
-        max_norm = [a.max_grad_norm for a in algos]
-        stacked = RolloutBatch(*(torch.stack([p.batch[i] for p in plans]) for i in range(BATCH_FIELDS)))
+        device = plans[0].batch.mask.device
+        terms = _stacked_terms([a.loss_terms(p) for a, p in zip(algos, plans, strict=True)], device)
+        self._module.unset_terms = {k: None for k, v in terms.items() if v is None}
+        terms = {k: v for k, v in terms.items() if v is not None}
+        stacked = tuple(torch.stack([p.batch[i] for p in plans]) for i in range(BATCH_FIELDS))
+        orders = [_drawn_with(torch_rngs, m, lambda a=a: a.minibatch_order(size, device)) for m, a in enumerate(algos)]
+        members = torch.arange(len(algos), device=device).unsqueeze(1)
+        stepped = [a.optimizer for a, on in zip(algos, active, strict=True) if on]
         sums: dict[str, torch.Tensor] = {}
         count = 0
-        stepped = [a.optimizer for a, on in zip(algos, active, strict=True) if on]
-        for _epoch in range(algos[0].n_epochs):
-            orders = [list(self._minibatch_order(size, a.batch_size, torch_rngs, m)) for m, a in enumerate(algos)]
-            for chunk in zip(*orders, strict=True):
+        for epoch in zip(*orders, strict=True):
+            for chunk in zip(*epoch, strict=True):
                 index = torch.stack(chunk)  # [members, minibatch]
-                members = torch.arange(len(algos)).unsqueeze(1)
-                batch = tuple(x[members, index] for x in stacked[:BATCH_FIELDS])
+                batch = tuple(x[members, index] for x in stacked)
                 for stacked_param in self.params.values():
                     stacked_param.grad = None
-                losses, stats = self._losses(self.params, self.buffers, batch, clip, ent_coef, vf_coef)
+                losses, stats = self._losses(self.params, self.buffers, batch, terms)
                 losses.sum().backward()  # the members are independent: each row's gradient is its own loss's
-                grads = {name: stacked_param.grad for name, stacked_param in self.params.items()}
-                self._clip(grads, max_norm)
-                self._set_grads(grads)
+                self._clip([a.max_grad_norm for a in algos])
+                for name, rows in self._rows.items():
+                    grad = self.params[name].grad
+                    for member, param in enumerate(rows):
+                        param.grad = grad[member]
                 step_together(stepped)
                 count += 1
                 for k, v in stats.items():
@@ -122,29 +162,39 @@ class PopulationPPO:
         return [a.end_update(p, {k: v[m] for k, v in means.items()}) if on else None
                 for m, (a, p, on) in enumerate(zip(algos, plans, active, strict=True))]
 
-    @staticmethod
-    def _minibatch_order(size: int, batch_size: int, torch_rngs: list[torch.Tensor], member: int) -> list[torch.Tensor]:
-        outer = torch.get_rng_state()
-        torch.set_rng_state(torch_rngs[member])
-        try:
-            return list(minibatches(size, batch_size, "cpu"))
-        finally:
-            torch_rngs[member] = torch.get_rng_state()
-            torch.set_rng_state(outer)
-
-    def _clip(self, grads: dict[str, torch.Tensor], max_norm: list[float | None]) -> None:
+    def _clip(self, max_norm: list[float | None]) -> None:
         """Each member's global gradient-norm clip (torch's clip_grad_norm_ formula, one norm per member)."""
         if all(m is None for m in max_norm):
             return
-        norms = torch.stack([torch.linalg.vector_norm(g.flatten(1), dim=1) for g in grads.values()])
+        grads = [p.grad for p in self.params.values() if p.grad is not None]
+        norms = torch.stack([torch.linalg.vector_norm(g.flatten(1), dim=1) for g in grads])
         total = torch.linalg.vector_norm(norms, dim=0)
-        limit = torch.tensor([float("inf") if m is None else m for m in max_norm])
+        limit = torch.tensor([float("inf") if m is None else m for m in max_norm], device=total.device)
         scale = torch.clamp(limit / (total + 1e-6), max=1.0)
-        for g in grads.values():
+        for g in grads:
             g.mul_(scale.view(-1, *([1] * (g.dim() - 1))))
 
-    def _set_grads(self, grads: dict[str, torch.Tensor]) -> None:
-        for name, g in grads.items():
-            for member, (param,) in enumerate(self._rows[name]):
-                param.grad = g[member]
 
+def _stacked_terms(terms: list[dict[str, float | None]], device: torch.device) -> dict[str, Any]:
+    """Each loss coefficient as a [members] tensor (a value the members all leave None stays None)."""
+    out: dict[str, Any] = {}
+    for key in terms[0]:
+        values = [t[key] for t in terms]
+        if all(v is None for v in values):
+            out[key] = None
+        elif any(v is None for v in values):
+            raise ConfigError(f"some members set {key} and some leave it null: they cannot share updates")
+        else:
+            out[key] = torch.tensor(values, device=device)
+    return out
+
+
+def _drawn_with(torch_rngs: list[torch.Tensor], member: int, draw: Callable[[], Any]) -> Any:
+    """`draw()` with the member's torch RNG stream as the global one; the stream is advanced in `torch_rngs`."""
+    outer = torch.get_rng_state()
+    torch.set_rng_state(torch_rngs[member])
+    try:
+        return draw()
+    finally:
+        torch_rngs[member] = torch.get_rng_state()
+        torch.set_rng_state(outer)

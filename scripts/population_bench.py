@@ -1,0 +1,120 @@
+"""A sweep's seeds as one batched population against the other ways of running them, whole processes side by
+side in one invocation (the target of `hydra/launcher=population`).
+
+    python scripts/population_bench.py --seeds 8 --members 1 2 4 8 16 --out population.json
+    python scripts/population_bench.py --seeds 8 --steps 20000 --no-basic --no-sb3   # the scaling rows only
+
+Rows, each a fresh process timed from start to exit (imports, env and network building, tests, checkpoints):
+- `one seed`: `rl-train` alone, the unit every other row is divided by;
+- `population M`: `rl-train -m seed=0..M-1 hydra/launcher=population` (per-member throughput = M x steps / s);
+- `basic 8`: the same sweep with Hydra's basic launcher (one job after another);
+- `joblib 8 x2`: Hydra's joblib launcher with 2 jobs at a time;
+- `sb3 8 x2`: Stable-Baselines3 (scripts/bench.py's PPO row, the same RL-Zoo settings) over the same seeds,
+  two processes at a time.
+Every row is PPO CartPole-v1 with RL-Zoo's settings (conf/tuned/ppo/CartPole-v1.yaml), no early stop, torch
+threads 1; the final test returns of every member are listed, so a faster row that learns less shows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+RL_TRAIN = str(Path(sys.executable).parent / "rl-train")
+COMMON = ["algo=ppo", "env=CartPole-v1", "train.stop_reward=null", "log.console=false", "log.tensorboard=false"]
+
+
+def timed(cmd: list[str], cwd: Path) -> float:
+    started = time.perf_counter()
+    out = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, check=False)
+    seconds = time.perf_counter() - started
+    if out.returncode != 0:
+        raise SystemExit(f"population_bench: {' '.join(cmd)} failed:\n{out.stderr[-3000:]}")
+    return seconds
+
+
+def final_returns(sweep_dir: Path) -> list[float]:
+    returns = []
+    for status in sorted(sweep_dir.glob("*/status.json"), key=lambda p: int(p.parent.name)):
+        returns.append(float(json.loads(status.read_text())["final_test_return"]))
+    return returns
+
+
+def rlcli_sweep(work: Path, name: str, seeds: int, steps: int, launcher: list[str]) -> dict[str, Any]:
+    sweep = work / name
+    seconds = timed([RL_TRAIN, "-m", *COMMON, f"train.total_steps={steps}",
+                     f"seed={','.join(str(s) for s in range(seeds))}", *launcher, f"hydra.sweep.dir={sweep}"], work)
+    return {"row": name, "runs": seeds, "seconds": seconds, "returns": final_returns(sweep)}
+
+
+def one_seed(work: Path, steps: int) -> dict[str, Any]:
+    run_dir = work / "one"
+    seconds = timed([RL_TRAIN, *COMMON, f"train.total_steps={steps}", "seed=0", f"hydra.run.dir={run_dir}"], work)
+    last = [json.loads(line) for line in (run_dir / "eval.jsonl").read_text().splitlines() if line.strip()][-1]
+    return {"row": "one seed", "runs": 1, "seconds": seconds, "returns": [statistics.mean(last["returns"])]}
+
+
+def sb3_pairs(seeds: int, steps: int) -> dict[str, Any]:
+    """SB3's PPO over the same seeds, two worker processes at a time (scripts/bench.py --worker sb3)."""
+    bench = str(Path(__file__).with_name("bench.py"))
+    started = time.perf_counter()
+    returns: list[float] = []
+    for first in range(0, seeds, 2):
+        procs = [subprocess.Popen([sys.executable, bench, "--worker", "sb3", "--row", "ppo", "--seed", str(seed),
+                                   "--steps", str(steps), "--threads", "1"], stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True)
+                 for seed in range(first, min(first + 2, seeds))]
+        for proc in procs:
+            out, err = proc.communicate()
+            if proc.returncode != 0:
+                raise SystemExit(f"population_bench: SB3 failed:\n{err[-3000:]}")
+            returns.append(float(json.loads(out.strip().splitlines()[-1])["final_return"]))
+    return {"row": f"sb3 {seeds} x2", "runs": seeds, "seconds": time.perf_counter() - started, "returns": returns}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, default=8, help="seeds of the basic, joblib and SB3 rows")
+    parser.add_argument("--members", type=int, nargs="+", default=[8], help="population sizes to time")
+    parser.add_argument("--steps", type=int, default=100_000)
+    parser.add_argument("--no-basic", action="store_true", help="skip the basic and joblib launcher rows")
+    parser.add_argument("--no-sb3", action="store_true")
+    parser.add_argument("--out", type=Path, default=Path("population.json"))
+    args = parser.parse_args()
+    rows: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        plan = [lambda: one_seed(work, args.steps)]
+        plan += [lambda m=m: rlcli_sweep(work, f"population {m}", m, args.steps, ["hydra/launcher=population"])
+                 for m in args.members]
+        if not args.no_basic:
+            plan.append(lambda: rlcli_sweep(work, f"basic {args.seeds}", args.seeds, args.steps, []))
+            plan.append(lambda: rlcli_sweep(work, f"joblib {args.seeds} x2", args.seeds, args.steps,
+                                            ["hydra/launcher=joblib", "hydra.launcher.n_jobs=2"]))
+        if not args.no_sb3:
+            plan.append(lambda: sb3_pairs(args.seeds, args.steps))
+        for measure in plan:
+            row = measure()
+            rows.append(row)
+            print(f"  {row['row']:16} {row['seconds']:7.1f} s  returns {row['returns']}", file=sys.stderr, flush=True)
+    unit = rows[0]["seconds"]
+    print(f"\nPPO CartPole-v1 (RL-Zoo settings), {args.steps:,} env steps per run, whole processes\n")
+    print("| row | runs | wall s | x one seed | env steps/s, all runs | per run | final test returns (min / median) |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    for row in rows:
+        per_run = args.steps / row["seconds"]  # every run trains `steps`, all of them within `seconds`
+        print(f"| {row['row']} | {row['runs']} | {row['seconds']:.1f} | {row['seconds'] / unit:.2f} | "
+              f"{per_run * row['runs']:.0f} | {per_run:.0f} | {min(row['returns']):.1f} / "
+              f"{statistics.median(row['returns']):.1f} |")
+    args.out.write_text(json.dumps({"steps": args.steps, "rows": rows}, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
