@@ -60,6 +60,7 @@ def launch(hydra_context: Any, config: DictConfig, job_overrides: Sequence[Seque
     from hydra.core.utils import run_job
 
     from rlcli.population.loop import train_population
+    from rlcli.population.members import Member
 
     configs = []
     for offset, overrides in enumerate(job_overrides):
@@ -75,15 +76,18 @@ def launch(hydra_context: Any, config: DictConfig, job_overrides: Sequence[Seque
             ret = run_job(hydra_context=hydra_context, task_function=_prepare_member, config=configs[index],
                           job_dir_key="hydra.sweep.dir", job_subdir_key="hydra.sweep.subdir")
             returns[index] = ret
-            if not isinstance(ret._return_value, dict):  # a member to train (a dict: its job is already over)
-                members.append(ret._return_value)
+            prepared = ret._return_value  # read directly: the property re-raises a task's exception
+            if isinstance(prepared, BaseException):
+                raise prepared
+            if isinstance(prepared, Member):  # a member to train (else its record: the job is already over)
+                members.append(prepared)
         if not members:
             continue
         update = _batched_update(members)
         stopped_by = _one_by_one(members) if update is None else train_population(members, update)
         for index in group:
             value = returns[index]._return_value
-            if not isinstance(value, dict):
+            if isinstance(value, Member):
                 returns[index].return_value = value.record
         if stopped_by is not None:
             break
