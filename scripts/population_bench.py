@@ -7,6 +7,8 @@ side in one invocation (the target of `hydra/launcher=population`).
 Rows, each a fresh process timed from start to exit (imports, env and network building, tests, checkpoints):
 - `one seed`: `rl-train` alone, the unit every other row is divided by;
 - `population M`: `rl-train -m seed=0..M-1 hydra/launcher=population` (per-member throughput = M x steps / s);
+- `population M x2` (`--parallel M`): the same with `hydra.launcher.n_jobs=2`, two populations of M/2 in two
+  processes;
 - `basic 8`: the same sweep with Hydra's basic launcher (one job after another);
 - `joblib 8 x2`: Hydra's joblib launcher with 2 jobs at a time;
 - `sb3 8 x2`: Stable-Baselines3 (scripts/bench.py's PPO row, the same RL-Zoo settings) over the same seeds,
@@ -82,8 +84,10 @@ def sb3_pairs(seeds: int, steps: int) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=8, help="seeds of the basic, joblib and SB3 rows")
-    parser.add_argument("--members", type=int, nargs="+", default=[8], help="population sizes to time")
+    parser.add_argument("--members", type=int, nargs="*", default=[8], help="population sizes to time")
     parser.add_argument("--steps", type=int, default=100_000)
+    parser.add_argument("--parallel", type=int, nargs="*", default=[],
+                        help="population sizes also timed with hydra.launcher.n_jobs=2 (two processes)")
     parser.add_argument("--no-basic", action="store_true", help="skip the basic and joblib launcher rows")
     parser.add_argument("--no-sb3", action="store_true")
     parser.add_argument("--out", type=Path, default=Path("population.json"))
@@ -94,6 +98,9 @@ def main() -> None:
         plan = [lambda: one_seed(work, args.steps)]
         plan += [lambda m=m: rlcli_sweep(work, f"population {m}", m, args.steps, ["hydra/launcher=population"])
                  for m in args.members]
+        plan += [lambda m=m: rlcli_sweep(work, f"population {m} x2", m, args.steps,
+                                         ["hydra/launcher=population", "hydra.launcher.n_jobs=2"])
+                 for m in args.parallel]
         if not args.no_basic:
             plan.append(lambda: rlcli_sweep(work, f"basic {args.seeds}", args.seeds, args.steps, []))
             plan.append(lambda: rlcli_sweep(work, f"joblib {args.seeds} x2", args.seeds, args.steps,

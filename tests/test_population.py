@@ -15,7 +15,7 @@ from rlcli.compose import compose_config
 from rlcli.contracts import RunClock
 from rlcli.optim import FusedAdam, fused_adam_available, step_together
 from rlcli.population.collect import collect_together
-from rlcli.population.launch import group_jobs
+from rlcli.population.launch import group_jobs, split_for_workers
 from rlcli.population.members import Member
 from rlcli.population.onpolicy import PopulationUpdate
 from rlcli.population.stacking import stack_weights
@@ -131,6 +131,13 @@ def test_stepping_members_together_is_each_optimizers_own_step_bit_for_bit():
         assert_equal_state(t.state_dict(), a.state_dict())
 
 
+def test_populations_are_halved_until_every_worker_has_one():
+    assert split_for_workers([[0, 1, 2, 3, 4, 5, 6, 7]], 2) == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    assert split_for_workers([[0, 2, 4], [1]], 3) == [[0, 2], [1], [4]]
+    assert split_for_workers([[0], [1]], 4) == [[0], [1]]  # single members are not split further
+    assert split_for_workers([[0, 1, 2]], 1) == [[0, 1, 2]]
+
+
 def test_jobs_that_differ_in_seed_or_batchable_values_share_a_population():
     def cfg(*overrides: str):
         return compose_config(["algo=ppo", "env=CartPole-v1", *overrides])
@@ -154,9 +161,10 @@ def run(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run([str(RL_TRAIN), *args], cwd=cwd, capture_output=True, text=True, timeout=600)
 
 
-def test_a_population_sweep_writes_what_the_basic_launcher_writes(tmp_path):
+@pytest.mark.parametrize("parallel", [[], ["hydra.launcher.n_jobs=2"]], ids=["one-process", "n_jobs=2"])
+def test_a_population_sweep_writes_what_the_basic_launcher_writes(tmp_path, parallel):
     args = ["-m", *PPO, *TINY, "seed=0,1,2", "train.total_steps=512"]
-    population = run(*args, "hydra/launcher=population", "hydra.sweep.dir=pop", cwd=tmp_path)
+    population = run(*args, "hydra/launcher=population", *parallel, "hydra.sweep.dir=pop", cwd=tmp_path)
     assert population.returncode == 0, population.stderr[-3000:]
     basic = run(*args, "hydra.sweep.dir=basic", cwd=tmp_path)
     assert basic.returncode == 0, basic.stderr[-3000:]
@@ -191,8 +199,10 @@ def test_what_cannot_batch_runs_one_job_at_a_time_after_a_warning(tmp_path):
 
 
 def test_bad_launcher_options_are_one_line(tmp_path):
-    out = run("-m", *PPO, *TINY, "seed=0,1", "hydra/launcher=population", "hydra.launcher.n_jobs=2", cwd=tmp_path)
-    assert out.returncode != 0 and "hydra.launcher.n_jobs=2" in out.stderr and "Traceback" not in out.stderr
+    for bad in ("hydra.launcher.n_jobs=0", "hydra.launcher.max_members=0"):
+        out = run("-m", *PPO, *TINY, "seed=0,1", "hydra/launcher=population", bad, cwd=tmp_path)
+        assert out.returncode == 2 and out.stderr.startswith(f"rl-train: error: {bad} must be"), out.stderr
+        assert len(out.stderr.strip().splitlines()) == 1 and not (tmp_path / "multirun").exists()
 
 
 @pytest.mark.slow

@@ -16,7 +16,7 @@ from omegaconf import DictConfig
 class PopulationLauncherConf:
     _target_: str = "hydra_plugins.rlcli_population_launcher.population_launcher.PopulationLauncher"
     max_members: int = 64  # jobs per population; more start another population after it
-    n_jobs: int = 1  # populations at once (only 1 so far)
+    n_jobs: int = 1  # populations trained at once, each in its own process (a big population is split)
 
 
 ConfigStore.instance().store(group="hydra/launcher", name="population", node=PopulationLauncherConf,
@@ -28,7 +28,7 @@ class PopulationLauncher(Launcher):
         from rlcli.population.launch import check_launcher_options
 
         check_launcher_options(max_members, n_jobs)  # rl-train checked them before Hydra started
-        self.max_members = max_members
+        self.max_members, self.n_jobs = max_members, n_jobs
         self.config: DictConfig | None = None
         self.hydra_context: Any = None
 
@@ -42,4 +42,4 @@ class PopulationLauncher(Launcher):
         assert self.config is not None
         configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
         Path(str(self.config.hydra.sweep.dir)).mkdir(parents=True, exist_ok=True)
-        return launch(self.hydra_context, self.config, job_overrides, initial_job_idx, self.max_members)
+        return launch(self.hydra_context, self.config, job_overrides, initial_job_idx, self.max_members, self.n_jobs)

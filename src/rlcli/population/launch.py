@@ -29,9 +29,15 @@ BATCHABLE = ("lr", "lr_pi", "lr_v", "gamma", "gae_lambda", "ent_coef", "vf_coef"
 def check_launcher_options(max_members: Any, n_jobs: Any) -> None:
     if not isinstance(max_members, int) or isinstance(max_members, bool) or max_members < 1:
         raise ConfigError(f"hydra.launcher.max_members={max_members!r} must be an integer >= 1 (jobs per population)")
-    if n_jobs != 1:
-        raise ConfigError(f"hydra.launcher.n_jobs={n_jobs!r}: the population launcher runs one population at a "
-                          "time so far (n_jobs=1); a population already shares its update across members")
+    if not isinstance(n_jobs, int) or isinstance(n_jobs, bool) or n_jobs < 1:
+        raise ConfigError(f"hydra.launcher.n_jobs={n_jobs!r} must be an integer >= 1 (populations trained at once, "
+                          "each in its own process)")
+    if n_jobs > 1:
+        try:
+            import joblib  # noqa: F401
+        except ImportError:
+            raise ConfigError(f"hydra.launcher.n_jobs={n_jobs} runs populations in parallel processes through "
+                              "joblib, which is not installed: pip install -e '.[sweep]'") from None
 
 
 def population_key(cfg: DictConfig) -> str:
@@ -55,45 +61,83 @@ def group_jobs(configs: Sequence[DictConfig], max_members: int) -> list[list[int
     return [indices[i:i + max_members] for indices in groups.values() for i in range(0, len(indices), max_members)]
 
 
+def split_for_workers(groups: list[list[int]], n_jobs: int) -> list[list[int]]:
+    """Halve the largest populations until every worker has one (a population of one member is not split)."""
+    groups = [list(g) for g in groups]
+    while len(groups) < n_jobs:
+        largest = max(groups, key=len)
+        if len(largest) < 2:
+            break
+        groups.remove(largest)
+        half = (len(largest) + 1) // 2
+        groups += [largest[:half], largest[half:]]
+    return sorted(groups, key=lambda g: g[0])
+
+
 def launch(hydra_context: Any, config: DictConfig, job_overrides: Sequence[Sequence[str]], initial_job_idx: int,
-           max_members: int) -> list[Any]:
-    from hydra.core.utils import run_job
-
-    from rlcli.population.loop import train_population
-    from rlcli.population.members import Member
-
+           max_members: int, n_jobs: int = 1) -> list[Any]:
     configs = []
     for offset, overrides in enumerate(job_overrides):
         sweep_config = hydra_context.config_loader.load_sweep_config(config, list(overrides))
         with open_dict(sweep_config):
             sweep_config.hydra.job.id = sweep_config.hydra.job.num = initial_job_idx + offset
         configs.append(sweep_config)
-    returns: list[Any] = [None] * len(configs)
-    stopped_by: int | None = None
-    for group in group_jobs(configs, max_members):
-        members = []
-        for index in group:
-            ret = run_job(hydra_context=hydra_context, task_function=_prepare_member, config=configs[index],
-                          job_dir_key="hydra.sweep.dir", job_subdir_key="hydra.sweep.subdir")
-            returns[index] = ret
-            prepared = ret._return_value  # read directly: the property re-raises a task's exception
-            if isinstance(prepared, BaseException):
-                raise prepared
-            if isinstance(prepared, Member):  # a member to train (else its record: the job is already over)
-                members.append(prepared)
-        if not members:
-            continue
-        update = _batched_update(members)
-        stopped_by = _one_by_one(members) if update is None else train_population(members, update)
-        for index in group:
-            value = returns[index]._return_value
-            if isinstance(value, Member):
-                returns[index].return_value = value.record
-        if stopped_by is not None:
-            break
+    groups = split_for_workers(group_jobs(configs, max_members), n_jobs)
+    if n_jobs == 1:
+        outcomes = []
+        for group in groups:
+            outcomes.append(run_population(hydra_context, [configs[i] for i in group]))
+            if outcomes[-1][1] is not None:
+                break  # a signal stopped it: the rest of the sweep waits for resume=auto
+    else:  # populations in parallel worker processes, as Hydra's joblib launcher runs jobs
+        from hydra.core.singleton import Singleton
+        from joblib import Parallel, delayed
+
+        state = Singleton.get_state()
+        outcomes = Parallel(n_jobs=n_jobs, backend="loky")(
+            delayed(_run_population_in_worker)(hydra_context, [configs[i] for i in group], state) for group in groups)
+    stopped_by = next((signum for _, signum in outcomes if signum is not None), None)
     if stopped_by is not None:
         raise SystemExit(128 + stopped_by)
-    return [r for r in returns if r is not None]
+    return [ret for returns, _ in outcomes for ret in returns]
+
+
+def _run_population_in_worker(hydra_context: Any, configs: list[DictConfig], singleton_state: Any,
+                              ) -> tuple[list[Any], int | None]:
+    from hydra.core.singleton import Singleton
+    from hydra.core.utils import setup_globals
+
+    setup_globals()
+    Singleton.set_state(singleton_state)
+    return run_population(hydra_context, configs)
+
+
+def run_population(hydra_context: Any, configs: list[DictConfig]) -> tuple[list[Any], int | None]:
+    """Set up each job (Hydra's job directory and files, then rlcli's member) and train them as one population.
+    Returns the jobs' Hydra returns (their status records as values) and the signal that stopped it, if any."""
+    from hydra.core.utils import run_job
+
+    from rlcli.population.loop import train_population
+    from rlcli.population.members import Member
+
+    returns, members = [], []
+    for cfg in configs:
+        ret = run_job(hydra_context=hydra_context, task_function=_prepare_member, config=cfg,
+                      job_dir_key="hydra.sweep.dir", job_subdir_key="hydra.sweep.subdir")
+        returns.append(ret)
+        prepared = ret._return_value  # read directly: the property re-raises a task's exception
+        if isinstance(prepared, BaseException):
+            raise prepared
+        if isinstance(prepared, Member):  # a member to train (else its record: the job is already over)
+            members.append(prepared)
+    stopped_by = None
+    if members:
+        population = _batched_update(members)
+        stopped_by = _one_by_one(members) if population is None else train_population(members, population)
+    for ret in returns:
+        if isinstance(ret._return_value, Member):
+            ret.return_value = ret._return_value.record
+    return returns, stopped_by
 
 
 def _prepare_member(cfg: DictConfig) -> Any:
