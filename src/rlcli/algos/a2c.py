@@ -12,27 +12,25 @@ from rlcli.actors.sde import NoiseResampling, head_noise
 from rlcli.addons import PolicyAddon
 from rlcli.algos.base import (
     Decay,
+    OneStepUpdate,
     UpdatePlan,
     adam,
     check_common,
     clipped_env_actions,
     explained_variance,
     finish_with_gae,
-    gradient_step,
     param_groups,
     refuse_in_population,
-    set_lr,
-    whole_batch,
 )
 from rlcli.algos.losses import policy_gradient_terms, squared_value_loss
 from rlcli.buffers.rollout import RolloutBatch, RolloutBuffer
-from rlcli.contracts import ON_POLICY_ACTIONS, ActOutput, AlgoSpec, RecurrentState, RunClock
+from rlcli.contracts import ON_POLICY_ACTIONS, ActOutput, AlgoSpec, RecurrentState
 from rlcli.registry import ALGOS
 from rlcli.schedules import to_zero
 
 
 @ALGOS.register("a2c", spec=AlgoSpec(on_policy=True, action_spaces=ON_POLICY_ACTIONS))
-class A2C:
+class A2C(OneStepUpdate):
     def __init__(
         self,
         networks: ActorCritic,
@@ -78,22 +76,6 @@ class A2C:
 
     def finish_rollout(self, buffer: RolloutBuffer, last_obs: torch.Tensor, state: RecurrentState | None) -> None:
         finish_with_gae(self.networks.value, buffer, last_obs, state, self.gamma, self.gae_lambda)
-
-    def update(self, buffer: RolloutBuffer, clock: RunClock) -> dict[str, torch.Tensor]:
-        plan = self.begin_update(buffer)
-        loss, stats = self.minibatch_loss(plan.batch, **self.loss_terms(plan))
-        gradient_step(self.optimizer, loss, self.networks.parameters(), self.max_grad_norm)
-        return self.end_update(plan, stats)
-
-    # the update in parts, which a batched population (rlcli/population/) calls for all its members at once
-    def begin_update(self, buffer: RolloutBuffer) -> UpdatePlan:
-        return UpdatePlan(set_lr(self.optimizer, self.lr_scale), None, buffer.flat())
-
-    def loss_terms(self, plan: UpdatePlan) -> dict[str, float]:
-        return {"ent_coef": self.ent_coef, "vf_coef": self.vf_coef}
-
-    def minibatch_order(self, size: int, device: torch.device | str = "cpu") -> list[list[torch.Tensor]]:
-        return whole_batch(size, device)
 
     def minibatch_loss(self, batch: RolloutBatch, ent_coef: float | torch.Tensor, vf_coef: float | torch.Tensor,
                        ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:

@@ -152,3 +152,37 @@ def refuse_in_population(networks: Any, addons: Sequence[Any], use_sde: bool) ->
     reasons = [(isinstance(networks, RecurrentActorCritic), "a recurrent actor"),
                (bool(addons), "algo.policy_loss_addons"), (use_sde, "gSDE (algo.use_sde)")]
     return next((what for bad, what in reasons if bad), None)
+
+
+class OneStepUpdate:
+    """The update of A2C and PG: one gradient step on the whole rollout, given in the parts a batched
+    population calls (population/onpolicy.py); the algorithm supplies `minibatch_loss` and `end_update`."""
+
+    networks: Any
+    optimizer: Any
+    lr_scale: float
+    ent_coef: float
+    vf_coef: float
+    max_grad_norm: float | None
+
+    def update(self, buffer: Any, clock: Any) -> dict[str, torch.Tensor]:
+        plan = self.begin_update(buffer)
+        loss, stats = self.minibatch_loss(plan.batch, **self.loss_terms(plan))
+        gradient_step(self.optimizer, loss, self.networks.parameters(), self.max_grad_norm)
+        return self.end_update(plan, stats)
+
+    def begin_update(self, buffer: Any) -> UpdatePlan:
+        return UpdatePlan(set_lr(self.optimizer, self.lr_scale), None, buffer.flat())
+
+    def loss_terms(self, plan: UpdatePlan) -> dict[str, float]:
+        return {"ent_coef": self.ent_coef, "vf_coef": self.vf_coef}
+
+    def minibatch_order(self, size: int, device: torch.device | str = "cpu") -> list[list[torch.Tensor]]:
+        return whole_batch(size, device)
+
+    def minibatch_loss(self, batch: RolloutBatch, ent_coef: float | torch.Tensor, vf_coef: float | torch.Tensor,
+                       ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        raise NotImplementedError
+
+    def end_update(self, plan: UpdatePlan, metrics: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        raise NotImplementedError
