@@ -199,9 +199,14 @@ def test_what_cannot_batch_runs_one_job_at_a_time_after_a_warning(tmp_path):
 
 
 def test_bad_launcher_options_are_one_line(tmp_path):
-    for bad in ("hydra.launcher.n_jobs=0", "hydra.launcher.max_members=0"):
+    for bad, said in (("hydra.launcher.n_jobs=0", "hydra.launcher.n_jobs=0 must be an integer >= 1"),
+                      ("hydra.launcher.max_members=0", "hydra.launcher.max_members=0 must be an integer >= 1"),
+                      ("hydra.launcher.max_members=abc", "hydra.launcher.max_members=abc: Value 'abc' of type 'str' "
+                                                         "could not be converted to Integer"),
+                      ("hydra.launcher.max_member=3", "unknown key 'hydra.launcher.max_member' (did you mean "
+                                                      "'max_members'?); valid keys: max_members, n_jobs")):
         out = run("-m", *PPO, *TINY, "seed=0,1", "hydra/launcher=population", bad, cwd=tmp_path)
-        assert out.returncode == 2 and out.stderr.startswith(f"rl-train: error: {bad} must be"), out.stderr
+        assert out.returncode == 2 and out.stderr.startswith(f"rl-train: error: {said}"), out.stderr
         assert len(out.stderr.strip().splitlines()) == 1 and not (tmp_path / "multirun").exists()
 
 

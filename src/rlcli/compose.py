@@ -108,9 +108,21 @@ def _closest_key(cfg: DictConfig, key: str, leaf: str) -> str:
 
 def explain_composition_error(error: Exception, args: list[str]) -> str:
     """Hydra's composition errors, cut down to one line that names the key and the valid ones."""
-    text = str(error)
+    text, cause = str(error), str(error.__cause__ or "")
     bad_key = re.search(r"Could not override '([^']+)'", text)
-    if bad_key and "not in struct" in str(error.__cause__ or ""):
+    if bad_key and bad_key.group(1).startswith("hydra.") and " not in " in cause:  # a launcher's or sweeper's key
+        from hydra import compose
+
+        key = bad_key.group(1)
+        parent = key.rpartition(".")[0]
+        base = compose("config", overrides=[a for a in args if "/" in a.split("=", 1)[0]], return_hydra_config=True)
+        node = OmegaConf.select(base, parent)
+        valid = sorted(str(k) for k in node if k != "_target_") if isinstance(node, DictConfig) else []
+        return f"unknown key '{key}'{did_you_mean(key.rpartition('.')[2], valid)}; valid keys: {', '.join(valid)}"
+    merging = re.match(r"Error merging override (\S+)", text)
+    if merging and cause:  # a value of the wrong type: the cause says which
+        return f"{merging.group(1)}: {cause.strip().splitlines()[0]}"
+    if bad_key and "not in struct" in cause:
         key = bad_key.group(1)
         parent, _, leaf = key.rpartition(".")
         if parent.endswith("kwargs"):  # a free-form mapping (env.kwargs): new keys need Hydra's `+`

@@ -216,7 +216,7 @@ def precheck_sweep(args: list[str]) -> None:
         try:
             full = compose("config", overrides=[*combos[0], *hydra_args], return_hydra_config=True)
         except Exception as error:
-            raise ConfigError(explain_composition_error(error, combos[0])) from None
+            raise ConfigError(explain_composition_error(error, [*combos[0], *hydra_args])) from None
     launcher = full.hydra.launcher
     if "rlcli_population_launcher" in str(launcher.get("_target_", "")):
         from rlcli.population.launch import check_launcher_options
