@@ -181,7 +181,7 @@ class Trainer:
         if it.stop is not None and not it.last_phase:  # at the budget's end it is simply the end
             self._say_stop(it, log)
             return True
-        self._stop_on_signal(log)  # Ctrl-C / SIGTERM: checkpoint, exit
+        self.stop_on_signal(log)  # Ctrl-C / SIGTERM: checkpoint, exit
         total = self.c.settings.total_steps
         if crossed(state.env_steps, it.previous, self.c.settings.checkpoint_every) and state.env_steps < total:
             self._save()
@@ -337,7 +337,7 @@ class Trainer:
                         f"continue it with: rl-train resume={self.run_dir}")
         self.stop_reason = it.stop
 
-    def _stop_on_signal(self, log: RunLogger) -> None:
+    def stop_on_signal(self, log: RunLogger) -> None:
         """The safe point for Ctrl-C / SIGTERM: a checkpoint, one line, exit code 128 + the signal."""
         if self.signals.received is None:
             return

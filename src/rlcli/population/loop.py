@@ -15,9 +15,8 @@ from rlcli.trainer import Diverged, RunFailed, StoppedBySignal
 
 def train_population(members: list[Member], population: PopulationUpdate) -> int | None:
     """Train every member to its end; returns the signal that stopped the population (None: none did)."""
-    signals = StopSignals()
+    signals = StopSignals()  # the population's: a member's own stays quiet until the whole iteration is done
     for member in members:
-        member.trainer.signals = signals  # one Ctrl-C stops them all, each saved at its safe point
         with member.turn():
             _start(member)
     restore = signals.catch()
@@ -34,6 +33,10 @@ def train_population(members: list[Member], population: PopulationUpdate) -> int
             for member in [m for m in members if m.live]:
                 with member.turn():
                     _after_update(member)
+            if signals.received is not None:  # Ctrl-C / SIGTERM: every live member saved at this same step
+                for member in [m for m in members if m.live]:
+                    with member.turn():
+                        _stop(member, signals.received)
     finally:
         restore()
     return signals.received
@@ -80,12 +83,19 @@ def _after_update(member: Member) -> None:
         if trainer.after_update(it, log, member.tracking) or trainer.state.env_steps >= total:
             trainer.finish(log, member.tracking)
             member.end()
-    except StoppedBySignal as stopped:  # saved; the record says interrupted
-        member.end(stopped)
     except (CollectorError, Diverged) as error:
         _fail(member, error)
     except RunFailed as failed:
         member.end(failed)
+
+
+def _stop(member: Member, signum: int) -> None:
+    member.trainer.signals.received = signum
+    assert member.log is not None
+    try:
+        member.trainer.stop_on_signal(member.log)  # a checkpoint, one line, then StoppedBySignal
+    except StoppedBySignal as stopped:
+        member.end(stopped)
 
 
 def _fail(member: Member, error: CollectorError | Diverged) -> None:
