@@ -26,12 +26,20 @@ from rlcli.trainer import Trainer
 PPO = ["algo=ppo", "algo.n_steps=32", "algo.batch_size=64", "algo.n_epochs=3"]
 TINY = ["env=CartPole-v1", "train.num_envs=4", "train.test_every=256", "train.test_episodes=2",
         "train.stop_reward=null", "log.tensorboard=false", "log.console=false"]
-ALGOS = {"ppo": PPO, "a2c": ["algo=a2c", "algo.n_steps=8"], "pg": ["algo=pg", "algo.n_steps=32", "algo.baseline=true"]}
+ALGOS = {"ppo": PPO, "a2c": ["algo=a2c", "algo.n_steps=8"], "pg": ["algo=pg", "algo.n_steps=32", "algo.baseline=true"],
+         "ppo-cnn": [*PPO, "env=PixelGoal-v0"]}  # rlcli's tiny image task: actor=cnn_small
 
 
-def collected(*overrides: str, algo: str = "ppo"):
+def overrides(algo: str, *more: str) -> list[str]:
+    """TINY with the algorithm's settings (an env there replaces CartPole)."""
+    own = ALGOS[algo]
+    env = [a for a in own if a.startswith("env=")]
+    return [*(a for a in TINY if not (env and a.startswith("env="))), *own, *more]
+
+
+def collected(*more: str, algo: str = "ppo"):
     """A member's components after its first collect, and its torch RNG state then (as its single run has it)."""
-    components, _ = prepare(compose_config([*TINY, *ALGOS[algo], *overrides]))
+    components, _ = prepare(compose_config(overrides(algo, *more)))
     components.collector.collect(components.algo, components.buffer, random_actions=False)
     return components, torch.get_rng_state()
 
@@ -69,7 +77,7 @@ def test_a_members_first_rollout_is_its_single_runs(algo, tmp_path):
         singles.append(components.buffer.flat())
     members = []
     for seed in (0, 1):
-        components, state = prepare(compose_config([*TINY, *ALGOS[algo], f"seed={seed}"]))
+        components, state = prepare(compose_config(overrides(algo, f"seed={seed}")))
         run_dir = tmp_path / str(seed)
         members.append(Member(Trainer(components, run_dir, state), run_dir, seed, "", {}))  # its RNG, as built
     population = PopulationUpdate([m.trainer.c.algo for m in members])
