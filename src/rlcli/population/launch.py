@@ -9,7 +9,6 @@ update does not cover) runs its jobs one after another in this process, after a 
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -19,8 +18,6 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from rlcli import run_lock
 from rlcli.registry import ConfigError
-
-logger = logging.getLogger("rlcli")
 
 # algo.<key> values that may differ inside one population (each member's optimizer, losses and GAE use its own)
 BATCHABLE = ("lr", "lr_pi", "lr_v", "gamma", "gae_lambda", "ent_coef", "vf_coef", "clip_range", "max_grad_norm")

@@ -139,6 +139,9 @@ class PopulationUpdate:
         orders = [_drawn_with(torch_rngs, m, lambda a=a: a.minibatch_order(size, device)) for m, a in enumerate(algos)]
         members = torch.arange(len(algos), device=device).unsqueeze(1)
         stepped = [a.optimizer for a, on in zip(algos, active, strict=True) if on]
+        max_norms = [a.max_grad_norm for a in algos]
+        limit = None if all(m is None for m in max_norms) else \
+            torch.tensor([float("inf") if m is None else m for m in max_norms], device=device)
         sums: dict[str, torch.Tensor] = {}
         count = 0
         for epoch in zip(*orders, strict=True):
@@ -149,7 +152,8 @@ class PopulationUpdate:
                     stacked_param.grad = None
                 losses, stats = self._losses(self.params, self.buffers, batch, terms)
                 losses.sum().backward()  # the members are independent: each row's gradient is its own loss's
-                self._clip([a.max_grad_norm for a in algos])
+                if limit is not None:
+                    self._clip(limit)
                 for name, rows in self._rows.items():
                     grad = self.params[name].grad
                     for member, param in enumerate(rows):
@@ -162,14 +166,12 @@ class PopulationUpdate:
         return [a.end_update(p, {k: v[m] for k, v in means.items()}) if on else None
                 for m, (a, p, on) in enumerate(zip(algos, plans, active, strict=True))]
 
-    def _clip(self, max_norm: list[float | None]) -> None:
-        """Each member's global gradient-norm clip (torch's clip_grad_norm_ formula, one norm per member)."""
-        if all(m is None for m in max_norm):
-            return
+    def _clip(self, limit: torch.Tensor) -> None:
+        """Each member's global gradient-norm clip to its `limit` row (torch's clip_grad_norm_ formula, one norm
+        per member; inf for a member without a clip)."""
         grads = [p.grad for p in self.params.values() if p.grad is not None]
         norms = torch.stack([torch.linalg.vector_norm(g.flatten(1), dim=1) for g in grads])
         total = torch.linalg.vector_norm(norms, dim=0)
-        limit = torch.tensor([float("inf") if m is None else m for m in max_norm], device=total.device)
         scale = torch.clamp(limit / (total + 1e-6), max=1.0)
         for g in grads:
             g.mul_(scale.view(-1, *([1] * (g.dim() - 1))))
