@@ -4,6 +4,8 @@ translation test checks conf/tuned/ against), then 10 deterministic test episode
 
     python scripts/sb3_side.py ppo/MountainCarContinuous-v0 --seeds 1 2 3
     python scripts/sb3_side.py sac/MountainCarContinuous-v0 --seeds 1 --steps 20000
+    python scripts/sb3_side.py a2c/HalfCheetahBulletEnv-v0 --entries benchmark/rl_zoo_applied.yaml \
+        --env HalfCheetah-v5 --steps 100000        # an entry RL-Zoo gives for another env, applied to this one
 
 Prints one line per seed and a summary line (final test return mean ± std over seeds, wall seconds).
 """
@@ -20,7 +22,7 @@ import numpy as np
 import yaml
 
 ENTRIES = Path(__file__).resolve().parent.parent / "tests" / "data" / "rl_zoo_entries.yaml"
-RUN_KEYS = ("source", "n_timesteps", "n_envs", "policy", "normalize", "policy_kwargs")
+RUN_KEYS = ("source", "n_timesteps", "n_envs", "policy", "normalize", "policy_kwargs", "env_wrapper")
 
 
 def sb3_class(algo: str) -> Any:
@@ -45,23 +47,37 @@ def hyperparameters(entry: dict[str, Any]) -> dict[str, Any]:
     return kwargs
 
 
-def run(name: str, seed: int, steps: int | None) -> tuple[float, float]:
+def wrapper(entry: dict[str, Any]) -> Any:
+    """The entry's env_wrapper: RL-Zoo's TimeFeatureWrapper is the one the stored entries use."""
+    name = entry.get("env_wrapper")
+    if name is None:
+        return None
+    if not name.endswith("TimeFeatureWrapper"):
+        raise SystemExit(f"sb3_side: env_wrapper {name!r} is not one this script knows (TimeFeatureWrapper)")
+    from sb3_contrib.common.wrappers import TimeFeatureWrapper
+
+    return TimeFeatureWrapper
+
+
+def run(name: str, seed: int, steps: int | None, entries: Path = ENTRIES, env_id: str | None = None
+        ) -> tuple[float, float]:
     import torch
     from stable_baselines3.common.env_util import make_vec_env
     from stable_baselines3.common.evaluation import evaluate_policy
     from stable_baselines3.common.vec_env import VecNormalize
 
     torch.set_num_threads(1)
-    algo, env_id = name.split("/")
-    entry = yaml.safe_load(ENTRIES.read_text())[name]
-    env = make_vec_env(env_id, n_envs=entry.get("n_envs", 1), seed=seed)
+    algo, entry_env = name.split("/")
+    env_id = env_id or entry_env
+    entry = yaml.safe_load(entries.read_text())[name]
+    env = make_vec_env(env_id, n_envs=entry.get("n_envs", 1), seed=seed, wrapper_class=wrapper(entry))
     if entry.get("normalize"):
         env = VecNormalize(env, gamma=entry.get("gamma", 0.99))
     model = sb3_class(algo)(entry.get("policy", "MlpPolicy"), env, seed=seed, device="cpu", **hyperparameters(entry))
     start = time.time()
     model.learn(steps or int(entry["n_timesteps"]))
     seconds = time.time() - start
-    test_env = make_vec_env(env_id, n_envs=1, seed=seed + 10_000)
+    test_env = make_vec_env(env_id, n_envs=1, seed=seed + 10_000, wrapper_class=wrapper(entry))
     if entry.get("normalize"):
         test_env = VecNormalize(test_env, training=False, norm_reward=False)
         test_env.obs_rms = env.obs_rms
@@ -71,13 +87,15 @@ def run(name: str, seed: int, steps: int | None) -> tuple[float, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("entry", help="algo/env, a key of tests/data/rl_zoo_entries.yaml")
+    parser.add_argument("entry", help="algo/env, a key of the entries file")
+    parser.add_argument("--entries", type=Path, default=ENTRIES, help="default: tests/data/rl_zoo_entries.yaml")
+    parser.add_argument("--env", default=None, help="apply the entry to this env id instead of its own")
     parser.add_argument("--seeds", nargs="+", type=int, default=[1, 2, 3])
     parser.add_argument("--steps", type=int, default=None, help="a reduced budget (default: RL-Zoo's n_timesteps)")
     args = parser.parse_args()
     finals, total = [], 0.0
     for seed in args.seeds:
-        final, seconds = run(args.entry, seed, args.steps)
+        final, seconds = run(args.entry, seed, args.steps, args.entries, args.env)
         finals.append(final)
         total += seconds
         print(f"SB3 {args.entry} seed {seed}: final test return {final:.1f} ({seconds:.0f} s)", flush=True)

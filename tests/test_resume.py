@@ -85,6 +85,9 @@ CASES = {
     "sac-Pendulum-ere": ["algo=sac", *PENDULUM, "buffer=ere", "buffer.c_min=128", *SMALL_OFF_POLICY,
                          "algo.train_freq=8", "algo.gradient_steps=4"],
     "ddpg-Pendulum": ["algo=ddpg", *PENDULUM, *SMALL_OFF_POLICY, "algo.train_freq=8", "algo.gradient_steps=4"],
+    # collect phases that end with an episode (train_freq_unit=episode): their length is the episodes' own
+    "dqn-CartPole-episodic": ["algo=dqn", "env=CartPole-v1", "train.num_envs=2", *SMALL_OFF_POLICY,
+                              "algo.train_freq=1", "algo.train_freq_unit=episode", "algo.gradient_steps=-1"],
     # quantile critics, their targets and the priorities TQC writes into PER
     "qrdqn-CartPole-per": ["algo=qrdqn", "env=CartPole-v1", "train.num_envs=2", "buffer=per", *SMALL_OFF_POLICY,
                            "algo.train_freq=16", "algo.gradient_steps=8", "algo.n_quantiles=8",

@@ -22,7 +22,8 @@ SB3_N_STEPS = {"ppo": 2048, "trpo": 2048, "a2c": 5}  # SB3's defaults, for the r
 SAME_NAME = ("n_steps", "gamma", "gae_lambda", "n_epochs", "ent_coef", "clip_range", "max_grad_norm", "vf_coef",
              "train_freq", "gradient_steps", "tau", "learning_starts", "target_update_interval",
              "exploration_fraction", "exploration_final_eps", "normalize_advantage", "n_critic_updates", "use_sde",
-             "sde_sample_freq", "batch_size")
+             "sde_sample_freq", "batch_size", "noise_std", "top_quantiles_to_drop_per_net")
+NOISE_TYPES = {"normal": "gaussian", "ornstein-uhlenbeck": "ornstein_uhlenbeck", "none": "none"}
 ACTIVATIONS = types.SimpleNamespace(ReLU="relu", Tanh="tanh", GELU="gelu", ELU="elu")
 
 
@@ -34,9 +35,10 @@ def policy_kwargs(text: str) -> dict[str, Any]:
 def translate(algo: str, entry: dict[str, Any]) -> dict[str, Any]:
     """RL-Zoo keys -> the rlcli values they mean ({dotted key: value}); an unknown key fails the test."""
     on_policy = ALGOS.spec(algo).on_policy
-    expected: dict[str, Any] = {}
+    # the SB3 defaults an entry ran with where it is silent (an older SB3's); the entry's own keys win
+    expected: dict[str, Any] = translate(algo, entry["sb3_defaults"]) if "sb3_defaults" in entry else {}
     for key, value in entry.items():
-        if key == "source":
+        if key in ("source", "sb3_defaults"):
             continue
         if key == "n_timesteps":
             expected["train.total_steps"] = int(value)
@@ -46,14 +48,22 @@ def translate(algo: str, entry: dict[str, Any]) -> dict[str, Any]:
             expected["actor.name"] = {"MlpPolicy": "mlp", "CnnPolicy": "cnn"}[value]
         elif key == "normalize":
             expected.update({"env.normalize_obs": value, "env.normalize_reward": value})
+        elif key == "normalize_kwargs":
+            expected.update({"env.normalize_obs": value["norm_obs"], "env.normalize_reward": value["norm_reward"]})
+        elif key == "noise_type":
+            expected["algo.noise"] = NOISE_TYPES[value]
+        elif key == "train_freq":  # n steps, or [n, "episode"]
+            every, unit = (value, "step") if isinstance(value, int) else (value[0], value[1])
+            expected.update({"algo.train_freq": every, "algo.train_freq_unit": unit})
         elif key == "buffer_size":
             expected["buffer.capacity"] = value
         elif key == "use_rms_prop":
             expected["algo.optimizer"] = "rmsprop" if value else "adam"
         elif key == "learning_rate":
-            if isinstance(value, str) and value.startswith("lin_"):
-                assert on_policy, f"{algo}: lin_ learning rates are translated for on-policy entries only here"
+            if isinstance(value, str) and value.startswith("lin_") and on_policy:
                 expected.update({"algo.lr": float(value[4:]), "algo.lr_schedule": "linear"})
+            elif isinstance(value, str) and value.startswith("lin_"):  # off-policy: a schedule on every optimizer
+                expected.update({"algo.lr": float(value[4:]), "algo.schedules.lr_scale": "linear:1:0"})
             else:
                 expected["algo.lr"] = float(value)
         elif key == "batch_size" and on_policy:
@@ -84,7 +94,9 @@ def test_tuned_file_says_what_its_rl_zoo_entry_says(name):
     tuned = Path(conf_dir()) / "tuned" / algo / f"{env}.yaml"
     assert tuned.exists(), f"no conf/tuned/{name}.yaml for the stored RL-Zoo entry"
     entry = ENTRIES[name]
-    assert entry["source"].split()[1].split("-v")[0] in tuned.read_text(), \
+    source = entry["source"].split()
+    named = source[2] if source[:2] == ["model", "card"] else source[1].split("-v")[0]
+    assert named in tuned.read_text(), \
         f"conf/tuned/{name}.yaml should name its source entry ({entry['source']})"
     cfg = composed(algo, env)
     wrong = []

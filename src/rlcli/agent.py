@@ -90,7 +90,7 @@ def build_agent(cfg: DictConfig, env_factory: GymEnvFactory, obs_space: Any, act
 # What the loop reads on every algorithm (contracts.Algorithm, and OffPolicyAlgorithm's additions).
 CONTRACT = ("networks", "steps_per_collect", "gamma", "default_schedules", "schedulable", "optimizers", "act",
             "env_actions", "update", "state_dict", "load_state_dict")
-OFF_POLICY_CONTRACT = ("batch_size", "learning_starts", "random_actions")
+OFF_POLICY_CONTRACT = ("batch_size", "learning_starts", "episodes_per_collect", "random_actions")
 
 
 def check_contract(algo: Any, name: str, spec: AlgoSpec) -> None:

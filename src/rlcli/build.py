@@ -140,7 +140,8 @@ def check_config(cfg: DictConfig) -> None:
     require(isinstance(compile_, bool), "compile", compile_, "expected true or false")
     rays = ray_settings(cfg)
     if rays is not None:
-        check_fits(rays, spec, network_spec, algo_name, algo_cfg_flag(cfg, "use_sde"))
+        check_fits(rays, spec, network_spec, algo_name, algo_cfg_flag(cfg, "use_sde"),
+                   cfg.algo.get("train_freq_unit", "step") == "episode")
     if compile_ and not spec.compiles:
         able = [n for n in ALGOS.names() if getattr(ALGOS.spec(n), "compiles", False)]
         raise ConfigError(f"compile=true is not implemented for algo={algo_name} yet; it is for: {', '.join(able)} "

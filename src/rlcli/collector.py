@@ -7,18 +7,19 @@ buffer; a *test phase* runs the deterministic policy on separate envs for a numb
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import numpy as np
 import torch
 from gymnasium.vector import VectorEnv
 
 from rlcli.actors.normalizer import RunningNorm
-from rlcli.contracts import ActOutput, Algorithm, RecurrentState
+from rlcli.contracts import ActOutput, Algorithm, OffPolicyAlgorithm, RecurrentState
 from rlcli.envs import finished_episodes
 from rlcli.envs.masks import masks_from_infos
 from rlcli.envs.state import capturable, get_env_state, set_env_state
@@ -32,6 +33,7 @@ class CollectStats:
     episode_returns: list[float] = field(default_factory=list)
     episode_lengths: list[int] = field(default_factory=list)
     episode_steps: list[int] = field(default_factory=list)  # the step of the phase at which each one finished
+    transitions: int = 0  # steps that stored a transition: all but the reset step that follows an episode's end
     scalars: dict[str, float] = field(default_factory=dict)  # the collector's own figures (collector/*), logged
 
 
@@ -203,10 +205,15 @@ class Collector:
 
     def collect(self, algo: Algorithm, buffer: Any, random_actions: bool = False) -> CollectStats:
         """algo.steps_per_collect steps of every env into `buffer`: a whole rollout, finished by the algorithm's
-        `finish_rollout` (on-policy), or transitions (off-policy). `random_actions`: the off-policy warm-up,
-        uniformly random actions (a recurrent network still steps its carry)."""
+        `finish_rollout` (on-policy), or transitions (off-policy; with `episodes_per_collect`, steps until that
+        many episodes have ended). `random_actions`: the off-policy warm-up, uniformly random actions (a
+        recurrent network still steps its carry)."""
         stats = self.begin(algo, buffer)
-        for step in range(algo.steps_per_collect):
+        episodes = 0 if self.on_policy else cast(OffPolicyAlgorithm, algo).episodes_per_collect
+        for step in itertools.count():
+            if (len(stats.episode_returns) >= episodes) if episodes else step >= algo.steps_per_collect:
+                stats.steps = step * self.envs.num_envs
+                break
             t0 = time.perf_counter()
             obs, state = self.observe()
             out = None
@@ -259,6 +266,7 @@ class Collector:
                        to_tensor(done), to_tensor(~self.prev_done), *recurrent[::-1], **masks)
         else:
             buffer.add(self.obs, actions, rewards, next_obs, terminated, done, ~self.prev_done, *recurrent[::-1])
+        stats.transitions += n_envs - int(self.prev_done.sum())
         returns, lengths = finished_episodes(infos)
         stats.episode_returns.extend(returns.tolist())
         stats.episode_lengths.extend(lengths.tolist())

@@ -79,6 +79,9 @@ class RunClock:
 
     env_steps: int
     total_steps: int
+    # transitions the collect phase this update follows stored (all envs; the reset step a gymnasium vector env
+    # takes after an episode ends stores none)
+    transitions: int = 0
 
     @property
     def progress(self) -> float:
@@ -189,5 +192,8 @@ class ReplayStorage(Protocol):
 class OffPolicyAlgorithm(Algorithm, Protocol):
     batch_size: int
     learning_starts: int  # env steps of uniformly random actions before the first update
+    # 0: a collect phase is steps_per_collect steps of each env; n > 0: it lasts until n episodes have ended
+    # (SB3's train_freq=(n, "episode")), and steps_per_collect is 1
+    episodes_per_collect: int
 
     def random_actions(self, n: int) -> torch.Tensor: ...

@@ -68,7 +68,7 @@ def ray_settings(cfg: DictConfig) -> RaySettings | None:
 
 
 def check_fits(settings: RaySettings, spec: AlgoSpec, network_spec: NetworkSpec, algo_name: str,
-               use_sde: bool = False) -> None:
+               use_sde: bool = False, episodic: bool = False) -> None:
     """What the Ray collector does not cover yet, in one line each."""
     if network_spec.recurrent:
         raise ConfigError("collector=ray does not carry recurrent networks' state across workers yet; "
@@ -78,6 +78,9 @@ def check_fits(settings: RaySettings, spec: AlgoSpec, network_spec: NetworkSpec,
     if use_sde:
         raise ConfigError("collector=ray does not keep gSDE's exploration matrices in step with the workers yet "
                           "(algo.use_sde=true); use collector=local")
+    if episodic:
+        raise ConfigError("collector=ray collects fixed-length fragments; algo.train_freq_unit=episode needs "
+                          "collector=local (or algo.train_freq_unit=step)")
 
 
 def check_ray(settings: RaySettings) -> None:

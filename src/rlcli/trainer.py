@@ -251,19 +251,20 @@ class Trainer:
 
     def _update(self, it: Iteration, log: RunLogger) -> bool:
         """One update (once learning starts), checked for non-finite values. False: rolled back, start over."""
-        planned = self.before_update()
+        planned = self.before_update(it.stats.transitions)
         metrics = None
         if planned is not None:
             with self.c.clock("update"):
                 metrics = self.c.algo.update(self.c.buffer, planned.clock)
         return self.record_update(it, planned, metrics, log)
 
-    def before_update(self) -> PlannedUpdate | None:
-        """The schedules' learning values and the skip snapshot, when this iteration updates (None: it does not)."""
+    def before_update(self, transitions: int) -> PlannedUpdate | None:
+        """The schedules' learning values and the skip snapshot, when this iteration updates (None: it does not).
+        `transitions`: what the collect phase the update follows stored (SB3's gradient_steps=-1 counts them)."""
         c, s, state = self.c, self.c.settings, self.state
         if not (c.spec.on_policy or state.env_steps >= c.algo.learning_starts):
             return None
-        run_clock = RunClock(state.env_steps, s.total_steps)
+        run_clock = RunClock(state.env_steps, s.total_steps, transitions)
         scheduled = apply_schedules(c.schedules, run_clock.progress)  # learning values
         snapshot = copy.deepcopy(c.algo.state_dict()) if s.on_nonfinite == "skip" else None
         return PlannedUpdate(run_clock, scheduled, snapshot)

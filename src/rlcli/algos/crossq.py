@@ -29,7 +29,16 @@ from rlcli.algos.entropy import (
     initial_log_alpha,
 )
 from rlcli.algos.exploration import uniform_box_actions
-from rlcli.algos.offpolicy import BoxScaler, StepOutput, check_offpolicy, resolve_gradient_steps, run_gradient_steps
+from rlcli.algos.offpolicy import (
+    BoxScaler,
+    StepOutput,
+    TrainFreqUnit,
+    check_offpolicy,
+    collect_phase,
+    gradient_steps_now,
+    resolve_gradient_steps,
+    run_gradient_steps,
+)
 from rlcli.buffers.replay import ReplayBuffer
 from rlcli.contracts import ActOutput, AlgoSpec, RecurrentState, RunClock
 from rlcli.registry import ALGOS, require
@@ -77,6 +86,7 @@ class CrossQ:
         batch_size: int = 256,
         learning_starts: int = 100,
         train_freq: int = 1,
+        train_freq_unit: TrainFreqUnit = "step",
         gradient_steps: int = 1,
         gamma: float = 0.99,
         policy_delay: int = 3,
@@ -116,9 +126,9 @@ class CrossQ:
         self.critic_optimizer = adam(self.networks.critics.parameters(), lr=lr, betas=betas)
         self.temperature = EntropyCoefficient(self.networks.log_alpha, ent_coef, target_entropy, self.action_dim, lr,
                                            betas=betas)
-        self.steps_per_collect = train_freq  # env steps per env between update phases
+        self.steps_per_collect, self.episodes_per_collect = collect_phase(train_freq, train_freq_unit)
         self.batch_size, self.learning_starts = batch_size, learning_starts
-        self.gradient_steps = resolve_gradient_steps(gradient_steps, train_freq, num_envs)
+        self.gradient_steps = resolve_gradient_steps(gradient_steps, train_freq, num_envs, train_freq_unit)
         self.gamma, self.policy_delay = gamma, policy_delay
         self.reward_scale, self.max_grad_norm = reward_scale, max_grad_norm
         self.gradient_updates = 0
@@ -160,7 +170,8 @@ class CrossQ:
     def update(self, buffer: ReplayBuffer, clock: RunClock) -> dict[str, torch.Tensor]:
         if len(buffer) == 0:
             return {}
-        return run_gradient_steps(buffer, self.batch_size, self.gradient_steps, self._gradient_step)
+        steps = gradient_steps_now(self.gradient_steps, clock)
+        return run_gradient_steps(buffer, self.batch_size, steps, self._gradient_step)
 
     def _gradient_step(self, batch: Any) -> StepOutput:
         """The critics' step on one batch; every policy_delay-th one, the policy's and the temperature's too."""

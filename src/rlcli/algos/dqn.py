@@ -15,7 +15,10 @@ from rlcli.algos.base import adam, gradient_step
 from rlcli.algos.exploration import epsilon_greedy
 from rlcli.algos.offpolicy import (
     StepOutput,
+    TrainFreqUnit,
     check_offpolicy,
+    collect_phase,
+    gradient_steps_now,
     polyak_update,
     resolve_gradient_steps,
     run_gradient_steps,
@@ -64,6 +67,7 @@ class DQN:
         batch_size: int = 32,
         learning_starts: int = 100,
         train_freq: int = 4,
+        train_freq_unit: TrainFreqUnit = "step",
         gradient_steps: int = 1,
         gamma: float = 0.99,
         tau: float = 1.0,
@@ -90,9 +94,9 @@ class DQN:
             RecurrentDQNNetworks(recipe, self.n_actions) if isinstance(recipe, RecurrentRecipe)
             else DQNNetworks(recipe, self.n_actions, dueling, self.outputs_per_action()))
         self.optimizer = adam(self.networks.q.parameters(), lr=lr)
-        self.steps_per_collect = train_freq  # env steps per env between update phases
+        self.steps_per_collect, self.episodes_per_collect = collect_phase(train_freq, train_freq_unit)
         self.batch_size, self.learning_starts = batch_size, learning_starts
-        self.gradient_steps = resolve_gradient_steps(gradient_steps, train_freq, num_envs)
+        self.gradient_steps = resolve_gradient_steps(gradient_steps, train_freq, num_envs, train_freq_unit)
         self.gamma, self.tau, self.target_update_interval = gamma, tau, target_update_interval
         # epsilon over the run: a schedule the trainer applies before each collect phase
         self.epsilon = exploration_initial_eps
@@ -147,7 +151,7 @@ class DQN:
         if len(buffer) == 0:  # nothing whole stored yet: n-step returns or R2D2 sequences still pending
             return {}
         net = self.networks
-        metrics = run_gradient_steps(buffer, self.batch_size, self.gradient_steps,
+        metrics = run_gradient_steps(buffer, self.batch_size, gradient_steps_now(self.gradient_steps, clock),
                                      lambda batch: self._gradient_step(batch, buffer))
         # As in SB3 (and so RL-Zoo's tuned values): the interval counts env steps, not gradient steps.
         if clock.env_steps // self.target_update_interval > self.last_target_update // self.target_update_interval:

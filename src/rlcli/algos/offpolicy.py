@@ -11,11 +11,12 @@ import numpy as np
 import torch
 from torch import nn
 
-from rlcli.contracts import ReplayStorage
+from rlcli.contracts import ReplayStorage, RunClock
 from rlcli.registry import ConfigError, require
 from rlcli.runtime import DeviceConstants
 
 NoiseKind = Literal["gaussian", "ornstein_uhlenbeck", "none"]
+TrainFreqUnit = Literal["step", "episode"]
 # What an algorithm's step on one batch gives back: each transition's |TD error| for prioritized replay (None for
 # stored sequences, which keep no priorities) and the step's metrics (detached scalars).
 StepOutput = tuple[torch.Tensor | None, dict[str, torch.Tensor]]
@@ -99,8 +100,25 @@ def check_offpolicy(lr: float, batch_size: int, learning_starts: int, train_freq
     require(reward_scale > 0, "algo.reward_scale", reward_scale, "must be > 0")
 
 
-def resolve_gradient_steps(gradient_steps: int, train_freq: int, num_envs: int) -> int:
+def collect_phase(train_freq: int, unit: TrainFreqUnit) -> tuple[int, int]:
+    """The contract's (steps_per_collect, episodes_per_collect) for SB3's `train_freq` and its unit. "step": a
+    collect phase is `train_freq` steps of each env; "episode": it lasts until `train_freq` episodes have ended,
+    counted over all envs (SB3's train_freq=(n, "episode"), which RL-Zoo's DDPG entries use), so it has no fixed
+    length and steps_per_collect is 1 (the collector ends the phase)."""
+    require(unit in ("step", "episode"), "algo.train_freq_unit", unit, "choose from: step, episode")
+    return (train_freq, 0) if unit == "step" else (1, train_freq)
+
+
+def resolve_gradient_steps(gradient_steps: int, train_freq: int, num_envs: int, unit: TrainFreqUnit = "step") -> int:
     """SB3's gradient_steps=-1: as many gradient steps as env steps each collect phase gathers (train_freq
     steps of each env). Batches are drawn with replacement, so an early update (learning_starts below
-    batch_size, as in RL-Zoo's learning_starts=0) samples what the buffer holds, as SB3 does."""
-    return train_freq * num_envs if gradient_steps == -1 else gradient_steps
+    batch_size, as in RL-Zoo's learning_starts=0) samples what the buffer holds, as SB3 does. An episodic
+    phase's length is known only once collected: -1 stays, and `gradient_steps_now` reads the clock."""
+    if gradient_steps != -1 or unit == "episode":
+        return gradient_steps
+    return train_freq * num_envs
+
+
+def gradient_steps_now(gradient_steps: int, clock: RunClock) -> int:
+    """This update phase's gradient steps: the resolved setting, or (-1) one per transition just collected."""
+    return clock.transitions if gradient_steps == -1 else gradient_steps

@@ -30,7 +30,10 @@ from rlcli.algos.exploration import uniform_box_actions
 from rlcli.algos.offpolicy import (
     BoxScaler,
     StepOutput,
+    TrainFreqUnit,
     check_offpolicy,
+    collect_phase,
+    gradient_steps_now,
     polyak_update,
     resolve_gradient_steps,
     run_gradient_steps,
@@ -89,6 +92,7 @@ class SAC:
         batch_size: int = 256,
         learning_starts: int = 1000,
         train_freq: int = 1,
+        train_freq_unit: TrainFreqUnit = "step",
         gradient_steps: int = 1,
         gamma: float = 0.99,
         tau: float = 0.005,
@@ -118,14 +122,16 @@ class SAC:
             else SACNetworks(recipe, self.action_dim, num_critics, log_alpha, self.critic_outputs(), use_sde))
         policy = self.networks.policy
         # gSDE: new exploration matrices at each collect phase's start (and every sde_sample_freq steps)
+        require(not (use_sde and train_freq_unit == "episode"), "algo.train_freq_unit", train_freq_unit,
+                "with algo.use_sde=true must be step: gSDE redraws its noise at fixed-length collect phases")
         self.noise_resampling = NoiseResampling(
             policy.noise if isinstance(policy, StateDependentSquashedPolicy) else None, train_freq, sde_sample_freq)
         self.policy_optimizer = adam(self.networks.policy.parameters(), lr=lr)
         self.critic_optimizer = adam(self.networks.critics.parameters(), lr=lr)
         self.temperature = EntropyCoefficient(self.networks.log_alpha, ent_coef, target_entropy, self.action_dim, lr)
-        self.steps_per_collect = train_freq  # env steps per env between update phases
+        self.steps_per_collect, self.episodes_per_collect = collect_phase(train_freq, train_freq_unit)
         self.batch_size, self.learning_starts = batch_size, learning_starts
-        self.gradient_steps = resolve_gradient_steps(gradient_steps, train_freq, num_envs)
+        self.gradient_steps = resolve_gradient_steps(gradient_steps, train_freq, num_envs, train_freq_unit)
         self.gamma, self.tau, self.target_update_interval = gamma, tau, target_update_interval
         self.reward_scale, self.max_grad_norm = reward_scale, max_grad_norm
         self.gradient_updates = 0
@@ -162,7 +168,7 @@ class SAC:
     def update(self, buffer: ReplayBuffer, clock: RunClock) -> dict[str, torch.Tensor]:
         if len(buffer) == 0:  # n-step storage holds nothing yet (learning_starts=0, train_freq < n_step)
             return {}
-        return run_gradient_steps(buffer, self.batch_size, self.gradient_steps,
+        return run_gradient_steps(buffer, self.batch_size, gradient_steps_now(self.gradient_steps, clock),
                                   lambda batch: self._gradient_step(batch, buffer))
 
     def _gradient_step(self, batch: Any, buffer: Any) -> StepOutput:

@@ -22,7 +22,10 @@ from rlcli.algos.offpolicy import (
     ExplorationNoise,
     NoiseKind,
     StepOutput,
+    TrainFreqUnit,
     check_offpolicy,
+    collect_phase,
+    gradient_steps_now,
     polyak_update,
     resolve_gradient_steps,
     run_gradient_steps,
@@ -57,6 +60,7 @@ class TD3:
         batch_size: int = 256,
         learning_starts: int = 10_000,
         train_freq: int = 1,
+        train_freq_unit: TrainFreqUnit = "step",
         gradient_steps: int = 1,
         gamma: float = 0.99,
         tau: float = 0.005,
@@ -84,9 +88,9 @@ class TD3:
         self.noise_scale = 1.0  # noise_decay=linear: a factor from 1 to 0, set by the trainer's schedules
         linear = to_zero(noise_decay)
         self.default_schedules = {"noise_scale": linear} if linear else {}
-        self.steps_per_collect = train_freq  # env steps per env between update phases
+        self.steps_per_collect, self.episodes_per_collect = collect_phase(train_freq, train_freq_unit)
         self.batch_size, self.learning_starts = batch_size, learning_starts
-        self.gradient_steps = resolve_gradient_steps(gradient_steps, train_freq, num_envs)
+        self.gradient_steps = resolve_gradient_steps(gradient_steps, train_freq, num_envs, train_freq_unit)
         self.gamma, self.tau, self.policy_delay = gamma, tau, policy_delay
         self.target_policy_noise, self.target_noise_clip = target_policy_noise, target_noise_clip
         self.reward_scale, self.max_grad_norm = reward_scale, max_grad_norm
@@ -115,7 +119,8 @@ class TD3:
     def update(self, buffer: ReplayBuffer, clock: RunClock) -> dict[str, torch.Tensor]:
         if len(buffer) == 0:  # n-step storage holds nothing yet (learning_starts=0, train_freq < n_step)
             return {}
-        return run_gradient_steps(buffer, self.batch_size, self.gradient_steps, self._gradient_step)
+        steps = gradient_steps_now(self.gradient_steps, clock)
+        return run_gradient_steps(buffer, self.batch_size, steps, self._gradient_step)
 
     def _gradient_step(self, batch: Any) -> StepOutput:
         """The critics' step on one batch; every policy_delay-th one, the policy's and the target updates too."""

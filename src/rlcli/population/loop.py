@@ -57,7 +57,7 @@ def _after_collect(member: Member, collected: CollectStats | CollectorError | No
         return
     assert collected is not None
     member.it = member.trainer.after_collect(collected)
-    member.planned = member.trainer.before_update()
+    member.planned = member.trainer.before_update(collected.transitions)
 
 
 def _update(members: list[Member], population: PopulationUpdate) -> None:
