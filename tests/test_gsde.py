@@ -171,3 +171,66 @@ def test_a2c_with_gsde_reaches_the_flag_on_mountaincarcontinuous(tmp_path):
     assert out.returncode == 0, out.stderr
     last = json.loads((tmp_path / "run" / "eval.jsonl").read_text().splitlines()[-1])
     assert np.mean(last["returns"]) >= 90, last
+
+
+def test_squashed_policy_matches_sb3s_distribution_and_trains_its_features():
+    """SAC, TQC and CrossQ's gSDE policy against SB3's StateDependentNoiseDistribution as SB3's SAC builds it
+    (learn_features=True, squash_output=True): same actions, log-probs, and gradients in the features' network."""
+    from stable_baselines3.common.distributions import StateDependentNoiseDistribution
+
+    torch.manual_seed(5)
+    body = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Tanh())
+    policy = StateDependentSquashedPolicy(body, 4, torch.nn.Linear(4, 2), 2, log_std_init=-1.0)
+    policy.noise.reset_noise(1)
+    obs = torch.randn(8, 3)
+    actions, log_probs = policy(obs)
+    (log_probs.sum() + actions.sum()).backward()
+    ours = [p.grad.clone() for p in body.parameters()]
+    body.zero_grad()
+
+    dist = StateDependentNoiseDistribution(2, full_std=True, use_expln=False, learn_features=True, squash_output=True)
+    _, log_std = dist.proba_distribution_net(latent_dim=4, log_std_init=-1.0)
+    with torch.no_grad():
+        log_std.copy_(policy.noise.log_std)
+    dist.exploration_mat = policy.noise.eps[0] * dist.get_std(log_std)
+    latent = body(obs)
+    mean = policy.mu(latent).clamp(-2.0, 2.0)  # SB3: Hardtanh(-clip_mean, clip_mean) after mu
+    sb3_actions, sb3_log_probs = dist.log_prob_from_params(mean, log_std, latent)
+    (sb3_log_probs.sum() + sb3_actions.sum()).backward()
+    torch.testing.assert_close(actions, sb3_actions)
+    torch.testing.assert_close(log_probs, sb3_log_probs, atol=1e-4, rtol=1e-4)  # SB3 inverts tanh with an epsilon
+    for got, expected in zip(ours, [p.grad for p in body.parameters()], strict=True):
+        torch.testing.assert_close(got, expected, atol=1e-4, rtol=1e-3)
+    # and the features' network learns through the noise: without that path its gradients differ
+    assert policy.noise.learn_features and not StateDependentGaussianHead(4, 2, 0.0).noise.learn_features
+
+
+def test_crossq_with_gsde_explores_from_its_renormalized_features(tmp_path, monkeypatch):
+    """sb3-contrib's CrossQ actor: [BatchRenorm, Linear, ReLU] x n, BatchRenorm, then the mean and gSDE's
+    noise on those features; acting resamples per collect phase, training per gradient step."""
+    from rlcli.actors.batch_renorm import BatchRenorm
+    from rlcli.build import build
+    from rlcli.compose import compose_config
+    from rlcli.contracts import RunClock
+
+    monkeypatch.chdir(tmp_path)
+    torch.set_default_dtype(torch.float32)  # a run as rl-train builds it (this file's fixture restores it after)
+    c = build(compose_config(["algo=crossq", "env=Pendulum-v1", "algo.use_sde=true", "algo.batch_size=16",
+                              "actor.hidden_sizes=[8,8]", "algo.critic_hidden_sizes=[8,8]", "algo.learning_starts=0",
+                              "algo.train_freq=4", "algo.gradient_steps=2", "algo.policy_delay=1"]))
+    try:
+        policy = c.algo.networks.policy
+        assert isinstance(policy, StateDependentSquashedPolicy)
+        assert isinstance(policy.body[-1], BatchRenorm) and policy.mu.in_features == 8
+        assert policy.noise.log_std.shape == (8, 1) and float(policy.noise.log_std[0, 0]) == -3.0  # SB3's -3
+        obs = torch.randn(5, 3)
+        greedy = c.algo.act(obs, deterministic=True).actions
+        torch.testing.assert_close(greedy, torch.tanh(policy.mu(policy.body(obs)).clamp(-2, 2)))
+        stats = c.collector.collect(c.algo, c.buffer)
+        drawn = policy.noise.eps.clone()
+        log_std = policy.noise.log_std.detach().clone()
+        c.algo.update(c.buffer, RunClock(stats.steps, 1000, stats.transitions))
+        assert not torch.equal(policy.noise.eps, drawn)  # fresh matrices for the gradient steps
+        assert not torch.equal(policy.noise.log_std, log_std)  # the policy step moved the log std
+    finally:
+        c.close()

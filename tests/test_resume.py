@@ -95,6 +95,10 @@ CASES = {
     # Batch Renorm running statistics and step counts (buffers of the networks), the policy-delay counter
     "crossq-Pendulum": ["algo=crossq", *PENDULUM, *SMALL_OFF_POLICY, "algo.critic_hidden_sizes=[32,32]",
                         "algo.train_freq=8", "algo.gradient_steps=4", "algo.renorm_warmup_steps=256"],
+    # gSDE on CrossQ's renormalized features: the matrices and the Batch Renorm statistics both resume
+    "crossq-Pendulum-sde": ["algo=crossq", *PENDULUM, *SMALL_OFF_POLICY, "algo.critic_hidden_sizes=[32,32]",
+                            "algo.train_freq=8", "algo.gradient_steps=4", "algo.use_sde=true",
+                            "algo.sde_sample_freq=4"],
     "tqc-Pendulum-per": ["algo=tqc", *PENDULUM, "buffer=per", *SMALL_OFF_POLICY, "algo.train_freq=8",
                          "algo.gradient_steps=4", "algo.n_quantiles=5"],
 }

@@ -22,7 +22,7 @@ SB3_N_STEPS = {"ppo": 2048, "trpo": 2048, "a2c": 5}  # SB3's defaults, for the r
 SAME_NAME = ("n_steps", "gamma", "gae_lambda", "n_epochs", "ent_coef", "clip_range", "max_grad_norm", "vf_coef",
              "train_freq", "gradient_steps", "tau", "learning_starts", "target_update_interval",
              "exploration_fraction", "exploration_final_eps", "normalize_advantage", "n_critic_updates", "use_sde",
-             "sde_sample_freq", "batch_size", "noise_std", "top_quantiles_to_drop_per_net")
+             "sde_sample_freq", "batch_size", "noise_std", "top_quantiles_to_drop_per_net", "policy_delay")
 NOISE_TYPES = {"normal": "gaussian", "ornstein-uhlenbeck": "ornstein_uhlenbeck", "none": "none"}
 ACTIVATIONS = types.SimpleNamespace(ReLU="relu", Tanh="tanh", GELU="gelu", ELU="elu")
 
@@ -75,7 +75,10 @@ def translate(algo: str, entry: dict[str, Any]) -> dict[str, Any]:
         elif key == "policy_kwargs":
             for name, setting in policy_kwargs(value).items():
                 rlcli_key = {"log_std_init": "actor.log_std_init", "ortho_init": "actor.ortho_init",
-                             "net_arch": "actor.hidden_sizes", "activation_fn": "actor.activation"}.get(name)
+                             "net_arch": "actor.hidden_sizes", "activation_fn": "actor.activation",
+                             "use_expln": "actor.use_expln", "full_std": "actor.full_std"}.get(name)
+                if name == "net_arch" and algo == "crossq":  # sb3-contrib's CrossQ: a list is both networks'
+                    expected["algo.critic_hidden_sizes"] = setting
                 assert rlcli_key is not None, f"{algo}: unknown RL-Zoo policy_kwargs key {name!r}: translate it here"
                 expected[rlcli_key] = setting
         else:

@@ -34,6 +34,8 @@ RUNS = {
     "ppo_sde": ["algo=ppo", "env=Pendulum-v1", "algo.use_sde=true", "algo.n_steps=64", "algo.batch_size=64",
                 "train.total_steps=1024", "train.test_every=0", "log.console=false"],
     "sac_sde": ["algo=sac", "env=Pendulum-v1", "algo.use_sde=true", *QUICK_OFF_POLICY],
+    "crossq_sde": ["algo=crossq", "env=Pendulum-v1", "algo.use_sde=true", "algo.critic_hidden_sizes=[32,32]",
+                   *QUICK_OFF_POLICY],
     "dqn": ["algo=dqn", "env=CartPole-v1", *QUICK_OFF_POLICY],
     "lstm": ["algo=ppo", "env=CartPole-v1", "actor=lstm", "algo.n_steps=32", "algo.batch_size=64",
              "train.total_steps=512", "train.test_every=0", "log.console=false"],
@@ -169,7 +171,8 @@ def onnx_actions(path: Path, observations: np.ndarray, carry_size: int) -> np.nd
     return np.stack(actions)
 
 
-@pytest.mark.parametrize("name", ["ppo", "ppo_pendulum", "sac", "dqn", "lstm", "cnn", "ppo_sde", "sac_sde"])
+@pytest.mark.parametrize("name", ["ppo", "ppo_pendulum", "sac", "dqn", "lstm", "cnn", "ppo_sde", "sac_sde",
+                                  "crossq_sde"])
 def test_onnx_policy_acts_as_rlcli_does(runs, name):
     run = runs[name]
     out = rl_eval(str(run), "load=last", "export=onnx", cwd=run.parent)

@@ -6,7 +6,8 @@ with `W ~ N(0, std^2)` drawn once and kept for a while (every `sde_sample_freq` 
 phase's start) instead of fresh Gaussian noise at every step: the same state gives the same perturbation,
 so exploration is smooth in time. Given the features, the action is Gaussian with mean `mu(s)` and
 variance `(latent^2) @ (std^2)` per action dimension; that is what log-probs and entropies are taken of.
-The features enter the noise and the variance detached (SB3's `learn_features=False`).
+As in SB3, the on-policy heads take the features into the noise and the variance detached
+(`learn_features=False`); SAC, TQC and CrossQ's squashed policies let gradients through them (True).
 """
 
 from __future__ import annotations
@@ -40,10 +41,10 @@ class StateDependentNoise(nn.Module):
     `eps * std`, differentiable in the log std (the reparameterization that SAC's policy loss uses)."""
 
     def __init__(self, latent_dim: int, action_dim: int, log_std_init: float, full_std: bool = True,
-                 use_expln: bool = False) -> None:
+                 use_expln: bool = False, learn_features: bool = False) -> None:
         super().__init__()
         self.latent_dim, self.action_dim = latent_dim, action_dim
-        self.full_std, self.use_expln = full_std, use_expln
+        self.full_std, self.use_expln, self.learn_features = full_std, use_expln, learn_features
         self.log_std = nn.Parameter(torch.full((latent_dim, action_dim if full_std else 1), float(log_std_init)))
         self.register_buffer("eps", torch.zeros(1, latent_dim, action_dim))
 
@@ -69,14 +70,15 @@ class StateDependentNoise(nn.Module):
         """[B, action_dim]: each row's features times its env's matrix when there is one matrix per row, else
         times the first matrix (a training batch, or acting in a different number of envs)."""
         weights = self.eps * self.std()
-        latent = latent.detach()
+        latent = latent if self.learn_features else latent.detach()
         if weights.shape[0] == latent.shape[0] and latent.shape[0] > 1:
             return torch.bmm(latent.unsqueeze(1), weights).squeeze(1)
         return latent @ weights[0]
 
     def action_std(self, latent: torch.Tensor) -> torch.Tensor:
         """[B, action_dim]: the std of the action given the features, sqrt((latent^2) @ (std^2) + epsilon)."""
-        return torch.sqrt(latent.detach().square() @ self.std().square() + VARIANCE_EPSILON)
+        latent = latent if self.learn_features else latent.detach()
+        return torch.sqrt(latent.square() @ self.std().square() + VARIANCE_EPSILON)
 
     def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str, *args: Any) -> None:
         # the saved matrices may be for another number of envs than this module was made with: take their shape
@@ -136,15 +138,16 @@ class StateDependentGaussianHead(nn.Module):
 
 
 class StateDependentSquashedPolicy(nn.Module):
-    """SAC / TQC's policy with gSDE: a = tanh(u), u = mean(s) + latent @ W, where the mean is clipped to
+    """SAC / TQC / CrossQ's policy with gSDE: a = tanh(u), u = mean(s) + latent @ W, where the mean is clipped to
     [-clip_mean, clip_mean] (SB3's default 2.0: keeps tanh out of saturation) and the log-prob of u is the
-    state-dependent Gaussian's, minus the tanh change of variables."""
+    state-dependent Gaussian's, minus the tanh change of variables. The features get gradients through the
+    noise and the std too (SB3's squashed policies set learn_features=True)."""
 
     def __init__(self, body: nn.Module, width: int, mean: nn.Linear, action_dim: int, log_std_init: float,
                  full_std: bool = True, use_expln: bool = False, clip_mean: float = 2.0) -> None:
         super().__init__()
         self.body, self.mu = body, mean
-        self.noise = StateDependentNoise(width, action_dim, log_std_init, full_std, use_expln)
+        self.noise = StateDependentNoise(width, action_dim, log_std_init, full_std, use_expln, learn_features=True)
         self.clip_mean = clip_mean
 
     def forward(self, obs: torch.Tensor, deterministic: bool = False) -> tuple[torch.Tensor, torch.Tensor]:

@@ -5,7 +5,8 @@ The critics carry Batch Renormalization layers and are evaluated once on the joi
 statistics; the next-state half, detached, is the bootstrap target. The policy and the temperature
 are updated every `policy_delay` critic updates. Modes: the networks stay in eval mode (running
 statistics, nothing updated) while acting, testing and computing next actions; only the critics'
-joint pass and the policy's own forward pass in its update run in training mode.
+joint pass and the policy's own forward pass in its update run in training mode. gSDE (algo.use_sde) as
+sb3-contrib: the exploration noise is a linear function of the policy's last (renormalized) features.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from torch import nn
 
 from rlcli.actors.batch_renorm import renorm_mlp
 from rlcli.actors.offpolicy import NetworkRecipe, squashed_gaussian
+from rlcli.actors.sde import NoiseResampling, StateDependentSquashedPolicy
 from rlcli.algos.base import adam, frozen, gradient_step
 from rlcli.algos.entropy import (
     EntropyCoefficient,
@@ -57,15 +59,27 @@ def training_mode(module: nn.Module) -> Iterator[None]:
 
 class CrossQNetworks(nn.Module):
     def __init__(self, recipe: NetworkRecipe, action_dim: int, num_critics: int, critic_hidden_sizes: list[int],
-                 log_alpha: float, renorm: dict[str, Any]) -> None:
+                 log_alpha: float, renorm: dict[str, Any], use_sde: bool = False) -> None:
         super().__init__()
         self.normalizer = recipe.normalizer
-        self.policy = renorm_mlp(recipe.obs_dim, recipe.hidden_sizes, 2 * action_dim, recipe.activation, **renorm)
+        self.policy: nn.Module = renorm_mlp(recipe.obs_dim, recipe.hidden_sizes, action_dim * (1 if use_sde else 2),
+                                            recipe.activation, **renorm)
+        if use_sde:  # the renormalized features up to the last layer, then the mean and the state-dependent noise
+            width = recipe.hidden_sizes[-1] if recipe.hidden_sizes else recipe.obs_dim
+            log_std_init = -3.0 if recipe.log_std_init is None else recipe.log_std_init
+            self.policy = StateDependentSquashedPolicy(self.policy[:-1], width, self.policy[-1], action_dim,
+                                                       log_std_init, recipe.sde.full_std, recipe.sde.use_expln)
         self.critics = nn.ModuleList(
             renorm_mlp(recipe.obs_dim + action_dim, critic_hidden_sizes, 1, recipe.activation, **renorm)
             for _ in range(num_critics))
         self.log_alpha = nn.Parameter(torch.tensor(float(log_alpha)))
         self.eval()
+
+    def sample(self, obs: torch.Tensor, deterministic: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+        """Squashed actions and their log-probs, with gSDE's noise or fresh Gaussian noise."""
+        if isinstance(self.policy, StateDependentSquashedPolicy):
+            return self.policy(obs, deterministic)
+        return squashed_gaussian(self.policy(obs), deterministic)
 
     def q_values(self, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
         """[N, B] every critic's Q(s, a)."""
@@ -101,8 +115,12 @@ class CrossQ:
         adam_beta1: float = 0.5,
         reward_scale: float = 1.0,
         max_grad_norm: float | None = None,
+        use_sde: bool = False,
+        sde_sample_freq: int = -1,
     ) -> None:
         check_offpolicy(lr, batch_size, learning_starts, train_freq, gradient_steps, gamma, 1.0, reward_scale)
+        require(not (use_sde and train_freq_unit == "episode"), "algo.train_freq_unit", train_freq_unit,
+                "with algo.use_sde=true must be step: gSDE redraws its noise at fixed-length collect phases")
         require(batch_size >= 2, "algo.batch_size", batch_size, "must be >= 2 (batch statistics need two samples)")
         require(policy_delay >= 1, "algo.policy_delay", policy_delay, "must be >= 1")
         require(num_critics >= 1, "algo.num_critics", num_critics, "must be >= 1")
@@ -120,7 +138,11 @@ class CrossQ:
         self.action_dim = int(np.prod(action_space.shape))
         renorm = {"momentum": batch_norm_momentum, "eps": batch_norm_eps, "warmup_steps": renorm_warmup_steps}
         self.networks = CrossQNetworks(recipe, self.action_dim, num_critics, list(critic_hidden_sizes),
-                                       initial_log_alpha(ent_coef, ent_coef_init), renorm)
+                                       initial_log_alpha(ent_coef, ent_coef_init), renorm, use_sde)
+        policy = self.networks.policy
+        # gSDE: new exploration matrices at each collect phase's start (and every sde_sample_freq steps)
+        self.noise_resampling = NoiseResampling(
+            policy.noise if isinstance(policy, StateDependentSquashedPolicy) else None, train_freq, sde_sample_freq)
         betas = (adam_beta1, 0.999)  # sb3-contrib's CrossQ: beta1 = 0.5 for every optimizer
         self.policy_optimizer = adam(self.networks.policy.parameters(), lr=lr, betas=betas)
         self.critic_optimizer = adam(self.networks.critics.parameters(), lr=lr, betas=betas)
@@ -140,7 +162,8 @@ class CrossQ:
 
     @torch.inference_mode()
     def act(self, obs: torch.Tensor, deterministic: bool = False, state: RecurrentState | None = None) -> ActOutput:
-        actions, log_probs = squashed_gaussian(self.networks.policy(obs), deterministic)  # eval mode: running stats
+        self.noise_resampling.before_act(obs.shape[0], deterministic)
+        actions, log_probs = self.networks.sample(obs, deterministic)  # eval mode: running stats
         return ActOutput(actions, log_probs, torch.zeros_like(log_probs))
 
     def random_actions(self, n: int) -> torch.Tensor:
@@ -157,7 +180,7 @@ class CrossQ:
         the smallest critic's) as the soft target. Returns the loss and each sample's |TD error|."""
         net = self.networks
         with torch.no_grad():  # next actions from the policy in eval mode, as sb3-contrib
-            next_actions, next_log_probs = squashed_gaussian(net.policy(batch.next_obs))
+            next_actions, next_log_probs = net.sample(batch.next_obs)
         with training_mode(net.critics):
             q_all = net.q_values(torch.cat([batch.obs, batch.next_obs]), torch.cat([batch.actions, next_actions]))
         q, q_next = q_all.split(batch.obs.shape[0], dim=1)
@@ -176,6 +199,9 @@ class CrossQ:
     def _gradient_step(self, batch: Any) -> StepOutput:
         """The critics' step on one batch; every policy_delay-th one, the policy's and the temperature's too."""
         alpha = self.alpha()
+        policy = self.networks.policy
+        if isinstance(policy, StateDependentSquashedPolicy):
+            policy.noise.reset_noise()  # gSDE: one fresh matrix per gradient step, as sb3-contrib
         critic_loss, errors = self.critic_loss(batch, alpha)
         gradient_step(self.critic_optimizer, critic_loss, self.networks.critics.parameters(), self.max_grad_norm)
         self.gradient_updates += 1
@@ -188,7 +214,7 @@ class CrossQ:
         """The policy's forward pass in training mode; the critics judge its actions in eval mode."""
         net = self.networks
         with training_mode(net.policy):
-            actions, log_probs = squashed_gaussian(net.policy(obs))
+            actions, log_probs = net.sample(obs)
         self.temperature.step(log_probs, self.max_grad_norm)
         with frozen(net.critics):  # dQ/da only
             q_pi = net.q_values(obs, actions).min(0).values
