@@ -118,3 +118,56 @@ def test_masked_ppo_learns_the_masking_task_where_plain_ppo_is_slower(tmp_path):
     plain = [np.mean(p["returns"]) for p in _eval(tmp_path / "ppo")]
     assert masked[0] >= 18 and masked[-1] >= 18, masked
     assert max(plain) < 15, plain
+
+
+def test_multidiscrete_masks_renormalize_each_entry_over_its_own_valid_actions():
+    """sb3-contrib's convention: the mask is every entry's side by side; each entry is a masked categorical."""
+    from rlcli.actors.heads import MultiCategoricalHead, masked_policy
+
+    torch.manual_seed(1)
+    head = MultiCategoricalHead(4, [3, 5]).double()
+    params = head(torch.randn(6, 4, dtype=torch.float64))
+    mask = torch.rand(6, 8) < 0.5
+    mask[:, 1] = mask[:, 4] = True  # one valid action per entry at least
+    masked = masked_policy(head, params, mask)
+    for entry, (start, n) in enumerate(((0, 3), (3, 5))):
+        expected = masked_log_probs(params[:, start:start + n], mask[:, start:start + n])
+        torch.testing.assert_close(masked[:, start:start + n], expected)
+        assert torch.allclose(masked[:, start:start + n].exp().sum(-1), torch.ones(6, dtype=torch.float64))
+        assert (masked[:, start:start + n].exp()[~mask[:, start:start + n]] < 1e-12).all(), entry
+    for _ in range(20):  # samples only ever take valid actions, and their log-prob is the entries' sum
+        actions = head.sample(masked, deterministic=False).long()
+        assert mask[torch.arange(6), actions[:, 0]].all() and mask[torch.arange(6), 3 + actions[:, 1]].all()
+        expected = masked[torch.arange(6), actions[:, 0]] + masked[torch.arange(6), 3 + actions[:, 1]]
+        torch.testing.assert_close(head.log_prob(masked, actions.double()), expected)
+
+
+def test_a_multidiscrete_env_gives_every_entrys_mask_side_by_side():
+    from rlcli.envs.masks import mask_width
+
+    env = ActionMaskInInfo(gym.make("ValidMovesMulti-v0"), "ValidMovesMulti-v0")
+    assert mask_width(env.action_space) == 18 and env.action_space.nvec.tolist() == [6, 6, 6]
+    _, info = env.reset(seed=0)
+    mask = info["action_mask"]
+    assert mask.shape == (18,) and [int(m.sum()) for m in mask.reshape(3, 6)] == [2, 2, 2]
+    lowest = [int(np.flatnonzero(m)[0]) for m in mask.reshape(3, 6)]
+    _, reward, terminated, _, _ = env.step(np.array(lowest))
+    assert reward == 1.0 and not terminated
+    invalid = [int(np.flatnonzero(~m)[0]) for m in env.unwrapped.valid.reshape(3, 6)]
+    assert env.step(np.array([invalid[0], 0, 0]))[2]  # an invalid choice in any entry ends the episode
+
+
+@pytest.mark.slow
+def test_maskable_ppo_learns_a_multidiscrete_masking_task(tmp_path):
+    """3 entries of 6 actions, 2 valid each: with the masks the first test (4,096 env steps) passes 18 of 20
+    (measured 18.9, seed 0); plain PPO had 1.5 then and 5.3 at 16,384."""
+    common = ["env=gym", "env.id=ValidMovesMulti-v0", "seed=0", "train.num_envs=8", "algo.n_steps=128",
+              "algo.batch_size=256", "algo.n_epochs=4", "algo.lr=1e-3", "train.total_steps=8192",
+              "train.test_every=4096", "train.stop_reward=null", "log.console=false"]
+    for algo in ("maskable_ppo", "ppo"):
+        out = run_cli(f"algo={algo}", *common, f"hydra.run.dir={tmp_path / algo}", cwd=tmp_path)
+        assert out.returncode == 0, out.stderr
+    masked = [np.mean(p["returns"]) for p in _eval(tmp_path / "maskable_ppo")]
+    plain = [np.mean(p["returns"]) for p in _eval(tmp_path / "ppo")]
+    assert masked[0] >= 18 and masked[-1] >= 18, masked
+    assert max(plain) < 10, plain

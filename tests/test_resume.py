@@ -43,6 +43,8 @@ CASES = {
     # the valid-action masks: the collector's current ones and the rollout's stored ones (mask given in info)
     "maskable_ppo-ValidMoves-info": ["algo=maskable_ppo", "env=ValidMoves-v0", "env.kwargs.mask_in=info",
                                      "algo.n_steps=32", "algo.batch_size=64", "algo.n_epochs=2"],
+    # MultiDiscrete masks (every entry's side by side) stored with the rollout
+    "maskable_ppo-ValidMovesMulti": ["algo=maskable_ppo", "env=gym", "env.id=ValidMovesMulti-v0", "algo.n_steps=32"],
     # PQN: epsilon (a schedule), RAdam's state, and a LayerNorm Q-network acting from the rollout storage
     "pqn-CartPole": ["algo=pqn", "env=CartPole-v1", "algo.n_steps=32", "algo.num_minibatches=2"],
     # the value optimizer's state; the policy step is a deterministic solve (no RNG of its own)

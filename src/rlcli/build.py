@@ -22,6 +22,7 @@ from rlcli.agent import algo_section, build_agent, network_section, section
 from rlcli.collector import Collector, ExperienceCollector
 from rlcli.contracts import AlgoSpec, BufferSpec, CompilableAlgorithm, NetworkSpec
 from rlcli.envs import GymEnvFactory, VectorMode
+from rlcli.envs.masks import mask_width
 from rlcli.ray_collector import RayCollector
 from rlcli.ray_settings import check_fits, check_ray, ray_settings
 from rlcli.registry import ACTORS, ALGOS, BUFFERS, ENVS, ConfigError, check_kwargs, require
@@ -202,7 +203,7 @@ def build(cfg: DictConfig, start_workers: bool = True) -> Components:
             **({"carry_size": carry_size} if carry_size else {}),
             **({"value_size": spec.value_outputs} if spec.value_outputs > 1 else {}),
             **({"obs_dtype": obs_dtype} if obs_dtype != torch.float32 else {}),
-            **({"mask_size": int(act_space.n)} if isinstance(act_space, Discrete) and masks else {}),
+            **({"mask_size": mask_width(act_space)} if masks else {}),
             # replay holds raw observations and normalizes each batch with the statistics of the moment
             **({} if spec.on_policy else {"normalizer": algo.networks.normalizer}),
         )

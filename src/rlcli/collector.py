@@ -21,7 +21,7 @@ from gymnasium.vector import VectorEnv
 from rlcli.actors.normalizer import RunningNorm
 from rlcli.contracts import ActOutput, Algorithm, OffPolicyAlgorithm, RecurrentState
 from rlcli.envs import finished_episodes
-from rlcli.envs.masks import masks_from_infos
+from rlcli.envs.masks import mask_width, masks_from_infos
 from rlcli.envs.state import capturable, get_env_state, set_env_state
 from rlcli.registry import ConfigError
 from rlcli.timing import PhaseClock
@@ -192,8 +192,8 @@ class Collector:
     def _masks(self, infos: dict[str, Any]) -> torch.Tensor | None:
         if not self.masks:
             return None
-        n_actions = int(self.envs.single_action_space.n)  # type: ignore[attr-defined]
-        return torch.as_tensor(masks_from_infos(infos, self.envs.num_envs, n_actions), device=self.device)
+        width = mask_width(self.envs.single_action_space)
+        return torch.as_tensor(masks_from_infos(infos, self.envs.num_envs, width), device=self.device)
 
     def _recurrent_state(self) -> RecurrentState | None:
         if not self.carry_size:
@@ -308,7 +308,7 @@ def evaluate(envs: VectorEnv, algo: Algorithm, normalizer: RunningNorm, device: 
     n = envs.num_envs
     returns, lengths = np.zeros(n), np.zeros(n, dtype=np.int64)
     finished = np.zeros(n, dtype=bool)
-    n_actions = int(envs.single_action_space.n) if masks else 0  # type: ignore[attr-defined]
+    n_actions = mask_width(envs.single_action_space) if masks else 0
     obs, infos = envs.reset(seed=seed)
     if frames is not None:
         _pass_frames(envs, finished, frames)

@@ -116,6 +116,15 @@ def masked_log_probs(log_probs: torch.Tensor, action_mask: torch.Tensor) -> torc
     return torch.log_softmax(log_probs.masked_fill(~action_mask, MASKED_LOGIT), dim=-1)
 
 
+def masked_policy(head: nn.Module, params: torch.Tensor, action_mask: torch.Tensor) -> torch.Tensor:
+    """A categorical head's output restricted to the valid actions. MultiDiscrete actions: the mask is every
+    entry's mask side by side ([B, sum(nvec)], sb3-contrib's convention), each entry renormalized on its own."""
+    if isinstance(head, MultiCategoricalHead):
+        entries = zip(params.split(head.nvec, dim=-1), action_mask.split(head.nvec, dim=-1), strict=True)
+        return torch.cat([masked_log_probs(p, m) for p, m in entries], -1)
+    return masked_log_probs(params, action_mask)
+
+
 class GaussianHead(nn.Module):
     """Box actions: a diagonal Gaussian with a state-independent learned log std.
 

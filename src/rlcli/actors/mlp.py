@@ -10,7 +10,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from rlcli.actors.heads import BernoulliHead, CategoricalHead, GaussianHead, MultiCategoricalHead, masked_log_probs
+from rlcli.actors.heads import BernoulliHead, CategoricalHead, GaussianHead, MultiCategoricalHead, masked_policy
 from rlcli.actors.layers import Activation, mlp, orthogonal_init
 from rlcli.actors.normalizer import RunningNorm
 from rlcli.actors.offpolicy import NetworkRecipe
@@ -120,7 +120,7 @@ class ActorCritic(nn.Module):
 
     def act(self, obs: torch.Tensor, deterministic: bool = False, state: RecurrentState | None = None,
             action_mask: torch.Tensor | None = None) -> ActOutput:
-        """`action_mask` (Discrete actions): sample only among the valid actions."""
+        """`action_mask` (Discrete or MultiDiscrete actions): sample only among the valid actions."""
         params, values = self.policy_and_values(obs, action_mask)
         return self.sampled(params, values, deterministic)
 
@@ -150,7 +150,7 @@ class ActorCritic(nn.Module):
 
     def _policy(self, pi: torch.Tensor, action_mask: torch.Tensor | None) -> torch.Tensor:
         params = self.head(pi)
-        return params if action_mask is None else masked_log_probs(params, action_mask)
+        return params if action_mask is None else masked_policy(self.head, params, action_mask)
 
     def evaluate(self, obs: torch.Tensor, actions: torch.Tensor, action_mask: torch.Tensor | None = None) -> EvalOutput:
         """Log-probs, entropies and values; with `action_mask`, of the policy restricted to the valid actions."""

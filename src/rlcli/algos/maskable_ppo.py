@@ -14,7 +14,8 @@ from rlcli.algos.ppo import PPO
 from rlcli.contracts import ActOutput, AlgoSpec
 from rlcli.registry import ALGOS
 
-MASKED = AlgoSpec(on_policy=True, action_spaces=("Discrete",), networks=("mlp", "cnn"), action_masks=True)
+MASKED = AlgoSpec(on_policy=True, action_spaces=("Discrete", "MultiDiscrete"), networks=("mlp", "cnn"),
+                  action_masks=True)
 
 
 @ALGOS.register("maskable_ppo", spec=MASKED)

@@ -1,7 +1,8 @@
 """Valid-action masks from an env, in whichever of the three common conventions it uses.
 
 `ActionMaskInInfo` wraps one env so that every reset and step carries `info["action_mask"]` (a
-bool array over the Discrete actions), read from:
+bool array over the Discrete actions; for MultiDiscrete actions every entry's mask side by side, as
+sb3-contrib's MaskablePPO takes it), read from:
   * a Dict observation with an "action_mask" key (the key is taken out of the observation; what
     is left is the observation the network sees),
   * an `action_masks()` method (sb3-contrib's convention),
@@ -23,6 +24,13 @@ HOW_TO = ("an action_masks() method, an 'action_mask' entry in info, or a Dict o
           "'action_mask' key")
 
 
+def mask_width(space: gym.spaces.Space) -> int:
+    """Entries in a mask for these actions: Discrete(n): n; MultiDiscrete(nvec): sum(nvec)."""
+    if isinstance(space, gym.spaces.MultiDiscrete):
+        return int(np.asarray(space.nvec).sum())
+    return int(space.n)  # type: ignore[attr-defined]
+
+
 def mask_convention(env: gym.Env) -> Literal["obs", "method", "info"]:
     """Where this env's mask comes from (`info` is checked at the first reset)."""
     space = env.observation_space
@@ -38,10 +46,10 @@ def mask_convention(env: gym.Env) -> Literal["obs", "method", "info"]:
 class ActionMaskInInfo(gym.Wrapper):
     def __init__(self, env: gym.Env, env_id: str):
         super().__init__(env)
-        if not isinstance(env.action_space, gym.spaces.Discrete):
-            raise ConfigError(f"action masks need Discrete actions; env {env_id} has "
+        if not isinstance(env.action_space, (gym.spaces.Discrete, gym.spaces.MultiDiscrete)):
+            raise ConfigError(f"action masks need Discrete or MultiDiscrete actions; env {env_id} has "
                               f"{type(env.action_space).__name__} actions")
-        self.env_id, self.n = env_id, int(env.action_space.n)
+        self.env_id, self.n = env_id, mask_width(env.action_space)
         self.convention = mask_convention(env)
         if self.convention == "obs":
             rest = {k: v for k, v in env.observation_space.spaces.items() if k != MASK_KEY}
@@ -63,7 +71,7 @@ class ActionMaskInInfo(gym.Wrapper):
         mask = np.asarray(mask, dtype=bool).reshape(-1)
         if mask.shape != (self.n,):
             raise ConfigError(f"env {self.env_id} gave an action mask of shape {mask.shape}; it needs one entry per "
-                              f"action: ({self.n},)")
+                              f"action (MultiDiscrete: per entry's action, side by side): ({self.n},)")
         return obs, {**info, MASK_KEY: mask}
 
     def reset(self, **kwargs: Any) -> tuple[Any, dict[str, Any]]:

@@ -7,6 +7,10 @@ With the mask, the best policy is one fixed preference order (lower index first)
 valid; without it, the policy has to learn to find the lowest set bit of its observation, and a
 uniformly random one ends its episode at once with probability 1 - n_valid / n_actions.
 
+With `entries` > 1 (ValidMovesMulti-v0) the action is MultiDiscrete: each entry has its own valid set (the
+observation and the mask are the entries' side by side), an entry choosing its lowest valid action pays
+1 / entries, and an invalid choice in any entry ends the episode.
+
 The mask is offered in the convention `mask_in` names, the three that users' envs follow:
 `method` (an `action_masks()` method, sb3-contrib's), `info` (`info["action_mask"]`) or `obs` (a Dict
 observation {"observation", "action_mask"}).
@@ -24,20 +28,24 @@ class ValidMovesEnv(gym.Env):
     metadata = {"render_modes": []}
 
     def __init__(self, n_actions: int = 12, n_valid: int = 4, length: int = 20,
-                 mask_in: Literal["method", "info", "obs"] = "method"):
+                 mask_in: Literal["method", "info", "obs"] = "method", entries: int = 1):
         if not 1 <= n_valid <= n_actions:
             raise ValueError(f"n_valid={n_valid} must be in [1, n_actions={n_actions}]")
         if mask_in not in ("method", "info", "obs"):
             raise ValueError(f"mask_in={mask_in!r}: choose from method, info, obs")
+        if entries < 1:
+            raise ValueError(f"entries={entries} must be >= 1")
         self.n_actions, self.n_valid, self.length, self.mask_in = n_actions, n_valid, length, mask_in
-        flat = gym.spaces.Box(0.0, 1.0, (n_actions,), np.float32)
+        self.entries = entries
+        flat = gym.spaces.Box(0.0, 1.0, (n_actions * entries,), np.float32)
         self.observation_space: gym.spaces.Space[Any] = flat
         if mask_in == "obs":
             self.observation_space = gym.spaces.Dict(
-                {"observation": flat, "action_mask": gym.spaces.MultiBinary(n_actions)})
-        self.action_space = gym.spaces.Discrete(n_actions)
-        self.valid = np.zeros(n_actions, dtype=bool)
-        self.best = 0
+                {"observation": flat, "action_mask": gym.spaces.MultiBinary(n_actions * entries)})
+        self.action_space: gym.spaces.Space[Any] = (
+            gym.spaces.Discrete(n_actions) if entries == 1 else gym.spaces.MultiDiscrete([n_actions] * entries))
+        self.valid = np.zeros(n_actions * entries, dtype=bool)
+        self.best = np.zeros(entries, dtype=np.int64)
         self.t = 0
 
     def action_masks(self) -> np.ndarray:
@@ -45,10 +53,12 @@ class ValidMovesEnv(gym.Env):
         return self.valid.copy()
 
     def _draw(self) -> tuple[Any, dict[str, Any]]:
-        valid = self.np_random.choice(self.n_actions, self.n_valid, replace=False)
-        self.valid = np.zeros(self.n_actions, dtype=bool)
-        self.valid[valid] = True
-        self.best = int(valid.min())
+        self.valid = np.zeros((self.entries, self.n_actions), dtype=bool)
+        for entry in range(self.entries):
+            valid = self.np_random.choice(self.n_actions, self.n_valid, replace=False)
+            self.valid[entry, valid] = True
+            self.best[entry] = int(valid.min())
+        self.valid = self.valid.reshape(-1)
         obs = self.valid.astype(np.float32)
         if self.mask_in == "obs":
             return {"observation": obs, "action_mask": self.valid.astype(np.int8)}, {}
@@ -61,15 +71,17 @@ class ValidMovesEnv(gym.Env):
         self.t = 0
         return self._draw()
 
-    def step(self, action: int):
-        action = int(action)
-        if not self.valid[action]:
+    def step(self, action: Any):
+        chosen = np.asarray(action, dtype=np.int64).reshape(-1)
+        if not self.valid.reshape(self.entries, self.n_actions)[np.arange(self.entries), chosen].all():
             obs, info = self._draw()
             return obs, 0.0, True, False, info
-        reward = 1.0 if action == self.best else 0.0
+        reward = float(np.mean(chosen == self.best))
         self.t += 1
         obs, info = self._draw()
         return obs, reward, False, self.t >= self.length, info
 
 
 gym.register("ValidMoves-v0", entry_point=ValidMovesEnv, reward_threshold=18.0)
+gym.register("ValidMovesMulti-v0", entry_point=ValidMovesEnv, kwargs={"entries": 3, "n_actions": 6, "n_valid": 2},
+             reward_threshold=18.0)
