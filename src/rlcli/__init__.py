@@ -18,9 +18,29 @@ from Python:
 - RlcliError: bad input or a failed run, in one line.
 """
 
-from rlcli.api import Evaluation, Policy, RlcliError, Run, evaluate, export, load, train
-from rlcli.callbacks import Callback, RunContext
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rlcli.api import Evaluation, Policy, RlcliError, Run, evaluate, export, load, train
+    from rlcli.callbacks import Callback, RunContext
 
 __version__ = "0.1.0"
 __all__ = ["Callback", "Evaluation", "Policy", "RlcliError", "Run", "RunContext", "evaluate", "export", "load",
            "train", "__version__"]
+# Imported when first used (PEP 562): the console scripts import rlcli.cli, which installs the signal handlers
+# before anything else loads, so a Ctrl-C at the very start of rl-train is one line too, not a traceback.
+_HOMES = {"Callback": "rlcli.callbacks", "RunContext": "rlcli.callbacks"} | dict.fromkeys(
+    ("Evaluation", "Policy", "RlcliError", "Run", "evaluate", "export", "load", "train"), "rlcli.api")
+
+
+def __getattr__(name: str) -> Any:
+    if name in _HOMES:
+        return getattr(importlib.import_module(_HOMES[name]), name)
+    raise AttributeError(f"module 'rlcli' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_HOMES})

@@ -7,7 +7,6 @@ the components that `build` made (build.py) and saves them through run_state.py.
 from __future__ import annotations
 
 import contextlib
-import copy
 import logging
 import signal
 import sys
@@ -26,13 +25,13 @@ from rlcli.build import Components
 from rlcli.callbacks import Callback, CallbackList, RunContext
 from rlcli.collector import CollectorError, CollectStats, EnvError
 from rlcli.contracts import RunClock
+from rlcli.divergence import Diverged, NonfiniteGuard
 from rlcli.envs import library_noise
 from rlcli.evaluation import record_video, test_phase
-from rlcli.finite import check_update
 from rlcli.log import RunLogger, fmt_return
 from rlcli.os_errors import describe_os_error
 from rlcli.registry import ConfigError
-from rlcli.run_state import TrainState, drop_stale_best, restore, save
+from rlcli.run_state import TrainState, drop_stale_best, save
 from rlcli.runtime import seconds_since_process_start
 from rlcli.schedules import apply_schedules
 from rlcli.stop import StopSignals
@@ -55,10 +54,6 @@ class StoppedBySignal(SystemExit):
     def __init__(self, signum: int) -> None:
         super().__init__(128 + signum)
         self.signum = signum
-
-
-class Diverged(RuntimeError):
-    """A non-finite update that train.on_nonfinite does not let the run go past; the message is one line."""
 
 
 def _quiet_thread_os_errors(args: threading.ExceptHookArgs) -> None:
@@ -129,7 +124,7 @@ class Trainer:
         self.callbacks = CallbackList(self.options.callbacks)
         self.stop_reason: str | None = None  # budget, stop_reward, pruned or a callback's reason, once run ends
         self.signals = StopSignals()
-        self._nonfinite_events = 0  # non-finite updates met by this process (train.on_nonfinite)
+        self.guard = NonfiniteGuard(components, run_dir)  # train.on_nonfinite
 
     # ------------------------------------------------------------------------------------- the loop
     def run(self) -> float:
@@ -266,8 +261,7 @@ class Trainer:
             return None
         run_clock = RunClock(state.env_steps, s.total_steps, transitions)
         scheduled = apply_schedules(c.schedules, run_clock.progress)  # learning values
-        snapshot = copy.deepcopy(c.algo.state_dict()) if s.on_nonfinite == "skip" else None
-        return PlannedUpdate(run_clock, scheduled, snapshot)
+        return PlannedUpdate(run_clock, scheduled, self.guard.snapshot())
 
     def record_update(self, it: Iteration, planned: PlannedUpdate | None, metrics: dict[str, Any] | None,
                        log: RunLogger) -> bool:
@@ -275,9 +269,9 @@ class Trainer:
         s, state = self.c.settings, self.state
         if planned is not None:
             assert metrics is not None
-            problem = check_update(metrics, self._weights() if self._weights_due(state.updates) else [])
+            problem = self.guard.check(metrics, state.updates)
             if problem is not None:
-                metrics = self._on_nonfinite(problem, planned.snapshot, log)  # stops, rolls back (None) or skips
+                metrics = self.guard.handle(problem, planned.snapshot, state, log)  # stops, rolls back or skips
                 if metrics is None:
                     self._restart_clock()
                     return False
@@ -403,43 +397,6 @@ class Trainer:
             print(f"rl-train: error: {message}; {where}", file=sys.stderr)
         raise RunFailed(f"{message}; {where}")
 
-    def _weights_due(self, updates: int) -> bool:
-        """Whether this update's check reads every weight (~0.3 ms for SAC's 340k parameters, 2-3% of a one-step
-        update). Every update of an on-policy run or with on_nonfinite=skip (its snapshot must be finite); else
-        every 8th: a non-finite weight shows in the next update's losses anyway, and _save checks them all."""
-        return self.c.spec.on_policy or self.c.settings.on_nonfinite == "skip" or updates % 8 == 0
-
-    def _weights(self) -> list[Any]:
-        networks = self.c.algo.networks
-        return [*networks.parameters(), *networks.buffers()]
-
-    def _on_nonfinite(self, problem: str, snapshot: dict[str, Any] | None, log: RunLogger) -> dict[str, Any] | None:
-        """train.on_nonfinite: stop (raise Diverged), skip (put the weights back as they were before the update)
-        or rollback (load the last good checkpoint into the components: None); at most train.max_nonfinite times."""
-        s, state = self.c.settings, self.state
-        self._nonfinite_events += 1
-        what = f"{problem} after the update at {state.env_steps:,} env steps"
-        if s.on_nonfinite == "stop" or self._nonfinite_events > s.max_nonfinite:
-            limit = "" if s.on_nonfinite == "stop" else \
-                f" ({self._nonfinite_events} times, more than train.max_nonfinite={s.max_nonfinite})"
-            raise Diverged(f"{what}{limit}: stopped without saving it (a lower algo.lr or a gradient clip may help)")
-        if s.on_nonfinite == "skip":
-            assert snapshot is not None
-            self.c.algo.load_state_dict(snapshot)
-            log.message(f"warning: {what}: the update was undone (skip {self._nonfinite_events} of at most "
-                        f"{s.max_nonfinite})")
-            return {"nonfinite_events": float(self._nonfinite_events)}
-        good = checkpoint.find_good(self.run_dir / "checkpoints", warn=log.message)
-        if good is None:
-            raise Diverged(f"{what}: nothing to roll back to")
-        restored = restore(self.c, good)
-        restored.stale_best = restored.stale_best or state.stale_best
-        vars(state).update(vars(restored))
-        log.rewind(state.env_steps)
-        log.message(f"warning: {what}: rolled back to {good.name} ({state.env_steps:,} env steps; rollback "
-                    f"{self._nonfinite_events} of at most {s.max_nonfinite})")
-        return None
-
     def _start_tracking(self) -> Tracking | None:
         """MLflow / W&B runs for this run (the checkpoint's, when resuming). One line and exit code 2 if a sink
         cannot start: nothing has been trained yet."""
@@ -487,9 +444,7 @@ class Trainer:
     def _save(self) -> Path:
         if not self.run_dir.is_dir():  # deleted or moved while training: not silently re-made with checkpoints only
             raise FileNotFoundError(2, "No such file or directory", str(self.run_dir))
-        problem = check_update({}, self._weights())
-        if problem is not None:  # never written over, nor pruning, a good checkpoint
-            raise Diverged(f"{problem} at {self.state.env_steps:,} env steps: not saved")
+        self.guard.check_before_saving(self.state.env_steps)
         self.state.train_seconds = self._seconds_before_run + time.perf_counter() - self._started
         with self.c.clock("checkpoint"):
             path = save(self.c, self.state, self.run_dir)
