@@ -30,13 +30,26 @@ def sb3_class(algo: str) -> Any:
     import stable_baselines3
 
     return {"ppo": stable_baselines3.PPO, "a2c": stable_baselines3.A2C, "sac": stable_baselines3.SAC,
-            "dqn": stable_baselines3.DQN, "tqc": sb3_contrib.TQC, "trpo": sb3_contrib.TRPO}[algo]
+            "dqn": stable_baselines3.DQN, "tqc": sb3_contrib.TQC, "trpo": sb3_contrib.TRPO,
+            "crossq": sb3_contrib.CrossQ, "td3": stable_baselines3.TD3, "ddpg": stable_baselines3.DDPG}[algo]
 
 
-def hyperparameters(entry: dict[str, Any]) -> dict[str, Any]:
+def hyperparameters(entry: dict[str, Any], action_dim: int = 1) -> dict[str, Any]:
+    """The entry's keys as SB3's constructor arguments: `sb3_defaults` (an older SB3's defaults the entry ran
+    with) under the entry's own keys, RL-Zoo's noise_type / noise_std as an action noise object, and
+    [n, "episode"] train frequencies as SB3's tuple."""
+    import numpy as np
+    from stable_baselines3.common.noise import NormalActionNoise, OrnsteinUhlenbeckActionNoise
     from torch import nn
 
+    entry = {**entry.get("sb3_defaults", {}), **{k: v for k, v in entry.items() if k != "sb3_defaults"}}
     kwargs = {k: v for k, v in entry.items() if k not in RUN_KEYS}
+    noise_type, noise_std = kwargs.pop("noise_type", None), kwargs.pop("noise_std", 0.1)
+    if noise_type in ("normal", "ornstein-uhlenbeck"):
+        kind = NormalActionNoise if noise_type == "normal" else OrnsteinUhlenbeckActionNoise
+        kwargs["action_noise"] = kind(np.zeros(action_dim), noise_std * np.ones(action_dim))
+    if isinstance(kwargs.get("train_freq"), list):
+        kwargs["train_freq"] = tuple(kwargs["train_freq"])
     lr = kwargs.get("learning_rate")
     if isinstance(lr, str) and lr.startswith("lin_"):
         start = float(lr[4:])
@@ -73,7 +86,9 @@ def run(name: str, seed: int, steps: int | None, entries: Path = ENTRIES, env_id
     env = make_vec_env(env_id, n_envs=entry.get("n_envs", 1), seed=seed, wrapper_class=wrapper(entry))
     if entry.get("normalize"):
         env = VecNormalize(env, gamma=entry.get("gamma", 0.99))
-    model = sb3_class(algo)(entry.get("policy", "MlpPolicy"), env, seed=seed, device="cpu", **hyperparameters(entry))
+    action_dim = int(np.prod(env.action_space.shape or (1,)))
+    model = sb3_class(algo)(entry.get("policy", "MlpPolicy"), env, seed=seed, device="cpu",
+                            **hyperparameters(entry, action_dim))
     start = time.time()
     model.learn(steps or int(entry["n_timesteps"]))
     seconds = time.time() - start
