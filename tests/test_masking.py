@@ -76,7 +76,7 @@ def test_an_env_without_a_mask_is_one_clear_error():
     env = ActionMaskInInfo(gym.make("CartPole-v1"), "CartPole-v1")
     with pytest.raises(ConfigError, match="gives none: give it an action_masks"):
         env.reset(seed=0)
-    with pytest.raises(ConfigError, match="need Discrete actions; env Pendulum-v1 has Box"):
+    with pytest.raises(ConfigError, match="need Discrete or MultiDiscrete actions; env Pendulum-v1 has Box"):
         ActionMaskInInfo(gym.make("Pendulum-v1"), "Pendulum-v1")
 
 

@@ -60,6 +60,7 @@ class _ShardPolicy:
     def __init__(self, algo: Any, offset: int, count: int, total: int) -> None:
         self.algo, self.rows, self.total = algo, slice(offset, offset + count), total
         self.steps_per_collect = algo.steps_per_collect
+        self.episodes_per_collect = 0  # fixed-length fragments: collector=ray refuses train_freq_unit=episode
 
     def _pad(self, obs: torch.Tensor) -> torch.Tensor:
         full = torch.zeros((self.total, *obs.shape[1:]), dtype=obs.dtype)
