@@ -32,13 +32,13 @@ def collect_rate(overrides: list[str], phases: int) -> dict[str, Any]:
     cfg = compose_config([*overrides, "algo=ppo", "device=cpu", "log.console=false", "log.tensorboard=false"])
     components = build(cfg)
     try:
-        collector, algo, buffer = components.collector, components.algo, components.buffer
-        collector.collect(algo, buffer)  # warm-up
+        collector, learner = components.collector, components.learner
+        collector.collect(learner)  # warm-up
         clock = components.clock
         before = dict(clock.seconds)
         start, steps = time.perf_counter(), 0
         for _ in range(phases):
-            steps += collector.collect(algo, buffer).steps
+            steps += collector.collect(learner).steps
         wall = time.perf_counter() - start
         waited = {k: round(clock.seconds[k] - before.get(k, 0.0), 2) for k in ("act", "env", "buffer")}
     finally:

@@ -64,7 +64,7 @@ def test_kl_prior_is_zero_against_itself_and_positive_against_another_policy(pri
 def test_kl_prior_coefficient_is_schedulable_and_logged(prior_checkpoint):
     parts = _with_prior(prior_checkpoint, "++algo.schedules.kl_prior_coef=linear:0.5:0.0", "algo.n_steps=32",
                           "algo.n_epochs=1")
-    parts.collector.collect(parts.algo, parts.buffer)
+    parts.collector.collect(parts.learner)
     from rlcli.schedules import apply_schedules
 
     apply_schedules(parts.schedules, 0.5)

@@ -70,7 +70,7 @@ def test_dicts_with_images_are_packed_and_replay_keeps_them_uint8():
     components = build(cfg)
     try:
         assert components.obs_dtype == torch.uint8
-        components.collector.collect(components.algo, components.buffer, random_actions=True)
+        components.collector.collect(components.learner, random_actions=True)
         sample = components.buffer.sample(4)
         assert sample.obs.dtype == torch.uint8 and sample.next_obs.dtype == torch.uint8
     finally:

@@ -29,9 +29,9 @@ def test_a_shipped_tuned_config_does_not_warn_about_its_own_budget():
 
     from rlcli.budget import budget_warnings
 
-    c = SimpleNamespace(settings=SimpleNamespace(total_steps=100_000, num_envs=8),
-                        algo=SimpleNamespace(steps_per_collect=32, learning_starts=0),
-                        spec=SimpleNamespace(on_policy=True))
+    algo = SimpleNamespace(steps_per_collect=32, learning_starts=0)
+    c = SimpleNamespace(settings=SimpleNamespace(total_steps=100_000, num_envs=8), algo=algo,
+                        learner=SimpleNamespace(algo=algo), spec=SimpleNamespace(on_policy=True))
     assert budget_warnings(c, 100_096, typed={"algo", "env"}) == []  # the flagship command
     typed = budget_warnings(c, 100_096, typed={"train.total_steps"})
     assert len(typed) == 1 and "the run takes 100,096 env steps" in typed[0]

@@ -226,7 +226,7 @@ def test_crossq_with_gsde_explores_from_its_renormalized_features(tmp_path, monk
         obs = torch.randn(5, 3)
         greedy = c.algo.act(obs, deterministic=True).actions
         torch.testing.assert_close(greedy, torch.tanh(policy.mu(policy.body(obs)).clamp(-2, 2)))
-        stats = c.collector.collect(c.algo, c.buffer)
+        stats = c.collector.collect(c.learner)
         drawn = policy.noise.eps.clone()
         log_std = policy.noise.log_std.detach().clone()
         c.algo.update(c.buffer, RunClock(stats.steps, 1000, stats.transitions))

@@ -74,7 +74,7 @@ def test_pixels_are_stored_as_uint8_and_scaled_in_the_network(algo):
     buffer, collector = parts.buffer, parts.collector
     assert buffer.obs.dtype == torch.uint8 and collector.obs.dtype == torch.uint8
     for _ in range(4 if algo == "ppo" else 20):
-        parts.collector.collect(parts.algo, buffer, random_actions=algo == "dqn")
+        parts.collector.collect(parts.learner, random_actions=algo == "dqn")
     if algo == "ppo":
         assert buffer.obs.shape == (16, 4, 2, 7, 7)
         assert set(buffer.obs.unique().tolist()) == {0, 255}
@@ -109,7 +109,7 @@ def test_atari_preprocessing_and_frame_stacking_shapes():
     space = parts.envs.single_observation_space
     assert space.shape == (4, 84, 84) and space.dtype == np.uint8
     assert parts.cfg.actor.name == "cnn" and parts.cfg.actor.convs == NATURE_CONVS
-    parts.collector.collect(parts.algo, parts.buffer)
+    parts.collector.collect(parts.learner)
     assert parts.buffer.obs.shape == (8, 2, 4, 84, 84) and parts.buffer.obs.dtype == torch.uint8
     assert parts.buffer.obs.nbytes == 8 * 2 * 4 * 84 * 84
     parts.close()

@@ -16,7 +16,7 @@ from rlcli.algos.dqn import DQN
 from rlcli.algos.offpolicy import BoxScaler, polyak_update
 from rlcli.algos.sac import SAC
 from rlcli.algos.td3 import TD3
-from rlcli.buffers.replay import ReplayBatch
+from rlcli.batches import ReplayBatch
 
 
 def torso(obs_dim=3, sizes=(16,)):

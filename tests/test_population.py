@@ -40,7 +40,7 @@ def overrides(algo: str, *more: str) -> list[str]:
 def collected(*more: str, algo: str = "ppo"):
     """A member's components after its first collect, and its torch RNG state then (as its single run has it)."""
     components, _ = prepare(compose_config(overrides(algo, *more)))
-    components.collector.collect(components.algo, components.buffer, random_actions=False)
+    components.collector.collect(components.learner, random_actions=False)
     return components, torch.get_rng_state()
 
 

@@ -82,7 +82,7 @@ def test_burn_in_refreshes_the_stored_state_without_gradients():
     parts = r2d2_parts()
     algo, buffer = parts.algo, parts.buffer
     for _ in range(40):
-        parts.collector.collect(algo, buffer, random_actions=True)
+        parts.collector.collect(parts.learner, random_actions=True)
     batch = buffer.sample(8)
     net = algo.networks
     # the loss's Q-values after burn-in equal a plain unroll over the whole sequence from the stored carry
@@ -143,7 +143,7 @@ def test_recurrent_sac_stores_float_actions_and_learns_only_after_burn_in():
     parts = build(cfg)
     algo, buffer = parts.algo, parts.buffer
     for _ in range(40):
-        parts.collector.collect(algo, buffer, random_actions=True)
+        parts.collector.collect(parts.learner, random_actions=True)
     assert buffer.actions.dtype == torch.float32 and buffer.actions.shape[1:] == (8, 1)
     assert len(buffer) > 0 and buffer.actions[: len(buffer)].abs().max() <= 1.0  # stored in [-1, 1]
     policy = [p.clone() for p in algo.networks.policy.parameters()]

@@ -86,19 +86,19 @@ def test_off_policy_collects_ahead_with_bounded_lag_and_survives_a_killed_worker
         per_phase = c.algo.steps_per_collect * 4
         lags = []
         for _ in range(3):
-            stats = c.collector.collect(c.algo, c.buffer)
+            stats = c.collector.collect(c.learner)
             assert stats.steps == per_phase
             lags.append(stats.scalars["collector/policy_lag"])
             c.algo.update(c.buffer, __import__("conftest").at(0.5))
         assert lags == [0.0, 1.0, 1.0]
         victim = ray.get(c.collector.workers[0].pid.remote())
-        c.collector.collect(c.algo, c.buffer)
+        c.collector.collect(c.learner)
         os.kill(victim, signal.SIGKILL)  # while it collects the fragment the next phase will ask for
-        stats = c.collector.collect(c.algo, c.buffer)
+        stats = c.collector.collect(c.learner)
         assert stats.steps == per_phase and len(stats.episode_returns) > 0
         assert stats.scalars["collector/restarts"] == 1.0
         assert ray.get(c.collector.workers[0].pid.remote()) != victim  # a new process
-        stats = c.collector.collect(c.algo, c.buffer)  # and it goes on collecting
+        stats = c.collector.collect(c.learner)  # and it goes on collecting
         assert stats.steps == per_phase
         note = c.collector.restore_envs(c.collector.env_state())
         assert note is not None and "asynchronous" in note  # async resume: the envs are reset, with a warning
@@ -108,7 +108,7 @@ def test_off_policy_collects_ahead_with_bounded_lag_and_survives_a_killed_worker
     assert "RAY_AUTH_MODE" not in os.environ  # ray.init's variables are gone with it (a later `ray start` works)
     again = components("algo=ppo", "env=CartPole-v1", "collector=ray")  # a second instance in this process
     try:
-        assert again.collector.collect(again.algo, again.buffer).steps == again.algo.steps_per_collect * 8
+        assert again.collector.collect(again.learner).steps == again.algo.steps_per_collect * 8
     finally:
         again.close()
 

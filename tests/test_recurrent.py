@@ -19,7 +19,7 @@ def _parts(*extra: str) -> Components:
 def test_unrolled_rollout_reproduces_what_acting_computed(cell):
     parts = _parts(f"actor={cell}")
     for _ in range(2):  # the second rollout starts from a non-zero carry, mid-episode
-        parts.collector.collect(parts.algo, parts.buffer)
+        parts.collector.collect(parts.learner)
     buffer = parts.buffer
     assert buffer.starts.sum() > 4  # episodes ended (and restarted) inside the rollout
     batch = buffer.flat()
@@ -33,7 +33,7 @@ def test_unrolled_rollout_reproduces_what_acting_computed(cell):
 def test_a_start_erases_the_carry_so_episodes_never_mix():
     parts = _parts("actor=gru")
     for _ in range(2):  # the second rollout begins mid-episode (step 0 is not a start)
-        parts.collector.collect(parts.algo, parts.buffer)
+        parts.collector.collect(parts.learner)
     batch = parts.buffer.flat()
     actor = parts.algo.networks
     steps, envs = batch.starts.shape
@@ -55,7 +55,7 @@ def test_a_start_erases_the_carry_so_episodes_never_mix():
 
 def test_ppo_minibatches_are_whole_env_sequences():
     parts = _parts("actor=lstm")
-    parts.collector.collect(parts.algo, parts.buffer)
+    parts.collector.collect(parts.learner)
     batch = parts.buffer.flat()
     minibatches = list(parts.algo._minibatches(parts.buffer, batch, batch.mask.shape[0]))
     assert len(minibatches) == 2  # 4 envs, 128 / 64 = 2 envs per minibatch
@@ -71,7 +71,7 @@ def test_recurrent_a2c_and_pg_update():
         cfg = composed(f"algo={algo}", "env=CartPoleNoVel-v1", "actor=gru", "train.num_envs=2", "algo.n_steps=16",
                        "log.console=false", "log.tensorboard=false")
         parts = build(cfg)
-        parts.collector.collect(parts.algo, parts.buffer)
+        parts.collector.collect(parts.learner)
         metrics = parts.algo.update(parts.buffer, at(0.0))
         assert torch.isfinite(metrics["loss"])
         parts.close()

@@ -50,7 +50,7 @@ def test_intrinsic_rewards_are_normalized_and_both_gaes_combined():
     algo, buffer = parts.algo, parts.buffer
     rnd_before = RandomNetworkDistillation(2, [64, 64], 64)
     rnd_before.load_state_dict(algo.rnd.state_dict())  # RND as it was when the rewards were computed
-    parts.collector.collect(algo, buffer)
+    parts.collector.collect(parts.learner)
     last_obs = algo.networks.normalizer(parts.collector.obs)  # the tuned config normalizes observations
     next_obs = torch.cat([buffer.obs[1:], last_obs.unsqueeze(0)], 0)
     with torch.no_grad():
@@ -86,14 +86,14 @@ def test_warmup_only_gathers_observation_statistics():
     before = {k: v.clone() for k, v in algo.networks.state_dict().items() if not k.startswith("normalizer.")}
     predictor = [p.clone() for p in algo.rnd.predictor.parameters()]
     for rollout in range(2):
-        parts.collector.collect(algo, buffer)
+        parts.collector.collect(parts.learner)
         assert algo.warming_up
         metrics = algo.update(buffer, at(0.0))
         assert float(metrics["rnd_warmup_steps"]) == 32 * (rollout + 1)
     assert all(torch.equal(v, algo.networks.state_dict()[k]) for k, v in before.items())
     assert all(torch.equal(a, b) for a, b in zip(predictor, algo.rnd.predictor.parameters(), strict=True))
     assert float(algo.rnd.obs_norm.count) == pytest.approx(64 + 1e-4)
-    parts.collector.collect(algo, buffer)  # the third rollout learns
+    parts.collector.collect(parts.learner)  # the third rollout learns
     assert not algo.warming_up
     algo.update(buffer, at(0.0))
     assert not all(torch.equal(a, b) for a, b in zip(predictor, algo.rnd.predictor.parameters(), strict=True))
@@ -103,7 +103,7 @@ def test_warmup_only_gathers_observation_statistics():
 def test_warmup_rollouts_have_no_intrinsic_reward():
     parts = rnd_parts("algo.obs_norm_warmup_steps=1")
     algo, buffer = parts.algo, parts.buffer
-    parts.collector.collect(algo, buffer)
+    parts.collector.collect(parts.learner)
     # with zero intrinsic rewards the intrinsic returns are the values bootstrapped with int_gamma alone
     with torch.no_grad():
         last = algo.networks.value(algo.networks.normalizer(parts.collector.obs))[:, 1]

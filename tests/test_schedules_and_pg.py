@@ -101,7 +101,7 @@ def test_ppo_kl_update_adapts_its_coefficient(tmp_path):
     cfg = composed("algo=ppo_kl", "env=CartPole-v1", "algo.n_steps=32", "algo.n_epochs=2", "algo.batch_size=64",
                    "algo.kl_target=1e-9", "log.console=false", "log.tensorboard=false")
     parts = build(cfg)
-    parts.collector.collect(parts.algo, parts.buffer)
+    parts.collector.collect(parts.learner)
     metrics = parts.algo.update(parts.buffer, at(0.0))
     assert "clip_fraction" not in metrics and float(metrics["kl_coef"]) == 1.0
     assert parts.algo.kl_coef == 2.0  # any movement is far above a target of 1e-9
@@ -112,7 +112,7 @@ def test_pg_without_baseline_uses_plain_discounted_returns():
     cfg = composed("algo=pg", "env=CartPole-v1", "algo.baseline=false", "algo.n_steps=16", "algo.gamma=0.5",
                    "train.num_envs=1", "log.console=false", "log.tensorboard=false")
     parts = build(cfg)
-    parts.collector.collect(parts.algo, parts.buffer)
+    parts.collector.collect(parts.learner)
     batch = parts.buffer.flat()
     assert torch.all(batch.values == 0)
     # CartPole pays 1 per step; with b = 0 the advantage is the discounted return-to-go (cut at the rollout end)

@@ -35,7 +35,7 @@ def test_a_phase_ends_at_the_step_where_the_nth_episode_ends(monkeypatch, tmp_pa
     try:
         for phase in range(3):
             before = c.algo.gradient_updates
-            stats = c.collector.collect(c.algo, c.buffer, random_actions=True)
+            stats = c.collector.collect(c.learner, random_actions=True)
             steps_per_env = stats.steps // num_envs
             assert stats.steps == steps_per_env * num_envs and len(stats.episode_returns) >= 2
             # the phase's last step ended an episode, and one step fewer would have held fewer than 2

@@ -14,7 +14,7 @@ from rlcli.actors.heads import GaussianHead
 from rlcli.actors.mlp import ActorCritic
 from rlcli.actors.sde import SdeOptions
 from rlcli.algos.trpo import TRPO, conjugate_gradient, fisher_vector_product
-from rlcli.buffers.rollout import RolloutBatch
+from rlcli.batches import RolloutBatch
 from rlcli.registry import ConfigError
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from rlcli.build import Components
+from rlcli.contracts import OffPolicyLearner
 
 
 def planned_steps(c: Components, env_steps: int) -> int:
@@ -29,7 +30,8 @@ def budget_warnings(c: Components, planned: int, typed: set[str] | None = None) 
                and s.total_steps % s.num_envs == 0 else f"; {key} x train.num_envs dividing it trains exactly that")
         warnings.append(f"train.total_steps={s.total_steps:,} is not a whole number of collect phases ({what} = "
                         f"{per_phase:,} env steps): the run takes {planned:,} env steps{fix}")
-    if not c.spec.on_policy and algo.learning_starts >= planned:
-        warnings.append(f"algo.learning_starts={algo.learning_starts:,} >= the run's {planned:,} env steps: it acts "
+    learner = c.learner
+    if isinstance(learner, OffPolicyLearner) and (starts := learner.algo.learning_starts) >= planned:
+        warnings.append(f"algo.learning_starts={starts:,} >= the run's {planned:,} env steps: it acts "
                         "randomly throughout and never learns; lower algo.learning_starts or raise train.total_steps")
     return warnings

@@ -20,7 +20,17 @@ from omegaconf import DictConfig, OmegaConf
 import rlcli.buffers  # noqa: F401  (registers the storages)
 from rlcli.agent import algo_section, build_agent, network_section, section
 from rlcli.collector import Collector, ExperienceCollector
-from rlcli.contracts import AlgoSpec, BufferSpec, CompilableAlgorithm, NetworkSpec
+from rlcli.contracts import (
+    Algorithm,
+    AlgoSpec,
+    BufferSpec,
+    CompilableAlgorithm,
+    Learner,
+    NetworkSpec,
+    OffPolicyLearner,
+    OnPolicyLearner,
+    Storage,
+)
 from rlcli.envs import GymEnvFactory, VectorMode
 from rlcli.envs.masks import mask_width
 from rlcli.ray_collector import RayCollector
@@ -77,8 +87,7 @@ class Components:
     spec: AlgoSpec
     envs: VectorEnv  # the training envs (collector=ray: one env that gave the spaces; the workers hold the rest)
     test_envs: VectorEnv
-    algo: Any  # an OnPolicyAlgorithm or OffPolicyAlgorithm (contracts.py), as `spec.on_policy` says
-    buffer: Any
+    learner: Learner  # the algorithm and its storage, paired by kind (contracts.py)
     collector: ExperienceCollector
     schedules: list[ScheduledValue]  # every value over the run, applied before each collect and each update
     addons: list[Any]  # policy-loss add-ons
@@ -89,6 +98,14 @@ class Components:
     clock: PhaseClock = field(default_factory=PhaseClock)
     recent_returns: collections.deque[float] = field(default_factory=lambda: collections.deque(maxlen=100))
     recent_lengths: collections.deque[int] = field(default_factory=lambda: collections.deque(maxlen=100))
+
+    @property
+    def algo(self) -> Algorithm:
+        return self.learner.algo
+
+    @property
+    def buffer(self) -> Storage:
+        return self.learner.buffer
 
     def close(self) -> None:
         self.collector.close()
@@ -144,7 +161,7 @@ def check_config(cfg: DictConfig) -> None:
         check_fits(rays, spec, network_spec, algo_name, algo_cfg_flag(cfg, "use_sde"),
                    cfg.algo.get("train_freq_unit", "step") == "episode")
     if compile_ and not spec.compiles:
-        able = [n for n in ALGOS.names() if getattr(ALGOS.spec(n), "compiles", False)]
+        able = [n for n in ALGOS.names() if ALGOS.spec(n).compiles]
         raise ConfigError(f"compile=true is not implemented for algo={algo_name} yet; it is for: {', '.join(able)} "
                           "(drop compile=true: eager is the default)")
 
@@ -213,10 +230,11 @@ def build(cfg: DictConfig, start_workers: bool = True) -> Components:
         if cfg.get("compile", False):
             compilable: CompilableAlgorithm = algo
             compilable.enable_compile()
-        if not spec.on_policy:
-            capacity = getattr(buffer, "capacity", None)
-            require(capacity is None or capacity >= algo.batch_size, "buffer.capacity", capacity,
-                    f"must hold at least algo.batch_size={algo.batch_size} transitions")
+        learner: Learner = OnPolicyLearner(algo, buffer) if spec.on_policy else OffPolicyLearner(algo, buffer)
+        if isinstance(learner, OffPolicyLearner):
+            capacity, batch_size = learner.buffer.capacity, learner.algo.batch_size
+            require(capacity >= batch_size, "buffer.capacity", capacity,
+                    f"must hold at least algo.batch_size={batch_size} transitions")
     except BaseException:
         envs.close()
         test_envs.close()
@@ -226,7 +244,7 @@ def build(cfg: DictConfig, start_workers: bool = True) -> Components:
     clock = PhaseClock()
     collector: ExperienceCollector
     if rays is None:
-        collector = Collector(envs, algo.networks.normalizer, device, seed=cfg.seed, on_policy=spec.on_policy,
+        collector = Collector(envs, algo.networks.normalizer, device, seed=cfg.seed,
                               carry_size=carry_size, clock=clock, obs_dtype=obs_dtype, masks=masks)
     else:
         try:
@@ -238,7 +256,7 @@ def build(cfg: DictConfig, start_workers: bool = True) -> Components:
                     made.close()
             raise
     stop_reward = env_factory.reward_threshold if isinstance(settings.stop_reward, str) else settings.stop_reward
-    return Components(cfg, settings, device, spec, envs, test_envs, algo, buffer, collector, schedules, addons,
+    return Components(cfg, settings, device, spec, envs, test_envs, learner, collector, schedules, addons,
                       obs_dtype, carry_size, stop_reward, video_envs, clock)
 
 

@@ -19,7 +19,17 @@ import torch
 from gymnasium.vector import VectorEnv
 
 from rlcli.actors.normalizer import RunningNorm
-from rlcli.contracts import ActOutput, Algorithm, OffPolicyAlgorithm, RecurrentState
+from rlcli.contracts import (
+    ActOutput,
+    Algorithm,
+    Learner,
+    MaskedPolicy,
+    OffPolicyLearner,
+    OnPolicyLearner,
+    RecurrentState,
+    ReplayStorage,
+    SequenceStorage,
+)
 from rlcli.envs import finished_episodes
 from rlcli.envs.masks import mask_width, masks_from_infos
 from rlcli.envs.state import capturable, get_env_state, set_env_state
@@ -87,7 +97,7 @@ class ExperienceCollector(Protocol):
 
     clock: PhaseClock
 
-    def collect(self, algo: Algorithm, buffer: Any, random_actions: bool = False) -> CollectStats: ...
+    def collect(self, learner: Learner, random_actions: bool = False) -> CollectStats: ...
 
     def reset(self, seed: int) -> None:
         """Reset every training env (seeded like gymnasium's vector envs: env i gets seed + i)."""
@@ -132,10 +142,10 @@ class Collector:
     """
 
     def __init__(self, envs: VectorEnv, normalizer: RunningNorm, device: torch.device, seed: int,
-                 on_policy: bool, carry_size: int = 0, clock: PhaseClock | None = None,
+                 carry_size: int = 0, clock: PhaseClock | None = None,
                  obs_dtype: torch.dtype = torch.float32, masks: bool = False) -> None:
         self.envs, self.normalizer, self.device = envs, normalizer, device
-        self.on_policy, self.carry_size = on_policy, carry_size  # carry_size > 0: a recurrent network
+        self.carry_size = carry_size  # > 0: a recurrent network
         self.masks = masks  # the algorithm acts on valid-action masks (AlgoSpec.action_masks)
         self.obs_dtype = obs_dtype  # uint8 for pixels: they stay uint8 until the network scales them
         self.clock = clock or PhaseClock()
@@ -203,13 +213,14 @@ class Collector:
         starts = torch.as_tensor(self.episode_start, dtype=torch.float32, device=self.device)
         return RecurrentState(self.carry, starts)
 
-    def collect(self, algo: Algorithm, buffer: Any, random_actions: bool = False) -> CollectStats:
-        """algo.steps_per_collect steps of every env into `buffer`: a whole rollout, finished by the algorithm's
+    def collect(self, learner: Learner, random_actions: bool = False) -> CollectStats:
+        """algo.steps_per_collect steps of every env into the learner's storage: a whole rollout, finished by its
         `finish_rollout` (on-policy), or transitions (off-policy; with `episodes_per_collect`, steps until that
         many episodes have ended). `random_actions`: the off-policy warm-up, uniformly random actions (a
         recurrent network still steps its carry)."""
-        stats = self.begin(algo, buffer)
-        episodes = 0 if self.on_policy else cast(OffPolicyAlgorithm, algo).episodes_per_collect
+        algo = learner.algo
+        stats = self.begin(learner)
+        episodes = learner.algo.episodes_per_collect if isinstance(learner, OffPolicyLearner) else 0
         for step in itertools.count():
             if (len(stats.episode_returns) >= episodes) if episodes else step >= algo.steps_per_collect:
                 stats.steps = step * self.envs.num_envs
@@ -219,25 +230,25 @@ class Collector:
             out = None
             if state is not None or not random_actions:  # random warm-up actions skip the policy's sampling
                 mask = self.action_mask
-                out = algo.act(obs, state=state) if mask is None else algo.act_masked(obs, mask)  # type: ignore[attr-defined]
+                out = algo.act(obs, state=state) if mask is None else cast(MaskedPolicy, algo).act_masked(obs, mask)
             self.act_s += time.perf_counter() - t0
-            self.advance(algo, buffer, stats, step, obs, state, out, random_actions)
-        self.end(algo, buffer)
+            self.advance(learner, stats, step, obs, state, out, random_actions)
+        self.end(learner)
         return stats
 
     # collect's parts, which a population (rlcli/population/) calls for its members in step, acting for all at once
-    def begin(self, algo: Algorithm, buffer: Any) -> CollectStats:
-        if self.on_policy:
-            buffer.reset()
+    def begin(self, learner: Learner) -> CollectStats:
+        if isinstance(learner, OnPolicyLearner):
+            learner.buffer.reset()
         self.act_s = self.env_s = self.buffer_s = 0.0
-        return CollectStats(steps=algo.steps_per_collect * self.envs.num_envs)
+        return CollectStats(steps=learner.algo.steps_per_collect * self.envs.num_envs)
 
     def observe(self) -> tuple[torch.Tensor, RecurrentState | None]:
         """The observations to act on, normalized (updating the running statistics), and a recurrent carry."""
         self.normalizer.update(self.obs)
         return self.normalizer(self.obs), self._recurrent_state()
 
-    def advance(self, algo: Algorithm, buffer: Any, stats: CollectStats, step: int, obs: torch.Tensor,
+    def advance(self, learner: Learner, stats: CollectStats, step: int, obs: torch.Tensor,
                 state: RecurrentState | None, out: ActOutput | None, random_actions: bool) -> None:
         """Step the envs with the acting's output (or random actions) and store the transition."""
         clock = time.perf_counter
@@ -247,8 +258,9 @@ class Collector:
             self.carry = out.carry
         actions = out.actions if out is not None and not random_actions else None
         if actions is None:  # torch's generator draws them, so a resume stays exact
-            actions = algo.random_actions(n_envs).to(self.device)  # type: ignore[attr-defined]
-        env_actions = algo.env_actions(actions).cpu().numpy()
+            assert isinstance(learner, OffPolicyLearner), "only off-policy runs warm up with random actions"
+            actions = learner.algo.random_actions(n_envs).to(self.device)
+        env_actions = learner.algo.env_actions(actions).cpu().numpy()
         t1 = clock()
         try:
             next_obs, rewards, terminated, truncated, infos = self.envs.step(env_actions)
@@ -257,15 +269,19 @@ class Collector:
         check_env_output(next_obs, rewards, self._obs_shape, step * n_envs)
         t2 = clock()
         done = np.logical_or(terminated, truncated)
-        recurrent = () if state is None else tuple(state)  # (carry, starts) this step began with
-        if self.on_policy:
+        if isinstance(learner, OnPolicyLearner):
             assert out is not None
-            masks = {} if self.action_mask is None else {"action_mask": self.action_mask}
             to_tensor = partial(torch.as_tensor, dtype=torch.float32, device=self.device)
-            buffer.add(obs, out.actions, out.log_probs, out.values, to_tensor(rewards), to_tensor(terminated),
-                       to_tensor(done), to_tensor(~self.prev_done), *recurrent[::-1], **masks)
+            recurrent = [] if state is None else [state.starts, state.carry]  # what this step began with
+            masks = {} if self.action_mask is None else {"action_mask": self.action_mask}
+            learner.buffer.add(obs, out.actions, out.log_probs, out.values, to_tensor(rewards), to_tensor(terminated),
+                               to_tensor(done), to_tensor(~self.prev_done), *recurrent, **masks)
         else:
-            buffer.add(self.obs, actions, rewards, next_obs, terminated, done, ~self.prev_done, *recurrent[::-1])
+            transition = (self.obs, actions, rewards, next_obs, terminated, done, ~self.prev_done)
+            if state is None:
+                cast(ReplayStorage, learner.buffer).add(*transition)
+            else:  # recurrent networks learn from sequences (the build pairs them with buffer=sequence)
+                cast(SequenceStorage, learner.buffer).add(*transition, state.starts, state.carry)
         stats.transitions += n_envs - int(self.prev_done.sum())
         returns, lengths = finished_episodes(infos)
         stats.episode_returns.extend(returns.tolist())
@@ -280,11 +296,11 @@ class Collector:
         self.env_s += t2 - t1
         self.buffer_s += t3 - t2
 
-    def end(self, algo: Algorithm, buffer: Any) -> None:
+    def end(self, learner: Learner) -> None:
         """Finish an on-policy rollout (its returns and advantages), and account the phase's time."""
-        if self.on_policy:
+        if isinstance(learner, OnPolicyLearner):
             t0 = time.perf_counter()
-            algo.finish_rollout(buffer, self.normalizer(self.obs), self._recurrent_state())  # type: ignore[attr-defined]
+            learner.algo.finish_rollout(learner.buffer, self.normalizer(self.obs), self._recurrent_state())
             self.buffer_s += time.perf_counter() - t0
         self._account(self.act_s, self.env_s, self.buffer_s)
 

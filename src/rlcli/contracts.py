@@ -13,9 +13,11 @@ from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple, Protocol, runtime_checkable
 
 import gymnasium as gym
+import numpy as np
 import torch
 from torch import nn
 
+from rlcli.batches import ReplayBatch, RolloutBatch, SequenceBatch
 from rlcli.schedules import Schedule
 
 # ------------------------------------------------------------------------------------------ specs
@@ -104,6 +106,85 @@ class ActOutput(NamedTuple):
     carry: torch.Tensor | None = None  # recurrent networks: the carry after this step
 
 
+# ------------------------------------------------------------------------------------ storages
+
+
+class Storage(Protocol):
+    """What every storage kind gives the loop and the checkpoints."""
+
+    default_schedules: dict[str, Schedule]  # values over the run (PER's beta, ERE's eta); most have none
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+
+class RolloutStorage(Storage, Protocol):
+    """An on-policy rollout: [n_steps, num_envs] steps, filled by the collector, finished with returns and
+    advantages by the algorithm (`compute_returns`), read whole (`flat`) or by whole env sequences."""
+
+    n_steps: int
+    num_envs: int
+    obs: torch.Tensor
+    rewards: torch.Tensor
+    values: torch.Tensor
+    terminated: torch.Tensor
+    dones: torch.Tensor
+    valid: torch.Tensor  # 0 at reset steps, which every loss masks out
+    advantages: torch.Tensor
+    returns: torch.Tensor
+
+    def add(self, obs: torch.Tensor, actions: torch.Tensor, log_probs: torch.Tensor, values: torch.Tensor,
+            rewards: torch.Tensor, terminated: torch.Tensor, dones: torch.Tensor, valid: torch.Tensor,
+            starts: torch.Tensor | None = None, carry: torch.Tensor | None = None,
+            action_mask: torch.Tensor | None = None) -> None: ...
+
+    def reset(self) -> None: ...
+
+    def compute_returns(self, last_values: torch.Tensor, gamma: float, gae_lambda: float) -> None: ...
+
+    def flat(self) -> RolloutBatch: ...
+
+    def env_batch(self, envs: torch.Tensor) -> RolloutBatch: ...
+
+
+class ReplayStorage(Storage, Protocol):
+    """Transitions for off-policy algorithms. Every replay storage has `update_priorities`; where sampling is
+    uniform it does nothing, so no algorithm asks whether its storage is prioritized."""
+
+    capacity: int  # transitions
+
+    def __len__(self) -> int: ...
+
+    def add(self, obs: torch.Tensor, actions: torch.Tensor, rewards: np.ndarray, next_obs: np.ndarray,
+            terminated: np.ndarray, dones: np.ndarray, valid: np.ndarray) -> None:
+        """One vector-env step; `valid` is False at reset steps, which store nothing."""
+        ...
+
+    def sample(self, batch_size: int, step: int = 0, steps: int = 1) -> ReplayBatch:
+        """`step` of `steps`: the gradient step this batch is for (ERE narrows its window over them)."""
+        ...
+
+    def update_priorities(self, indices: torch.Tensor, td_errors: torch.Tensor) -> None: ...
+
+
+class SequenceStorage(Storage, Protocol):
+    """Whole sequences with the carry they began with, for recurrent off-policy networks (R2D2's storage)."""
+
+    capacity: int  # sequences
+    burn_in: int  # steps at each sequence's start that only warm the carry up
+
+    def __len__(self) -> int: ...
+
+    def add(self, obs: torch.Tensor, actions: torch.Tensor, rewards: np.ndarray, next_obs: np.ndarray,
+            terminated: np.ndarray, dones: np.ndarray, valid: np.ndarray, starts: torch.Tensor,
+            carry: torch.Tensor) -> None: ...
+
+    def sample(self, batch_size: int, step: int = 0, steps: int = 1) -> SequenceBatch: ...
+
+    def update_priorities(self, indices: torch.Tensor, td_errors: torch.Tensor) -> None: ...
+
+
 # ------------------------------------------------------------------------------------- protocols
 
 
@@ -151,17 +232,17 @@ class Algorithm(Protocol):
         actions' device: the collector moves it to numpy, and an exported policy folds it in."""
         ...
 
-    def update(self, buffer: Any, clock: RunClock) -> dict[str, torch.Tensor]: ...
-
     def state_dict(self) -> dict[str, Any]: ...
 
     def load_state_dict(self, state: dict[str, Any]) -> None: ...
 
 
 class OnPolicyAlgorithm(Algorithm, Protocol):
-    def finish_rollout(self, buffer: Any, last_obs: torch.Tensor, state: RecurrentState | None) -> None:
+    def finish_rollout(self, buffer: RolloutStorage, last_obs: torch.Tensor, state: RecurrentState | None) -> None:
         """After a full rollout: compute what `update` learns from (returns and advantages)."""
         ...
+
+    def update(self, buffer: RolloutStorage, clock: RunClock) -> dict[str, torch.Tensor]: ...
 
 
 class CompilableAlgorithm(Protocol):
@@ -180,15 +261,6 @@ class MaskedPolicy(Protocol):
         ...
 
 
-class ReplayStorage(Protocol):
-    """What an off-policy algorithm calls on its storage. Every replay storage has `update_priorities`; where
-    sampling is uniform it does nothing, so no algorithm asks whether its storage is prioritized."""
-
-    def sample(self, batch_size: int, step: int = 0, steps: int = 1) -> Any: ...
-
-    def update_priorities(self, indices: torch.Tensor, td_errors: torch.Tensor) -> None: ...
-
-
 class OffPolicyAlgorithm(Algorithm, Protocol):
     batch_size: int
     learning_starts: int  # env steps of uniformly random actions before the first update
@@ -197,3 +269,36 @@ class OffPolicyAlgorithm(Algorithm, Protocol):
     episodes_per_collect: int
 
     def random_actions(self, n: int) -> torch.Tensor: ...
+
+    def update(self, buffer: ReplayStorage | SequenceStorage, clock: RunClock) -> dict[str, torch.Tensor]:
+        """Gradient steps on batches the storage samples (sequences when the networks are recurrent)."""
+        ...
+
+
+# ------------------------------------------------------------------------------------- the pairs
+
+
+@dataclass(frozen=True)
+class OnPolicyLearner:
+    """An on-policy algorithm and the rollout it learns from. The build pairs each algorithm with a storage of
+    its kind, so the loop and the collector call both with their own types instead of asking `spec.on_policy`."""
+
+    algo: OnPolicyAlgorithm
+    buffer: RolloutStorage
+
+    def update(self, clock: RunClock) -> dict[str, torch.Tensor]:
+        return self.algo.update(self.buffer, clock)
+
+
+@dataclass(frozen=True)
+class OffPolicyLearner:
+    """An off-policy algorithm and its replay (transitions, or sequences for recurrent networks)."""
+
+    algo: OffPolicyAlgorithm
+    buffer: ReplayStorage | SequenceStorage
+
+    def update(self, clock: RunClock) -> dict[str, torch.Tensor]:
+        return self.algo.update(self.buffer, clock)
+
+
+Learner = OnPolicyLearner | OffPolicyLearner

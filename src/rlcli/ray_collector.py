@@ -41,6 +41,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from rlcli.collector import CollectorError, CollectStats
+from rlcli.contracts import Learner, OnPolicyLearner
 from rlcli.ray_settings import RaySettings
 from rlcli.ray_worker import Fragment, RolloutWorker
 from rlcli.registry import ConfigError
@@ -152,8 +153,9 @@ class RayCollector:
             self._ray_environ = None
 
     # --------------------------------------------------------------------------------- collecting
-    def collect(self, algo: Any, buffer: Any, random_actions: bool = False) -> CollectStats:
+    def collect(self, learner: Learner, random_actions: bool = False) -> CollectStats:
         self._start()
+        algo = learner.algo
         import ray
 
         t0 = time.perf_counter()
@@ -172,7 +174,7 @@ class RayCollector:
         if rng is not None:
             assert fragments[0].rng is not None
             torch.set_rng_state(fragments[0].rng)  # every worker drew the same numbers: the learner goes on from there
-        stats = self._merge(algo, buffer, fragments)
+        stats = self._merge(learner, fragments)
         t2 = time.perf_counter()
         seconds = self.clock.seconds
         seconds["env"] += t1 - t0  # waiting for the workers: their acting and env steps
@@ -230,10 +232,11 @@ class RayCollector:
                     raise CollectorError(f"collector=ray: worker {w} did not come back in {timeout:.0f} s") from None
                 time.sleep(0.2)
 
-    def _merge(self, algo: Any, buffer: Any, fragments: list[Fragment]) -> CollectStats:
+    def _merge(self, learner: Learner, fragments: list[Fragment]) -> CollectStats:
         """The fragments' rows into the buffer, step by step, env-major in worker order: what a local run adds."""
-        if self.on_policy:
-            buffer.reset()
+        buffer = learner.buffer
+        if isinstance(learner, OnPolicyLearner):
+            learner.buffer.reset()
         columns = [np.concatenate([f.columns[i] for f in fragments], axis=1) for i in range(len(fragments[0].columns))]
         norm = (np.concatenate([f.norm_batches for f in fragments], axis=1)
                 if fragments[0].norm_batches is not None else None)
@@ -242,11 +245,12 @@ class RayCollector:
         for t in range(steps):
             if norm is not None:
                 self.normalizer.update(torch.from_numpy(norm[t]).to(self.device))
-            buffer.add(*[torch.from_numpy(column[t]).to(self.device) if is_tensor else column[t]
-                         for column, is_tensor in zip(columns, as_torch, strict=True)])
-        if self.on_policy:
+            row: list[Any] = [torch.from_numpy(column[t]).to(self.device) if is_tensor else column[t]
+                              for column, is_tensor in zip(columns, as_torch, strict=True)]
+            buffer.add(*row)  # the arguments the worker's collector gave its stand-in, in order
+        if isinstance(learner, OnPolicyLearner):
             last = torch.cat([f.last_obs for f in fragments]).to(self.device)
-            algo.finish_rollout(buffer, self.normalizer(last), None)
+            learner.algo.finish_rollout(learner.buffer, self.normalizer(last), None)
         stats = CollectStats(steps=steps * self.total)
         order = sorted((step, k, i) for k, f in enumerate(fragments) for i, step in enumerate(f.stats.episode_steps))
         for step, k, i in order:  # episodes in the order a local run finishes them: by step, then env

@@ -13,7 +13,7 @@ import torch
 from omegaconf import OmegaConf
 
 from rlcli.collector import CollectStats
-from rlcli.contracts import ActOutput
+from rlcli.contracts import ActOutput, Learner, OffPolicyLearner, OnPolicyLearner
 
 
 class _RecordingNorm:
@@ -120,7 +120,10 @@ class RolloutWorker:
         self.norm = _RecordingNorm(self.algo.networks.normalizer)
         self.recorder = _FragmentRecorder()
         self.collector = Collector(self.envs, self.norm, torch.device("cpu"), seed=int(self.cfg.seed) + offset,  # type: ignore[arg-type]
-                                   on_policy=on_policy, obs_dtype=agent.obs_dtype)
+                                   obs_dtype=agent.obs_dtype)
+        # the stand-ins pair as the learner's algorithm and storage do (they answer only what collecting asks)
+        self.learner: Learner = (OnPolicyLearner(self.policy, self.recorder) if on_policy  # type: ignore[arg-type]
+                                 else OffPolicyLearner(self.policy, self.recorder))  # type: ignore[arg-type]
 
     def pid(self) -> int:
         return os.getpid()
@@ -138,7 +141,7 @@ class RolloutWorker:
             torch.set_rng_state(rng)
         self.recorder.reset()
         self.norm.batches = []
-        stats = self.collector.collect(self.policy, self.recorder, random_actions=random_actions)  # type: ignore[arg-type]
+        stats = self.collector.collect(self.learner, random_actions=random_actions)
         norm = np.stack([b.numpy() for b in self.norm.batches]) if self.norm.batches else None
         return Fragment(version, self.recorder.columns(), self.recorder.torch_args, norm,
                         self.collector.obs.clone(), stats,

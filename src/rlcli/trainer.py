@@ -24,7 +24,7 @@ from rlcli.budget import budget_warnings, planned_steps
 from rlcli.build import Components
 from rlcli.callbacks import Callback, CallbackList, RunContext
 from rlcli.collector import CollectorError, CollectStats, EnvError
-from rlcli.contracts import RunClock
+from rlcli.contracts import Learner, OnPolicyLearner, RunClock
 from rlcli.divergence import Diverged, NonfiniteGuard
 from rlcli.envs import library_noise
 from rlcli.evaluation import record_video, test_phase
@@ -74,6 +74,11 @@ def remove_stale_temporaries(run_dir: Path) -> None:
 
 def checkpoint_steps(path: Path) -> int:
     return int(path.stem.split("_")[-1]) if path.stem.startswith("ckpt_") else 0
+
+
+def learning_started(learner: Learner, env_steps: int) -> bool:
+    """Off-policy runs act at random and learn nothing for their first algo.learning_starts env steps."""
+    return isinstance(learner, OnPolicyLearner) or env_steps >= learner.algo.learning_starts
 
 
 def crossed(step: int, previous: int, every: int) -> bool:
@@ -225,13 +230,13 @@ class Trainer:
 
     def collect(self) -> Iteration:
         warming_up = self.before_collect()
-        return self.after_collect(self.c.collector.collect(self.c.algo, self.c.buffer, random_actions=warming_up))
+        return self.after_collect(self.c.collector.collect(self.c.learner, random_actions=warming_up))
 
     def before_collect(self) -> bool:
         """The schedules' acting values; True while an off-policy run warms up with random actions."""
         c, state = self.c, self.state
         apply_schedules(c.schedules, RunClock(state.env_steps, c.settings.total_steps).progress)  # acting values
-        return not c.spec.on_policy and state.env_steps < c.algo.learning_starts
+        return not learning_started(c.learner, state.env_steps)
 
     def after_collect(self, stats: CollectStats) -> Iteration:
         """Count the collect phase's steps and episodes; the callbacks may ask to stop."""
@@ -250,14 +255,14 @@ class Trainer:
         metrics = None
         if planned is not None:
             with self.c.clock("update"):
-                metrics = self.c.algo.update(self.c.buffer, planned.clock)
+                metrics = self.c.learner.update(planned.clock)
         return self.record_update(it, planned, metrics, log)
 
     def before_update(self, transitions: int) -> PlannedUpdate | None:
         """The schedules' learning values and the skip snapshot, when this iteration updates (None: it does not).
         `transitions`: what the collect phase the update follows stored (SB3's gradient_steps=-1 counts them)."""
         c, s, state = self.c, self.c.settings, self.state
-        if not (c.spec.on_policy or state.env_steps >= c.algo.learning_starts):
+        if not learning_started(c.learner, state.env_steps):
             return None
         run_clock = RunClock(state.env_steps, s.total_steps, transitions)
         scheduled = apply_schedules(c.schedules, run_clock.progress)  # learning values

@@ -23,8 +23,8 @@ from rlcli.algos.base import (
     refuse_in_population,
 )
 from rlcli.algos.losses import policy_gradient_terms, squared_value_loss
-from rlcli.buffers.rollout import RolloutBatch, RolloutBuffer
-from rlcli.contracts import ON_POLICY_ACTIONS, ActOutput, AlgoSpec, RecurrentState
+from rlcli.batches import RolloutBatch
+from rlcli.contracts import ON_POLICY_ACTIONS, ActOutput, AlgoSpec, RecurrentState, RolloutStorage
 from rlcli.registry import ALGOS
 from rlcli.schedules import to_zero
 
@@ -74,7 +74,7 @@ class A2C(OneStepUpdate):
         self.noise_resampling.before_act(obs.shape[0], deterministic)
         return self.networks.act(obs, deterministic, state)
 
-    def finish_rollout(self, buffer: RolloutBuffer, last_obs: torch.Tensor, state: RecurrentState | None) -> None:
+    def finish_rollout(self, buffer: RolloutStorage, last_obs: torch.Tensor, state: RecurrentState | None) -> None:
         finish_with_gae(self.networks.value, buffer, last_obs, state, self.gamma, self.gae_lambda)
 
     def minibatch_loss(self, batch: RolloutBatch, ent_coef: float | torch.Tensor, vf_coef: float | torch.Tensor,

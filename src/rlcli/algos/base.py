@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from rlcli.actors.mlp import ActorCritic
-from rlcli.buffers.rollout import RolloutBatch
+from rlcli.batches import RolloutBatch
 from rlcli.contracts import RecurrentState
 from rlcli.registry import require
 

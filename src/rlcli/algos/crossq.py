@@ -41,8 +41,7 @@ from rlcli.algos.offpolicy import (
     resolve_gradient_steps,
     run_gradient_steps,
 )
-from rlcli.buffers.replay import ReplayBuffer
-from rlcli.contracts import ActOutput, AlgoSpec, RecurrentState, RunClock
+from rlcli.contracts import ActOutput, AlgoSpec, RecurrentState, ReplayStorage, RunClock, SequenceStorage
 from rlcli.registry import ALGOS, require
 from rlcli.schedules import Schedule
 
@@ -190,7 +189,7 @@ class CrossQ:
         td = q - target
         return 0.5 * (batch.weights * td.square()).mean(-1).sum(), td.detach().abs().mean(0)
 
-    def update(self, buffer: ReplayBuffer, clock: RunClock) -> dict[str, torch.Tensor]:
+    def update(self, buffer: ReplayStorage | SequenceStorage, clock: RunClock) -> dict[str, torch.Tensor]:
         if len(buffer) == 0:
             return {}
         steps = gradient_steps_now(self.gradient_steps, clock)

@@ -23,9 +23,8 @@ from rlcli.algos.offpolicy import (
     resolve_gradient_steps,
     run_gradient_steps,
 )
-from rlcli.buffers.replay import ReplayBuffer
-from rlcli.buffers.sequence import SequenceBatch
-from rlcli.contracts import ActOutput, AlgoSpec, RecurrentState, RunClock
+from rlcli.batches import SequenceBatch
+from rlcli.contracts import ActOutput, AlgoSpec, RecurrentState, ReplayStorage, RunClock, SequenceStorage
 from rlcli.registry import ALGOS, ConfigError, require
 from rlcli.schedules import Schedule
 
@@ -147,7 +146,7 @@ class DQN:
     def env_actions(self, actions: torch.Tensor) -> torch.Tensor:
         return actions
 
-    def update(self, buffer: ReplayBuffer, clock: RunClock) -> dict[str, torch.Tensor]:
+    def update(self, buffer: ReplayStorage | SequenceStorage, clock: RunClock) -> dict[str, torch.Tensor]:
         if len(buffer) == 0:  # nothing whole stored yet: n-step returns or R2D2 sequences still pending
             return {}
         net = self.networks

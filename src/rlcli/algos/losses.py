@@ -12,7 +12,7 @@ import torch
 
 from rlcli.addons import addon_losses
 from rlcli.algos.base import evaluate_batch, masked_mean, normalize_masked
-from rlcli.buffers.rollout import RolloutBatch
+from rlcli.batches import RolloutBatch
 
 
 def policy_gradient_loss(advantages: torch.Tensor, log_probs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

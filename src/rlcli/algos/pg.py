@@ -28,8 +28,8 @@ from rlcli.algos.base import (
     refuse_in_population,
 )
 from rlcli.algos.losses import policy_gradient_terms, squared_value_loss
-from rlcli.buffers.rollout import RolloutBatch, RolloutBuffer
-from rlcli.contracts import ON_POLICY_ACTIONS, ActOutput, AlgoSpec, RecurrentState
+from rlcli.batches import RolloutBatch
+from rlcli.contracts import ON_POLICY_ACTIONS, ActOutput, AlgoSpec, RecurrentState, RolloutStorage
 from rlcli.registry import ALGOS
 from rlcli.schedules import to_zero
 
@@ -78,7 +78,7 @@ class PolicyGradient(OneStepUpdate):
         values = self.networks.value(obs, state)
         return values if self.baseline else torch.zeros_like(values)
 
-    def finish_rollout(self, buffer: RolloutBuffer, last_obs: torch.Tensor, state: RecurrentState | None) -> None:
+    def finish_rollout(self, buffer: RolloutStorage, last_obs: torch.Tensor, state: RecurrentState | None) -> None:
         finish_with_gae(self.value, buffer, last_obs, state, self.gamma, self.gae_lambda)
 
     def minibatch_loss(self, batch: RolloutBatch, ent_coef: float | torch.Tensor, vf_coef: float | torch.Tensor,

@@ -30,9 +30,9 @@ from rlcli.algos.base import (
 )
 from rlcli.algos.exploration import minibatches
 from rlcli.algos.losses import clipped_surrogate_loss, squared_value_loss
-from rlcli.buffers.rollout import RolloutBatch, RolloutBuffer
+from rlcli.batches import RolloutBatch
 from rlcli.compiled import CompiledAdamStep
-from rlcli.contracts import ON_POLICY_ACTIONS, ActOutput, AlgoSpec, RecurrentState, RunClock
+from rlcli.contracts import ON_POLICY_ACTIONS, ActOutput, AlgoSpec, RecurrentState, RolloutStorage, RunClock
 from rlcli.registry import ALGOS, ConfigError, require
 from rlcli.schedules import to_zero
 
@@ -127,10 +127,10 @@ class PPO:
         self.noise_resampling.before_act(obs.shape[0], deterministic)
         return self.networks.act(obs, deterministic, state)
 
-    def finish_rollout(self, buffer: RolloutBuffer, last_obs: torch.Tensor, state: RecurrentState | None) -> None:
+    def finish_rollout(self, buffer: RolloutStorage, last_obs: torch.Tensor, state: RecurrentState | None) -> None:
         finish_with_gae(self.networks.value, buffer, last_obs, state, self.gamma, self.gae_lambda)
 
-    def update(self, buffer: RolloutBuffer, clock: RunClock) -> dict[str, torch.Tensor]:
+    def update(self, buffer: RolloutStorage, clock: RunClock) -> dict[str, torch.Tensor]:
         plan = self.begin_update(buffer)
         sums: dict[str, torch.Tensor] = {}
         n_minibatches = 0
@@ -146,7 +146,7 @@ class PPO:
                 break
         return self.end_update(plan, {k: v / n_minibatches for k, v in sums.items()})
 
-    def begin_update(self, buffer: RolloutBuffer) -> UpdatePlan:
+    def begin_update(self, buffer: RolloutStorage) -> UpdatePlan:
         """This update's learning rate (the schedule's), clip range and flat rollout."""
         lr = set_lr(self.optimizer, self.lr_scale)
         clip = None if self.clip_range is None else self.clip_range * self.clip_range_scale
@@ -187,7 +187,7 @@ class PPO:
             self.kl_coef = adapt_kl_coef(self.kl_coef, float(metrics["approx_kl"]), self.kl_target)
         return metrics
 
-    def _minibatches(self, buffer: RolloutBuffer, batch: RolloutBatch, size: int) -> Iterator[RolloutBatch]:
+    def _minibatches(self, buffer: RolloutStorage, batch: RolloutBatch, size: int) -> Iterator[RolloutBatch]:
         """Shuffled minibatches of steps, or of whole env sequences for a recurrent actor."""
         device = batch.mask.device
         if self.recurrent:

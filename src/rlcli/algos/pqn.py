@@ -20,8 +20,7 @@ from rlcli.actors.layers import _ACTIVATIONS
 from rlcli.actors.offpolicy import NetworkRecipe
 from rlcli.algos.base import Decay, gradient_step, masked_mean, set_lr
 from rlcli.algos.exploration import epsilon_greedy, minibatches
-from rlcli.buffers.rollout import RolloutBuffer
-from rlcli.contracts import ActOutput, AlgoSpec, RecurrentState, RunClock
+from rlcli.contracts import ActOutput, AlgoSpec, RecurrentState, RolloutStorage, RunClock
 from rlcli.registry import ALGOS, require
 from rlcli.schedules import Schedule, to_zero
 
@@ -141,14 +140,14 @@ class PQN:
     def env_actions(self, actions: torch.Tensor) -> torch.Tensor:
         return actions
 
-    def finish_rollout(self, buffer: RolloutBuffer, last_obs: torch.Tensor, state: RecurrentState | None) -> None:
+    def finish_rollout(self, buffer: RolloutStorage, last_obs: torch.Tensor, state: RecurrentState | None) -> None:
         with torch.inference_mode():
             last_values = self.networks(last_obs).max(-1).values
         buffer.returns = q_lambda_returns(buffer.rewards, buffer.values, buffer.terminated, buffer.dones, last_values,
                                           self.gamma, self.q_lambda)
         buffer.advantages = buffer.returns - buffer.values  # not trained on; kept for a uniform rollout
 
-    def update(self, buffer: RolloutBuffer, clock: RunClock) -> dict[str, torch.Tensor]:
+    def update(self, buffer: RolloutStorage, clock: RunClock) -> dict[str, torch.Tensor]:
         lr = set_lr(self.optimizer, self.lr_scale)
         batch = buffer.flat()
         size, device = batch.mask.shape[0], batch.mask.device

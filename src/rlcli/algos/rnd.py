@@ -29,8 +29,9 @@ from rlcli.actors.layers import mlp, orthogonal_init
 from rlcli.actors.mlp import ActorCritic
 from rlcli.actors.normalizer import RunningNorm
 from rlcli.algos.ppo import PPO
-from rlcli.buffers.rollout import RolloutBatch, RolloutBuffer, compute_gae
-from rlcli.contracts import AlgoSpec, RecurrentState, RunClock
+from rlcli.batches import RolloutBatch
+from rlcli.buffers.rollout import compute_gae
+from rlcli.contracts import AlgoSpec, RecurrentState, RolloutStorage, RunClock
 from rlcli.registry import ALGOS, ConfigError, require
 
 
@@ -125,7 +126,7 @@ class RNDPPO(PPO):
         yield from self.rnd.predictor.parameters()
 
     @torch.inference_mode()
-    def finish_rollout(self, buffer: RolloutBuffer, last_obs: torch.Tensor, state: RecurrentState | None) -> None:
+    def finish_rollout(self, buffer: RolloutStorage, last_obs: torch.Tensor, state: RecurrentState | None) -> None:
         """Intrinsic rewards for the rollout's steps, then both GAEs and the combined advantages."""
         steps = buffer.n_steps * buffer.num_envs
         next_obs = torch.cat([buffer.obs[1:], last_obs.unsqueeze(0)], 0)  # what each step led to
@@ -149,7 +150,7 @@ class RNDPPO(PPO):
         buffer.advantages = self.ext_coef * adv_ext + self.int_coef * adv_int
         buffer.returns = torch.stack([ret_ext, ret_int], -1)
 
-    def update(self, buffer: RolloutBuffer, clock: RunClock) -> dict[str, torch.Tensor]:
+    def update(self, buffer: RolloutStorage, clock: RunClock) -> dict[str, torch.Tensor]:
         if self.warming_up:
             return {"rnd_warmup_steps": torch.tensor(float(self.warmup_seen))}
         metrics = super().update(buffer, clock)

@@ -38,9 +38,8 @@ from rlcli.algos.offpolicy import (
     resolve_gradient_steps,
     run_gradient_steps,
 )
-from rlcli.buffers.replay import ReplayBuffer
-from rlcli.buffers.sequence import SequenceBatch
-from rlcli.contracts import ActOutput, AlgoSpec, RecurrentState, RunClock
+from rlcli.batches import SequenceBatch
+from rlcli.contracts import ActOutput, AlgoSpec, RecurrentState, ReplayStorage, RunClock, SequenceStorage
 from rlcli.registry import ALGOS, require
 from rlcli.schedules import Schedule
 
@@ -165,7 +164,7 @@ class SAC:
     def env_actions(self, actions: torch.Tensor) -> torch.Tensor:
         return self.scaler.to_env(actions)
 
-    def update(self, buffer: ReplayBuffer, clock: RunClock) -> dict[str, torch.Tensor]:
+    def update(self, buffer: ReplayStorage | SequenceStorage, clock: RunClock) -> dict[str, torch.Tensor]:
         if len(buffer) == 0:  # n-step storage holds nothing yet (learning_starts=0, train_freq < n_step)
             return {}
         return run_gradient_steps(buffer, self.batch_size, gradient_steps_now(self.gradient_steps, clock),

@@ -30,8 +30,7 @@ from rlcli.algos.offpolicy import (
     resolve_gradient_steps,
     run_gradient_steps,
 )
-from rlcli.buffers.replay import ReplayBuffer
-from rlcli.contracts import ActOutput, AlgoSpec, RecurrentState, RunClock
+from rlcli.contracts import ActOutput, AlgoSpec, RecurrentState, ReplayStorage, RunClock, SequenceStorage
 from rlcli.registry import ALGOS, require
 from rlcli.schedules import to_zero
 
@@ -116,7 +115,7 @@ class TD3:
     def env_actions(self, actions: torch.Tensor) -> torch.Tensor:
         return self.scaler.to_env(actions)
 
-    def update(self, buffer: ReplayBuffer, clock: RunClock) -> dict[str, torch.Tensor]:
+    def update(self, buffer: ReplayStorage | SequenceStorage, clock: RunClock) -> dict[str, torch.Tensor]:
         if len(buffer) == 0:  # n-step storage holds nothing yet (learning_starts=0, train_freq < n_step)
             return {}
         steps = gradient_steps_now(self.gradient_steps, clock)

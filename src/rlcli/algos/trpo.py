@@ -31,8 +31,8 @@ from rlcli.algos.base import (
     set_lr,
 )
 from rlcli.algos.exploration import minibatches
-from rlcli.buffers.rollout import RolloutBatch, RolloutBuffer
-from rlcli.contracts import ON_POLICY_ACTIONS, ActOutput, AlgoSpec, RecurrentState, RunClock
+from rlcli.batches import RolloutBatch
+from rlcli.contracts import ON_POLICY_ACTIONS, ActOutput, AlgoSpec, RecurrentState, RolloutStorage, RunClock
 from rlcli.registry import ALGOS, ConfigError, require
 from rlcli.schedules import to_zero
 
@@ -156,10 +156,10 @@ class TRPO:
         self.noise_resampling.before_act(obs.shape[0], deterministic)
         return self.networks.act(obs, deterministic, state)
 
-    def finish_rollout(self, buffer: RolloutBuffer, last_obs: torch.Tensor, state: RecurrentState | None) -> None:
+    def finish_rollout(self, buffer: RolloutStorage, last_obs: torch.Tensor, state: RecurrentState | None) -> None:
         finish_with_gae(self.networks.value, buffer, last_obs, state, self.gamma, self.gae_lambda)
 
-    def update(self, buffer: RolloutBuffer, clock: RunClock) -> dict[str, torch.Tensor]:
+    def update(self, buffer: RolloutStorage, clock: RunClock) -> dict[str, torch.Tensor]:
         lr = set_lr(self.value_optimizer, self.lr_scale)
         batch = buffer.flat()
         step = self.sub_sampling_factor

@@ -16,7 +16,8 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
-from rlcli.buffers.replay import REPLAY, ReplayBatch, identity
+from rlcli.batches import ReplayBatch
+from rlcli.buffers.replay import REPLAY, identity
 from rlcli.registry import BUFFERS, ConfigError, require
 from rlcli.schedules import Schedule
 

@@ -18,7 +18,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from rlcli.buffers.replay import REPLAY, ReplayBatch, ReplayBuffer, Storage, _replay_context
+from rlcli.batches import ReplayBatch
+from rlcli.buffers.replay import REPLAY, ReplayBuffer, Storage, _replay_context
 from rlcli.buffers.sumtree import SumTree
 from rlcli.registry import BUFFERS, require
 from rlcli.schedules import Schedule

@@ -10,11 +10,12 @@ following reset step is not a transition and is never stored.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal
 
 import numpy as np
 import torch
 
+from rlcli.batches import ReplayBatch
 from rlcli.contracts import BufferSpec
 from rlcli.registry import BUFFERS, require
 from rlcli.schedules import Schedule
@@ -25,16 +26,6 @@ REPLAY = BufferSpec(on_policy=False)
 def identity(x: torch.Tensor) -> torch.Tensor:
     """The normalizer of a storage built on its own (tests, scripts): batches as stored."""
     return x
-
-
-class ReplayBatch(NamedTuple):
-    obs: torch.Tensor
-    actions: torch.Tensor
-    rewards: torch.Tensor
-    next_obs: torch.Tensor
-    discounts: torch.Tensor
-    weights: torch.Tensor  # importance weights (ones unless prioritized)
-    indices: torch.Tensor
 
 
 def storage_device(

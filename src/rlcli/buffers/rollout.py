@@ -8,10 +8,9 @@ V(final observation), which is exactly what a time-limited step must bootstrap f
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 import torch
 
+from rlcli.batches import RolloutBatch
 from rlcli.contracts import BufferSpec
 from rlcli.registry import BUFFERS
 from rlcli.schedules import Schedule
@@ -42,21 +41,6 @@ def compute_gae(
         running = deltas[t] + carry[t] * running
         advantages[t] = running
     return advantages, advantages + values
-
-
-class RolloutBatch(NamedTuple):
-    obs: torch.Tensor
-    actions: torch.Tensor
-    log_probs: torch.Tensor
-    values: torch.Tensor
-    advantages: torch.Tensor
-    returns: torch.Tensor
-    mask: torch.Tensor  # 1 for real transitions, 0 for reset steps
-    # Recurrent actors only: [T, B] episode starts and each env's carry when the rollout began.
-    # The other fields are then time-major flat [T * B] over those B envs.
-    starts: torch.Tensor | None = None
-    carry0: torch.Tensor | None = None
-    action_masks: torch.Tensor | None = None  # algorithms with AlgoSpec.action_masks: [.., n_actions] bool
 
 
 @BUFFERS.register("rollout", spec=BufferSpec(on_policy=True))

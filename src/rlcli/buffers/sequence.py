@@ -15,28 +15,16 @@ sequence holds one more observation than steps, so the last step has its next ob
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 import torch
 
+from rlcli.batches import SequenceBatch
 from rlcli.buffers.replay import identity
 from rlcli.contracts import BufferSpec
 from rlcli.registry import BUFFERS, ConfigError, require
 from rlcli.schedules import Schedule
-
-
-class SequenceBatch(NamedTuple):
-    """Time-major: obs and starts [L + 1, B, ...]; actions [L, B, ...]; rewards, terminated, valid [L, B];
-    carry0 [B, C]."""
-
-    obs: torch.Tensor
-    actions: torch.Tensor
-    rewards: torch.Tensor
-    terminated: torch.Tensor
-    valid: torch.Tensor
-    starts: torch.Tensor
-    carry0: torch.Tensor
 
 
 class SequenceReplayBuffer:

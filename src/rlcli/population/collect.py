@@ -22,7 +22,7 @@ def collect_together(members: Sequence[Member], population: PopulationUpdate,
     rows = [m for m in members if m.live]
     failed: dict[int, CollectorError] = {}
     collectors = {id(m): m.trainer.c.collector for m in rows}
-    stats = {id(m): collectors[id(m)].begin(m.trainer.c.algo, m.trainer.c.buffer) for m in rows}
+    stats = {id(m): collectors[id(m)].begin(m.trainer.c.learner) for m in rows}
     steps = rows[0].trainer.c.algo.steps_per_collect
     for step in range(steps):
         started = time.perf_counter()
@@ -42,13 +42,13 @@ def collect_together(members: Sequence[Member], population: PopulationUpdate,
             member.rng["torch"] = torch.get_rng_state()
             collector.act_s += share + time.perf_counter() - drawn
             try:
-                collector.advance(algo, member.trainer.c.buffer, stats[id(member)], step, seen[id(member)][0],
-                                  None, out, random_actions=False)
+                collector.advance(member.trainer.c.learner, stats[id(member)], step, seen[id(member)][0], None, out,
+                                  random_actions=False)
             except CollectorError as error:
                 failed[id(member)] = error
         rows = [m for m in rows if id(m) not in failed]
         if not rows:
             break
     for member in rows:
-        collectors[id(member)].end(member.trainer.c.algo, member.trainer.c.buffer)
+        collectors[id(member)].end(member.trainer.c.learner)
     return [failed.get(id(m), stats.get(id(m))) for m in members]

@@ -19,7 +19,8 @@ from torch import nn
 from torch.func import functional_call, vmap
 
 from rlcli.algos.base import UpdatePlan
-from rlcli.buffers.rollout import RolloutBatch, RolloutBuffer
+from rlcli.batches import RolloutBatch
+from rlcli.buffers.rollout import RolloutBuffer
 from rlcli.contracts import ActOutput
 from rlcli.optim import step_together
 from rlcli.population.stacking import stack_weights
