@@ -11,7 +11,8 @@ import pytest
 from conftest import RL_TRAIN
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from rlcli.tracking import Tracking, flat_params
+from rlcli.tracking import Tracking
+from rlcli.tracking_sinks import flat_params
 
 TINY = ["train.total_steps=2048", "train.num_envs=2", "algo.n_steps=128", "algo.batch_size=64",
         "train.test_every=1024", "train.test_episodes=2", "train.checkpoint_every=512", "log.console=false",

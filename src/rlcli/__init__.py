@@ -24,7 +24,8 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from rlcli.api import Evaluation, Policy, RlcliError, Run, evaluate, export, load, train
+    from rlcli.api import Policy, RlcliError, Run, load, train
+    from rlcli.api_evaluate import Evaluation, evaluate, export
     from rlcli.callbacks import Callback, RunContext
 
 __version__ = "0.1.0"
@@ -32,8 +33,9 @@ __all__ = ["Callback", "Evaluation", "Policy", "RlcliError", "Run", "RunContext"
            "train", "__version__"]
 # Imported when first used (PEP 562): the console scripts import rlcli.cli, which installs the signal handlers
 # before anything else loads, so a Ctrl-C at the very start of rl-train is one line too, not a traceback.
-_HOMES = {"Callback": "rlcli.callbacks", "RunContext": "rlcli.callbacks"} | dict.fromkeys(
-    ("Evaluation", "Policy", "RlcliError", "Run", "evaluate", "export", "load", "train"), "rlcli.api")
+_HOMES = ({"Callback": "rlcli.callbacks", "RunContext": "rlcli.callbacks"}
+          | dict.fromkeys(("Policy", "RlcliError", "Run", "load", "train"), "rlcli.api")
+          | dict.fromkeys(("Evaluation", "evaluate", "export"), "rlcli.api_evaluate"))
 
 
 def __getattr__(name: str) -> Any:

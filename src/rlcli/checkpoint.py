@@ -202,3 +202,7 @@ def resolve(path: Path | str) -> Path:
             raise CheckpointError(f"no usable checkpoint in {directory}")
         return found
     return path
+
+
+def checkpoint_steps(path: Path) -> int:
+    return int(path.stem.split("_")[-1]) if path.stem.startswith("ckpt_") else 0

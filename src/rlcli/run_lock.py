@@ -9,6 +9,7 @@ hosts. The file itself only says who holds it (pid, host, start time), for the e
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import socket
@@ -54,3 +55,10 @@ def release(run_dir: Path) -> None:
     fd = _held.pop(Path(run_dir).resolve(), None)
     if fd is not None:
         os.close(fd)  # closing the descriptor drops its lock; the file stays, harmless
+
+
+def remove_stale_temporaries(run_dir: Path) -> None:
+    """`*.tmp` files that a killed process left behind (a write is a temporary file, then a rename)."""
+    for stale in [*run_dir.glob("*.tmp"), *run_dir.glob("checkpoints/*.tmp")]:
+        with contextlib.suppress(OSError):
+            stale.unlink()

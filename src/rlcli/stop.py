@@ -1,5 +1,6 @@
-"""Stop signals while training: the first Ctrl-C / SIGTERM is remembered for the loop's next safe point, a second
-one raises StopNow. Its own module, importing nothing heavy, so that the console entry points take it from here."""
+"""How a run stops early: on a fault it cannot go past (RunFailed), or on Ctrl-C / SIGTERM (the first is remembered for
+the loop's next safe point, a second raises StopNow). Its own module, importing nothing heavy, so that the console
+entry points take it from here."""
 
 from __future__ import annotations
 
@@ -7,6 +8,22 @@ import contextlib
 import signal
 from collections.abc import Callable
 from typing import Any
+
+
+class RunFailed(SystemExit):
+    """The run stopped on a fault it cannot go past; `message` is the line printed on stderr. Exit code 1."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(1)
+        self.message = message
+
+
+class StoppedBySignal(SystemExit):
+    """Ctrl-C / SIGTERM stopped the run at a safe point with a checkpoint saved. Exit code 128 + the signal."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(128 + signum)
+        self.signum = signum
 
 
 class StopNow(KeyboardInterrupt):

@@ -130,7 +130,7 @@ def end_record(record: dict[str, Any], run_dir: Path, job_num: int, shown: str, 
                error: BaseException | None = None) -> dict[str, Any]:
     """The job's final record from its trainer or what stopped it, written; a signal's SystemExit is re-raised
     after the record says `interrupted` (the sweep stops with it)."""
-    from rlcli.trainer import RunFailed
+    from rlcli.stop import RunFailed
 
     if isinstance(error, ConfigError):
         record.update(status="failed", error=str(error))

@@ -13,13 +13,11 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, NamedTuple, NoReturn
 
-import numpy as np
-
-from rlcli import checkpoint
+from rlcli import checkpoint, run_lock
 from rlcli.budget import budget_warnings, planned_steps
 from rlcli.build import Components
 from rlcli.callbacks import Callback, CallbackList, RunContext
@@ -27,63 +25,22 @@ from rlcli.collector import CollectorError, CollectStats, EnvError
 from rlcli.contracts import Learner, OnPolicyLearner, RunClock
 from rlcli.divergence import Diverged, NonfiniteGuard
 from rlcli.envs import library_noise
-from rlcli.evaluation import record_video, test_phase
+from rlcli.evaluation import test_phase
 from rlcli.log import RunLogger, fmt_return
-from rlcli.os_errors import describe_os_error
-from rlcli.registry import ConfigError
+from rlcli.loop_steps import Iteration, crossed, log_phase, stop_line, tb_cadence, video_phase
+from rlcli.os_errors import describe_os_error, quiet_thread_os_errors
 from rlcli.run_state import TrainState, drop_stale_best, save
 from rlcli.runtime import seconds_since_process_start
 from rlcli.schedules import apply_schedules
-from rlcli.stop import StopSignals
-from rlcli.tracking import Tracking, run_files, settings_of
+from rlcli.stop import RunFailed, StoppedBySignal, StopSignals
+from rlcli.tracking import Tracking, run_files, start_for_run
 
 logger = logging.getLogger("rlcli")
-
-
-class RunFailed(SystemExit):
-    """The run stopped on a fault it cannot go past; `message` is the line printed on stderr. Exit code 1."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(1)
-        self.message = message
-
-
-class StoppedBySignal(SystemExit):
-    """Ctrl-C / SIGTERM stopped the run at a safe point with a checkpoint saved. Exit code 128 + the signal."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(128 + signum)
-        self.signum = signum
-
-
-def _quiet_thread_os_errors(args: threading.ExceptHookArgs) -> None:
-    """TensorBoard's writer thread meets the same disk fault as the loop, which reports it in one line: the thread's
-    traceback goes to train.log only."""
-    if isinstance(args.exc_value, OSError):
-        logger.info("a background writer stopped: %s", args.exc_value)
-        return
-    threading.__excepthook__(args)
-
-
-def remove_stale_temporaries(run_dir: Path) -> None:
-    """`*.tmp` files that a killed process left behind (a write is a temporary file, then a rename)."""
-    for stale in [*run_dir.glob("*.tmp"), *run_dir.glob("checkpoints/*.tmp")]:
-        with contextlib.suppress(OSError):
-            stale.unlink()
-
-
-def checkpoint_steps(path: Path) -> int:
-    return int(path.stem.split("_")[-1]) if path.stem.startswith("ckpt_") else 0
 
 
 def learning_started(learner: Learner, env_steps: int) -> bool:
     """Off-policy runs act at random and learn nothing for their first algo.learning_starts env steps."""
     return isinstance(learner, OnPolicyLearner) or env_steps >= learner.algo.learning_starts
-
-
-def crossed(step: int, previous: int, every: int) -> bool:
-    """True when the clock passed a multiple of `every` between `previous` and `step`."""
-    return every > 0 and step // every > previous // every
 
 
 @dataclass
@@ -98,18 +55,6 @@ class TrainerOptions:
     typed_keys: set[str] | None = None  # the command line's keys (None: unknown), for budget_warnings
     callbacks: Sequence[Callback] = ()  # called at the loop's points (callbacks.py): pruners, the user's own
     in_python: bool = False  # rlcli.train(): a failure is raised to the caller, not printed on stderr
-
-
-@dataclass
-class Iteration:
-    """One pass of the loop: what its collect and update produced, for the steps after them."""
-
-    previous: int  # env steps before this iteration's collect
-    stats: CollectStats
-    metrics: dict[str, Any] = field(default_factory=dict)
-    sps: float = 0.0
-    last_phase: bool = False  # the budget is reached with this iteration
-    stop: str | None = None  # why the run ends after this iteration: stop_reward, pruned, a callback's reason
 
 
 class PlannedUpdate(NamedTuple):
@@ -135,7 +80,7 @@ class Trainer:
     def run(self) -> float:
         """Train until train.total_steps or the stop reward; return the last mean test return. A filesystem fault
         (a full or read-only disk, a file-size limit, the run dir deleted) is one line and exit code 1."""
-        threading.excepthook = _quiet_thread_os_errors
+        threading.excepthook = quiet_thread_os_errors
         try:
             return self._run()
         except OSError as error:
@@ -176,10 +121,11 @@ class Trainer:
         """Test, video, log, a stop, a signal, a checkpoint: everything after an iteration's update. True: stop."""
         state = self.state
         self._test_phase(it, log)
-        self._video_phase(it, log)
-        self._log_phase(it, log)
+        video_phase(self.c, state, it, self.run_dir, log)
+        log_phase(self.c, state, it, log, self._tb_every)
         if it.stop is not None and not it.last_phase:  # at the budget's end it is simply the end
-            self._say_stop(it, log)
+            log.message(stop_line(it.stop, state, self.c.stop_reward, self.run_dir))
+            self.stop_reason = it.stop
             return True
         self.stop_on_signal(log)  # Ctrl-C / SIGTERM: checkpoint, exit
         total = self.c.settings.total_steps
@@ -194,7 +140,7 @@ class Trainer:
         """Before the first collect: warnings, tracking, the logger and its header, the clocks, the callbacks."""
         c, state = self.c, self.state
         state.finished = False
-        remove_stale_temporaries(self.run_dir)  # this process holds the run dir (run_lock.py): none is in flight
+        run_lock.remove_stale_temporaries(self.run_dir)  # this process holds the run dir: none is in flight
         library_noise.log_pending()
         planned = planned_steps(c, state.env_steps)
         for warning in budget_warnings(c, planned, self.options.typed_keys):
@@ -211,7 +157,7 @@ class Trainer:
                     + (f", resumed at {state.env_steps:,} env steps" if state.env_steps else ""))
         for where in tracking.describe() if tracking is not None else []:
             log.message(f"tracking: {where}" + (" (continued)" if state.env_steps else ""))
-        self._tb_every = self._tb_cadence()
+        self._tb_every = tb_cadence(c)
         c.clock.restart()
         self._restart_clock()
         started = self.options.job_started
@@ -298,45 +244,6 @@ class Trainer:
         reached = c.stop_reward is not None and last is not None and last >= c.stop_reward
         it.stop = "stop_reward" if reached else it.stop or requested
 
-    def _video_phase(self, it: Iteration, log: RunLogger) -> None:
-        c = self.c
-        if c.video_envs is not None and crossed(self.state.env_steps, it.previous, int(c.cfg.log.video_every)):
-            with c.clock("test"):  # a test episode, recorded
-                record_video(c, self.state.env_steps, self.run_dir, log)
-
-    def _log_phase(self, it: Iteration, log: RunLogger) -> None:
-        """TensorBoard points at their cadence, console tables at theirs, the progress bar every iteration."""
-        c, s, state, clock = self.c, self.c.settings, self.state, self.c.clock
-        table_due = crossed(state.env_steps, it.previous, s.log_every) or it.last_phase or it.stop == "stop_reward"
-        if table_due or crossed(state.env_steps, it.previous, self._tb_every):
-            with clock("log"):
-                scalars = {f"train/{k}": float(v) for k, v in it.metrics.items()}  # one sync per log
-                scalars["time/sps"] = it.sps
-                scalars.update(clock.scalars())
-                scalars.update(it.stats.scalars)  # the collector's own (collector=ray: policy lag, restarts)
-                scalars["rollout/episodes"] = state.episodes
-                if c.recent_returns:
-                    scalars["rollout/return_mean"] = float(np.mean(c.recent_returns))
-                    scalars["rollout/ep_len_mean"] = float(np.mean(c.recent_lengths))
-                log.scalars(scalars, state.env_steps)
-                if table_due:
-                    log.table(state.env_steps)
-        with clock("log"):
-            log.progress(state.env_steps, it.sps, state.last_test_return, clock)
-
-    def _say_stop(self, it: Iteration, log: RunLogger) -> None:
-        state, last = self.state, fmt_return(self.state.last_test_return)
-        if it.stop == "stop_reward":
-            log.message(f"test return {last} >= stop reward {self.c.stop_reward}: stopping at {state.env_steps:,} "
-                        "env steps")
-        elif it.stop == "pruned":
-            log.message(f"pruned at {state.env_steps:,} env steps (test return {last}): the sweeper judged this trial "
-                        "hopeless")
-        else:
-            log.message(f"stopped by a callback ({it.stop}) at {state.env_steps:,} env steps (test return {last}); "
-                        f"continue it with: rl-train resume={self.run_dir}")
-        self.stop_reason = it.stop
-
     def stop_on_signal(self, log: RunLogger) -> None:
         """The safe point for Ctrl-C / SIGTERM: a checkpoint, one line, exit code 128 + the signal."""
         if self.signals.received is None:
@@ -393,8 +300,9 @@ class Trainer:
             good = checkpoint.find_good(self.run_dir / "checkpoints", warn=lambda m: None)
         except OSError:
             good = None
-        where = (f"the last good checkpoint is {good.relative_to(self.run_dir)} ({checkpoint_steps(good):,} env "
-                 f"steps): rl-train resume={self.run_dir}" if good is not None else
+        steps = checkpoint.checkpoint_steps(good) if good is not None else 0
+        where = (f"the last good checkpoint is {good.relative_to(self.run_dir)} ({steps:,} env steps): "
+                 f"rl-train resume={self.run_dir}" if good is not None else
                  "no checkpoint was saved before it (train.checkpoint_every sets how often one is)")
         with contextlib.suppress(Exception):
             logger.info("error: %s; %s", message, where)  # train.log; the console's line is below
@@ -403,36 +311,12 @@ class Trainer:
         raise RunFailed(f"{message}; {where}")
 
     def _start_tracking(self) -> Tracking | None:
-        """MLflow / W&B runs for this run (the checkpoint's, when resuming). One line and exit code 2 if a sink
-        cannot start: nothing has been trained yet."""
-        settings = settings_of(self.c.cfg)
-        if not settings.enabled:
-            return None
-
-        def warn(text: str) -> None:
-            print(f"rl-train: warning: {text}", file=sys.stderr)
-            logger.info("warning: %s", text)
-
-        try:
-            tracking = Tracking.start(self.c.cfg, self.run_dir, self.state.env_steps, self.state.tracking,
-                                      self.options.sweep_group, warn)
-        except ConfigError as error:
-            self.close()
-            if self.options.sweep_group is not None or self.options.in_python:
-                raise  # a sweep's job fails (its status says why) and the sweep goes on; Python gets the error
-            print(f"rl-train: error: {error}", file=sys.stderr)
-            raise SystemExit(2) from None
-        self.state.tracking = tracking.run_ids
+        """MLflow / W&B runs for this run (the checkpoint's, when resuming); see tracking.start_for_run."""
+        tracking = start_for_run(self.c.cfg, self.run_dir, self.state.env_steps, self.state.tracking,
+                                 self.options.sweep_group, self.options.in_python, on_error=self.close)
+        if tracking is not None:
+            self.state.tracking = tracking.run_ids
         return tracking
-
-    def _tb_cadence(self) -> int:
-        """train.tb_every, or for auto: every update of an on-policy run (at most ~1000 points a run), ~300
-        points for an off-policy run."""
-        s = self.c.settings
-        if isinstance(s.tb_every, int):
-            return s.tb_every
-        per_phase = int(self.c.algo.steps_per_collect) * s.num_envs
-        return max(per_phase, s.total_steps // (1000 if self.c.spec.on_policy else 300))
 
     def close(self) -> None:
         self.c.close()

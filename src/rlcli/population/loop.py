@@ -6,11 +6,11 @@ from __future__ import annotations
 import time
 
 from rlcli.collector import CollectorError, CollectStats
+from rlcli.divergence import Diverged
 from rlcli.population.collect import collect_together
 from rlcli.population.members import Member
 from rlcli.population.onpolicy import PopulationUpdate
-from rlcli.stop import StopSignals
-from rlcli.trainer import Diverged, RunFailed, StoppedBySignal
+from rlcli.stop import RunFailed, StoppedBySignal, StopSignals
 
 
 def train_population(members: list[Member], population: PopulationUpdate) -> int | None:

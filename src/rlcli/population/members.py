@@ -11,9 +11,10 @@ from typing import Any
 
 from rlcli import checkpoint, run_lock
 from rlcli.log import RunLogger
+from rlcli.loop_steps import Iteration
 from rlcli.sweep import end_record
 from rlcli.tracking import Tracking
-from rlcli.trainer import Iteration, PlannedUpdate, Trainer
+from rlcli.trainer import PlannedUpdate, Trainer
 
 
 @dataclass
