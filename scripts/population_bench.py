@@ -3,6 +3,7 @@ side in one invocation (the target of `hydra/launcher=population`).
 
     python scripts/population_bench.py --seeds 8 --members 1 2 4 8 16 --out population.json
     python scripts/population_bench.py --seeds 8 --steps 20000 --no-basic --no-sb3   # the scaling rows only
+    python scripts/population_bench.py --algo dqn --steps 50000 --members 8 --no-sb3  # DQN CartPole's members
 
 Rows, each a fresh process timed from start to exit (imports, env and network building, tests, checkpoints):
 - `one seed`: `rl-train` alone, the unit every other row is divided by;
@@ -13,8 +14,9 @@ Rows, each a fresh process timed from start to exit (imports, env and network bu
 - `joblib 8 x2`: Hydra's joblib launcher with 2 jobs at a time;
 - `sb3 8 x2`: Stable-Baselines3 (scripts/bench.py's PPO row, the same RL-Zoo settings) over the same seeds,
   two processes at a time.
-Every row is PPO CartPole-v1 with RL-Zoo's settings (conf/tuned/ppo/CartPole-v1.yaml), no early stop, torch
-threads 1; the final test returns of every member are listed, so a faster row that learns less shows.
+Every row is PPO (or `--algo`'s algorithm) on CartPole-v1 with RL-Zoo's settings
+(conf/tuned/<algo>/CartPole-v1.yaml), no early stop, torch threads 1; the final test returns of every member are
+listed, so a faster row that learns less shows.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 RL_TRAIN = str(Path(sys.executable).parent / "rl-train")
-COMMON = ["algo=ppo", "env=CartPole-v1", "train.stop_reward=null", "log.console=false", "log.tensorboard=false"]
+COMMON = ["env=CartPole-v1", "train.stop_reward=null", "log.console=false", "log.tensorboard=false"]
 
 
 def timed(cmd: list[str], cwd: Path) -> float:
@@ -91,7 +93,12 @@ def main() -> None:
     parser.add_argument("--no-basic", action="store_true", help="skip the basic and joblib launcher rows")
     parser.add_argument("--no-sb3", action="store_true")
     parser.add_argument("--out", type=Path, default=Path("population.json"))
+    parser.add_argument("--algo", default="ppo", choices=["ppo", "a2c", "pg", "dqn", "qrdqn"],
+                        help="the algorithm of every rlcli row (the SB3 row is PPO's: use --no-sb3 with another)")
     args = parser.parse_args()
+    if args.algo != "ppo" and not args.no_sb3:
+        parser.error("the SB3 row runs PPO: add --no-sb3 with --algo " + args.algo)
+    COMMON.insert(0, f"algo={args.algo}")
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
@@ -112,7 +119,7 @@ def main() -> None:
             rows.append(row)
             print(f"  {row['row']:16} {row['seconds']:7.1f} s  returns {row['returns']}", file=sys.stderr, flush=True)
     unit = rows[0]["seconds"]
-    print(f"\nPPO CartPole-v1 (RL-Zoo settings), {args.steps:,} env steps per run, whole processes\n")
+    print(f"\n{args.algo.upper()} CartPole-v1 (RL-Zoo settings), {args.steps:,} env steps per run, whole processes\n")
     print("| row | runs | wall s | x one seed | env steps/s, all runs | per run | final test returns (min / median) |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
     for row in rows:

@@ -131,6 +131,12 @@ class DQN:
             q, carry = self.networks.q_values(obs, state)
         else:
             q = self.q_values(obs)
+        return self.act_on(q, deterministic=deterministic, carry=carry)
+
+    def act_on(self, q: torch.Tensor, values: torch.Tensor | None = None, deterministic: bool = False,
+               carry: torch.Tensor | None = None) -> ActOutput:
+        """Acting after the network: the greedy action, or epsilon-greedy. A population calls it on each member's
+        rows of its batched Q-values (`values` is the on-policy family's slot; unused here)."""
         actions = q.argmax(-1)
         if not deterministic:
             actions = epsilon_greedy(actions, self.n_actions, self.epsilon)
@@ -149,9 +155,14 @@ class DQN:
     def update(self, buffer: ReplayStorage | SequenceStorage, clock: RunClock) -> dict[str, torch.Tensor]:
         if len(buffer) == 0:  # nothing whole stored yet: n-step returns or R2D2 sequences still pending
             return {}
-        net = self.networks
         metrics = run_gradient_steps(buffer, self.batch_size, gradient_steps_now(self.gradient_steps, clock),
                                      lambda batch: self._gradient_step(batch, buffer))
+        return self.finish_update(clock, metrics)
+
+    def finish_update(self, clock: RunClock, metrics: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """After an update phase's gradient steps (this run's, or a population's for this member): the target
+        network at its interval, and the phase's metrics."""
+        net = self.networks
         # As in SB3 (and so RL-Zoo's tuned values): the interval counts env steps, not gradient steps.
         if clock.env_steps // self.target_update_interval > self.last_target_update // self.target_update_interval:
             polyak_update(net.q_target, net.q, self.tau)
@@ -174,6 +185,16 @@ class DQN:
             gradient_step(self.optimizer, loss, self.networks.q.parameters(), self.max_grad_norm)
         self.gradient_updates += 1
         return errors, {"value_loss": loss.detach(), "q_mean": q_mean}
+
+    def population_refusal(self) -> str | None:
+        """What keeps this DQN out of a batched population (population/offpolicy.py), or None."""
+        if self.recurrent:
+            return "a recurrent Q-network (actor=gru/lstm)"
+        if self._compiled is not None:
+            return "compile=true"
+        if self.episodes_per_collect:
+            return "algo.train_freq_unit=episode"
+        return None
 
     def transition_loss(self, batch: Any) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
         """The (double) Q-learning loss on a batch of transitions, with each one's TD error (PER priorities) and

@@ -12,10 +12,13 @@ import torch
 
 from rlcli.collector import CollectorError, CollectStats
 from rlcli.population.members import Member
+from rlcli.population.offpolicy import OffPolicyPopulationUpdate
 from rlcli.population.onpolicy import PopulationUpdate
 
+Population = PopulationUpdate | OffPolicyPopulationUpdate
 
-def collect_together(members: Sequence[Member], population: PopulationUpdate,
+
+def collect_together(members: Sequence[Member], population: Population,
                      ) -> list[CollectStats | CollectorError | None]:
     """One collect phase of each live member (None for the others; the error for a member whose env failed,
     which then stops stepping while the others go on)."""
@@ -36,16 +39,18 @@ def collect_together(members: Sequence[Member], population: PopulationUpdate,
                 continue
             algo, collector = member.trainer.c.algo, collectors[id(member)]
             drawn = time.perf_counter()
-            torch.set_rng_state(member.rng["torch"])
-            with torch.inference_mode():
-                out = algo.act_on(params[index], values[index])  # type: ignore[attr-defined]
-            member.rng["torch"] = torch.get_rng_state()
+            torch.set_rng_state(member.rng["torch"])  # its acting's draws (and an off-policy warm-up's random actions)
+            out = None
+            if not member.warming_up:
+                with torch.inference_mode():
+                    out = algo.act_on(params[index], values[index])  # type: ignore[attr-defined]
             collector.act_s += share + time.perf_counter() - drawn
             try:
                 collector.advance(member.trainer.c.learner, stats[id(member)], step, seen[id(member)][0], None, out,
-                                  random_actions=False)
+                                  random_actions=member.warming_up)
             except CollectorError as error:
                 failed[id(member)] = error
+            member.rng["torch"] = torch.get_rng_state()
         rows = [m for m in rows if id(m) not in failed]
         if not rows:
             break

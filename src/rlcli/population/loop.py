@@ -7,13 +7,12 @@ import time
 
 from rlcli.collector import CollectorError, CollectStats
 from rlcli.divergence import Diverged
-from rlcli.population.collect import collect_together
+from rlcli.population.collect import Population, collect_together
 from rlcli.population.members import Member
-from rlcli.population.onpolicy import PopulationUpdate
 from rlcli.stop import RunFailed, StoppedBySignal, StopSignals
 
 
-def train_population(members: list[Member], population: PopulationUpdate) -> int | None:
+def train_population(members: list[Member], population: Population) -> int | None:
     """Train every member to its end; returns the signal that stopped the population (None: none did)."""
     signals = StopSignals()  # the population's: a member's own stays quiet until the whole iteration is done
     for member in members:
@@ -23,8 +22,8 @@ def train_population(members: list[Member], population: PopulationUpdate) -> int
     try:
         while any(m.live for m in members):
             for member in [m for m in members if m.live]:
-                with member.turn():
-                    member.trainer.before_collect()  # the schedules' acting values (on-policy: no warm-up)
+                with member.turn():  # the schedules' acting values; True while an off-policy member warms up
+                    member.warming_up = member.trainer.before_collect()
             for member, collected in zip(members, collect_together(members, population), strict=True):
                 if member.live:
                     with member.turn():
@@ -60,11 +59,12 @@ def _after_collect(member: Member, collected: CollectStats | CollectorError | No
     member.planned = member.trainer.before_update(collected.transitions)
 
 
-def _update(members: list[Member], population: PopulationUpdate) -> None:
-    active = [m.live for m in members]
+def _update(members: list[Member], population: Population) -> None:
+    active = [m.live and m.planned is not None for m in members]  # an off-policy member learns once it has warmed up
     rngs = [m.rng["torch"] for m in members]
+    clocks = [m.planned.clock if m.planned is not None else None for m in members]
     started = time.perf_counter()
-    metrics = population.update(active, [m.trainer.c.buffer for m in members], rngs)
+    metrics = population.update(active, [m.trainer.c.buffer for m in members], rngs, clocks)
     share = (time.perf_counter() - started) / max(1, sum(active))
     for member, rng, result in zip(members, rngs, metrics, strict=True):
         if member.live:

@@ -34,6 +34,7 @@ class Member:
     planned: PlannedUpdate | None = None
     metrics: dict[str, Any] | None = None  # its share of the batched update
     live: bool = True  # still training: its rows of the population are stepped
+    warming_up: bool = False  # an off-policy member before algo.learning_starts: random actions, no update
     _log_file: logging.FileHandler | None = None
 
     @contextlib.contextmanager

@@ -21,7 +21,7 @@ from torch.func import functional_call, vmap
 from rlcli.algos.base import UpdatePlan
 from rlcli.batches import RolloutBatch
 from rlcli.buffers.rollout import RolloutBuffer
-from rlcli.contracts import ActOutput
+from rlcli.contracts import ActOutput, RunClock
 from rlcli.optim import step_together
 from rlcli.population.stacking import stack_weights
 from rlcli.registry import ConfigError
@@ -123,10 +123,11 @@ class PopulationUpdate:
         """[members, envs, ...] observations -> each member's policy-head parameters and values, one call."""
         return self._act(self.params, self.buffers, obs)
 
-    def update(self, active: Sequence[bool], buffers: Sequence[RolloutBuffer],
-               torch_rngs: list[torch.Tensor]) -> list[dict[str, torch.Tensor] | None]:
+    def update(self, active: Sequence[bool], buffers: Sequence[RolloutBuffer], torch_rngs: list[torch.Tensor],
+               clocks: Sequence[RunClock | None] = ()) -> list[dict[str, torch.Tensor] | None]:
         """One update of every active member (None for the others); `torch_rngs` are the members' torch RNG
-        states, used for their minibatch order and advanced as their single runs would advance them."""
+        states, used for their minibatch order and advanced as their single runs would advance them. (`clocks`:
+        the members' run clocks, which an on-policy update does not read.)"""
         algos = self.algos
         plans = [a.begin_update(b) for a, b in zip(algos, buffers, strict=True)]
         size = plans[0].batch.mask.shape[0]
@@ -137,7 +138,7 @@ class PopulationUpdate:
         self._module.unset_terms = {k: None for k, v in terms.items() if v is None}
         terms = {k: v for k, v in terms.items() if v is not None}
         stacked = tuple(torch.stack([p.batch[i] for p in plans]) for i in range(BATCH_FIELDS))
-        orders = [_drawn_with(torch_rngs, m, lambda a=a: a.minibatch_order(size, device)) for m, a in enumerate(algos)]
+        orders = [drawn_with(torch_rngs, m, lambda a=a: a.minibatch_order(size, device)) for m, a in enumerate(algos)]
         members = torch.arange(len(algos), device=device).unsqueeze(1)
         stepped = [a.optimizer for a, on in zip(algos, active, strict=True) if on]
         max_norms = [a.max_grad_norm for a in algos]
@@ -154,7 +155,7 @@ class PopulationUpdate:
                 losses, stats = self._losses(self.params, self.buffers, batch, terms)
                 losses.sum().backward()  # the members are independent: each row's gradient is its own loss's
                 if limit is not None:
-                    self._clip(limit)
+                    clip_members(self.params, limit)
                 for name, rows in self._rows.items():
                     grad = self.params[name].grad
                     for member, param in enumerate(rows):
@@ -166,17 +167,6 @@ class PopulationUpdate:
         means = {k: (v / count).unbind() for k, v in sums.items()}
         return [a.end_update(p, {k: v[m] for k, v in means.items()}) if on else None
                 for m, (a, p, on) in enumerate(zip(algos, plans, active, strict=True))]
-
-    def _clip(self, limit: torch.Tensor) -> None:
-        """Each member's global gradient-norm clip to its `limit` row (torch's clip_grad_norm_ formula, one norm
-        per member; inf for a member without a clip)."""
-        grads = [p.grad for p in self.params.values() if p.grad is not None]
-        norms = torch.stack([torch.linalg.vector_norm(g.flatten(1), dim=1) for g in grads])
-        total = torch.linalg.vector_norm(norms, dim=0)
-        scale = torch.clamp(limit / (total + 1e-6), max=1.0)
-        for g in grads:
-            g.mul_(scale.view(-1, *([1] * (g.dim() - 1))))
-
 
 def _stacked_terms(terms: list[dict[str, float | None]], device: torch.device) -> dict[str, Any]:
     """Each loss coefficient as a [members] tensor (a value the members all leave None stays None)."""
@@ -192,7 +182,7 @@ def _stacked_terms(terms: list[dict[str, float | None]], device: torch.device) -
     return out
 
 
-def _drawn_with(torch_rngs: list[torch.Tensor], member: int, draw: Callable[[], Any]) -> Any:
+def drawn_with(torch_rngs: list[torch.Tensor], member: int, draw: Callable[[], Any]) -> Any:
     """`draw()` with the member's torch RNG stream as the global one; the stream is advanced in `torch_rngs`."""
     outer = torch.get_rng_state()
     torch.set_rng_state(torch_rngs[member])
@@ -201,3 +191,14 @@ def _drawn_with(torch_rngs: list[torch.Tensor], member: int, draw: Callable[[], 
     finally:
         torch_rngs[member] = torch.get_rng_state()
         torch.set_rng_state(outer)
+
+
+def clip_members(params: dict[str, torch.Tensor], limit: torch.Tensor) -> None:
+    """Each member's global gradient-norm clip to its `limit` row (torch's clip_grad_norm_ formula, one norm per
+    member over the stacked `params`' gradients; inf for a member without a clip)."""
+    grads = [p.grad for p in params.values() if p.grad is not None]
+    norms = torch.stack([torch.linalg.vector_norm(g.flatten(1), dim=1) for g in grads])
+    total = torch.linalg.vector_norm(norms, dim=0)
+    scale = torch.clamp(limit / (total + 1e-6), max=1.0)
+    for g in grads:
+        g.mul_(scale.view(-1, *([1] * (g.dim() - 1))))

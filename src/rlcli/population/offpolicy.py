@@ -1,0 +1,162 @@
+"""The off-policy workhorses' updates for a whole population: DQN and QR-DQN members' gradient steps in one
+vectorized call each.
+
+The loss is the algorithm's own `transition_loss` (one member's code, called through `functional_call` with the
+stacked weights and vectorized over members by `vmap`), so a population computes what single runs compute. Each
+member samples its own replay with its own torch RNG stream (the draws its single run makes), keeps its own
+gradient-norm clip, learning rate, optimizer state and target network (updated at its own interval by the
+algorithm's `finish_update`), and takes as many gradient steps as its single run would; members that are still
+warming up (algo.learning_starts), have stopped, or take fewer steps this phase are carried along but not stepped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol, runtime_checkable
+
+import torch
+from torch import nn
+from torch.func import functional_call, vmap
+
+from rlcli.algos.offpolicy import gradient_steps_now
+from rlcli.batches import ReplayBatch
+from rlcli.buffers.replay import ReplayBuffer
+from rlcli.contracts import ActOutput, RunClock
+from rlcli.optim import step_together
+from rlcli.population.onpolicy import clip_members, drawn_with
+from rlcli.population.stacking import stack_weights
+from rlcli.registry import ConfigError
+
+BATCHED_OFF_POLICY = "dqn and qrdqn (MLP or CNN Q-networks, buffer=replay or buffer=nstep)"
+
+
+@runtime_checkable
+class BatchableGradientSteps(Protocol):
+    """A value-based off-policy algorithm whose gradient steps a population can take for many members at once."""
+
+    networks: nn.Module
+    optimizer: Any
+    max_grad_norm: float | None
+    batch_size: int
+    gradient_steps: int  # resolved: -1 is one per transition the collect phase stored
+    gradient_updates: int
+
+    def q_values(self, obs: torch.Tensor, target: bool = False) -> torch.Tensor: ...
+
+    def act_on(self, q: torch.Tensor, values: torch.Tensor | None = None, deterministic: bool = False,
+               carry: torch.Tensor | None = None) -> ActOutput: ...
+
+    def transition_loss(self, batch: Any) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]: ...
+
+    def finish_update(self, clock: RunClock, metrics: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]: ...
+
+    def population_refusal(self) -> str | None: ...
+
+
+def check_batchable(algos: Sequence[Any], storages: Sequence[Any]) -> None:
+    """One line naming what keeps these members out of a population (the launcher then runs them one by one)."""
+    kinds = {type(a) for a in algos}
+    if len(kinds) > 1:
+        raise ConfigError(f"the members run different algorithms ({sorted(k.__name__ for k in kinds)})")
+    if not isinstance(algos[0], BatchableGradientSteps):
+        raise ConfigError(f"{type(algos[0]).__name__} cannot train in a population yet: {BATCHED_OFF_POLICY} can "
+                          "(and the on-policy ppo, a2c and pg)")
+    for algo, storage in zip(algos, storages, strict=True):
+        refusal = algo.population_refusal()
+        if refusal is not None:
+            raise ConfigError(f"{refusal} cannot train in a population yet; {BATCHED_OFF_POLICY} without it can")
+        if type(storage) is not ReplayBuffer:  # prioritized / ERE sample from numpy's stream, HER and sequences
+            raise ConfigError(f"{type(storage).__name__} storage cannot train in a population yet; "
+                              f"{BATCHED_OFF_POLICY} can")
+
+
+class _MemberQ(nn.Module):
+    """The algorithm's Q-values as a module call, so that functional_call can swap in a member's weights."""
+
+    def __init__(self, algo: BatchableGradientSteps) -> None:
+        super().__init__()
+        self.networks = algo.networks
+        self._algo = (algo,)  # a tuple, not a submodule: its networks are registered once, above
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self._algo[0].q_values(obs)
+
+
+class _MemberLoss(_MemberQ):
+    def forward(self, batch: tuple[torch.Tensor, ...]) -> Any:  # type: ignore[override]
+        return self._algo[0].transition_loss(ReplayBatch(*batch))
+
+
+class OffPolicyPopulationUpdate:
+    """The members' acting and gradient steps as one: `policy_and_values` gives all members' Q-values for their
+    observations in one call; `update(active, storages, torch_rngs, clocks)` takes each member's update phase."""
+
+    def __init__(self, algos: Sequence[Any], storages: Sequence[Any]) -> None:
+        check_batchable(algos, storages)
+        self.algos: list[BatchableGradientSteps] = list(algos)
+        self.params, self.buffers = stack_weights([a.networks for a in algos])
+        for stacked in self.params.values():
+            stacked.requires_grad_(True)
+        self._rows = {name: [a.networks.get_parameter(name) for a in algos] for name in self.params}
+        loss_module, act_module = _MemberLoss(self.algos[0]), _MemberQ(self.algos[0])
+
+        def call(module: nn.Module) -> Callable[..., Any]:
+            def member(params: dict[str, torch.Tensor], buffers: dict[str, torch.Tensor], args: Any) -> Any:
+                weights = {f"networks.{k}": v for k, v in {**params, **buffers}.items()}
+                return functional_call(module, weights, (args,))
+            return vmap(member)
+
+        self._losses, self._q = call(loss_module), call(act_module)
+
+    @torch.inference_mode()
+    def policy_and_values(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """[members, envs, ...] observations -> each member's Q-values (and an empty value slot), one call."""
+        q = self._q(self.params, self.buffers, obs)
+        return q, q.new_zeros(q.shape[:2])
+
+    def update(self, active: Sequence[bool], storages: Sequence[Any], torch_rngs: list[torch.Tensor],
+               clocks: Sequence[RunClock | None]) -> list[dict[str, torch.Tensor] | None]:
+        """Each active member's update phase (None for the others): its gradient steps on batches from its own
+        storage, then its target network and metrics (`finish_update`)."""
+        algos = self.algos
+        steps = [gradient_steps_now(a.gradient_steps, clock) if on and clock is not None and len(s) > 0 else 0
+                 for a, s, on, clock in zip(algos, storages, active, clocks, strict=True)]
+        logs: list[dict[str, list[torch.Tensor]]] = [{} for _ in algos]
+        max_norms = [a.max_grad_norm for a in algos]
+        limit = None if all(m is None for m in max_norms) else \
+            torch.tensor([float("inf") if m is None else m for m in max_norms])
+        for k in range(max(steps, default=0)):
+            stepping = [m for m, n in enumerate(steps) if k < n]
+            batches = {m: drawn_with(torch_rngs, m, lambda m=m, k=k: storages[m].sample(algos[m].batch_size, k,
+                                                                                        steps[m]))
+                       for m in stepping}
+            filler = batches[stepping[0]]  # the idle members' rows: computed, never stepped
+            stacked = tuple(torch.stack([batches.get(m, filler)[i] for m in range(len(algos))])
+                            for i in range(len(filler)))
+            for stacked_param in self.params.values():
+                stacked_param.grad = None
+            losses, (errors, q_means) = self._losses(self.params, self.buffers, stacked)
+            losses.sum().backward()  # the members are independent: each row's gradient is its own loss's
+            if limit is not None:
+                clip_members(self.params, limit.to(losses.device))
+            for name, rows in self._rows.items():
+                grad = self.params[name].grad
+                if grad is None:  # the target network's weights: no gradient reaches them
+                    continue
+                for m in stepping:
+                    rows[m].grad = grad[m]
+            step_together([algos[m].optimizer for m in stepping])
+            for m in stepping:
+                storages[m].update_priorities(batches[m].indices, errors[m])
+                algos[m].gradient_updates += 1
+                logs[m].setdefault("value_loss", []).append(losses[m].detach())
+                logs[m].setdefault("q_mean", []).append(q_means[m])
+        results: list[dict[str, torch.Tensor] | None] = []
+        for algo, storage, on, clock, log in zip(algos, storages, active, clocks, logs, strict=True):
+            if not on or clock is None:
+                results.append(None)
+            elif len(storage) == 0:  # as a single run: nothing whole stored yet, so no target update either
+                results.append({})
+            else:
+                results.append(algo.finish_update(clock, {k: torch.stack(v).mean() for k, v in log.items()}))
+        return results

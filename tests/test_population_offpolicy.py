@@ -1,0 +1,131 @@
+"""hydra/launcher=population for the off-policy workhorses: DQN and QR-DQN members (rlcli/population/offpolicy.py)."""
+
+import copy
+
+import pytest
+import torch
+from conftest import RL_TRAIN
+from test_population import run
+from test_resume import final
+
+from rlcli.compose import compose_config
+from rlcli.contracts import RunClock
+from rlcli.population.collect import collect_together
+from rlcli.population.members import Member
+from rlcli.population.offpolicy import OffPolicyPopulationUpdate
+from rlcli.registry import ConfigError
+from rlcli.run_state import prepare
+from rlcli.trainer import Trainer
+
+TINY = ["env=CartPole-v1", "train.num_envs=4", "train.test_every=512", "train.test_episodes=2",
+        "train.stop_reward=null", "log.tensorboard=false", "log.console=false", "algo.learning_starts=64",
+        "algo.batch_size=32", "algo.train_freq=4", "algo.gradient_steps=2", "actor.hidden_sizes=[32,32]"]
+ALGOS = {"dqn": ["algo=dqn", "algo.double=true"], "qrdqn": ["algo=qrdqn", "algo.n_quantiles=5"]}
+
+
+def filled(algo: str, *more: str):
+    """A member's components after a few random collect phases, and its torch RNG state then."""
+    components, _ = prepare(compose_config([*TINY, *ALGOS[algo], *more]))
+    for _ in range(8):
+        components.collector.collect(components.learner, random_actions=True)
+    return components, torch.get_rng_state()
+
+
+@pytest.mark.parametrize("algo", list(ALGOS))
+def test_a_members_first_update_is_its_single_runs_within_float_tolerance(algo):
+    members = [filled(algo, "seed=0"), filled(algo, "seed=1", "algo.lr=1e-3", "algo.max_grad_norm=0.5"),
+               filled(algo, "seed=2", "algo.gamma=0.9", "algo.target_update_interval=64"),
+               filled(algo, "seed=3")]  # the last is still warming up: carried, not stepped
+    clocks = [RunClock(128, 1024, 16), RunClock(128, 1024, 16), RunClock(128, 1024, 16), None]
+    singles = []
+    for (components, rng), clock in zip(members, clocks, strict=True):  # each single run's own update, on a copy
+        alone = copy.deepcopy(components.algo)
+        torch.set_rng_state(rng)
+        metrics = alone.update(components.buffer, clock) if clock is not None else None
+        singles.append((alone, metrics, torch.get_rng_state()))
+    before = copy.deepcopy(members[3][0].algo.networks.state_dict())
+    population = OffPolicyPopulationUpdate([c.algo for c, _ in members], [c.buffer for c, _ in members])
+    rngs = [rng for _, rng in members]
+    results = population.update([True, True, True, False], [c.buffer for c, _ in members], rngs, clocks)
+    for (components, _), (alone, metrics, rng_after), result, rng in zip(members, singles, results, rngs, strict=True):
+        assert torch.equal(rng, rng_after)  # the member's stream advanced exactly as its single run's (its samples)
+        for mine, theirs in zip(components.algo.networks.parameters(), alone.networks.parameters(), strict=True):
+            assert torch.allclose(mine, theirs, atol=1e-6, rtol=0)
+        if metrics is None:
+            assert result is None
+            continue
+        assert result is not None and set(result) == set(metrics)
+        for key in metrics:
+            assert float(result[key]) == pytest.approx(float(metrics[key]), rel=1e-4, abs=1e-6), key
+        assert components.algo.gradient_updates == alone.gradient_updates == 2
+        assert components.algo.last_target_update == alone.last_target_update
+    after = members[3][0].algo.networks.state_dict()
+    assert all(torch.equal(before[k], after[k]) for k in before)
+    first, second = (next(c.algo.networks.parameters()) for c, _ in members[:2])
+    assert not torch.equal(first, second)  # the members' rows are their own
+
+
+def test_a_members_rollouts_are_its_single_runs_in_warm_up_and_epsilon_greedy(tmp_path):
+    settings = ["algo=dqn", "algo.exploration_initial_eps=0.5", "algo.exploration_final_eps=0.5"]
+
+    def components_of(seed: int):
+        return prepare(compose_config([*TINY, *settings, f"seed={seed}"]))
+
+    singles = []
+    for seed in (0, 1):
+        components, _ = components_of(seed)
+        components.collector.collect(components.learner, random_actions=True)  # warm-up: uniform actions
+        components.collector.collect(components.learner, random_actions=False)  # epsilon-greedy on Q-values
+        singles.append(components.buffer)
+    members = []
+    for seed in (0, 1):
+        components, state = components_of(seed)
+        run_dir = tmp_path / str(seed)
+        members.append(Member(Trainer(components, run_dir, state), run_dir, seed, "", {}))
+    population = OffPolicyPopulationUpdate([m.trainer.c.algo for m in members], [m.trainer.c.buffer for m in members])
+    for warming_up in (True, False):
+        for member in members:
+            member.warming_up = warming_up
+        assert all(s is not None for s in collect_together(members, population))
+    for member, single in zip(members, singles, strict=True):
+        mine = member.trainer.c.buffer
+        assert len(mine) == len(single) == 32
+        for field in ("obs", "actions", "rewards", "next_obs", "discounts"):
+            assert torch.equal(getattr(mine, field)[:32], getattr(single, field)[:32]), field
+
+
+def test_what_an_off_policy_population_cannot_batch_is_one_line():
+    def built(*more: str):
+        return prepare(compose_config(["env=CartPole-v1", "algo=dqn", *more]))[0]
+
+    for more, said in ((["buffer=per"], "PrioritizedReplayBuffer storage cannot train in a population yet"),
+                       (["algo.train_freq_unit=episode"], "algo.train_freq_unit=episode cannot train in a population"),
+                       (["actor=gru", "buffer=sequence", "env=CartPoleNoVel-v1"], "a recurrent Q-network")):
+        c = built(*more)
+        with pytest.raises(ConfigError, match=said):
+            OffPolicyPopulationUpdate([c.algo, c.algo], [c.buffer, c.buffer])
+    sac = prepare(compose_config(["env=Pendulum-v1", "algo=sac"]))[0]
+    with pytest.raises(ConfigError, match="SAC cannot train in a population yet: dqn and qrdqn"):
+        OffPolicyPopulationUpdate([sac.algo, sac.algo], [sac.buffer, sac.buffer])
+
+
+def test_a_dqn_population_sweep_writes_what_the_basic_launcher_writes(tmp_path):
+    args = ["-m", *TINY, *ALGOS["dqn"], "seed=0,1,2", "algo.lr=1e-3,3e-4", "train.total_steps=256"]
+    population = run(*args, "hydra/launcher=population", "hydra.sweep.dir=pop", cwd=tmp_path)
+    assert population.returncode == 0, population.stderr[-3000:]
+    assert "cannot train in a population" not in population.stdout + population.stderr
+    basic = run(*args, "hydra.sweep.dir=basic", cwd=tmp_path)
+    assert basic.returncode == 0, basic.stderr[-3000:]
+    for job in map(str, range(6)):
+        pop, bas = tmp_path / "pop" / job, tmp_path / "basic" / job
+        assert sorted(p.name for p in pop.iterdir()) == sorted(p.name for p in bas.iterdir())
+        a, b = final(pop), final(bas)
+        assert a["state"]["env_steps"] == b["state"]["env_steps"] == 256
+        assert a["algo"]["gradient_updates"] == b["algo"]["gradient_updates"]
+        nets_a, nets_b = a["algo"]["networks"], b["algo"]["networks"]
+        assert all(torch.allclose(nets_a[k], nets_b[k], atol=1e-4) for k in nets_a), job
+        assert torch.equal(a["buffer"]["actions"], b["buffer"]["actions"])  # warm-up and epsilon-greedy acts
+        assert '"status": "completed"' in (pop / "status.json").read_text()
+    evaluated = __import__("subprocess").run([str(RL_TRAIN.parent / "rl-eval"), str(tmp_path / "pop" / "1"),
+                                              "episodes=2"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert evaluated.returncode == 0, evaluated.stderr
