@@ -4,6 +4,7 @@ side in one invocation (the target of `hydra/launcher=population`).
     python scripts/population_bench.py --seeds 8 --members 1 2 4 8 16 --out population.json
     python scripts/population_bench.py --seeds 8 --steps 20000 --no-basic --no-sb3   # the scaling rows only
     python scripts/population_bench.py --algo dqn --steps 50000 --members 8 --no-sb3  # DQN CartPole's members
+    python scripts/population_bench.py --algo sac --steps 20000 --members 1 2 4 8 --no-basic  # SAC Pendulum's
 
 Rows, each a fresh process timed from start to exit (imports, env and network building, tests, checkpoints):
 - `one seed`: `rl-train` alone, the unit every other row is divided by;
@@ -12,11 +13,11 @@ Rows, each a fresh process timed from start to exit (imports, env and network bu
   processes;
 - `basic 8`: the same sweep with Hydra's basic launcher (one job after another);
 - `joblib 8 x2`: Hydra's joblib launcher with 2 jobs at a time;
-- `sb3 8 x2`: Stable-Baselines3 (scripts/bench.py's PPO row, the same RL-Zoo settings) over the same seeds,
-  two processes at a time.
-Every row is PPO (or `--algo`'s algorithm) on CartPole-v1 with RL-Zoo's settings
-(conf/tuned/<algo>/CartPole-v1.yaml), no early stop, torch threads 1; the final test returns of every member are
-listed, so a faster row that learns less shows.
+- `sb3 8 x2`: Stable-Baselines3 (scripts/bench.py's row of the same algorithm, the same RL-Zoo settings) over
+  the same seeds, two processes at a time.
+Every row is PPO (or `--algo`'s algorithm) on CartPole-v1 (SAC and TQC: Pendulum-v1) with RL-Zoo's settings
+(conf/tuned/<algo>/<env>.yaml; TQC without its gSDE, which populations refuse), no early stop, torch threads 1;
+the final test returns of every member are listed, so a faster row that learns less shows.
 """
 
 from __future__ import annotations
@@ -65,13 +66,13 @@ def one_seed(work: Path, steps: int) -> dict[str, Any]:
     return {"row": "one seed", "runs": 1, "seconds": seconds, "returns": [statistics.mean(last["returns"])]}
 
 
-def sb3_pairs(seeds: int, steps: int) -> dict[str, Any]:
-    """SB3's PPO over the same seeds, two worker processes at a time (scripts/bench.py --worker sb3)."""
+def sb3_pairs(algo: str, seeds: int, steps: int) -> dict[str, Any]:
+    """SB3 over the same seeds, two worker processes at a time (scripts/bench.py --worker sb3)."""
     bench = str(Path(__file__).with_name("bench.py"))
     started = time.perf_counter()
     returns: list[float] = []
     for first in range(0, seeds, 2):
-        procs = [subprocess.Popen([sys.executable, bench, "--worker", "sb3", "--row", "ppo", "--seed", str(seed),
+        procs = [subprocess.Popen([sys.executable, bench, "--worker", "sb3", "--row", algo, "--seed", str(seed),
                                    "--steps", str(steps), "--threads", "1"], stdout=subprocess.PIPE,
                                   stderr=subprocess.PIPE, text=True)
                  for seed in range(first, min(first + 2, seeds))]
@@ -93,12 +94,14 @@ def main() -> None:
     parser.add_argument("--no-basic", action="store_true", help="skip the basic and joblib launcher rows")
     parser.add_argument("--no-sb3", action="store_true")
     parser.add_argument("--out", type=Path, default=Path("population.json"))
-    parser.add_argument("--algo", default="ppo", choices=["ppo", "a2c", "pg", "dqn", "qrdqn"],
-                        help="the algorithm of every rlcli row (the SB3 row is PPO's: use --no-sb3 with another)")
+    parser.add_argument("--algo", default="ppo", choices=["ppo", "a2c", "pg", "dqn", "qrdqn", "sac", "tqc"],
+                        help="the algorithm of every row (SB3 has rows for ppo, dqn, qrdqn, sac and tqc)")
     args = parser.parse_args()
-    if args.algo != "ppo" and not args.no_sb3:
-        parser.error("the SB3 row runs PPO: add --no-sb3 with --algo " + args.algo)
-    COMMON.insert(0, f"algo={args.algo}")
+    if args.algo in ("a2c", "pg") and not args.no_sb3:
+        parser.error(f"scripts/bench.py has no SB3 row for {args.algo}: add --no-sb3")
+    COMMON[:0] = [f"algo={args.algo}"]
+    if args.algo in ("sac", "tqc"):
+        COMMON[1:2] = ["env=Pendulum-v1"] + (["algo.use_sde=false"] if args.algo == "tqc" else [])
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
@@ -113,13 +116,14 @@ def main() -> None:
             plan.append(lambda: rlcli_sweep(work, f"joblib {args.seeds} x2", args.seeds, args.steps,
                                             ["hydra/launcher=joblib", "hydra.launcher.n_jobs=2"]))
         if not args.no_sb3:
-            plan.append(lambda: sb3_pairs(args.seeds, args.steps))
+            plan.append(lambda: sb3_pairs(args.algo, args.seeds, args.steps))
         for measure in plan:
             row = measure()
             rows.append(row)
             print(f"  {row['row']:16} {row['seconds']:7.1f} s  returns {row['returns']}", file=sys.stderr, flush=True)
     unit = rows[0]["seconds"]
-    print(f"\n{args.algo.upper()} CartPole-v1 (RL-Zoo settings), {args.steps:,} env steps per run, whole processes\n")
+    env = COMMON[1].removeprefix("env=")
+    print(f"\n{args.algo.upper()} {env} (RL-Zoo settings), {args.steps:,} env steps per run, whole processes\n")
     print("| row | runs | wall s | x one seed | env steps/s, all runs | per run | final test returns (min / median) |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
     for row in rows:

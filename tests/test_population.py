@@ -15,6 +15,7 @@ from rlcli.compose import compose_config
 from rlcli.contracts import RunClock
 from rlcli.optim import FusedAdam, fused_adam_available, step_together
 from rlcli.population.collect import collect_together
+from rlcli.population.kinds import population_update
 from rlcli.population.launch import group_jobs, split_for_workers
 from rlcli.population.members import Member
 from rlcli.population.onpolicy import PopulationUpdate
@@ -157,8 +158,11 @@ def test_jobs_that_differ_in_seed_or_batchable_values_share_a_population():
 
 
 def test_population_refuses_what_it_cannot_batch_in_one_line():
+    td3, _ = prepare(compose_config(["algo=td3", "env=Pendulum-v1"]))
+    with pytest.raises(ConfigError, match="TD3 cannot train in a population yet: ppo, a2c, pg, dqn, qrdqn, sac, tqc"):
+        population_update([td3.algo, td3.algo], [td3.buffer, td3.buffer])
     dqn, _ = prepare(compose_config(["algo=dqn", "env=CartPole-v1"]))
-    with pytest.raises(ConfigError, match="DQN cannot train in a population yet: ppo, a2c and pg"):
+    with pytest.raises(ConfigError, match="DQN cannot train in a population of on-policy members: ppo, a2c and pg"):
         PopulationUpdate([dqn.algo, dqn.algo])
     kl, _ = prepare(compose_config(["algo=ppo_kl", "env=CartPole-v1"]))
     with pytest.raises(ConfigError, match="the KL penalty"):
@@ -224,10 +228,16 @@ DQN = ["algo=dqn", "algo.learning_starts=300", "algo.batch_size=32", "algo.train
        "algo.target_update_interval=200", "actor.hidden_sizes=[32,32]"]
 
 
+# a soft actor-critic's: SAC with a learned temperature, Polyak targets and three optimizers per member
+SAC = ["algo=sac", "env=Pendulum-v1", "algo.learning_starts=300", "algo.batch_size=32", "algo.train_freq=4",
+       "algo.gradient_steps=2", "actor.hidden_sizes=[32,32]"]
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("family", [PPO, DQN], ids=["ppo", "dqn"])
+@pytest.mark.parametrize("family", [PPO, DQN, SAC], ids=["ppo", "dqn", "sac"])
 def test_sigterm_then_resume_auto_is_bit_identical_to_an_uninterrupted_population(tmp_path, family):
-    args = [str(RL_TRAIN), "-m", *family, *TINY, "seed=0,1", "train.total_steps=2048", "train.checkpoint_every=256",
+    tiny = [a for a in TINY if not (a.startswith("env=") and any(f.startswith("env=") for f in family))]
+    args = [str(RL_TRAIN), "-m", *family, *tiny, "seed=0,1", "train.total_steps=2048", "train.checkpoint_every=256",
             "deterministic=true", "hydra/launcher=population"]
     straight = subprocess.run([*args, "hydra.sweep.dir=straight"], cwd=tmp_path, capture_output=True, text=True,
                               timeout=600)

@@ -140,8 +140,9 @@ class SquashedGaussianPolicy(nn.Module):
         super().__init__()
         self.net = torso.make(2 * action_dim, out_gain=0.01)
 
-    def forward(self, obs: torch.Tensor, deterministic: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
-        return squashed_gaussian(self.net(obs), deterministic)
+    def forward(self, obs: torch.Tensor, deterministic: bool = False,
+                noise: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        return squashed_gaussian(self.net(obs), deterministic, noise)
 
 
 def sde_squashed_policy(torso: NetworkRecipe, action_dim: int) -> StateDependentSquashedPolicy:
@@ -152,13 +153,16 @@ def sde_squashed_policy(torso: NetworkRecipe, action_dim: int) -> StateDependent
                                         action_dim, log_std_init, torso.sde.full_std, torso.sde.use_expln)
 
 
-def squashed_gaussian(params: torch.Tensor, deterministic: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
-    """Actions and log-probs from [..., 2 * action_dim] network outputs (means, then log stds)."""
+def squashed_gaussian(params: torch.Tensor, deterministic: bool = False,
+                      noise: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Actions and log-probs from [..., 2 * action_dim] network outputs (means, then log stds). `noise`: the
+    standard-normal draws, when the caller drew them (a population, each member from its own RNG stream)."""
     mean, log_std = params.chunk(2, -1)
     log_std = log_std.clamp(LOG_STD_MIN, LOG_STD_MAX)
     if deterministic:
         return torch.tanh(mean), torch.zeros(mean.shape[:-1], device=mean.device)
-    noise = torch.randn_like(mean)
+    if noise is None:
+        noise = torch.randn_like(mean)
     u = mean + log_std.exp() * noise
     action = torch.tanh(u)
     log_prob = (-0.5 * noise.square() - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)

@@ -155,6 +155,23 @@ class SAC:
             actions, log_probs = self.networks.policy(obs, deterministic)
         return ActOutput(actions, log_probs, torch.zeros_like(log_probs), carry)
 
+    def act_on(self, params: torch.Tensor, values: torch.Tensor | None = None, deterministic: bool = False,
+               carry: torch.Tensor | None = None) -> ActOutput:
+        """Acting after the policy network (its means and log stds): a population calls it on each member's rows of
+        its batched outputs (`values` is the on-policy family's slot; unused here)."""
+        actions, log_probs = squashed_gaussian(params, deterministic)
+        return ActOutput(actions, log_probs, torch.zeros_like(log_probs), carry)
+
+    def population_refusal(self) -> str | None:
+        """What keeps this member out of a batched population (population/soft_actor_critic.py), or None."""
+        if self.recurrent:
+            return "a recurrent actor (actor=gru/lstm)"
+        if self.noise_resampling.noise is not None:
+            return "gSDE (algo.use_sde=true)"
+        if self.episodes_per_collect:
+            return "algo.train_freq_unit=episode"
+        return None
+
     def random_actions(self, n: int) -> torch.Tensor:
         return uniform_box_actions(n, self.action_dim)
 
@@ -176,20 +193,36 @@ class SAC:
         if self.recurrent:
             return None, self._sequence_step(batch, buffer.burn_in)
         net = self.networks
-        obs, next_obs = batch.obs, batch.next_obs  # normalized by the buffer when sampled
         alpha = self.alpha()
         if isinstance(net.policy, StateDependentSquashedPolicy):
             net.policy.noise.reset_noise()  # gSDE: one fresh matrix per gradient step, as SB3 (its log std moved)
-        with torch.no_grad():
-            next_actions, next_log_probs = net.policy(next_obs)
-        critic_loss, errors = self.critic_loss(batch, next_actions, next_log_probs, alpha)
+        critic_loss, errors = self.soft_td_loss(batch, alpha)  # observations normalized by the buffer when sampled
         gradient_step(self.critic_optimizer, critic_loss, net.critics.parameters(), self.max_grad_norm)
-
-        actions, log_probs = net.policy(obs)
         with frozen(net.critics):  # the policy loss needs dQ/da only, not the critics' weight gradients
-            q_pi = self.policy_q(obs, actions)
-        policy_loss = (alpha * log_probs - q_pi).mean()
-        return errors, self._finish_step(critic_loss, policy_loss, log_probs.detach(), lambda x: x.mean(), alpha)
+            policy_loss, log_probs = self.actor_loss(batch.obs, alpha)
+        return errors, self._finish_step(critic_loss, policy_loss, log_probs, lambda x: x.mean(), alpha)
+
+    def soft_td_loss(self, batch: Any, alpha: torch.Tensor,
+                     noise: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """The critics' loss on a batch, next actions drawn from the current policy. `noise`: their standard-normal
+        draws, when the caller drew them (a population, from each member's own stream)."""
+        with torch.no_grad():
+            next_actions, next_log_probs = self._sample(batch.next_obs, noise)
+        return self.critic_loss(batch, next_actions, next_log_probs, alpha)
+
+    def actor_loss(self, obs: torch.Tensor, alpha: torch.Tensor,
+                   noise: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """The policy's loss alpha * log pi - Q (after the critics' step), and its log-probs (detached) for the
+        temperature's step."""
+        actions, log_probs = self._sample(obs, noise)
+        return (alpha * log_probs - self.policy_q(obs, actions)).mean(), log_probs.detach()
+
+    def _sample(self, obs: torch.Tensor, noise: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+        policy = self.networks.policy
+        if noise is None:
+            return policy(obs)
+        assert isinstance(policy, SquashedGaussianPolicy)  # gSDE's noise is its own matrices: not batchable
+        return policy(obs, noise=noise)
 
     def critic_loss(self, batch: Any, next_actions: torch.Tensor, next_log_probs: torch.Tensor,
                     alpha: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -11,11 +11,8 @@ from collections.abc import Sequence
 import torch
 
 from rlcli.collector import CollectorError, CollectStats
+from rlcli.population.kinds import Population
 from rlcli.population.members import Member
-from rlcli.population.offpolicy import OffPolicyPopulationUpdate
-from rlcli.population.onpolicy import PopulationUpdate
-
-Population = PopulationUpdate | OffPolicyPopulationUpdate
 
 
 def collect_together(members: Sequence[Member], population: Population,

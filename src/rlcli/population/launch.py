@@ -23,7 +23,7 @@ from rlcli.registry import ConfigError
 # target network use its own)
 BATCHABLE = ("lr", "lr_pi", "lr_v", "gamma", "gae_lambda", "ent_coef", "vf_coef", "clip_range", "max_grad_norm",
              "tau", "target_update_interval", "exploration_fraction", "exploration_initial_eps",
-             "exploration_final_eps", "reward_scale")
+             "exploration_final_eps", "reward_scale", "ent_coef_init", "target_entropy")
 
 
 def check_launcher_options(max_members: Any, n_jobs: Any) -> None:
@@ -172,15 +172,12 @@ def _prepare_member(cfg: DictConfig) -> Any:
 def _batched_update(members: list[Any]) -> Any:
     """The population's update, or None (after a warning naming why) when these members cannot batch."""
     from rlcli.log import console
-    from rlcli.population.offpolicy import OffPolicyPopulationUpdate
-    from rlcli.population.onpolicy import PopulationUpdate
+    from rlcli.population.kinds import population_update
 
     if len(members) == 1:
         return None
     try:
-        if members[0].trainer.c.spec.on_policy:
-            return PopulationUpdate([m.trainer.c.algo for m in members])
-        return OffPolicyPopulationUpdate([m.trainer.c.algo for m in members], [m.trainer.c.buffer for m in members])
+        return population_update([m.trainer.c.algo for m in members], [m.trainer.c.buffer for m in members])
     except ConfigError as error:
         jobs = ", ".join(str(m.job_num) for m in members)
         console.print(f"rl-train: warning: population launcher: {error}; jobs {jobs} run one at a time",

@@ -7,7 +7,8 @@ import time
 
 from rlcli.collector import CollectorError, CollectStats
 from rlcli.divergence import Diverged
-from rlcli.population.collect import Population, collect_together
+from rlcli.population.collect import collect_together
+from rlcli.population.kinds import Population
 from rlcli.population.members import Member
 from rlcli.stop import RunFailed, StoppedBySignal, StopSignals
 

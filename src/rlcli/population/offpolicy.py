@@ -11,12 +11,11 @@ warming up (algo.learning_starts), have stopped, or take fewer steps this phase 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import torch
 from torch import nn
-from torch.func import functional_call, vmap
 
 from rlcli.algos.offpolicy import gradient_steps_now
 from rlcli.batches import ReplayBatch
@@ -24,7 +23,7 @@ from rlcli.buffers.replay import ReplayBuffer
 from rlcli.contracts import ActOutput, RunClock
 from rlcli.optim import step_together
 from rlcli.population.onpolicy import clip_members, drawn_with
-from rlcli.population.stacking import stack_weights
+from rlcli.population.stacking import clip_limits, hand_gradients, stack_weights, vmapped
 from rlcli.registry import ConfigError
 
 BATCHED_OFF_POLICY = "dqn and qrdqn (MLP or CNN Q-networks, buffer=replay or buffer=nstep)"
@@ -55,12 +54,9 @@ class BatchableGradientSteps(Protocol):
 
 def check_batchable(algos: Sequence[Any], storages: Sequence[Any]) -> None:
     """One line naming what keeps these members out of a population (the launcher then runs them one by one)."""
-    kinds = {type(a) for a in algos}
-    if len(kinds) > 1:
-        raise ConfigError(f"the members run different algorithms ({sorted(k.__name__ for k in kinds)})")
     if not isinstance(algos[0], BatchableGradientSteps):
-        raise ConfigError(f"{type(algos[0]).__name__} cannot train in a population yet: {BATCHED_OFF_POLICY} can "
-                          "(and the on-policy ppo, a2c and pg)")
+        raise ConfigError(f"{type(algos[0]).__name__} cannot train in a population of value-based members: "
+                          f"{BATCHED_OFF_POLICY} can")
     for algo, storage in zip(algos, storages, strict=True):
         refusal = algo.population_refusal()
         if refusal is not None:
@@ -98,15 +94,7 @@ class OffPolicyPopulationUpdate:
         for stacked in self.params.values():
             stacked.requires_grad_(True)
         self._rows = {name: [a.networks.get_parameter(name) for a in algos] for name in self.params}
-        loss_module, act_module = _MemberLoss(self.algos[0]), _MemberQ(self.algos[0])
-
-        def call(module: nn.Module) -> Callable[..., Any]:
-            def member(params: dict[str, torch.Tensor], buffers: dict[str, torch.Tensor], args: Any) -> Any:
-                weights = {f"networks.{k}": v for k, v in {**params, **buffers}.items()}
-                return functional_call(module, weights, (args,))
-            return vmap(member)
-
-        self._losses, self._q = call(loss_module), call(act_module)
+        self._losses, self._q = vmapped(_MemberLoss(self.algos[0])), vmapped(_MemberQ(self.algos[0]))
 
     @torch.inference_mode()
     def policy_and_values(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -122,9 +110,7 @@ class OffPolicyPopulationUpdate:
         steps = [gradient_steps_now(a.gradient_steps, clock) if on and clock is not None and len(s) > 0 else 0
                  for a, s, on, clock in zip(algos, storages, active, clocks, strict=True)]
         logs: list[dict[str, list[torch.Tensor]]] = [{} for _ in algos]
-        max_norms = [a.max_grad_norm for a in algos]
-        limit = None if all(m is None for m in max_norms) else \
-            torch.tensor([float("inf") if m is None else m for m in max_norms])
+        limit = clip_limits([a.max_grad_norm for a in algos])
         for k in range(max(steps, default=0)):
             stepping = [m for m, n in enumerate(steps) if k < n]
             batches = {m: drawn_with(torch_rngs, m, lambda m=m, k=k: storages[m].sample(algos[m].batch_size, k,
@@ -139,12 +125,7 @@ class OffPolicyPopulationUpdate:
             losses.sum().backward()  # the members are independent: each row's gradient is its own loss's
             if limit is not None:
                 clip_members(self.params, limit.to(losses.device))
-            for name, rows in self._rows.items():
-                grad = self.params[name].grad
-                if grad is None:  # the target network's weights: no gradient reaches them
-                    continue
-                for m in stepping:
-                    rows[m].grad = grad[m]
+            hand_gradients(self.params, self._rows, stepping)
             step_together([algos[m].optimizer for m in stepping])
             for m in stepping:
                 storages[m].update_priorities(batches[m].indices, errors[m])

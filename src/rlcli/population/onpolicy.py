@@ -16,14 +16,13 @@ from typing import Any, Protocol, runtime_checkable
 
 import torch
 from torch import nn
-from torch.func import functional_call, vmap
 
 from rlcli.algos.base import UpdatePlan
 from rlcli.batches import RolloutBatch
 from rlcli.buffers.rollout import RolloutBuffer
 from rlcli.contracts import ActOutput, RunClock
 from rlcli.optim import step_together
-from rlcli.population.stacking import stack_weights
+from rlcli.population.stacking import clip_limits, hand_gradients, stack_weights, vmapped
 from rlcli.registry import ConfigError
 
 BATCH_FIELDS = 7  # RolloutBatch's tensors for an MLP or CNN actor (obs ... mask); the rest are None here
@@ -55,12 +54,9 @@ class BatchableUpdate(Protocol):
 
 def check_batchable(algos: Sequence[Any]) -> None:
     """One line naming what keeps these members out of a population (the launcher then runs them one by one)."""
-    kinds = {type(a) for a in algos}
-    if len(kinds) > 1:
-        raise ConfigError(f"the members run different algorithms ({sorted(k.__name__ for k in kinds)})")
-    algo = algos[0]
-    if not isinstance(algo, BatchableUpdate):
-        raise ConfigError(f"{type(algo).__name__} cannot train in a population yet: {BATCHED_ALGOS} can")
+    if not isinstance(algos[0], BatchableUpdate):
+        raise ConfigError(f"{type(algos[0]).__name__} cannot train in a population of on-policy members: "
+                          f"{BATCHED_ALGOS} can")
     for member in algos:
         refusal = member.population_refusal()
         if refusal is not None:
@@ -76,8 +72,9 @@ class _MemberLoss(nn.Module):
         self._algo = (algo,)  # a tuple, not a submodule: its networks are registered once, above
         self.unset_terms: dict[str, None] = {}  # coefficients every member leaves null (vmap takes tensors only)
 
-    def forward(self, batch: RolloutBatch, terms: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, Any]]:
-        return self._algo[0].minibatch_loss(batch, **terms, **self.unset_terms)
+    def forward(self, batch: tuple[torch.Tensor, ...],
+                terms: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, Any]]:
+        return self._algo[0].minibatch_loss(RolloutBatch(*batch), **terms, **self.unset_terms)
 
 
 class _MemberAct(nn.Module):
@@ -101,21 +98,9 @@ class PopulationUpdate:
         self.params, self.buffers = stack_weights([a.networks for a in algos])
         for stacked in self.params.values():
             stacked.requires_grad_(True)
-        self._module = module = _MemberLoss(self.algos[0])
-
-        def member_loss(params: dict[str, torch.Tensor], buffers: dict[str, torch.Tensor],
-                        batch: tuple[torch.Tensor, ...], terms: dict[str, torch.Tensor]) -> Any:
-            weights = {f"networks.{k}": v for k, v in {**params, **buffers}.items()}
-            return functional_call(module, weights, (RolloutBatch(*batch), terms))
-
-        self._losses: Callable[..., Any] = vmap(member_loss)
-        acting = _MemberAct(self.algos[0].networks)
-
-        def member_act(params: dict[str, torch.Tensor], buffers: dict[str, torch.Tensor], obs: torch.Tensor) -> Any:
-            weights = {f"networks.{k}": v for k, v in {**params, **buffers}.items()}
-            return functional_call(acting, weights, (obs,))
-
-        self._act: Callable[..., Any] = vmap(member_act)
+        self._module = _MemberLoss(self.algos[0])
+        self._losses = vmapped(self._module)
+        self._act = vmapped(_MemberAct(self.algos[0].networks))
         self._rows = {name: [a.networks.get_parameter(name) for a in algos] for name in self.params}
 
     @torch.inference_mode()
@@ -141,9 +126,7 @@ class PopulationUpdate:
         orders = [drawn_with(torch_rngs, m, lambda a=a: a.minibatch_order(size, device)) for m, a in enumerate(algos)]
         members = torch.arange(len(algos), device=device).unsqueeze(1)
         stepped = [a.optimizer for a, on in zip(algos, active, strict=True) if on]
-        max_norms = [a.max_grad_norm for a in algos]
-        limit = None if all(m is None for m in max_norms) else \
-            torch.tensor([float("inf") if m is None else m for m in max_norms], device=device)
+        limit = clip_limits([a.max_grad_norm for a in algos], device)
         sums: dict[str, torch.Tensor] = {}
         count = 0
         for epoch in zip(*orders, strict=True):
@@ -156,10 +139,7 @@ class PopulationUpdate:
                 losses.sum().backward()  # the members are independent: each row's gradient is its own loss's
                 if limit is not None:
                     clip_members(self.params, limit)
-                for name, rows in self._rows.items():
-                    grad = self.params[name].grad
-                    for member, param in enumerate(rows):
-                        param.grad = grad[member]
+                hand_gradients(self.params, self._rows, range(len(algos)))
                 step_together(stepped)
                 count += 1
                 for k, v in stats.items():
@@ -197,7 +177,7 @@ def clip_members(params: dict[str, torch.Tensor], limit: torch.Tensor) -> None:
     """Each member's global gradient-norm clip to its `limit` row (torch's clip_grad_norm_ formula, one norm per
     member over the stacked `params`' gradients; inf for a member without a clip)."""
     grads = [p.grad for p in params.values() if p.grad is not None]
-    norms = torch.stack([torch.linalg.vector_norm(g.flatten(1), dim=1) for g in grads])
+    norms = torch.stack([torch.linalg.vector_norm(g.reshape(g.shape[0], -1), dim=1) for g in grads])
     total = torch.linalg.vector_norm(norms, dim=0)
     scale = torch.clamp(limit / (total + 1e-6), max=1.0)
     for g in grads:

@@ -1,0 +1,30 @@
+"""Which batched update a population's algorithm takes: the on-policy family's, the value-based off-policy one's
+(DQN, QR-DQN) or the soft actor-critics' (SAC, TQC); anything else is refused in one line naming what can batch."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from rlcli.population.offpolicy import BatchableGradientSteps, OffPolicyPopulationUpdate
+from rlcli.population.onpolicy import BatchableUpdate, PopulationUpdate
+from rlcli.population.soft_actor_critic import BatchableSoftActorCritic, SoftActorCriticPopulationUpdate
+from rlcli.registry import ConfigError
+
+Population = PopulationUpdate | OffPolicyPopulationUpdate | SoftActorCriticPopulationUpdate
+BATCHED = "ppo, a2c, pg, dqn, qrdqn, sac, tqc"
+
+
+def population_update(algos: Sequence[Any], storages: Sequence[Any]) -> Population:
+    """The members' batched update, or a ConfigError saying in one line why these members cannot batch."""
+    kinds = {type(a) for a in algos}
+    if len(kinds) > 1:
+        raise ConfigError(f"the members run different algorithms ({sorted(k.__name__ for k in kinds)})")
+    algo = algos[0]
+    if isinstance(algo, BatchableUpdate):
+        return PopulationUpdate(algos)
+    if isinstance(algo, BatchableGradientSteps):
+        return OffPolicyPopulationUpdate(algos, storages)
+    if isinstance(algo, BatchableSoftActorCritic):
+        return SoftActorCriticPopulationUpdate(algos, storages)
+    raise ConfigError(f"{type(algo).__name__} cannot train in a population yet: {BATCHED} can")

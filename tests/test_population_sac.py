@@ -1,0 +1,141 @@
+"""hydra/launcher=population for the soft actor-critics: SAC and TQC members (rlcli/population/soft_actor_critic.py)."""
+
+import copy
+import subprocess
+
+import pytest
+import torch
+from conftest import RL_TRAIN
+from test_population import run
+from test_resume import final
+
+from rlcli.compose import compose_config
+from rlcli.contracts import RunClock
+from rlcli.population.collect import collect_together
+from rlcli.population.kinds import population_update
+from rlcli.population.members import Member
+from rlcli.population.soft_actor_critic import SoftActorCriticPopulationUpdate
+from rlcli.registry import ConfigError
+from rlcli.run_state import prepare
+from rlcli.trainer import Trainer
+
+TINY = ["env=Pendulum-v1", "train.num_envs=2", "train.test_every=256", "train.test_episodes=1",
+        "train.stop_reward=null", "log.tensorboard=false", "log.console=false", "algo.learning_starts=64",
+        "algo.batch_size=32", "algo.train_freq=2", "algo.gradient_steps=2", "actor.hidden_sizes=[32,32]"]
+ALGOS = {"sac": ["algo=sac"],  # RL-Zoo's TQC Pendulum entry explores with gSDE, which a population refuses
+         "tqc": ["algo=tqc", "algo.n_quantiles=5", "algo.top_quantiles_to_drop_per_net=1", "algo.use_sde=false"]}
+
+
+def filled(algo: str, *more: str):
+    """A member's components after a few random collect phases, and its torch RNG state then."""
+    components, _ = prepare(compose_config([*TINY, *ALGOS[algo], *more]))
+    for _ in range(24):
+        components.collector.collect(components.learner, random_actions=True)
+    return components, torch.get_rng_state()
+
+
+@pytest.mark.parametrize("algo", list(ALGOS))
+def test_a_members_first_update_is_its_single_runs_within_float_tolerance(algo):
+    members = [filled(algo, "seed=0"),
+               filled(algo, "seed=1", "algo.lr=1e-3", "algo.max_grad_norm=0.5", "algo.target_update_interval=2"),
+               filled(algo, "seed=2", "algo.ent_coef=0.1", "algo.tau=0.5", "algo.gamma=0.9"),
+               filled(algo, "seed=3", "algo.target_entropy=-0.5", "algo.ent_coef_init=0.5"),
+               filled(algo, "seed=4")]  # the last is still warming up: carried, not stepped
+    clock = RunClock(96, 1024, 48)
+    clocks = [clock, clock, clock, clock, None]
+    singles = []
+    for (components, rng), member_clock in zip(members, clocks, strict=True):  # each single run's update, on a copy
+        alone = copy.deepcopy(components.algo)
+        torch.set_rng_state(rng)
+        metrics = alone.update(components.buffer, member_clock) if member_clock is not None else None
+        singles.append((alone, metrics, torch.get_rng_state()))
+    before = copy.deepcopy(members[4][0].algo.networks.state_dict())
+    population = population_update([c.algo for c, _ in members], [c.buffer for c, _ in members])
+    assert isinstance(population, SoftActorCriticPopulationUpdate)
+    rngs = [rng for _, rng in members]
+    results = population.update([True, True, True, True, False], [c.buffer for c, _ in members], rngs, clocks)
+    for (components, _), (alone, metrics, rng_after), result, rng in zip(members, singles, results, rngs, strict=True):
+        assert torch.equal(rng, rng_after)  # the stream advanced exactly as its single run's (samples, noise)
+        mine, theirs = components.algo.networks.state_dict(), alone.networks.state_dict()
+        for key in mine:  # policy, critics, Polyak targets and log(alpha)
+            assert torch.allclose(mine[key], theirs[key], atol=1e-6, rtol=0), key
+        if metrics is None:
+            assert result is None
+            continue
+        assert result is not None and set(result) == set(metrics)
+        for key in metrics:
+            assert float(result[key]) == pytest.approx(float(metrics[key]), rel=1e-4, abs=1e-6), key
+        assert components.algo.gradient_updates == alone.gradient_updates == 2
+        for name in ("policy_optimizer", "critic_optimizer"):
+            ours, single = getattr(components.algo, name).state_dict(), getattr(alone, name).state_dict()
+            assert [float(s["step"]) for s in ours["state"].values()] == \
+                   [float(s["step"]) for s in single["state"].values()]
+    after = members[4][0].algo.networks.state_dict()
+    assert all(torch.equal(before[k], after[k]) for k in before)
+    assert float(members[2][0].algo.alpha()) == pytest.approx(0.1)  # a fixed coefficient stays fixed
+    assert float(members[0][0].algo.alpha()) != pytest.approx(1.0)  # a learned one moved
+
+
+def test_a_members_rollouts_are_its_single_runs_in_warm_up_and_within_rounding_after(tmp_path):
+    def components_of(seed: int):
+        return prepare(compose_config([*TINY, "algo=sac", f"seed={seed}"]))
+
+    singles = []
+    for seed in (0, 1):
+        components, _ = components_of(seed)
+        components.collector.collect(components.learner, random_actions=True)  # warm-up: uniform actions
+        components.collector.collect(components.learner, random_actions=False)  # the squashed Gaussian policy
+        singles.append(components.buffer)
+    members = []
+    for seed in (0, 1):
+        components, state = components_of(seed)
+        run_dir = tmp_path / str(seed)
+        members.append(Member(Trainer(components, run_dir, state), run_dir, seed, "", {}))
+    population = population_update([m.trainer.c.algo for m in members], [m.trainer.c.buffer for m in members])
+    for warming_up in (True, False):
+        for member in members:
+            member.warming_up = warming_up
+        assert all(s is not None for s in collect_together(members, population))
+    for member, single in zip(members, singles, strict=True):
+        mine = member.trainer.c.buffer
+        assert len(mine) == len(single) == 8
+        for field in ("obs", "actions", "rewards", "next_obs", "discounts"):
+            ours, theirs = getattr(mine, field)[:8], getattr(single, field)[:8]
+            assert torch.equal(ours[:4], theirs[:4]), field  # the warm-up's uniform draws, bit for bit
+            # the policy's: the same noise through weights multiplied in one batched call (float rounding apart)
+            assert torch.allclose(ours[4:], theirs[4:], atol=1e-5, rtol=0), field
+
+
+def test_what_a_soft_actor_critic_population_cannot_batch_is_one_line():
+    for more, said in ((["buffer=per"], "PrioritizedReplayBuffer storage cannot train in a population yet; sac"),
+                       (["algo.use_sde=true"], r"gSDE \(algo.use_sde=true\) cannot train in a population yet"),
+                       (["actor=gru", "buffer=sequence"], r"a recurrent actor \(actor=gru/lstm\) cannot train")):
+        c = prepare(compose_config(["env=Pendulum-v1", "algo=sac", *more]))[0]
+        with pytest.raises(ConfigError, match=said):
+            population_update([c.algo, c.algo], [c.buffer, c.buffer])
+    crossq = prepare(compose_config(["env=Pendulum-v1", "algo=crossq"]))[0]
+    with pytest.raises(ConfigError, match="CrossQ cannot train in a population yet: ppo, a2c, pg, dqn, qrdqn, sac"):
+        population_update([crossq.algo, crossq.algo], [crossq.buffer, crossq.buffer])
+
+
+@pytest.mark.slow
+def test_a_sac_population_sweep_writes_what_the_basic_launcher_writes(tmp_path):
+    args = ["-m", *TINY, "algo=sac", "seed=0,1", "algo.lr=1e-3,3e-4", "train.total_steps=256"]
+    population = run(*args, "hydra/launcher=population", "hydra.sweep.dir=pop", cwd=tmp_path)
+    assert population.returncode == 0, population.stderr[-3000:]
+    assert "cannot train in a population" not in population.stdout + population.stderr
+    basic = run(*args, "hydra.sweep.dir=basic", cwd=tmp_path)
+    assert basic.returncode == 0, basic.stderr[-3000:]
+    for job in map(str, range(4)):
+        pop, bas = tmp_path / "pop" / job, tmp_path / "basic" / job
+        assert sorted(p.name for p in pop.iterdir()) == sorted(p.name for p in bas.iterdir())
+        a, b = final(pop), final(bas)
+        assert a["state"]["env_steps"] == b["state"]["env_steps"] == 256
+        assert a["algo"]["gradient_updates"] == b["algo"]["gradient_updates"] > 0
+        nets_a, nets_b = a["algo"]["networks"], b["algo"]["networks"]
+        assert all(torch.allclose(nets_a[k], nets_b[k], atol=1e-4) for k in nets_a), job
+        assert torch.allclose(a["buffer"]["actions"], b["buffer"]["actions"], atol=1e-4)
+        assert '"status": "completed"' in (pop / "status.json").read_text()
+    evaluated = subprocess.run([str(RL_TRAIN.parent / "rl-eval"), str(tmp_path / "pop" / "1"), "episodes=2"],
+                               cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert evaluated.returncode == 0, evaluated.stderr
