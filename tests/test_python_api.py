@@ -95,11 +95,17 @@ def test_ctrl_c_in_python_saves_a_checkpoint_and_raises_keyboard_interrupt(tmp_p
             if run.env_steps == 512:
                 os.kill(os.getpid(), signal.SIGINT)  # what Ctrl-C in a notebook sends
 
-    with pytest.raises(KeyboardInterrupt, match="checkpoint saved"):
-        rlcli.train(algo="ppo", train=TINY, log=QUIET, run_dir=tmp_path / "run", callbacks=[Interrupt()])
-    assert [p.name for p in (tmp_path / "run" / "checkpoints").glob("ckpt_*.pt")] == ["ckpt_000000000512.pt"]
-    assert rlcli.train(resume=tmp_path / "run", log=QUIET).env_steps == 2048
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the handlers are given back
+    # a notebook's Python has the default handler; a test started in the background (`cmd &`) inherits SIGINT
+    # ignored instead, so set the notebook's here and give the inherited one back at the end
+    inherited = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt, match="checkpoint saved"):
+            rlcli.train(algo="ppo", train=TINY, log=QUIET, run_dir=tmp_path / "run", callbacks=[Interrupt()])
+        assert [p.name for p in (tmp_path / "run" / "checkpoints").glob("ckpt_*.pt")] == ["ckpt_000000000512.pt"]
+        assert rlcli.train(resume=tmp_path / "run", log=QUIET).env_steps == 2048
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the handlers are given back
+    finally:
+        signal.signal(signal.SIGINT, inherited)
 
 
 def test_bad_input_is_one_line_rlcli_error_not_system_exit(tmp_path):

@@ -112,6 +112,7 @@ class SoftActorCriticPopulationUpdate:
         self._act = vmapped(_MemberPart(first, "act"))
         self._targets = [(self.params[k], self.params["critics." + k.removeprefix("critics_target.")])
                          for k in self.params if k.startswith("critics_target.")]
+        self.device = self.params["log_alpha"].device
 
     @torch.inference_mode()
     def policy_and_values(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -127,7 +128,7 @@ class SoftActorCriticPopulationUpdate:
         steps = [gradient_steps_now(a.gradient_steps, clock) if on and clock is not None and len(s) > 0 else 0
                  for a, s, on, clock in zip(algos, storages, active, clocks, strict=True)]
         logs: list[dict[str, list[torch.Tensor]]] = [{} for _ in algos]
-        limit = clip_limits([a.max_grad_norm for a in algos])
+        limit = clip_limits([a.max_grad_norm for a in algos], self.device)
         for k in range(max(steps, default=0)):
             stepping = [m for m, n in enumerate(steps) if k < n]
             for m, metrics in self._gradient_step(stepping, k, steps, storages, torch_rngs, limit).items():
@@ -138,12 +139,12 @@ class SoftActorCriticPopulationUpdate:
 
     def _gradient_step(self, stepping: list[int], k: int, steps: list[int], storages: Sequence[Any],
                        torch_rngs: list[torch.Tensor], limit: torch.Tensor | None) -> dict[int, dict[str, Any]]:
-        algos, params = self.algos, self.params
+        algos, params, device = self.algos, self.params, self.device
         # each member's draws, in its single run's order: the batch, the next actions' noise, the policy's noise
         draws = {m: drawn_with(torch_rngs, m, lambda m=m: (
             storages[m].sample(algos[m].batch_size, k, steps[m]),
-            torch.randn(algos[m].batch_size, algos[m].action_dim),
-            torch.randn(algos[m].batch_size, algos[m].action_dim))) for m in stepping}
+            torch.randn(algos[m].batch_size, algos[m].action_dim, device=device),
+            torch.randn(algos[m].batch_size, algos[m].action_dim, device=device))) for m in stepping}
         filler = draws[stepping[0]]  # the idle members' rows: computed, never stepped
         batch = tuple(torch.stack([draws.get(m, filler)[0][i] for m in range(len(algos))])
                       for i in range(len(filler[0])))
@@ -158,10 +159,12 @@ class SoftActorCriticPopulationUpdate:
         self._step(policy_losses, self._policy_rows, stepping, limit, [algos[m].policy_optimizer for m in stepping])
         learned = [m for m in stepping if algos[m].temperature.learned]
         if learned:
-            targets = torch.tensor([a.temperature.target_entropy for a in algos])
+            targets = torch.tensor([a.temperature.target_entropy for a in algos], device=device)
             alpha_losses = -(params["log_alpha"].unsqueeze(-1) * (log_probs + targets.unsqueeze(-1))).mean(-1)
             self._step(alpha_losses, self._alpha_rows, learned, limit,
                        [algos[m].temperature.optimizer for m in learned])
+        for m in stepping:
+            algos[m].gradient_updates += 1
         self._update_targets(stepping)
         out = {}
         for m in stepping:
@@ -186,13 +189,13 @@ class SoftActorCriticPopulationUpdate:
     @torch.no_grad()
     def _update_targets(self, stepping: list[int]) -> None:
         """Each stepping member's Polyak update at its own interval and tau (a weight of 0 leaves a row as it is)."""
-        weights = torch.zeros(len(self.algos))
+        taus = [0.0] * len(self.algos)
         for m in stepping:
             algo = self.algos[m]
-            algo.gradient_updates += 1
             if algo.gradient_updates % algo.target_update_interval == 0:
-                weights[m] = algo.tau
-        if not bool(weights.any()):
+                taus[m] = algo.tau
+        if not any(taus):
             return
+        weights = torch.tensor(taus, device=self.device)
         for target, source in self._targets:
             target.lerp_(source, weights.view(-1, *([1] * (target.dim() - 1))))
