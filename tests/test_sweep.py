@@ -75,6 +75,9 @@ def test_joblib_sweep_in_parallel_then_rl_report_plots_it(cli, tmp_path):
     (["hparams_search=ppo_cartpole", "algo.clip_range=interval(0.1,-0.3)"], "the interval is empty"),
     (["hparams_search=ppo_cartpole", "algo.clip_range=interval(-0.3,0.1)"], "algo.clip_range=-0.3 is invalid"),
     (["algo.lr=interval(oops"], "cannot parse 'algo.lr=interval(oops'"),
+    # jobs that differ only in a valid seed are built once to check them; a bad seed is still built and named
+    (["seed=0,1,4294967296"], "seed=4294967296 is invalid: must be between 0 and 2**32 - 1"),
+    (["seed=0,1,x"], "seed='x' is invalid: must be an integer"),
 ])
 def test_bad_sweep_fails_before_any_job(cli, tmp_path, args, expected):
     out = cli("-m", *args, *([] if "resume=auto" in args else ["hydra.sweep.dir=sw"]))

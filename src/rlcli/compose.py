@@ -63,11 +63,14 @@ def search_path_args(args: list[str]) -> list[str]:
 
 def check_group_choices(args: list[str]) -> None:
     search_path = search_path_args(args)
+    known: dict[str, list[str]] = {}  # a sweep's jobs repeat their group choices: walk each group once
     for arg in args:
         key, sep, value = arg.partition("=")
         key = key.lstrip("+~")
         if sep and key in GROUPS:
-            options = group_options(key, search_path)
+            if key not in known:
+                known[key] = group_options(key, search_path)
+            options = known[key]
             if value not in options:
                 if key == "env" and _is_gymnasium_id(value):
                     raise ConfigError(f"env={value} has no shipped config; any gymnasium id runs with: "

@@ -225,8 +225,19 @@ def precheck_sweep(args: list[str]) -> None:
     sweeper = full.hydra.sweeper
     ours = "rlcli" in str(sweeper.get("_target_", "")) and sweeper.get("params")
     probes = search_space_probes(OmegaConf.to_container(sweeper.params)) if ours else []
+    built: set[tuple[str, ...]] = set()
     for combo in [*combos, *([*combos[0], probe] for probe in probes)]:
+        rest = tuple(a for a in combo if key_of(a) != "seed")
+        if rest in built and _plain_seed(combo):
+            continue  # a job already built but for a valid seed: building it again checks nothing new
         precheck(combo)
+        built.add(rest)
+
+
+def _plain_seed(combo: list[str]) -> bool:
+    """The combo's seed is a plain integer in numpy's range (what build.py's check accepts)."""
+    seeds = [value_of(a) for a in combo if key_of(a) == "seed"]
+    return bool(seeds) and seeds[-1].isascii() and seeds[-1].isdigit() and int(seeds[-1]) < 2**32
 
 
 def lock_existing_run_dir(args: list[str]) -> None:
