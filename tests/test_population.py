@@ -155,6 +155,10 @@ def test_jobs_that_differ_in_seed_or_batchable_values_share_a_population():
                cfg("seed=2", "algo.gamma=0.9"), cfg("seed=0", "algo.n_epochs=3"), cfg("seed=1", "env=Acrobot-v1")]
     assert group_jobs(configs, max_members=64) == [[0, 1, 3], [2, 5], [4]]
     assert group_jobs(configs, max_members=2) == [[0, 1], [3], [2, 5], [4]]
+    # the losses read reward_scale from the first member's algorithm: members must share it
+    sac = [compose_config(["algo=sac", "env=Pendulum-v1", *o]) for o in
+           (["seed=0"], ["seed=1", "algo.tau=0.01", "algo.ent_coef=0.2"], ["seed=0", "algo.reward_scale=5"])]
+    assert group_jobs(sac, max_members=64) == [[0, 1], [2]]
 
 
 def test_population_refuses_what_it_cannot_batch_in_one_line():

@@ -21,9 +21,7 @@ from rlcli.algos.offpolicy import gradient_steps_now
 from rlcli.batches import ReplayBatch
 from rlcli.buffers.replay import ReplayBuffer
 from rlcli.contracts import ActOutput, RunClock
-from rlcli.optim import step_together
-from rlcli.population.onpolicy import clip_members, drawn_with
-from rlcli.population.stacking import clip_limits, hand_gradients, stack_weights, vmapped
+from rlcli.population.stacking import clip_limits, drawn_with, stack_members, stack_weights, step_members, vmapped
 from rlcli.registry import ConfigError
 
 BATCHED_OFF_POLICY = "dqn and qrdqn (MLP or CNN Q-networks, buffer=replay or buffer=nstep)"
@@ -110,23 +108,14 @@ class OffPolicyPopulationUpdate:
         steps = [gradient_steps_now(a.gradient_steps, clock) if on and clock is not None and len(s) > 0 else 0
                  for a, s, on, clock in zip(algos, storages, active, clocks, strict=True)]
         logs: list[dict[str, list[torch.Tensor]]] = [{} for _ in algos]
-        limit = clip_limits([a.max_grad_norm for a in algos])
+        limit = clip_limits([a.max_grad_norm for a in algos], next(iter(self.params.values())).device)
         for k in range(max(steps, default=0)):
             stepping = [m for m, n in enumerate(steps) if k < n]
             batches = {m: drawn_with(torch_rngs, m, lambda m=m, k=k: storages[m].sample(algos[m].batch_size, k,
                                                                                         steps[m]))
                        for m in stepping}
-            filler = batches[stepping[0]]  # the idle members' rows: computed, never stepped
-            stacked = tuple(torch.stack([batches.get(m, filler)[i] for m in range(len(algos))])
-                            for i in range(len(filler)))
-            for stacked_param in self.params.values():
-                stacked_param.grad = None
-            losses, (errors, q_means) = self._losses(self.params, self.buffers, stacked)
-            losses.sum().backward()  # the members are independent: each row's gradient is its own loss's
-            if limit is not None:
-                clip_members(self.params, limit.to(losses.device))
-            hand_gradients(self.params, self._rows, stepping)
-            step_together([algos[m].optimizer for m in stepping])
+            losses, (errors, q_means) = self._losses(self.params, self.buffers, stack_members(batches, len(algos)))
+            step_members(self.params, losses, self._rows, stepping, limit, [algos[m].optimizer for m in stepping])
             for m in stepping:
                 storages[m].update_priorities(batches[m].indices, errors[m])
                 algos[m].gradient_updates += 1

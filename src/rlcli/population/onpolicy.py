@@ -11,7 +11,7 @@ optimizer state. Members that have stopped are carried along but not stepped.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import torch
@@ -21,8 +21,7 @@ from rlcli.algos.base import UpdatePlan
 from rlcli.batches import RolloutBatch
 from rlcli.buffers.rollout import RolloutBuffer
 from rlcli.contracts import ActOutput, RunClock
-from rlcli.optim import step_together
-from rlcli.population.stacking import clip_limits, hand_gradients, stack_weights, vmapped
+from rlcli.population.stacking import clip_limits, drawn_with, stack_weights, step_members, vmapped
 from rlcli.registry import ConfigError
 
 BATCH_FIELDS = 7  # RolloutBatch's tensors for an MLP or CNN actor (obs ... mask); the rest are None here
@@ -133,14 +132,8 @@ class PopulationUpdate:
             for chunk in zip(*epoch, strict=True):
                 index = torch.stack(chunk)  # [members, minibatch]
                 batch = tuple(x[members, index] for x in stacked)
-                for stacked_param in self.params.values():
-                    stacked_param.grad = None
                 losses, stats = self._losses(self.params, self.buffers, batch, terms)
-                losses.sum().backward()  # the members are independent: each row's gradient is its own loss's
-                if limit is not None:
-                    clip_members(self.params, limit)
-                hand_gradients(self.params, self._rows, range(len(algos)))
-                step_together(stepped)
+                step_members(self.params, losses, self._rows, range(len(algos)), limit, stepped)
                 count += 1
                 for k, v in stats.items():
                     sums[k] = sums[k] + v if k in sums else v
@@ -160,25 +153,3 @@ def _stacked_terms(terms: list[dict[str, float | None]], device: torch.device) -
         else:
             out[key] = torch.tensor(values, device=device)
     return out
-
-
-def drawn_with(torch_rngs: list[torch.Tensor], member: int, draw: Callable[[], Any]) -> Any:
-    """`draw()` with the member's torch RNG stream as the global one; the stream is advanced in `torch_rngs`."""
-    outer = torch.get_rng_state()
-    torch.set_rng_state(torch_rngs[member])
-    try:
-        return draw()
-    finally:
-        torch_rngs[member] = torch.get_rng_state()
-        torch.set_rng_state(outer)
-
-
-def clip_members(params: dict[str, torch.Tensor], limit: torch.Tensor) -> None:
-    """Each member's global gradient-norm clip to its `limit` row (torch's clip_grad_norm_ formula, one norm per
-    member over the stacked `params`' gradients; inf for a member without a clip)."""
-    grads = [p.grad for p in params.values() if p.grad is not None]
-    norms = torch.stack([torch.linalg.vector_norm(g.reshape(g.shape[0], -1), dim=1) for g in grads])
-    total = torch.linalg.vector_norm(norms, dim=0)
-    scale = torch.clamp(limit / (total + 1e-6), max=1.0)
-    for g in grads:
-        g.mul_(scale.view(-1, *([1] * (g.dim() - 1))))

@@ -22,9 +22,15 @@ from rlcli.algos.offpolicy import gradient_steps_now
 from rlcli.batches import ReplayBatch
 from rlcli.buffers.replay import ReplayBuffer
 from rlcli.contracts import ActOutput, RunClock
-from rlcli.optim import step_together
-from rlcli.population.onpolicy import clip_members, drawn_with
-from rlcli.population.stacking import clip_limits, hand_gradients, stack_weights, vmapped
+from rlcli.population.stacking import (
+    clip_limits,
+    drawn_with,
+    polyak_members,
+    stack_members,
+    stack_weights,
+    step_members,
+    vmapped,
+)
 from rlcli.registry import ConfigError
 
 BATCHED_SOFT_ACTOR_CRITICS = "sac and tqc (MLP or CNN networks without gSDE, buffer=replay or buffer=nstep)"
@@ -145,57 +151,33 @@ class SoftActorCriticPopulationUpdate:
             storages[m].sample(algos[m].batch_size, k, steps[m]),
             torch.randn(algos[m].batch_size, algos[m].action_dim, device=device),
             torch.randn(algos[m].batch_size, algos[m].action_dim, device=device))) for m in stepping}
-        filler = draws[stepping[0]]  # the idle members' rows: computed, never stepped
-        batch = tuple(torch.stack([draws.get(m, filler)[0][i] for m in range(len(algos))])
-                      for i in range(len(filler[0])))
-        next_noise, noise = (torch.stack([draws.get(m, filler)[i] for m in range(len(algos))]) for i in (1, 2))
+        batch = stack_members({m: tuple(d[0]) for m, d in draws.items()}, len(algos))
+        next_noise, noise = (stack_members({m: d[i] for m, d in draws.items()}, len(algos)) for i in (1, 2))
         alpha = torch.stack([a.alpha() for a in algos])
 
         critic_losses, errors = self._critic_losses(params, self.buffers, batch, alpha, next_noise)
-        self._step(critic_losses, self._critic_rows, stepping, limit, [algos[m].critic_optimizer for m in stepping])
+        step_members(params, critic_losses, self._critic_rows, stepping, limit,
+                     [algos[m].critic_optimizer for m in stepping])
         # the policy climbs the critics just stepped, through their (detached) weights: dQ/da, no critic gradients
         frozen = {k: v.detach() if k.startswith("critics.") else v for k, v in params.items()}
         policy_losses, log_probs = self._actor_losses(frozen, self.buffers, batch[0], alpha, noise)
-        self._step(policy_losses, self._policy_rows, stepping, limit, [algos[m].policy_optimizer for m in stepping])
+        step_members(params, policy_losses, self._policy_rows, stepping, limit,
+                     [algos[m].policy_optimizer for m in stepping])
         learned = [m for m in stepping if algos[m].temperature.learned]
         if learned:
             targets = torch.tensor([a.temperature.target_entropy for a in algos], device=device)
             alpha_losses = -(params["log_alpha"].unsqueeze(-1) * (log_probs + targets.unsqueeze(-1))).mean(-1)
-            self._step(alpha_losses, self._alpha_rows, learned, limit,
-                       [algos[m].temperature.optimizer for m in learned])
-        for m in stepping:
+            step_members(params, alpha_losses, self._alpha_rows, learned, limit,
+                         [algos[m].temperature.optimizer for m in learned])
+        taus = [0.0] * len(algos)
+        for m in stepping:  # each member's Polyak update at its own interval and tau
             algos[m].gradient_updates += 1
-        self._update_targets(stepping)
+            if algos[m].gradient_updates % algos[m].target_update_interval == 0:
+                taus[m] = algos[m].tau
+        polyak_members(self._targets, taus)
         out = {}
         for m in stepping:
             storages[m].update_priorities(draws[m][0].indices, errors[m])
             out[m] = {"value_loss": critic_losses[m].detach(), "policy_loss": policy_losses[m].detach(),
                       "alpha": alpha[m], "entropy": -log_probs[m].mean()}
         return out
-
-    def _step(self, losses: torch.Tensor, rows: dict[str, list[torch.Tensor]], stepping: list[int],
-              limit: torch.Tensor | None, optimizers: list[Any]) -> None:
-        """Backward through every member's loss, each member's clip over its own part's gradients, then the
-        stepping members' optimizers in one fused call."""
-        for stacked in self.params.values():
-            stacked.grad = None
-        losses.sum().backward()  # the members are independent: each row's gradient is its own loss's
-        part = {name: self.params[name] for name in rows}
-        if limit is not None:
-            clip_members(part, limit)
-        hand_gradients(self.params, rows, stepping)
-        step_together(optimizers)
-
-    @torch.no_grad()
-    def _update_targets(self, stepping: list[int]) -> None:
-        """Each stepping member's Polyak update at its own interval and tau (a weight of 0 leaves a row as it is)."""
-        taus = [0.0] * len(self.algos)
-        for m in stepping:
-            algo = self.algos[m]
-            if algo.gradient_updates % algo.target_update_interval == 0:
-                taus[m] = algo.tau
-        if not any(taus):
-            return
-        weights = torch.tensor(taus, device=self.device)
-        for target, source in self._targets:
-            target.lerp_(source, weights.view(-1, *([1] * (target.dim() - 1))))

@@ -10,6 +10,7 @@ import torch
 from torch import nn
 from torch.func import functional_call, vmap
 
+from rlcli.optim import step_together
 from rlcli.registry import ConfigError
 
 
@@ -61,3 +62,60 @@ def hand_gradients(params: dict[str, torch.Tensor], rows: dict[str, list[torch.T
             continue
         for m in members:
             member_params[m].grad = grad[m]
+
+
+def drawn_with(torch_rngs: list[torch.Tensor], member: int, draw: Callable[[], Any]) -> Any:
+    """`draw()` with the member's torch RNG stream as the global one; the stream is advanced in `torch_rngs`."""
+    outer = torch.get_rng_state()
+    torch.set_rng_state(torch_rngs[member])
+    try:
+        return draw()
+    finally:
+        torch_rngs[member] = torch.get_rng_state()
+        torch.set_rng_state(outer)
+
+
+def stack_members(values: dict[int, Any], members: int) -> Any:
+    """The stepping members' values (tensors, or tuples of them) stacked over all `members`; an idle member's rows
+    repeat the first stepping member's (computed with the idle member's weights, never stepped)."""
+    filler = next(iter(values.values()))
+    rows = [values.get(m, filler) for m in range(members)]
+    if isinstance(filler, torch.Tensor):
+        return torch.stack(rows)
+    return tuple(torch.stack([row[i] for row in rows]) for i in range(len(filler)))
+
+
+def clip_members(params: dict[str, torch.Tensor], limit: torch.Tensor) -> None:
+    """Each member's global gradient-norm clip to its `limit` row (torch's clip_grad_norm_ formula, one norm per
+    member over the stacked `params`' gradients; inf for a member without a clip)."""
+    grads = [p.grad for p in params.values() if p.grad is not None]
+    norms = torch.stack([torch.linalg.vector_norm(g.reshape(g.shape[0], -1), dim=1) for g in grads])
+    total = torch.linalg.vector_norm(norms, dim=0)
+    scale = torch.clamp(limit / (total + 1e-6), max=1.0)
+    for g in grads:
+        g.mul_(scale.view(-1, *([1] * (g.dim() - 1))))
+
+
+def step_members(params: dict[str, torch.Tensor], losses: torch.Tensor, rows: dict[str, list[torch.Tensor]],
+                 stepping: Sequence[int], limit: torch.Tensor | None, optimizers: Sequence[Any]) -> None:
+    """A single run's `gradient_step` for every stepping member at once: backward through all members' losses
+    (independent, so each row's gradient is its own loss's), each member's clip over the gradients of `rows` (the
+    part this optimizer trains), then the members' own optimizers in one fused call."""
+    for stacked in params.values():
+        stacked.grad = None
+    losses.sum().backward()
+    if limit is not None:
+        clip_members({name: params[name] for name in rows}, limit)
+    hand_gradients(params, rows, stepping)
+    step_together(optimizers)
+
+
+@torch.no_grad()
+def polyak_members(pairs: Sequence[tuple[torch.Tensor, torch.Tensor]], taus: Sequence[float]) -> None:
+    """Each member's Polyak update of its (stacked target, stacked source) rows with its own tau; a tau of 0 leaves
+    the member's target as it is (lerp's formula returns it unchanged), 1 copies."""
+    if not any(taus) or not pairs:
+        return
+    weights = torch.tensor(list(taus), device=pairs[0][0].device)
+    for target, source in pairs:
+        target.lerp_(source, weights.view(-1, *([1] * (target.dim() - 1))))
