@@ -15,9 +15,10 @@ Rows, each a fresh process timed from start to exit (imports, env and network bu
 - `joblib 8 x2`: Hydra's joblib launcher with 2 jobs at a time;
 - `sb3 8 x2`: Stable-Baselines3 (scripts/bench.py's row of the same algorithm, the same RL-Zoo settings) over
   the same seeds, two processes at a time.
-Every row is PPO (or `--algo`'s algorithm) on CartPole-v1 (SAC and TQC: Pendulum-v1) with RL-Zoo's settings
-(conf/tuned/<algo>/<env>.yaml; TQC without its gSDE, which populations refuse), no early stop, torch threads 1;
-the final test returns of every member are listed, so a faster row that learns less shows.
+Every row is PPO (or `--algo`'s algorithm) on CartPole-v1 (SAC, TQC, TD3, DDPG: Pendulum-v1) with RL-Zoo's
+settings (conf/tuned/<algo>/<env>.yaml; TQC without gSDE and DDPG learning per step, since populations refuse
+those), no early stop, torch threads 1; the final test returns of every member are listed, so a faster row that
+learns less shows.
 """
 
 from __future__ import annotations
@@ -94,14 +95,16 @@ def main() -> None:
     parser.add_argument("--no-basic", action="store_true", help="skip the basic and joblib launcher rows")
     parser.add_argument("--no-sb3", action="store_true")
     parser.add_argument("--out", type=Path, default=Path("population.json"))
-    parser.add_argument("--algo", default="ppo", choices=["ppo", "a2c", "pg", "dqn", "qrdqn", "sac", "tqc"],
+    parser.add_argument("--algo", default="ppo",
+                        choices=["ppo", "a2c", "pg", "dqn", "qrdqn", "sac", "tqc", "td3", "ddpg"],
                         help="the algorithm of every row (SB3 has rows for ppo, dqn, qrdqn, sac and tqc)")
     args = parser.parse_args()
-    if args.algo in ("a2c", "pg") and not args.no_sb3:
+    if args.algo in ("a2c", "pg", "td3", "ddpg") and not args.no_sb3:
         parser.error(f"scripts/bench.py has no SB3 row for {args.algo}: add --no-sb3")
     COMMON[:0] = [f"algo={args.algo}"]
-    if args.algo in ("sac", "tqc"):
-        COMMON[1:2] = ["env=Pendulum-v1"] + (["algo.use_sde=false"] if args.algo == "tqc" else [])
+    if args.algo in ("sac", "tqc", "td3", "ddpg"):  # what populations refuse in RL-Zoo's entries: gSDE, episodes
+        COMMON[1:2] = ["env=Pendulum-v1", *{"tqc": ["algo.use_sde=false"],
+                                            "ddpg": ["algo.train_freq_unit=step"]}.get(args.algo, [])]
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)

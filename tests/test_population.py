@@ -237,8 +237,13 @@ SAC = ["algo=sac", "env=Pendulum-v1", "algo.learning_starts=300", "algo.batch_si
        "algo.gradient_steps=2", "actor.hidden_sizes=[32,32]"]
 
 
+# a deterministic actor-critic's: TD3 with each member's own Ornstein-Uhlenbeck noise state and policy delay
+TD3 = ["algo=td3", "env=Pendulum-v1", "algo.learning_starts=300", "algo.batch_size=32", "algo.train_freq=4",
+       "algo.gradient_steps=3", "algo.noise=ornstein_uhlenbeck", "actor.hidden_sizes=[32,32]"]
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("family", [PPO, DQN, SAC], ids=["ppo", "dqn", "sac"])
+@pytest.mark.parametrize("family", [PPO, DQN, SAC, TD3], ids=["ppo", "dqn", "sac", "td3"])
 def test_sigterm_then_resume_auto_is_bit_identical_to_an_uninterrupted_population(tmp_path, family):
     tiny = [a for a in TINY if not (a.startswith("env=") and any(f.startswith("env=") for f in family))]
     args = [str(RL_TRAIN), "-m", *family, *tiny, "seed=0,1", "train.total_steps=2048", "train.checkpoint_every=256",
@@ -265,3 +270,17 @@ def test_sigterm_then_resume_auto_is_bit_identical_to_an_uninterrupted_populatio
         assert a["state"]["env_steps"] == b["state"]["env_steps"] == 2048
         assert_equal_state(a["algo"], b["algo"], "algo")  # weights, Adam state, counters
         assert_equal_state(a["buffer"], b["buffer"], "buffer")
+
+
+def test_the_outcome_scripts_exact_mann_whitney_test_matches_counts_by_hand():
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parents[1] / "scripts"))
+    try:
+        from population_outcomes import mann_whitney_exact
+    finally:
+        sys.path.pop(0)
+    assert mann_whitney_exact([1, 2, 3], [4, 5, 6]) == (0.0, 2 / 20)  # 2 of the 20 splits are as extreme
+    assert mann_whitney_exact([5, 5], [5, 5]) == (2.0, 1.0)  # ties count a half each
+    u, p = mann_whitney_exact([3, 1], [2, 4])  # U = 1 (3 > 2); every split of 4 values, |U - 2| >= 1: 4 of 6
+    assert (u, p) == (1.0, pytest.approx(4 / 6))

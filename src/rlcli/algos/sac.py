@@ -155,6 +155,13 @@ class SAC:
             actions, log_probs = self.networks.policy(obs, deterministic)
         return ActOutput(actions, log_probs, torch.zeros_like(log_probs), carry)
 
+    def policy_outputs(self, obs: torch.Tensor) -> torch.Tensor:
+        """Acting's network part (the means and log stds; not gSDE's policy), which a population computes for all
+        members."""
+        policy = self.networks.policy
+        assert isinstance(policy, SquashedGaussianPolicy)
+        return policy.net(obs)
+
     def act_on(self, params: torch.Tensor, values: torch.Tensor | None = None, deterministic: bool = False,
                carry: torch.Tensor | None = None) -> ActOutput:
         """Acting after the policy network (its means and log stds): a population calls it on each member's rows of

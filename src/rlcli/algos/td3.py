@@ -99,12 +99,25 @@ class TD3:
 
     @torch.inference_mode()
     def act(self, obs: torch.Tensor, deterministic: bool = False, state: RecurrentState | None = None) -> ActOutput:
-        actions = self.networks.policy(obs)
+        return self.act_on(self.policy_outputs(obs), deterministic=deterministic)
+
+    def policy_outputs(self, obs: torch.Tensor) -> torch.Tensor:
+        """Acting's network part (the policy's actions in [-1, 1]), which a population computes for all members."""
+        return self.networks.policy(obs)
+
+    def act_on(self, actions: torch.Tensor, values: torch.Tensor | None = None, deterministic: bool = False,
+               carry: torch.Tensor | None = None) -> ActOutput:
+        """Acting after the network: the exploration noise on the policy's actions (`values`: the on-policy
+        family's slot, unused)."""
         if not deterministic:
             noise = self.noise.sample(actions.shape, self.noise_scale).to(actions.device)
             actions = (actions + noise).clamp(-1.0, 1.0)
         zeros = torch.zeros(actions.shape[0], device=actions.device)
-        return ActOutput(actions, zeros, zeros)
+        return ActOutput(actions, zeros, zeros, carry)
+
+    def population_refusal(self) -> str | None:
+        """What keeps this member out of a batched population (population/twin_delayed.py), or None."""
+        return "algo.train_freq_unit=episode" if self.episodes_per_collect else None
 
     def random_actions(self, n: int) -> torch.Tensor:
         return uniform_box_actions(n, self.action_dim)
@@ -124,29 +137,41 @@ class TD3:
     def _gradient_step(self, batch: Any) -> StepOutput:
         """The critics' step on one batch; every policy_delay-th one, the policy's and the target updates too."""
         net = self.networks
-        obs, next_obs = batch.obs, batch.next_obs  # normalized by the buffer when sampled
-        with torch.no_grad():
-            next_actions = net.policy_target(next_obs)
-            if self.target_policy_noise > 0:  # target policy smoothing
-                smoothing = (torch.randn_like(next_actions) * self.target_policy_noise).clamp(
-                    -self.target_noise_clip, self.target_noise_clip)
-                next_actions = (next_actions + smoothing).clamp(-1.0, 1.0)
-            next_q = net.critics_target(next_obs, next_actions).min(0).values
-            target = self.reward_scale * batch.rewards + batch.discounts * next_q
-        qs = net.critics(obs, batch.actions)
-        td = qs - target
-        critic_loss = (batch.weights * td.square()).mean(-1).sum()
+        critic_loss, (errors, q_mean) = self.critic_loss(batch)  # observations normalized by the buffer
         gradient_step(self.critic_optimizer, critic_loss, net.critics.parameters(), self.max_grad_norm)
         self.gradient_updates += 1
-        metrics = {"value_loss": critic_loss.detach(), "q_mean": qs.detach().mean()}
+        metrics = {"value_loss": critic_loss.detach(), "q_mean": q_mean}
         if self.gradient_updates % self.policy_delay == 0:
-            with frozen(net.critics):  # Q1 only, and no weight gradients for it
-                policy_loss = -net.critics.nets[0](obs, net.policy(obs)).mean()
+            with frozen(net.critics):  # no weight gradients for the critic the policy climbs
+                policy_loss = self.actor_loss(batch.obs)
             gradient_step(self.policy_optimizer, policy_loss, net.policy.parameters(), self.max_grad_norm)
             polyak_update(net.critics_target, net.critics, self.tau)
             polyak_update(net.policy_target, net.policy, self.tau)
             metrics["policy_loss"] = policy_loss.detach()
-        return td.detach().abs().mean(0), metrics
+        return errors, metrics
+
+    def critic_loss(self, batch: Any, noise: torch.Tensor | None = None,
+                    ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+        """The critics' TD loss toward the smallest target critic at the smoothed target action, with each
+        transition's |TD error| (PER priorities) and the mean Q. `noise`: the smoothing's standard-normal draws,
+        when the caller drew them (a population, from each member's own stream)."""
+        net = self.networks
+        with torch.no_grad():
+            next_actions = net.policy_target(batch.next_obs)
+            if self.target_policy_noise > 0:  # target policy smoothing
+                drawn = torch.randn_like(next_actions) if noise is None else noise
+                smoothing = (drawn * self.target_policy_noise).clamp(-self.target_noise_clip, self.target_noise_clip)
+                next_actions = (next_actions + smoothing).clamp(-1.0, 1.0)
+            next_q = net.critics_target(batch.next_obs, next_actions).min(0).values
+            target = self.reward_scale * batch.rewards + batch.discounts * next_q
+        qs = net.critics(batch.obs, batch.actions)
+        td = qs - target
+        return (batch.weights * td.square()).mean(-1).sum(), (td.detach().abs().mean(0), qs.detach().mean())
+
+    def actor_loss(self, obs: torch.Tensor) -> torch.Tensor:
+        """The deterministic policy gradient's loss: minus the first critic's Q at the policy's action."""
+        net = self.networks
+        return -net.critics.nets[0](obs, net.policy(obs)).mean()
 
     def state_dict(self) -> dict[str, Any]:
         return {"networks": self.networks.state_dict(), "policy_optimizer": self.policy_optimizer.state_dict(),

@@ -1,5 +1,6 @@
 """Which batched update a population's algorithm takes: the on-policy family's, the value-based off-policy one's
-(DQN, QR-DQN) or the soft actor-critics' (SAC, TQC); anything else is refused in one line naming what can batch."""
+(DQN, QR-DQN), the soft actor-critics' (SAC, TQC) or the deterministic ones' (TD3, DDPG); anything else is refused
+in one line naming what can batch."""
 
 from __future__ import annotations
 
@@ -9,10 +10,12 @@ from typing import Any
 from rlcli.population.offpolicy import BatchableGradientSteps, OffPolicyPopulationUpdate
 from rlcli.population.onpolicy import BatchableUpdate, PopulationUpdate
 from rlcli.population.soft_actor_critic import BatchableSoftActorCritic, SoftActorCriticPopulationUpdate
+from rlcli.population.twin_delayed import BatchableTwinDelayed, TwinDelayedPopulationUpdate
 from rlcli.registry import ConfigError
 
-Population = PopulationUpdate | OffPolicyPopulationUpdate | SoftActorCriticPopulationUpdate
-BATCHED = "ppo, a2c, pg, dqn, qrdqn, sac, tqc"
+Population = (PopulationUpdate | OffPolicyPopulationUpdate | SoftActorCriticPopulationUpdate
+              | TwinDelayedPopulationUpdate)
+BATCHED = "ppo, a2c, pg, dqn, qrdqn, sac, tqc, td3, ddpg"
 
 
 def population_update(algos: Sequence[Any], storages: Sequence[Any]) -> Population:
@@ -27,4 +30,6 @@ def population_update(algos: Sequence[Any], storages: Sequence[Any]) -> Populati
         return OffPolicyPopulationUpdate(algos, storages)
     if isinstance(algo, BatchableSoftActorCritic):
         return SoftActorCriticPopulationUpdate(algos, storages)
+    if isinstance(algo, BatchableTwinDelayed):
+        return TwinDelayedPopulationUpdate(algos, storages)
     raise ConfigError(f"{type(algo).__name__} cannot train in a population yet: {BATCHED} can")

@@ -17,10 +17,10 @@ from typing import Any, Protocol, runtime_checkable
 import torch
 from torch import nn
 
-from rlcli.algos.offpolicy import gradient_steps_now
 from rlcli.batches import ReplayBatch
 from rlcli.buffers.replay import ReplayBuffer
 from rlcli.contracts import ActOutput, RunClock
+from rlcli.population.phases import update_phases
 from rlcli.population.stacking import clip_limits, drawn_with, stack_members, stack_weights, step_members, vmapped
 from rlcli.registry import ConfigError
 
@@ -105,28 +105,20 @@ class OffPolicyPopulationUpdate:
         """Each active member's update phase (None for the others): its gradient steps on batches from its own
         storage, then its target network and metrics (`finish_update`)."""
         algos = self.algos
-        steps = [gradient_steps_now(a.gradient_steps, clock) if on and clock is not None and len(s) > 0 else 0
-                 for a, s, on, clock in zip(algos, storages, active, clocks, strict=True)]
-        logs: list[dict[str, list[torch.Tensor]]] = [{} for _ in algos]
         limit = clip_limits([a.max_grad_norm for a in algos], next(iter(self.params.values())).device)
-        for k in range(max(steps, default=0)):
-            stepping = [m for m, n in enumerate(steps) if k < n]
-            batches = {m: drawn_with(torch_rngs, m, lambda m=m, k=k: storages[m].sample(algos[m].batch_size, k,
-                                                                                        steps[m]))
+
+        def gradient_step(stepping: list[int], k: int, steps: list[int]) -> dict[int, dict[str, torch.Tensor]]:
+            batches = {m: drawn_with(torch_rngs, m, lambda m=m: storages[m].sample(algos[m].batch_size, k, steps[m]))
                        for m in stepping}
             losses, (errors, q_means) = self._losses(self.params, self.buffers, stack_members(batches, len(algos)))
             step_members(self.params, losses, self._rows, stepping, limit, [algos[m].optimizer for m in stepping])
             for m in stepping:
                 storages[m].update_priorities(batches[m].indices, errors[m])
                 algos[m].gradient_updates += 1
-                logs[m].setdefault("value_loss", []).append(losses[m].detach())
-                logs[m].setdefault("q_mean", []).append(q_means[m])
-        results: list[dict[str, torch.Tensor] | None] = []
-        for algo, storage, on, clock, log in zip(algos, storages, active, clocks, logs, strict=True):
-            if not on or clock is None:
-                results.append(None)
-            elif len(storage) == 0:  # as a single run: nothing whole stored yet, so no target update either
-                results.append({})
-            else:
-                results.append(algo.finish_update(clock, {k: torch.stack(v).mean() for k, v in log.items()}))
+            return {m: {"value_loss": losses[m].detach(), "q_mean": q_means[m]} for m in stepping}
+
+        results = update_phases(algos, storages, active, clocks, gradient_step)
+        for m, (algo, storage, clock, metrics) in enumerate(zip(algos, storages, clocks, results, strict=True)):
+            if metrics is not None and clock is not None and len(storage) > 0:  # as a single run: no target update
+                results[m] = algo.finish_update(clock, metrics)  # while nothing whole is stored yet
         return results

@@ -18,10 +18,10 @@ import torch
 from torch import nn
 
 from rlcli.algos.entropy import EntropyCoefficient
-from rlcli.algos.offpolicy import gradient_steps_now
 from rlcli.batches import ReplayBatch
 from rlcli.buffers.replay import ReplayBuffer
 from rlcli.contracts import ActOutput, RunClock
+from rlcli.population.phases import update_phases
 from rlcli.population.stacking import (
     clip_limits,
     drawn_with,
@@ -53,6 +53,8 @@ class BatchableSoftActorCritic(Protocol):
     target_update_interval: int
 
     def alpha(self) -> torch.Tensor: ...
+
+    def policy_outputs(self, obs: torch.Tensor) -> torch.Tensor: ...
 
     def act_on(self, params: torch.Tensor, values: torch.Tensor | None = None, deterministic: bool = False,
                carry: torch.Tensor | None = None) -> ActOutput: ...
@@ -94,7 +96,7 @@ class _MemberPart(nn.Module):
         if self._part == "policy":
             obs, alpha, noise = args
             return algo.actor_loss(obs, alpha, noise)
-        return self.networks.policy.net(args[0])  # type: ignore[union-attr,operator]  # acting: means, log stds
+        return algo.policy_outputs(args[0])  # acting's network part
 
 
 class SoftActorCriticPopulationUpdate:
@@ -130,18 +132,10 @@ class SoftActorCriticPopulationUpdate:
                clocks: Sequence[RunClock | None]) -> list[dict[str, torch.Tensor] | None]:
         """Each active member's update phase (None for the others): as many gradient steps as its single run takes,
         each on a batch from its own storage; its metrics are their means."""
-        algos = self.algos
-        steps = [gradient_steps_now(a.gradient_steps, clock) if on and clock is not None and len(s) > 0 else 0
-                 for a, s, on, clock in zip(algos, storages, active, clocks, strict=True)]
-        logs: list[dict[str, list[torch.Tensor]]] = [{} for _ in algos]
-        limit = clip_limits([a.max_grad_norm for a in algos], self.device)
-        for k in range(max(steps, default=0)):
-            stepping = [m for m, n in enumerate(steps) if k < n]
-            for m, metrics in self._gradient_step(stepping, k, steps, storages, torch_rngs, limit).items():
-                for name, value in metrics.items():
-                    logs[m].setdefault(name, []).append(value)
-        return [None if not on or clock is None else {k: torch.stack(v).mean() for k, v in log.items()}
-                for on, clock, log in zip(active, clocks, logs, strict=True)]
+        limit = clip_limits([a.max_grad_norm for a in self.algos], self.device)
+        return update_phases(self.algos, storages, active, clocks,
+                             lambda stepping, k, steps: self._gradient_step(stepping, k, steps, storages, torch_rngs,
+                                                                            limit))
 
     def _gradient_step(self, stepping: list[int], k: int, steps: list[int], storages: Sequence[Any],
                        torch_rngs: list[torch.Tensor], limit: torch.Tensor | None) -> dict[int, dict[str, Any]]:

@@ -1,4 +1,5 @@
-"""hydra/launcher=population for the soft actor-critics: SAC and TQC members (rlcli/population/soft_actor_critic.py)."""
+"""hydra/launcher=population for the actor-critics: SAC and TQC members (rlcli/population/soft_actor_critic.py), TD3
+and DDPG members (rlcli/population/twin_delayed.py)."""
 
 import copy
 import subprocess
@@ -15,6 +16,7 @@ from rlcli.population.collect import collect_together
 from rlcli.population.kinds import population_update
 from rlcli.population.members import Member
 from rlcli.population.soft_actor_critic import SoftActorCriticPopulationUpdate
+from rlcli.population.twin_delayed import TwinDelayedPopulationUpdate
 from rlcli.registry import ConfigError
 from rlcli.run_state import prepare
 from rlcli.trainer import Trainer
@@ -23,7 +25,9 @@ TINY = ["env=Pendulum-v1", "train.num_envs=2", "train.test_every=256", "train.te
         "train.stop_reward=null", "log.tensorboard=false", "log.console=false", "algo.learning_starts=64",
         "algo.batch_size=32", "algo.train_freq=2", "algo.gradient_steps=2", "actor.hidden_sizes=[32,32]"]
 ALGOS = {"sac": ["algo=sac"],  # RL-Zoo's TQC Pendulum entry explores with gSDE, which a population refuses
-         "tqc": ["algo=tqc", "algo.n_quantiles=5", "algo.top_quantiles_to_drop_per_net=1", "algo.use_sde=false"]}
+         "tqc": ["algo=tqc", "algo.n_quantiles=5", "algo.top_quantiles_to_drop_per_net=1", "algo.use_sde=false"],
+         "td3": ["algo=td3", "algo.noise=ornstein_uhlenbeck"],
+         "ddpg": ["algo=ddpg", "algo.train_freq_unit=step"]}  # RL-Zoo's entry learns per episode: refused
 
 
 def filled(algo: str, *more: str):
@@ -34,7 +38,7 @@ def filled(algo: str, *more: str):
     return components, torch.get_rng_state()
 
 
-@pytest.mark.parametrize("algo", list(ALGOS))
+@pytest.mark.parametrize("algo", ["sac", "tqc"])
 def test_a_members_first_update_is_its_single_runs_within_float_tolerance(algo):
     members = [filled(algo, "seed=0"),
                filled(algo, "seed=1", "algo.lr=1e-3", "algo.max_grad_norm=0.5", "algo.target_update_interval=2"),
@@ -76,9 +80,10 @@ def test_a_members_first_update_is_its_single_runs_within_float_tolerance(algo):
     assert float(members[0][0].algo.alpha()) != pytest.approx(1.0)  # a learned one moved
 
 
-def test_a_members_rollouts_are_its_single_runs_in_warm_up_and_within_rounding_after(tmp_path):
+@pytest.mark.parametrize("algo", ["sac", "td3"])
+def test_a_members_rollouts_are_its_single_runs_in_warm_up_and_within_rounding_after(tmp_path, algo):
     def components_of(seed: int):
-        return prepare(compose_config([*TINY, "algo=sac", f"seed={seed}"]))
+        return prepare(compose_config([*TINY, *ALGOS[algo], f"seed={seed}"]))
 
     singles = []
     for seed in (0, 1):
@@ -106,6 +111,41 @@ def test_a_members_rollouts_are_its_single_runs_in_warm_up_and_within_rounding_a
             assert torch.allclose(ours[4:], theirs[4:], atol=1e-5, rtol=0), field
 
 
+@pytest.mark.parametrize("algo", ["td3", "ddpg"])
+def test_a_td3_members_first_update_is_its_single_runs_within_float_tolerance(algo):
+    members = [filled(algo, "seed=0"),
+               filled(algo, "seed=1", "algo.lr=1e-3", "algo.max_grad_norm=0.5", "algo.tau=0.5"),
+               filled(algo, "seed=2", "algo.gamma=0.9", "algo.noise_std=0.3"),
+               filled(algo, "seed=3")]  # the last is still warming up: carried, not stepped
+    clock = RunClock(96, 1024, 48)
+    clocks = [clock, clock, clock, None]
+    singles = []
+    for (components, rng), member_clock in zip(members, clocks, strict=True):  # each single run's update, on a copy
+        alone = copy.deepcopy(components.algo)
+        torch.set_rng_state(rng)
+        metrics = alone.update(components.buffer, member_clock) if member_clock is not None else None
+        singles.append((alone, metrics, torch.get_rng_state()))
+    before = copy.deepcopy(members[3][0].algo.networks.state_dict())
+    population = population_update([c.algo for c, _ in members], [c.buffer for c, _ in members])
+    assert isinstance(population, TwinDelayedPopulationUpdate)
+    rngs = [rng for _, rng in members]
+    results = population.update([True, True, True, False], [c.buffer for c, _ in members], rngs, clocks)
+    for (components, _), (alone, metrics, rng_after), result, rng in zip(members, singles, results, rngs, strict=True):
+        assert torch.equal(rng, rng_after)  # the stream advanced exactly as its single run's (samples, smoothing)
+        mine, theirs = components.algo.networks.state_dict(), alone.networks.state_dict()
+        for key in mine:  # policy, critics and both Polyak targets (TD3: one delayed policy step of the two)
+            assert torch.allclose(mine[key], theirs[key], atol=1e-6, rtol=0), key
+        if metrics is None:
+            assert result is None
+            continue
+        assert result is not None and set(result) == set(metrics) >= {"value_loss", "q_mean", "policy_loss"}
+        for key in metrics:
+            assert float(result[key]) == pytest.approx(float(metrics[key]), rel=1e-4, abs=1e-6), key
+        assert components.algo.gradient_updates == alone.gradient_updates == 2
+    after = members[3][0].algo.networks.state_dict()
+    assert all(torch.equal(before[k], after[k]) for k in before)
+
+
 def test_what_a_soft_actor_critic_population_cannot_batch_is_one_line():
     for more, said in ((["buffer=per"], "PrioritizedReplayBuffer storage cannot train in a population yet; sac"),
                        (["algo.use_sde=true"], r"gSDE \(algo.use_sde=true\) cannot train in a population yet"),
@@ -116,11 +156,15 @@ def test_what_a_soft_actor_critic_population_cannot_batch_is_one_line():
     crossq = prepare(compose_config(["env=Pendulum-v1", "algo=crossq"]))[0]
     with pytest.raises(ConfigError, match="CrossQ cannot train in a population yet: ppo, a2c, pg, dqn, qrdqn, sac"):
         population_update([crossq.algo, crossq.algo], [crossq.buffer, crossq.buffer])
+    td3 = prepare(compose_config(["env=Pendulum-v1", "algo=td3", "buffer=per"]))[0]
+    with pytest.raises(ConfigError, match="PrioritizedReplayBuffer storage cannot train in a population yet; td3"):
+        population_update([td3.algo, td3.algo], [td3.buffer, td3.buffer])
 
 
 @pytest.mark.slow
-def test_a_sac_population_sweep_writes_what_the_basic_launcher_writes(tmp_path):
-    args = ["-m", *TINY, "algo=sac", "seed=0,1", "algo.lr=1e-3,3e-4", "train.total_steps=256"]
+@pytest.mark.parametrize("algo", ["sac", "td3"])
+def test_an_actor_critic_population_sweep_writes_what_the_basic_launcher_writes(tmp_path, algo):
+    args = ["-m", *TINY, *ALGOS[algo], "seed=0,1", "algo.lr=1e-3,3e-4", "train.total_steps=256"]
     population = run(*args, "hydra/launcher=population", "hydra.sweep.dir=pop", cwd=tmp_path)
     assert population.returncode == 0, population.stderr[-3000:]
     assert "cannot train in a population" not in population.stdout + population.stderr

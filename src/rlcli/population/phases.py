@@ -1,0 +1,33 @@
+"""An off-policy update phase for every member at once: how many gradient steps each member takes (its single
+run's count), the population's steps in lockstep (a member with fewer steps drops out of the later ones), and
+each member's metrics as the means of its steps', as `algos.offpolicy.run_gradient_steps` gives a single run."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+from rlcli.algos.offpolicy import gradient_steps_now
+from rlcli.contracts import RunClock
+
+# (the members stepping, k of the phase's steps, every member's step count) -> each stepping member's metrics
+GradientStep = Callable[[list[int], int, list[int]], dict[int, dict[str, torch.Tensor]]]
+
+
+def update_phases(algos: Sequence[Any], storages: Sequence[Any], active: Sequence[bool],
+                  clocks: Sequence[RunClock | None], gradient_step: GradientStep,
+                  ) -> list[dict[str, torch.Tensor] | None]:
+    """Each active member's phase metrics (None for the others; {} for a member whose storage holds nothing
+    whole yet, which takes no step, as its single run)."""
+    steps = [gradient_steps_now(a.gradient_steps, clock) if on and clock is not None and len(s) > 0 else 0
+             for a, s, on, clock in zip(algos, storages, active, clocks, strict=True)]
+    logs: list[dict[str, list[torch.Tensor]]] = [{} for _ in algos]
+    for k in range(max(steps, default=0)):
+        stepping = [m for m, n in enumerate(steps) if k < n]
+        for m, metrics in gradient_step(stepping, k, steps).items():
+            for name, value in metrics.items():
+                logs[m].setdefault(name, []).append(value)
+    return [None if not on or clock is None else {k: torch.stack(v).mean() for k, v in log.items()}
+            for on, clock, log in zip(active, clocks, logs, strict=True)]
