@@ -162,9 +162,9 @@ def test_jobs_that_differ_in_seed_or_batchable_values_share_a_population():
 
 
 def test_population_refuses_what_it_cannot_batch_in_one_line():
-    td3, _ = prepare(compose_config(["algo=td3", "env=Pendulum-v1"]))
-    with pytest.raises(ConfigError, match="TD3 cannot train in a population yet: ppo, a2c, pg, dqn, qrdqn, sac, tqc"):
-        population_update([td3.algo, td3.algo], [td3.buffer, td3.buffer])
+    trpo, _ = prepare(compose_config(["algo=trpo", "env=CartPole-v1"]))
+    with pytest.raises(ConfigError, match="TRPO cannot train in a population yet: ppo, a2c, pg, dqn, qrdqn, sac"):
+        population_update([trpo.algo, trpo.algo], [trpo.buffer, trpo.buffer])
     dqn, _ = prepare(compose_config(["algo=dqn", "env=CartPole-v1"]))
     with pytest.raises(ConfigError, match="DQN cannot train in a population of on-policy members: ppo, a2c and pg"):
         PopulationUpdate([dqn.algo, dqn.algo])
@@ -284,3 +284,17 @@ def test_the_outcome_scripts_exact_mann_whitney_test_matches_counts_by_hand():
     assert mann_whitney_exact([5, 5], [5, 5]) == (2.0, 1.0)  # ties count a half each
     u, p = mann_whitney_exact([3, 1], [2, 4])  # U = 1 (3 > 2); every split of 4 values, |U - 2| >= 1: 4 of 6
     assert (u, p) == (1.0, pytest.approx(4 / 6))
+
+
+def test_members_with_ray_collectors_run_one_at_a_time_after_a_warning(capsys):
+    from types import SimpleNamespace
+
+    from rlcli.population.launch import _batched_update
+
+    c, _ = prepare(compose_config(["algo=ppo", "env=CartPole-v1"]))
+    remote = SimpleNamespace(trainer=SimpleNamespace(c=SimpleNamespace(collector=object(), algo=c.algo,
+                                                                       buffer=c.buffer)), job_num=3)
+    assert _batched_update([remote, remote]) is None
+    said = capsys.readouterr()
+    assert "collector=ray cannot train in a population (its workers step the envs)" in said.out + said.err
+    assert "jobs 3, 3 run one at a time" in said.out + said.err

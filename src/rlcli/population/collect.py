@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from typing import cast
 
 import torch
 
-from rlcli.collector import CollectorError, CollectStats
+from rlcli.collector import Collector, CollectorError, CollectStats
 from rlcli.population.kinds import Population
 from rlcli.population.members import Member
 
@@ -21,7 +22,8 @@ def collect_together(members: Sequence[Member], population: Population,
     which then stops stepping while the others go on)."""
     rows = [m for m in members if m.live]
     failed: dict[int, CollectorError] = {}
-    collectors = {id(m): m.trainer.c.collector for m in rows}
+    # the local collector, which the launcher checked (collector=ray's workers step their envs themselves)
+    collectors = {id(m): cast(Collector, m.trainer.c.collector) for m in rows}
     stats = {id(m): collectors[id(m)].begin(m.trainer.c.learner) for m in rows}
     steps = rows[0].trainer.c.algo.steps_per_collect
     for step in range(steps):

@@ -171,12 +171,16 @@ def _prepare_member(cfg: DictConfig) -> Any:
 
 def _batched_update(members: list[Any]) -> Any:
     """The population's update, or None (after a warning naming why) when these members cannot batch."""
+    from rlcli.collector import Collector
     from rlcli.log import console
     from rlcli.population.kinds import population_update
 
     if len(members) == 1:
         return None
     try:
+        if not all(isinstance(m.trainer.c.collector, Collector) for m in members):
+            raise ConfigError("collector=ray cannot train in a population (its workers step the envs): the local "
+                              "collector can")
         return population_update([m.trainer.c.algo for m in members], [m.trainer.c.buffer for m in members])
     except ConfigError as error:
         jobs = ", ".join(str(m.job_num) for m in members)

@@ -12,6 +12,7 @@ warming up (algo.learning_starts), have stopped, or take fewer steps this phase 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import partial
 from typing import Any, Protocol, runtime_checkable
 
 import torch
@@ -108,7 +109,7 @@ class OffPolicyPopulationUpdate:
         limit = clip_limits([a.max_grad_norm for a in algos], next(iter(self.params.values())).device)
 
         def gradient_step(stepping: list[int], k: int, steps: list[int]) -> dict[int, dict[str, torch.Tensor]]:
-            batches = {m: drawn_with(torch_rngs, m, lambda m=m: storages[m].sample(algos[m].batch_size, k, steps[m]))
+            batches = {m: drawn_with(torch_rngs, m, partial(storages[m].sample, algos[m].batch_size, k, steps[m]))
                        for m in stepping}
             losses, (errors, q_means) = self._losses(self.params, self.buffers, stack_members(batches, len(algos)))
             step_members(self.params, losses, self._rows, stepping, limit, [algos[m].optimizer for m in stepping])

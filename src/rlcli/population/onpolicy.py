@@ -12,7 +12,8 @@ optimizer state. Members that have stopped are carried along but not stepped.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Protocol, runtime_checkable
+from functools import partial
+from typing import Any, Protocol, cast, runtime_checkable
 
 import torch
 from torch import nn
@@ -84,7 +85,8 @@ class _MemberAct(nn.Module):
         self.networks = networks
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.networks.policy_and_values(obs)  # type: ignore[operator]
+        out: tuple[torch.Tensor, torch.Tensor] = self.networks.policy_and_values(obs)  # type: ignore[operator]
+        return out
 
 
 class PopulationUpdate:
@@ -105,9 +107,10 @@ class PopulationUpdate:
     @torch.inference_mode()
     def policy_and_values(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """[members, envs, ...] observations -> each member's policy-head parameters and values, one call."""
-        return self._act(self.params, self.buffers, obs)
+        out: tuple[torch.Tensor, torch.Tensor] = self._act(self.params, self.buffers, obs)
+        return out
 
-    def update(self, active: Sequence[bool], buffers: Sequence[RolloutBuffer], torch_rngs: list[torch.Tensor],
+    def update(self, active: Sequence[bool], buffers: Sequence[Any], torch_rngs: list[torch.Tensor],
                clocks: Sequence[RunClock | None] = ()) -> list[dict[str, torch.Tensor] | None]:
         """One update of every active member (None for the others); `torch_rngs` are the members' torch RNG
         states, used for their minibatch order and advanced as their single runs would advance them. (`clocks`:
@@ -121,8 +124,8 @@ class PopulationUpdate:
         terms = _stacked_terms([a.loss_terms(p) for a, p in zip(algos, plans, strict=True)], device)
         self._module.unset_terms = {k: None for k, v in terms.items() if v is None}
         terms = {k: v for k, v in terms.items() if v is not None}
-        stacked = tuple(torch.stack([p.batch[i] for p in plans]) for i in range(BATCH_FIELDS))
-        orders = [drawn_with(torch_rngs, m, lambda a=a: a.minibatch_order(size, device)) for m, a in enumerate(algos)]
+        stacked = tuple(torch.stack([cast(torch.Tensor, p.batch[i]) for p in plans]) for i in range(BATCH_FIELDS))
+        orders = [drawn_with(torch_rngs, m, partial(a.minibatch_order, size, device)) for m, a in enumerate(algos)]
         members = torch.arange(len(algos), device=device).unsqueeze(1)
         stepped = [a.optimizer for a, on in zip(algos, active, strict=True) if on]
         limit = clip_limits([a.max_grad_norm for a in algos], device)

@@ -12,6 +12,7 @@ interval. Members that are warming up, have stopped or take fewer gradient steps
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import partial
 from typing import Any, Protocol, runtime_checkable
 
 import torch
@@ -140,11 +141,13 @@ class SoftActorCriticPopulationUpdate:
     def _gradient_step(self, stepping: list[int], k: int, steps: list[int], storages: Sequence[Any],
                        torch_rngs: list[torch.Tensor], limit: torch.Tensor | None) -> dict[int, dict[str, Any]]:
         algos, params, device = self.algos, self.params, self.device
-        # each member's draws, in its single run's order: the batch, the next actions' noise, the policy's noise
-        draws = {m: drawn_with(torch_rngs, m, lambda m=m: (
-            storages[m].sample(algos[m].batch_size, k, steps[m]),
-            torch.randn(algos[m].batch_size, algos[m].action_dim, device=device),
-            torch.randn(algos[m].batch_size, algos[m].action_dim, device=device))) for m in stepping}
+        def draw(m: int) -> tuple[Any, torch.Tensor, torch.Tensor]:
+            """In its single run's order: the batch, the next actions' noise, the policy's noise."""
+            shape = (algos[m].batch_size, algos[m].action_dim)
+            batch = storages[m].sample(algos[m].batch_size, k, steps[m])
+            return batch, torch.randn(shape, device=device), torch.randn(shape, device=device)
+
+        draws = {m: drawn_with(torch_rngs, m, partial(draw, m)) for m in stepping}
         batch = stack_members({m: tuple(d[0]) for m, d in draws.items()}, len(algos))
         next_noise, noise = (stack_members({m: d[i] for m, d in draws.items()}, len(algos)) for i in (1, 2))
         alpha = torch.stack([a.alpha() for a in algos])

@@ -103,7 +103,7 @@ def step_members(params: dict[str, torch.Tensor], losses: torch.Tensor, rows: di
     part this optimizer trains), then the members' own optimizers in one fused call."""
     for stacked in params.values():
         stacked.grad = None
-    losses.sum().backward()
+    torch.autograd.backward(losses.sum())
     if limit is not None:
         clip_members({name: params[name] for name in rows}, limit)
     hand_gradients(params, rows, stepping)

@@ -12,6 +12,7 @@ clip and tau, and counts its own steps toward its policy delay. Acting adds each
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import partial
 from typing import Any, Protocol, runtime_checkable
 
 import torch
@@ -141,7 +142,7 @@ class TwinDelayedPopulationUpdate:
                 torch.zeros(shape, device=device)
             return batch, smoothing
 
-        draws = {m: drawn_with(torch_rngs, m, lambda m=m: draw(m)) for m in stepping}
+        draws = {m: drawn_with(torch_rngs, m, partial(draw, m)) for m in stepping}
         batch = stack_members({m: tuple(d[0]) for m, d in draws.items()}, len(algos))
         noise = stack_members({m: d[1] for m, d in draws.items()}, len(algos))
         critic_losses, (errors, q_means) = self._critic_losses(params, self.buffers, batch, noise)
