@@ -160,7 +160,7 @@ class PQN:
                 gradient_step(self.optimizer, loss, self.networks.parameters(), self.max_grad_norm)
                 losses.append(loss.detach())
                 q_means.append(masked_mean(q.detach(), mask))
-        return {"value_loss": torch.stack(losses).mean(), "q_values": torch.stack(q_means).mean(),
+        return {"value_loss": torch.stack(losses).mean(), "q_mean": torch.stack(q_means).mean(),
                 "epsilon": torch.tensor(self.epsilon), "learning_rate": torch.tensor(lr)}
 
     def state_dict(self) -> dict[str, Any]:
