@@ -19,9 +19,8 @@ import torch
 from torch import nn
 
 from rlcli.batches import ReplayBatch
-from rlcli.buffers.replay import ReplayBuffer
 from rlcli.contracts import ActOutput, RunClock
-from rlcli.population.phases import update_phases
+from rlcli.population.phases import check_replay_members, update_phases
 from rlcli.population.stacking import clip_limits, drawn_with, stack_members, stack_weights, step_members, vmapped
 from rlcli.registry import ConfigError
 
@@ -56,13 +55,7 @@ def check_batchable(algos: Sequence[Any], storages: Sequence[Any]) -> None:
     if not isinstance(algos[0], BatchableGradientSteps):
         raise ConfigError(f"{type(algos[0]).__name__} cannot train in a population of value-based members: "
                           f"{BATCHED_OFF_POLICY} can")
-    for algo, storage in zip(algos, storages, strict=True):
-        refusal = algo.population_refusal()
-        if refusal is not None:
-            raise ConfigError(f"{refusal} cannot train in a population yet; {BATCHED_OFF_POLICY} without it can")
-        if type(storage) is not ReplayBuffer:  # prioritized / ERE sample from numpy's stream, HER and sequences
-            raise ConfigError(f"{type(storage).__name__} storage cannot train in a population yet; "
-                              f"{BATCHED_OFF_POLICY} can")
+    check_replay_members(algos, storages, BATCHED_OFF_POLICY)
 
 
 class _MemberQ(nn.Module):

@@ -1,6 +1,7 @@
-"""An off-policy update phase for every member at once: how many gradient steps each member takes (its single
-run's count), the population's steps in lockstep (a member with fewer steps drops out of the later ones), and
-each member's metrics as the means of its steps', as `algos.offpolicy.run_gradient_steps` gives a single run."""
+"""What the off-policy populations share: which members they take, and an update phase for every member at once:
+how many gradient steps each member takes (its single run's count), the population's steps in lockstep (a member
+with fewer steps drops out of the later ones), and each member's metrics as the means of its steps', as
+`algos.offpolicy.run_gradient_steps` gives a single run."""
 
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ from typing import Any
 import torch
 
 from rlcli.algos.offpolicy import gradient_steps_now
+from rlcli.buffers.replay import ReplayBuffer
 from rlcli.contracts import RunClock
+from rlcli.registry import ConfigError
 
 # (the members stepping, k of the phase's steps, every member's step count) -> each stepping member's metrics
 GradientStep = Callable[[list[int], int, list[int]], dict[int, dict[str, torch.Tensor]]]
@@ -31,3 +34,15 @@ def update_phases(algos: Sequence[Any], storages: Sequence[Any], active: Sequenc
                 logs[m].setdefault(name, []).append(value)
     return [None if not on or clock is None else {k: torch.stack(v).mean() for k, v in log.items()}
             for on, clock, log in zip(active, clocks, logs, strict=True)]
+
+
+def check_replay_members(algos: Sequence[Any], storages: Sequence[Any], batchable: str) -> None:
+    """One line naming what keeps these members out of a population (the launcher then runs them one by one):
+    the algorithm's own `population_refusal`, or a storage other than plain replay (prioritized and ERE replay
+    sample from numpy's stream, HER relabels, sequences feed recurrent networks). `batchable`: what can batch."""
+    for algo, storage in zip(algos, storages, strict=True):
+        refusal = algo.population_refusal()
+        if refusal is not None:
+            raise ConfigError(f"{refusal} cannot train in a population yet; {batchable} without it can")
+        if type(storage) is not ReplayBuffer:
+            raise ConfigError(f"{type(storage).__name__} storage cannot train in a population yet; {batchable} can")

@@ -19,20 +19,10 @@ import torch
 from torch import nn
 
 from rlcli.algos.entropy import EntropyCoefficient
-from rlcli.batches import ReplayBatch
-from rlcli.buffers.replay import ReplayBuffer
-from rlcli.contracts import ActOutput, RunClock
-from rlcli.population.phases import update_phases
-from rlcli.population.stacking import (
-    clip_limits,
-    drawn_with,
-    polyak_members,
-    stack_members,
-    stack_weights,
-    step_members,
-    vmapped,
-)
-from rlcli.registry import ConfigError
+from rlcli.contracts import ActOutput
+from rlcli.population.actor_critic import ActorCriticPopulation
+from rlcli.population.phases import check_replay_members
+from rlcli.population.stacking import drawn_with, polyak_members, stack_members, step_members
 
 BATCHED_SOFT_ACTOR_CRITICS = "sac and tqc (MLP or CNN networks without gSDE, buffer=replay or buffer=nstep)"
 
@@ -69,77 +59,18 @@ class BatchableSoftActorCritic(Protocol):
     def population_refusal(self) -> str | None: ...
 
 
-def check_batchable(algos: Sequence[Any], storages: Sequence[Any]) -> None:
-    """One line naming what keeps these members out of a population (the launcher then runs them one by one)."""
-    for algo, storage in zip(algos, storages, strict=True):
-        refusal = algo.population_refusal()
-        if refusal is not None:
-            raise ConfigError(f"{refusal} cannot train in a population yet; {BATCHED_SOFT_ACTOR_CRITICS} without it "
-                              "can")
-        if type(storage) is not ReplayBuffer:  # prioritized / ERE sample from numpy's stream, HER relabels
-            raise ConfigError(f"{type(storage).__name__} storage cannot train in a population yet; "
-                              f"{BATCHED_SOFT_ACTOR_CRITICS} can")
-
-
-class _MemberPart(nn.Module):
-    """One of the algorithm's losses (or its policy network) as a module call, for functional_call."""
-
-    def __init__(self, algo: BatchableSoftActorCritic, part: str) -> None:
-        super().__init__()
-        self.networks = algo.networks
-        self._algo, self._part = (algo,), part  # a tuple, not a submodule: its networks are registered once
-
-    def forward(self, *args: Any) -> Any:
-        algo = self._algo[0]
-        if self._part == "critics":
-            batch, alpha, noise = args
-            return algo.soft_td_loss(ReplayBatch(*batch), alpha, noise)
-        if self._part == "policy":
-            obs, alpha, noise = args
-            return algo.actor_loss(obs, alpha, noise)
-        return algo.policy_outputs(args[0])  # acting's network part
-
-
-class SoftActorCriticPopulationUpdate:
-    """The members' acting and gradient steps as one: `policy_and_values` gives all members' policy outputs for
-    their observations in one call; `update(active, storages, torch_rngs, clocks)` takes each member's update
-    phase."""
+class SoftActorCriticPopulationUpdate(ActorCriticPopulation):
+    """SAC and TQC members as one population: ActorCriticPopulation's acting and update phases around this kind's
+    gradient step."""
 
     def __init__(self, algos: Sequence[Any], storages: Sequence[Any]) -> None:
-        check_batchable(algos, storages)
+        check_replay_members(algos, storages, BATCHED_SOFT_ACTOR_CRITICS)
+        super().__init__(algos, critic_loss="soft_td_loss", actor_loss="actor_loss")
         self.algos: list[BatchableSoftActorCritic] = list(algos)
-        self.params, self.buffers = stack_weights([a.networks for a in algos])
-        for stacked in self.params.values():
-            stacked.requires_grad_(True)
-        rows = {name: [a.networks.get_parameter(name) for a in algos] for name in self.params}
-        self._critic_rows = {k: v for k, v in rows.items() if k.startswith("critics.")}
-        self._policy_rows = {k: v for k, v in rows.items() if k.startswith("policy.")}
-        self._alpha_rows = {"log_alpha": rows["log_alpha"]}
-        first = self.algos[0]
-        self._critic_losses = vmapped(_MemberPart(first, "critics"))
-        self._actor_losses = vmapped(_MemberPart(first, "policy"))
-        self._act = vmapped(_MemberPart(first, "act"))
-        self._targets = [(self.params[k], self.params["critics." + k.removeprefix("critics_target.")])
-                         for k in self.params if k.startswith("critics_target.")]
-        self.device = self.params["log_alpha"].device
+        self.alpha_rows = {"log_alpha": self.rows["log_alpha"]}
 
-    @torch.inference_mode()
-    def policy_and_values(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """[members, envs, ...] observations -> each member's policy outputs (and an empty value slot), one call."""
-        out = self._act(self.params, self.buffers, obs)
-        return out, out.new_zeros(out.shape[:2])
-
-    def update(self, active: Sequence[bool], storages: Sequence[Any], torch_rngs: list[torch.Tensor],
-               clocks: Sequence[RunClock | None]) -> list[dict[str, torch.Tensor] | None]:
-        """Each active member's update phase (None for the others): as many gradient steps as its single run takes,
-        each on a batch from its own storage; its metrics are their means."""
-        limit = clip_limits([a.max_grad_norm for a in self.algos], self.device)
-        return update_phases(self.algos, storages, active, clocks,
-                             lambda stepping, k, steps: self._gradient_step(stepping, k, steps, storages, torch_rngs,
-                                                                            limit))
-
-    def _gradient_step(self, stepping: list[int], k: int, steps: list[int], storages: Sequence[Any],
-                       torch_rngs: list[torch.Tensor], limit: torch.Tensor | None) -> dict[int, dict[str, Any]]:
+    def gradient_step(self, stepping: list[int], k: int, steps: list[int], storages: Sequence[Any],
+                      torch_rngs: list[torch.Tensor], limit: torch.Tensor | None) -> dict[int, dict[str, Any]]:
         algos, params, device = self.algos, self.params, self.device
         def draw(m: int) -> tuple[Any, torch.Tensor, torch.Tensor]:
             """In its single run's order: the batch, the next actions' noise, the policy's noise."""
@@ -152,26 +83,25 @@ class SoftActorCriticPopulationUpdate:
         next_noise, noise = (stack_members({m: d[i] for m, d in draws.items()}, len(algos)) for i in (1, 2))
         alpha = torch.stack([a.alpha() for a in algos])
 
-        critic_losses, errors = self._critic_losses(params, self.buffers, batch, alpha, next_noise)
-        step_members(params, critic_losses, self._critic_rows, stepping, limit,
+        critic_losses, errors = self.critic_losses(params, self.buffers, batch, alpha, next_noise)
+        step_members(params, critic_losses, self.critic_rows, stepping, limit,
                      [algos[m].critic_optimizer for m in stepping])
-        # the policy climbs the critics just stepped, through their (detached) weights: dQ/da, no critic gradients
-        frozen = {k: v.detach() if k.startswith("critics.") else v for k, v in params.items()}
-        policy_losses, log_probs = self._actor_losses(frozen, self.buffers, batch[0], alpha, noise)
-        step_members(params, policy_losses, self._policy_rows, stepping, limit,
+        # the policy climbs the critics just stepped
+        policy_losses, log_probs = self.actor_losses(self.critics_frozen(), self.buffers, batch[0], alpha, noise)
+        step_members(params, policy_losses, self.policy_rows, stepping, limit,
                      [algos[m].policy_optimizer for m in stepping])
         learned = [m for m in stepping if algos[m].temperature.learned]
         if learned:
             targets = torch.tensor([a.temperature.target_entropy for a in algos], device=device)
             alpha_losses = -(params["log_alpha"].unsqueeze(-1) * (log_probs + targets.unsqueeze(-1))).mean(-1)
-            step_members(params, alpha_losses, self._alpha_rows, learned, limit,
+            step_members(params, alpha_losses, self.alpha_rows, learned, limit,
                          [algos[m].temperature.optimizer for m in learned])
         taus = [0.0] * len(algos)
         for m in stepping:  # each member's Polyak update at its own interval and tau
             algos[m].gradient_updates += 1
             if algos[m].gradient_updates % algos[m].target_update_interval == 0:
                 taus[m] = algos[m].tau
-        polyak_members(self._targets, taus)
+        polyak_members(self.targets, taus)
         out = {}
         for m in stepping:
             storages[m].update_priorities(draws[m][0].indices, errors[m])

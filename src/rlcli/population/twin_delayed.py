@@ -18,20 +18,10 @@ from typing import Any, Protocol, runtime_checkable
 import torch
 from torch import nn
 
-from rlcli.batches import ReplayBatch
-from rlcli.buffers.replay import ReplayBuffer
-from rlcli.contracts import ActOutput, RunClock
-from rlcli.population.phases import update_phases
-from rlcli.population.stacking import (
-    clip_limits,
-    drawn_with,
-    polyak_members,
-    stack_members,
-    stack_weights,
-    step_members,
-    vmapped,
-)
-from rlcli.registry import ConfigError
+from rlcli.contracts import ActOutput
+from rlcli.population.actor_critic import ActorCriticPopulation
+from rlcli.population.phases import check_replay_members
+from rlcli.population.stacking import drawn_with, polyak_members, stack_members, step_members
 
 BATCHED_TWIN_DELAYED = "td3 and ddpg (MLP or CNN networks, buffer=replay or buffer=nstep)"
 
@@ -65,74 +55,17 @@ class BatchableTwinDelayed(Protocol):
     def population_refusal(self) -> str | None: ...
 
 
-def check_batchable(algos: Sequence[Any], storages: Sequence[Any]) -> None:
-    """One line naming what keeps these members out of a population (the launcher then runs them one by one)."""
-    for algo, storage in zip(algos, storages, strict=True):
-        refusal = algo.population_refusal()
-        if refusal is not None:
-            raise ConfigError(f"{refusal} cannot train in a population yet; {BATCHED_TWIN_DELAYED} without it can")
-        if type(storage) is not ReplayBuffer:  # prioritized / ERE sample from numpy's stream, HER relabels
-            raise ConfigError(f"{type(storage).__name__} storage cannot train in a population yet; "
-                              f"{BATCHED_TWIN_DELAYED} can")
-
-
-class _MemberPart(nn.Module):
-    """One of the algorithm's losses (or acting's network part) as a module call, for functional_call."""
-
-    def __init__(self, algo: BatchableTwinDelayed, part: str) -> None:
-        super().__init__()
-        self.networks = algo.networks
-        self._algo, self._part = (algo,), part  # a tuple, not a submodule: its networks are registered once
-
-    def forward(self, *args: Any) -> Any:
-        algo = self._algo[0]
-        if self._part == "critics":
-            batch, noise = args
-            return algo.critic_loss(ReplayBatch(*batch), noise)
-        if self._part == "policy":
-            return algo.actor_loss(args[0])
-        return algo.policy_outputs(args[0])
-
-
-class TwinDelayedPopulationUpdate:
-    """The members' acting and gradient steps as one: `policy_and_values` gives all members' policy actions for
-    their observations in one call; `update(active, storages, torch_rngs, clocks)` takes each member's update
-    phase."""
+class TwinDelayedPopulationUpdate(ActorCriticPopulation):
+    """TD3 and DDPG members as one population: ActorCriticPopulation's acting and update phases around this kind's
+    gradient step."""
 
     def __init__(self, algos: Sequence[Any], storages: Sequence[Any]) -> None:
-        check_batchable(algos, storages)
+        check_replay_members(algos, storages, BATCHED_TWIN_DELAYED)
+        super().__init__(algos, critic_loss="critic_loss", actor_loss="actor_loss")
         self.algos: list[BatchableTwinDelayed] = list(algos)
-        self.params, self.buffers = stack_weights([a.networks for a in algos])
-        for stacked in self.params.values():
-            stacked.requires_grad_(True)
-        rows = {name: [a.networks.get_parameter(name) for a in algos] for name in self.params}
-        self._critic_rows = {k: v for k, v in rows.items() if k.startswith("critics.")}
-        self._policy_rows = {k: v for k, v in rows.items() if k.startswith("policy.")}
-        first = self.algos[0]
-        self._critic_losses = vmapped(_MemberPart(first, "critics"))
-        self._actor_losses = vmapped(_MemberPart(first, "policy"))
-        self._act = vmapped(_MemberPart(first, "act"))
-        self._targets = [(self.params[k], self.params[k.replace("_target.", ".", 1)])
-                         for k in self.params if k.startswith(("critics_target.", "policy_target."))]
-        self.device = next(iter(self.params.values())).device
 
-    @torch.inference_mode()
-    def policy_and_values(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """[members, envs, ...] observations -> each member's policy actions (and an empty value slot), one call."""
-        out = self._act(self.params, self.buffers, obs)
-        return out, out.new_zeros(out.shape[:2])
-
-    def update(self, active: Sequence[bool], storages: Sequence[Any], torch_rngs: list[torch.Tensor],
-               clocks: Sequence[RunClock | None]) -> list[dict[str, torch.Tensor] | None]:
-        """Each active member's update phase (None for the others): as many gradient steps as its single run takes,
-        each on a batch from its own storage; its metrics are their means."""
-        limit = clip_limits([a.max_grad_norm for a in self.algos], self.device)
-        return update_phases(self.algos, storages, active, clocks,
-                             lambda stepping, k, steps: self._gradient_step(stepping, k, steps, storages, torch_rngs,
-                                                                            limit))
-
-    def _gradient_step(self, stepping: list[int], k: int, steps: list[int], storages: Sequence[Any],
-                       torch_rngs: list[torch.Tensor], limit: torch.Tensor | None) -> dict[int, dict[str, Any]]:
+    def gradient_step(self, stepping: list[int], k: int, steps: list[int], storages: Sequence[Any],
+                      torch_rngs: list[torch.Tensor], limit: torch.Tensor | None) -> dict[int, dict[str, Any]]:
         algos, params, device = self.algos, self.params, self.device
 
         def draw(m: int) -> tuple[Any, torch.Tensor]:  # in its single run's order: the batch, then the smoothing
@@ -145,8 +78,8 @@ class TwinDelayedPopulationUpdate:
         draws = {m: drawn_with(torch_rngs, m, partial(draw, m)) for m in stepping}
         batch = stack_members({m: tuple(d[0]) for m, d in draws.items()}, len(algos))
         noise = stack_members({m: d[1] for m, d in draws.items()}, len(algos))
-        critic_losses, (errors, q_means) = self._critic_losses(params, self.buffers, batch, noise)
-        step_members(params, critic_losses, self._critic_rows, stepping, limit,
+        critic_losses, (errors, q_means) = self.critic_losses(params, self.buffers, batch, noise)
+        step_members(params, critic_losses, self.critic_rows, stepping, limit,
                      [algos[m].critic_optimizer for m in stepping])
         out: dict[int, dict[str, Any]] = {}
         for m in stepping:
@@ -154,12 +87,11 @@ class TwinDelayedPopulationUpdate:
             storages[m].update_priorities(draws[m][0].indices, errors[m])
             out[m] = {"value_loss": critic_losses[m].detach(), "q_mean": q_means[m]}
         delayed = [m for m in stepping if algos[m].gradient_updates % algos[m].policy_delay == 0]
-        if delayed:  # the policy climbs the critics just stepped, through their (detached) weights
-            frozen = {k: v.detach() if k.startswith("critics.") else v for k, v in params.items()}
-            policy_losses = self._actor_losses(frozen, self.buffers, batch[0])
-            step_members(params, policy_losses, self._policy_rows, delayed, limit,
+        if delayed:  # the policy climbs the critics just stepped
+            policy_losses = self.actor_losses(self.critics_frozen(), self.buffers, batch[0])
+            step_members(params, policy_losses, self.policy_rows, delayed, limit,
                          [algos[m].policy_optimizer for m in delayed])
-            polyak_members(self._targets, [algos[m].tau if m in delayed else 0.0 for m in range(len(algos))])
+            polyak_members(self.targets, [algos[m].tau if m in delayed else 0.0 for m in range(len(algos))])
             for m in delayed:
                 out[m]["policy_loss"] = policy_losses[m].detach()
         return out
