@@ -26,6 +26,7 @@ TINY = ["env=Pendulum-v1", "train.num_envs=2", "train.test_every=256", "train.te
         "algo.batch_size=32", "algo.train_freq=2", "algo.gradient_steps=2", "actor.hidden_sizes=[32,32]"]
 ALGOS = {"sac": ["algo=sac"],  # RL-Zoo's TQC Pendulum entry explores with gSDE, which a population refuses
          "tqc": ["algo=tqc", "algo.n_quantiles=5", "algo.top_quantiles_to_drop_per_net=1", "algo.use_sde=false"],
+         "sac-ere": ["algo=sac", "buffer=ere", "buffer.c_min=16"],  # ERE: each member's recency window
          "td3": ["algo=td3", "algo.noise=ornstein_uhlenbeck"],
          "ddpg": ["algo=ddpg", "algo.train_freq_unit=step"]}  # RL-Zoo's entry learns per episode: refused
 
@@ -38,7 +39,7 @@ def filled(algo: str, *more: str):
     return components, torch.get_rng_state()
 
 
-@pytest.mark.parametrize("algo", ["sac", "tqc"])
+@pytest.mark.parametrize("algo", ["sac", "tqc", "sac-ere"])
 def test_a_members_first_update_is_its_single_runs_within_float_tolerance(algo):
     members = [filled(algo, "seed=0"),
                filled(algo, "seed=1", "algo.lr=1e-3", "algo.max_grad_norm=0.5", "algo.target_update_interval=2"),
@@ -51,7 +52,7 @@ def test_a_members_first_update_is_its_single_runs_within_float_tolerance(algo):
     for (components, rng), member_clock in zip(members, clocks, strict=True):  # each single run's update, on a copy
         alone = copy.deepcopy(components.algo)
         torch.set_rng_state(rng)
-        metrics = alone.update(components.buffer, member_clock) if member_clock is not None else None
+        metrics = alone.update(copy.deepcopy(components.buffer), member_clock) if member_clock is not None else None
         singles.append((alone, metrics, torch.get_rng_state()))
     before = copy.deepcopy(members[4][0].algo.networks.state_dict())
     population = population_update([c.algo for c, _ in members], [c.buffer for c, _ in members])
@@ -123,7 +124,7 @@ def test_a_td3_members_first_update_is_its_single_runs_within_float_tolerance(al
     for (components, rng), member_clock in zip(members, clocks, strict=True):  # each single run's update, on a copy
         alone = copy.deepcopy(components.algo)
         torch.set_rng_state(rng)
-        metrics = alone.update(components.buffer, member_clock) if member_clock is not None else None
+        metrics = alone.update(copy.deepcopy(components.buffer), member_clock) if member_clock is not None else None
         singles.append((alone, metrics, torch.get_rng_state()))
     before = copy.deepcopy(members[3][0].algo.networks.state_dict())
     population = population_update([c.algo for c, _ in members], [c.buffer for c, _ in members])
@@ -147,7 +148,7 @@ def test_a_td3_members_first_update_is_its_single_runs_within_float_tolerance(al
 
 
 def test_what_a_soft_actor_critic_population_cannot_batch_is_one_line():
-    for more, said in ((["buffer=per"], "PrioritizedReplayBuffer storage cannot train in a population yet; sac"),
+    for more, said in ((["algo.train_freq_unit=episode"], "algo.train_freq_unit=episode cannot train in a popu"),
                        (["algo.use_sde=true"], r"gSDE \(algo.use_sde=true\) cannot train in a population yet"),
                        (["actor=gru", "buffer=sequence"], r"a recurrent actor \(actor=gru/lstm\) cannot train")):
         c = prepare(compose_config(["env=Pendulum-v1", "algo=sac", *more]))[0]
@@ -156,8 +157,8 @@ def test_what_a_soft_actor_critic_population_cannot_batch_is_one_line():
     crossq = prepare(compose_config(["env=Pendulum-v1", "algo=crossq"]))[0]
     with pytest.raises(ConfigError, match="CrossQ cannot train in a population yet: ppo, a2c, pg, dqn, qrdqn, sac"):
         population_update([crossq.algo, crossq.algo], [crossq.buffer, crossq.buffer])
-    td3 = prepare(compose_config(["env=Pendulum-v1", "algo=td3", "buffer=per"]))[0]
-    with pytest.raises(ConfigError, match="PrioritizedReplayBuffer storage cannot train in a population yet; td3"):
+    td3 = prepare(compose_config(["env=Pendulum-v1", "algo=td3", "algo.train_freq_unit=episode"]))[0]
+    with pytest.raises(ConfigError, match="algo.train_freq_unit=episode cannot train in a population yet; td3"):
         population_update([td3.algo, td3.algo], [td3.buffer, td3.buffer])
 
 

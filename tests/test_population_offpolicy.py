@@ -2,6 +2,7 @@
 
 import copy
 
+import numpy
 import pytest
 import torch
 from conftest import RL_TRAIN
@@ -20,7 +21,8 @@ from rlcli.trainer import Trainer
 TINY = ["env=CartPole-v1", "train.num_envs=4", "train.test_every=512", "train.test_episodes=2",
         "train.stop_reward=null", "log.tensorboard=false", "log.console=false", "algo.learning_starts=64",
         "algo.batch_size=32", "algo.train_freq=4", "algo.gradient_steps=2", "actor.hidden_sizes=[32,32]"]
-ALGOS = {"dqn": ["algo=dqn", "algo.double=true"], "qrdqn": ["algo=qrdqn", "algo.n_quantiles=5"]}
+ALGOS = {"dqn": ["algo=dqn", "algo.double=true"], "qrdqn": ["algo=qrdqn", "algo.n_quantiles=5"],
+         "dqn-per": ["algo=dqn", "buffer=per"]}  # prioritized replay: each member's own sum tree
 
 
 def filled(algo: str, *more: str):
@@ -39,16 +41,19 @@ def test_a_members_first_update_is_its_single_runs_within_float_tolerance(algo):
     clocks = [RunClock(128, 1024, 16), RunClock(128, 1024, 16), RunClock(128, 1024, 16), None]
     singles = []
     for (components, rng), clock in zip(members, clocks, strict=True):  # each single run's own update, on a copy
-        alone = copy.deepcopy(components.algo)
+        alone, its_buffer = copy.deepcopy(components.algo), copy.deepcopy(components.buffer)
         torch.set_rng_state(rng)
-        metrics = alone.update(components.buffer, clock) if clock is not None else None
-        singles.append((alone, metrics, torch.get_rng_state()))
+        metrics = alone.update(its_buffer, clock) if clock is not None else None
+        singles.append((alone, metrics, torch.get_rng_state(), its_buffer))
     before = copy.deepcopy(members[3][0].algo.networks.state_dict())
     population = OffPolicyPopulationUpdate([c.algo for c, _ in members], [c.buffer for c, _ in members])
     rngs = [rng for _, rng in members]
     results = population.update([True, True, True, False], [c.buffer for c, _ in members], rngs, clocks)
-    for (components, _), (alone, metrics, rng_after), result, rng in zip(members, singles, results, rngs, strict=True):
+    for (components, _), (alone, metrics, rng_after, its_buffer), result, rng in zip(members, singles, results, rngs,
+                                                                                   strict=True):
         assert torch.equal(rng, rng_after)  # the member's stream advanced exactly as its single run's (its samples)
+        if algo == "dqn-per":  # its priorities, from its own TD errors
+            assert numpy.allclose(components.buffer.tree.tree, its_buffer.tree.tree, rtol=1e-5)
         for mine, theirs in zip(components.algo.networks.parameters(), alone.networks.parameters(), strict=True):
             assert torch.allclose(mine, theirs, atol=1e-6, rtol=0)
         if metrics is None:
@@ -98,7 +103,7 @@ def test_what_an_off_policy_population_cannot_batch_is_one_line():
     def built(*more: str):
         return prepare(compose_config(["env=CartPole-v1", "algo=dqn", *more]))[0]
 
-    for more, said in ((["buffer=per"], "PrioritizedReplayBuffer storage cannot train in a population yet"),
+    for more, said in ((["env=BitFlipping-v0", "buffer=her"], "HerReplayBuffer storage cannot train in a population"),
                        (["algo.train_freq_unit=episode"], "algo.train_freq_unit=episode cannot train in a population"),
                        (["actor=gru", "buffer=sequence", "env=CartPoleNoVel-v1"], "a recurrent Q-network")):
         c = built(*more)

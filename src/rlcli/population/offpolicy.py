@@ -24,7 +24,7 @@ from rlcli.population.phases import check_replay_members, update_phases
 from rlcli.population.stacking import clip_limits, drawn_with, stack_members, stack_weights, step_members, vmapped
 from rlcli.registry import ConfigError
 
-BATCHED_OFF_POLICY = "dqn and qrdqn (MLP or CNN Q-networks, buffer=replay or buffer=nstep)"
+BATCHED_OFF_POLICY = "dqn and qrdqn (MLP or CNN Q-networks, buffer=replay, nstep, per or ere)"
 
 
 @runtime_checkable

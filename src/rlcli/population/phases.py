@@ -38,11 +38,12 @@ def update_phases(algos: Sequence[Any], storages: Sequence[Any], active: Sequenc
 
 def check_replay_members(algos: Sequence[Any], storages: Sequence[Any], batchable: str) -> None:
     """One line naming what keeps these members out of a population (the launcher then runs them one by one):
-    the algorithm's own `population_refusal`, or a storage other than plain replay (prioritized and ERE replay
-    sample from numpy's stream, HER relabels, sequences feed recurrent networks). `batchable`: what can batch."""
+    the algorithm's own `population_refusal`, or a storage that is not a ReplayBuffer (HER's episodes and goals,
+    recurrent networks' sequences). Uniform, n-step, prioritized and ERE replay all draw their batches from
+    torch's CPU generator, which the population swaps to each member's stream. `batchable`: what can batch."""
     for algo, storage in zip(algos, storages, strict=True):
         refusal = algo.population_refusal()
         if refusal is not None:
             raise ConfigError(f"{refusal} cannot train in a population yet; {batchable} without it can")
-        if type(storage) is not ReplayBuffer:
+        if not isinstance(storage, ReplayBuffer):
             raise ConfigError(f"{type(storage).__name__} storage cannot train in a population yet; {batchable} can")

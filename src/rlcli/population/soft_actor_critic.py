@@ -24,7 +24,7 @@ from rlcli.population.actor_critic import ActorCriticPopulation
 from rlcli.population.phases import check_replay_members
 from rlcli.population.stacking import drawn_with, polyak_members, stack_members, step_members
 
-BATCHED_SOFT_ACTOR_CRITICS = "sac and tqc (MLP or CNN networks without gSDE, buffer=replay or buffer=nstep)"
+BATCHED_SOFT_ACTOR_CRITICS = "sac and tqc (MLP or CNN networks without gSDE, buffer=replay, nstep, per or ere)"
 
 
 @runtime_checkable

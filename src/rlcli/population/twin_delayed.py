@@ -23,7 +23,7 @@ from rlcli.population.actor_critic import ActorCriticPopulation
 from rlcli.population.phases import check_replay_members
 from rlcli.population.stacking import drawn_with, polyak_members, stack_members, step_members
 
-BATCHED_TWIN_DELAYED = "td3 and ddpg (MLP or CNN networks, buffer=replay or buffer=nstep)"
+BATCHED_TWIN_DELAYED = "td3 and ddpg (MLP or CNN networks, buffer=replay, nstep, per or ere)"
 
 
 @runtime_checkable
