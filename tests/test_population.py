@@ -1,6 +1,7 @@
 """hydra/launcher=population: a sweep's seeds trained as one batched population (rlcli/population/)."""
 
 import copy
+import re
 import signal
 import subprocess
 import time
@@ -196,6 +197,8 @@ def test_a_population_sweep_writes_what_the_basic_launcher_writes(tmp_path, para
         assert all(torch.allclose(a[k], b[k], atol=1e-4) for k in a)
         assert '"status": "completed"' in (pop / "status.json").read_text()
         assert "done: 512 env steps" in (pop / "train.log").read_text()
+        if job == "0":  # with n_jobs=2 job 2 is a population of one, trained as a single run
+            assert re.search(r"\bothers \d+%", (pop / "train.log").read_text().split("time: ")[-1])
     # a member's checkpoint stands alone: member-sized, and rl-eval reads it as any run's
     sizes = [(tmp_path / sweep / "1" / "checkpoints" / "best.pt").stat().st_size for sweep in ("pop", "basic")]
     assert sizes[0] < 1.2 * sizes[1]

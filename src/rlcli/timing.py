@@ -14,7 +14,7 @@ from contextlib import contextmanager
 
 PHASES = ("env", "act", "buffer", "update", "test", "checkpoint", "log")
 SHORT = {"env": "env", "act": "act", "buffer": "buf", "update": "upd", "test": "test", "checkpoint": "ckpt",
-         "log": "log", "other": "other"}
+         "log": "log", "other": "other", "others": "others"}  # others: a population's other members' turns
 
 
 class PhaseClock:

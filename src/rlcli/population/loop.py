@@ -22,6 +22,7 @@ def train_population(members: list[Member], population: Population) -> int | Non
     restore = signals.catch()
     try:
         while any(m.live for m in members):
+            waiting = _WaitingAccount([m for m in members if m.live])
             for member in [m for m in members if m.live]:
                 with member.turn():  # the schedules' acting values; True while an off-policy member warms up
                     member.warming_up = member.trainer.before_collect()
@@ -33,6 +34,7 @@ def train_population(members: list[Member], population: Population) -> int | Non
             for member in [m for m in members if m.live]:
                 with member.turn():
                     _after_update(member)
+            waiting.credit()
             if signals.received is not None:  # Ctrl-C / SIGTERM: every live member saved at this same step
                 for member in [m for m in members if m.live]:
                     with member.turn():
@@ -40,6 +42,28 @@ def train_population(members: list[Member], population: Population) -> int | Non
     finally:
         restore()
     return signals.received
+
+
+class _WaitingAccount:
+    """A member's time account counts its own phases; the rest of an iteration's wall time is mostly the other
+    members' turns (their envs, tests, logs), which would swell its `other`. Each member is credited that time
+    as `others`, leaving in `other` its share of what no member's phases account for (the loop's own glue)."""
+
+    def __init__(self, members: list[Member]) -> None:
+        self.members, self.started = members, time.perf_counter()
+        self.before = [self._own(m) for m in members]
+
+    @staticmethod
+    def _own(member: Member) -> float:
+        return sum(v for k, v in member.trainer.c.clock.seconds.items() if k != "others")
+
+    def credit(self) -> None:
+        wall = time.perf_counter() - self.started
+        own = [self._own(m) - before for m, before in zip(self.members, self.before, strict=True)]
+        glue = max(0.0, wall - sum(own)) / len(self.members)
+        for member, mine in zip(self.members, own, strict=True):
+            seconds = member.trainer.c.clock.seconds
+            seconds["others"] = seconds.get("others", 0.0) + max(0.0, wall - mine - glue)
 
 
 def _start(member: Member) -> None:
