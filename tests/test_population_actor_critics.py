@@ -1,13 +1,13 @@
 """hydra/launcher=population for the actor-critics: SAC and TQC members (rlcli/population/soft_actor_critic.py), TD3
 and DDPG members (rlcli/population/twin_delayed.py)."""
 
-import copy
 import subprocess
 
 import pytest
 import torch
 from conftest import RL_TRAIN
 from test_population import run
+from test_population_offpolicy import assert_first_update_is_each_single_runs
 from test_resume import final
 
 from rlcli.compose import compose_config
@@ -47,36 +47,14 @@ def test_a_members_first_update_is_its_single_runs_within_float_tolerance(algo):
                filled(algo, "seed=3", "algo.target_entropy=-0.5", "algo.ent_coef_init=0.5"),
                filled(algo, "seed=4")]  # the last is still warming up: carried, not stepped
     clock = RunClock(96, 1024, 48)
-    clocks = [clock, clock, clock, clock, None]
-    singles = []
-    for (components, rng), member_clock in zip(members, clocks, strict=True):  # each single run's update, on a copy
-        alone = copy.deepcopy(components.algo)
-        torch.set_rng_state(rng)
-        metrics = alone.update(copy.deepcopy(components.buffer), member_clock) if member_clock is not None else None
-        singles.append((alone, metrics, torch.get_rng_state()))
-    before = copy.deepcopy(members[4][0].algo.networks.state_dict())
-    population = population_update([c.algo for c, _ in members], [c.buffer for c, _ in members])
+    population, singles = assert_first_update_is_each_single_runs(members, [clock, clock, clock, clock, None])
     assert isinstance(population, SoftActorCriticPopulationUpdate)
-    rngs = [rng for _, rng in members]
-    results = population.update([True, True, True, True, False], [c.buffer for c, _ in members], rngs, clocks)
-    for (components, _), (alone, metrics, rng_after), result, rng in zip(members, singles, results, rngs, strict=True):
-        assert torch.equal(rng, rng_after)  # the stream advanced exactly as its single run's (samples, noise)
-        mine, theirs = components.algo.networks.state_dict(), alone.networks.state_dict()
-        for key in mine:  # policy, critics, Polyak targets and log(alpha)
-            assert torch.allclose(mine[key], theirs[key], atol=1e-6, rtol=0), key
-        if metrics is None:
-            assert result is None
-            continue
-        assert result is not None and set(result) == set(metrics)
-        for key in metrics:
-            assert float(result[key]) == pytest.approx(float(metrics[key]), rel=1e-4, abs=1e-6), key
-        assert components.algo.gradient_updates == alone.gradient_updates == 2
-        for name in ("policy_optimizer", "critic_optimizer"):
+    for (components, _), (alone, _) in zip(members[:4], singles, strict=False):
+        assert components.algo.gradient_updates == 2
+        for name in ("policy_optimizer", "critic_optimizer"):  # each optimizer stepped as often as its single run's
             ours, single = getattr(components.algo, name).state_dict(), getattr(alone, name).state_dict()
             assert [float(s["step"]) for s in ours["state"].values()] == \
                    [float(s["step"]) for s in single["state"].values()]
-    after = members[4][0].algo.networks.state_dict()
-    assert all(torch.equal(before[k], after[k]) for k in before)
     assert float(members[2][0].algo.alpha()) == pytest.approx(0.1)  # a fixed coefficient stays fixed
     assert float(members[0][0].algo.alpha()) != pytest.approx(1.0)  # a learned one moved
 
@@ -119,32 +97,11 @@ def test_a_td3_members_first_update_is_its_single_runs_within_float_tolerance(al
                filled(algo, "seed=2", "algo.gamma=0.9", "algo.noise_std=0.3"),
                filled(algo, "seed=3")]  # the last is still warming up: carried, not stepped
     clock = RunClock(96, 1024, 48)
-    clocks = [clock, clock, clock, None]
-    singles = []
-    for (components, rng), member_clock in zip(members, clocks, strict=True):  # each single run's update, on a copy
-        alone = copy.deepcopy(components.algo)
-        torch.set_rng_state(rng)
-        metrics = alone.update(copy.deepcopy(components.buffer), member_clock) if member_clock is not None else None
-        singles.append((alone, metrics, torch.get_rng_state()))
-    before = copy.deepcopy(members[3][0].algo.networks.state_dict())
-    population = population_update([c.algo for c, _ in members], [c.buffer for c, _ in members])
+    population, _ = assert_first_update_is_each_single_runs(members, [clock, clock, clock, None])
     assert isinstance(population, TwinDelayedPopulationUpdate)
-    rngs = [rng for _, rng in members]
-    results = population.update([True, True, True, False], [c.buffer for c, _ in members], rngs, clocks)
-    for (components, _), (alone, metrics, rng_after), result, rng in zip(members, singles, results, rngs, strict=True):
-        assert torch.equal(rng, rng_after)  # the stream advanced exactly as its single run's (samples, smoothing)
-        mine, theirs = components.algo.networks.state_dict(), alone.networks.state_dict()
-        for key in mine:  # policy, critics and both Polyak targets (TD3: one delayed policy step of the two)
-            assert torch.allclose(mine[key], theirs[key], atol=1e-6, rtol=0), key
-        if metrics is None:
-            assert result is None
-            continue
-        assert result is not None and set(result) == set(metrics) >= {"value_loss", "q_mean", "policy_loss"}
-        for key in metrics:
-            assert float(result[key]) == pytest.approx(float(metrics[key]), rel=1e-4, abs=1e-6), key
-        assert components.algo.gradient_updates == alone.gradient_updates == 2
-    after = members[3][0].algo.networks.state_dict()
-    assert all(torch.equal(before[k], after[k]) for k in before)
+    for components, _ in members[:3]:  # TD3: two critic steps, one delayed policy step; DDPG: two of each
+        assert components.algo.gradient_updates == 2
+        assert len(components.algo.policy_optimizer.state) > 0
 
 
 def test_what_a_soft_actor_critic_population_cannot_batch_is_one_line():

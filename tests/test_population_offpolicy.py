@@ -1,6 +1,7 @@
 """hydra/launcher=population for the off-policy workhorses: DQN and QR-DQN members (rlcli/population/offpolicy.py)."""
 
 import copy
+from typing import Any
 
 import numpy
 import pytest
@@ -12,6 +13,7 @@ from test_resume import final
 from rlcli.compose import compose_config
 from rlcli.contracts import RunClock
 from rlcli.population.collect import collect_together
+from rlcli.population.kinds import population_update
 from rlcli.population.members import Member
 from rlcli.population.offpolicy import OffPolicyPopulationUpdate
 from rlcli.registry import ConfigError
@@ -33,39 +35,50 @@ def filled(algo: str, *more: str):
     return components, torch.get_rng_state()
 
 
+def assert_first_update_is_each_single_runs(members: list, clocks: list) -> tuple[Any, list]:
+    """Each member's single-run update on copies of its algorithm and storage, then the population's update of
+    all: every member's RNG stream advanced as its single run's, its weights (targets included) within 1e-6 and
+    its metrics within 1e-4 of its single run's; a member without a clock (warming up) is carried, not moved.
+    Returns the population and the single runs' (algorithm, storage) for what a kind checks besides."""
+    singles = []
+    for (components, rng), clock in zip(members, clocks, strict=True):
+        alone, its_buffer = copy.deepcopy(components.algo), copy.deepcopy(components.buffer)
+        torch.set_rng_state(rng)
+        metrics = alone.update(its_buffer, clock) if clock is not None else None
+        singles.append((alone, its_buffer, metrics, torch.get_rng_state()))
+    population = population_update([c.algo for c, _ in members], [c.buffer for c, _ in members])
+    rngs = [rng for _, rng in members]
+    results = population.update([clock is not None for clock in clocks], [c.buffer for c, _ in members], rngs,
+                                clocks)
+    for (components, _), (alone, _, metrics, rng_after), result, rng in zip(members, singles, results, rngs,
+                                                                          strict=True):
+        assert torch.equal(rng, rng_after)  # the member's draws (samples, noise) were its single run's
+        mine, theirs = components.algo.networks.state_dict(), alone.networks.state_dict()
+        if metrics is None:  # carried along, never stepped: bit for bit as it was
+            assert result is None and all(torch.equal(mine[key], theirs[key]) for key in mine)
+            continue
+        for key in mine:
+            assert torch.allclose(mine[key], theirs[key], atol=1e-6, rtol=0), key
+        assert result is not None and set(result) == set(metrics)
+        for key in metrics:
+            assert float(result[key]) == pytest.approx(float(metrics[key]), rel=1e-4, abs=1e-6), key
+        assert components.algo.gradient_updates == alone.gradient_updates
+    return population, [(alone, its_buffer) for alone, its_buffer, _, _ in singles]
+
+
 @pytest.mark.parametrize("algo", list(ALGOS))
 def test_a_members_first_update_is_its_single_runs_within_float_tolerance(algo):
     members = [filled(algo, "seed=0"), filled(algo, "seed=1", "algo.lr=1e-3", "algo.max_grad_norm=0.5"),
                filled(algo, "seed=2", "algo.gamma=0.9", "algo.target_update_interval=64"),
                filled(algo, "seed=3")]  # the last is still warming up: carried, not stepped
-    clocks = [RunClock(128, 1024, 16), RunClock(128, 1024, 16), RunClock(128, 1024, 16), None]
-    singles = []
-    for (components, rng), clock in zip(members, clocks, strict=True):  # each single run's own update, on a copy
-        alone, its_buffer = copy.deepcopy(components.algo), copy.deepcopy(components.buffer)
-        torch.set_rng_state(rng)
-        metrics = alone.update(its_buffer, clock) if clock is not None else None
-        singles.append((alone, metrics, torch.get_rng_state(), its_buffer))
-    before = copy.deepcopy(members[3][0].algo.networks.state_dict())
-    population = OffPolicyPopulationUpdate([c.algo for c, _ in members], [c.buffer for c, _ in members])
-    rngs = [rng for _, rng in members]
-    results = population.update([True, True, True, False], [c.buffer for c, _ in members], rngs, clocks)
-    for (components, _), (alone, metrics, rng_after, its_buffer), result, rng in zip(members, singles, results, rngs,
-                                                                                   strict=True):
-        assert torch.equal(rng, rng_after)  # the member's stream advanced exactly as its single run's (its samples)
+    clock = RunClock(128, 1024, 16)
+    population, singles = assert_first_update_is_each_single_runs(members, [clock, clock, clock, None])
+    assert isinstance(population, OffPolicyPopulationUpdate)
+    for (components, _), (alone, its_buffer) in zip(members[:3], singles, strict=False):
+        assert components.algo.gradient_updates == 2
+        assert components.algo.last_target_update == alone.last_target_update
         if algo == "dqn-per":  # its priorities, from its own TD errors
             assert numpy.allclose(components.buffer.tree.tree, its_buffer.tree.tree, rtol=1e-5)
-        for mine, theirs in zip(components.algo.networks.parameters(), alone.networks.parameters(), strict=True):
-            assert torch.allclose(mine, theirs, atol=1e-6, rtol=0)
-        if metrics is None:
-            assert result is None
-            continue
-        assert result is not None and set(result) == set(metrics)
-        for key in metrics:
-            assert float(result[key]) == pytest.approx(float(metrics[key]), rel=1e-4, abs=1e-6), key
-        assert components.algo.gradient_updates == alone.gradient_updates == 2
-        assert components.algo.last_target_update == alone.last_target_update
-    after = members[3][0].algo.networks.state_dict()
-    assert all(torch.equal(before[k], after[k]) for k in before)
     first, second = (next(c.algo.networks.parameters()) for c, _ in members[:2])
     assert not torch.equal(first, second)  # the members' rows are their own
 
