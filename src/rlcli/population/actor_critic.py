@@ -9,28 +9,10 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
-from torch import nn
 
-from rlcli.batches import ReplayBatch
 from rlcli.contracts import RunClock
 from rlcli.population.phases import update_phases
-from rlcli.population.stacking import clip_limits, stack_weights, vmapped
-
-
-class MemberCall(nn.Module):
-    """One of the algorithm's methods as a module call, so that functional_call can swap in a member's weights; a
-    batch comes in as a plain tuple (vmap's input) and goes to the method as a ReplayBatch."""
-
-    def __init__(self, algo: Any, method: str, takes_batch: bool = False) -> None:
-        super().__init__()
-        self.networks = algo.networks
-        self._method = (getattr(algo, method),)  # a tuple, not a submodule: the networks are registered once, above
-        self._takes_batch = takes_batch
-
-    def forward(self, *args: Any) -> Any:
-        if self._takes_batch:
-            args = (ReplayBatch(*args[0]), *args[1:])
-        return self._method[0](*args)
+from rlcli.population.stacking import MemberCall, clip_limits, stack_weights, vmapped
 
 
 class ActorCriticPopulation:

@@ -18,10 +18,17 @@ from typing import Any, Protocol, runtime_checkable
 import torch
 from torch import nn
 
-from rlcli.batches import ReplayBatch
 from rlcli.contracts import ActOutput, RunClock
 from rlcli.population.phases import check_replay_members, update_phases
-from rlcli.population.stacking import clip_limits, drawn_with, stack_members, stack_weights, step_members, vmapped
+from rlcli.population.stacking import (
+    MemberCall,
+    clip_limits,
+    drawn_with,
+    stack_members,
+    stack_weights,
+    step_members,
+    vmapped,
+)
 from rlcli.registry import ConfigError
 
 BATCHED_OFF_POLICY = "dqn and qrdqn (MLP or CNN Q-networks, buffer=replay, nstep, per or ere)"
@@ -58,23 +65,6 @@ def check_batchable(algos: Sequence[Any], storages: Sequence[Any]) -> None:
     check_replay_members(algos, storages, BATCHED_OFF_POLICY)
 
 
-class _MemberQ(nn.Module):
-    """The algorithm's Q-values as a module call, so that functional_call can swap in a member's weights."""
-
-    def __init__(self, algo: BatchableGradientSteps) -> None:
-        super().__init__()
-        self.networks = algo.networks
-        self._algo = (algo,)  # a tuple, not a submodule: its networks are registered once, above
-
-    def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        return self._algo[0].q_values(obs)
-
-
-class _MemberLoss(_MemberQ):
-    def forward(self, batch: tuple[torch.Tensor, ...]) -> Any:  # type: ignore[override]
-        return self._algo[0].transition_loss(ReplayBatch(*batch))
-
-
 class OffPolicyPopulationUpdate:
     """The members' acting and gradient steps as one: `policy_and_values` gives all members' Q-values for their
     observations in one call; `update(active, storages, torch_rngs, clocks)` takes each member's update phase."""
@@ -86,7 +76,9 @@ class OffPolicyPopulationUpdate:
         for stacked in self.params.values():
             stacked.requires_grad_(True)
         self._rows = {name: [a.networks.get_parameter(name) for a in algos] for name in self.params}
-        self._losses, self._q = vmapped(_MemberLoss(self.algos[0])), vmapped(_MemberQ(self.algos[0]))
+        first = self.algos[0]
+        self._losses = vmapped(MemberCall(first, "transition_loss", takes_batch=True))
+        self._q = vmapped(MemberCall(first, "q_values"))
 
     @torch.inference_mode()
     def policy_and_values(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
