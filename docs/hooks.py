@@ -32,7 +32,8 @@ def _generate(kind: str, argument: str | None) -> str:
 
 def usage(command: str) -> str:
     """What `<command> --help` prints, run from this interpreter's environment."""
-    module = {"rl-train": "rlcli.cli:train", "rl-eval": "rlcli.cli:evaluate", "rl-report": "rlcli.report:main"}[command]
+    module = {"rl-train": "rlcli.entry.cli:train", "rl-eval": "rlcli.entry.cli:evaluate",
+              "rl-report": "rlcli.entry.cli:report"}[command]
     target, function = module.split(":")
     code = f"import sys; sys.argv = [{command!r}, '--help']; from {target} import {function}; {function}()"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
@@ -52,9 +53,9 @@ def yaml_comments(path: Path) -> dict[str, str]:
 
 
 def algorithm_reference() -> str:
-    from rlcli.build import ALGO_CONTEXT
-    from rlcli.compose import compose_config
     from rlcli.registry import ALGOS, _accepted_parameters
+    from rlcli.run.build import ALGO_CONTEXT
+    from rlcli.run.compose import compose_config
 
     sections = []
     for name in ALGOS.names():

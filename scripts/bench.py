@@ -66,9 +66,9 @@ ROWS: dict[str, dict[str, Any]] = {
 def run_rlcli(row: str, seed: int, steps: int, threads: int) -> dict[str, Any]:
     from hydra import compose, initialize_config_dir
 
-    from rlcli.compose import conf_dir
-    from rlcli.run_state import prepare
-    from rlcli.trainer import Trainer
+    from rlcli.run.compose import conf_dir
+    from rlcli.run.state import prepare
+    from rlcli.run.trainer import Trainer
 
     spec = ROWS[row]
     overrides = [*spec["rlcli"], f"seed={seed}", f"train.total_steps={steps}", f"torch_threads={threads}",

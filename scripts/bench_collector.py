@@ -26,8 +26,8 @@ ENVS = {  # name -> overrides
 
 
 def collect_rate(overrides: list[str], phases: int) -> dict[str, Any]:
-    from rlcli.build import build
-    from rlcli.compose import compose_config
+    from rlcli.run.build import build
+    from rlcli.run.compose import compose_config
 
     cfg = compose_config([*overrides, "algo=ppo", "device=cpu", "log.console=false", "log.tensorboard=false"])
     components = build(cfg)

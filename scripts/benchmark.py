@@ -50,7 +50,7 @@ def tuned_budget(algo: str, env: str) -> int:
     """The total_steps the shipped config gives this pair (what `rl-train algo=.. env=..` runs)."""
     from hydra import compose, initialize_config_dir
 
-    from rlcli.compose import conf_dir
+    from rlcli.run.compose import conf_dir
 
     with initialize_config_dir(config_dir=conf_dir(), version_base="1.3", job_name="benchmark"):
         return int(compose("config", overrides=[f"algo={algo}", f"env={env}"]).train.total_steps)
@@ -71,8 +71,8 @@ def load_zoo() -> dict[tuple[str, str], dict[str, str]]:
 def row_results(algo: str, env: str, steps: int, sweep_dir: Path, zoo: dict) -> dict[str, str]:
     import numpy as np
 
-    from rlcli.report import find_runs
-    from rlcli.tuning import iqm
+    from rlcli.entry.rl_report import find_runs
+    from rlcli.sweeps.tuning import iqm
 
     runs = [r for r in find_runs([sweep_dir]) if r.final is not None]
     finals = [float(r.final) for r in runs]  # type: ignore[arg-type]

@@ -16,9 +16,9 @@ import numpy as np
 import torch
 from hydra import compose, initialize_config_dir
 
-from rlcli import checkpoint
-from rlcli.compose import conf_dir
-from rlcli.run_state import TrainState, prepare, save
+from rlcli.run.compose import conf_dir
+from rlcli.run.state import TrainState, prepare, save
+from rlcli.services import checkpoint
 
 
 def measure(name: str, overrides: list[str], fill_replay: int = 0) -> None:

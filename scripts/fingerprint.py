@@ -89,7 +89,7 @@ def scalars(run_dir: Path) -> dict[str, list[list[float]]]:
 
 def run_case(name: str, args: list[str], rl_train: str) -> dict[str, Any]:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-    from rlcli import checkpoint
+    from rlcli.services import checkpoint
 
     with tempfile.TemporaryDirectory() as tmp:
         run_dir = Path(tmp) / "run"

@@ -19,9 +19,9 @@ from typing import Any
 def train(overrides: list[str]) -> dict[str, Any]:
     from hydra import compose, initialize_config_dir
 
-    from rlcli.compose import conf_dir
-    from rlcli.run_state import prepare
-    from rlcli.trainer import Trainer
+    from rlcli.run.compose import conf_dir
+    from rlcli.run.state import prepare
+    from rlcli.run.trainer import Trainer
 
     with initialize_config_dir(config_dir=conf_dir(), version_base="1.3", job_name="scale"):
         cfg = compose("config", overrides=[*overrides, "train.test_every=0", "train.stop_reward=null",

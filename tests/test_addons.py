@@ -7,11 +7,11 @@ from test_configs import composed
 from torch.distributions import Categorical, Independent, Normal, kl_divergence
 
 from rlcli.actors.heads import CategoricalHead, GaussianHead
-from rlcli.addons import addon_losses
-from rlcli.build import build
+from rlcli.algos.addons import addon_losses
 from rlcli.registry import ConfigError
-from rlcli.run_state import prepare
-from rlcli.trainer import Trainer
+from rlcli.run.build import build
+from rlcli.run.state import prepare
+from rlcli.run.trainer import Trainer
 
 
 def test_categorical_kl_matches_torch_distributions():

@@ -9,8 +9,8 @@ import yaml
 from conftest import run_cli
 from omegaconf import OmegaConf
 
-from rlcli.build import build
-from rlcli.compose import compose_config, conf_dir
+from rlcli.run.build import build
+from rlcli.run.compose import compose_config, conf_dir
 
 CONF = Path(conf_dir())
 TUNED = sorted(p for p in (CONF / "tuned").rglob("*.yaml"))

@@ -5,9 +5,9 @@ import sys
 
 import pytest
 
-import rlcli.run_state as run_state
-from rlcli import checkpoint
-from rlcli.rl_train import main
+import rlcli.run.state as run_state
+from rlcli.entry.rl_train import main
+from rlcli.services import checkpoint
 
 TINY = ["algo=ppo", "env=CartPole-v1", "algo.n_steps=32", "train.total_steps=512", "train.test_every=256",
         "train.test_episodes=2", "log.console=false", "log.tensorboard=false"]

@@ -11,8 +11,8 @@ import torch
 from conftest import RL_TRAIN
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from rlcli import checkpoint
 from rlcli.registry import ALGOS
+from rlcli.services import checkpoint
 
 TINY = ["train.total_steps=2048", "train.test_every=1024", "train.log_every=1024", "train.test_episodes=2",
         "log.console=false"]
@@ -159,7 +159,8 @@ FAST_ERRORS = [["algo=nope"], ["algo.lrr=1e-3"], ["algo.learning_rate=1e-3"], ["
 def test_config_errors_come_before_torch_is_imported(args, tmp_path):
     """Group, key, syntax and env-id mistakes are answered from the composed config and gymnasium's registry alone,
     so they come back in about the time `--cfg job` takes instead of waiting ~1.5 s for torch to import."""
-    probe = ("import sys\nfrom rlcli.rl_train import main\ntry:\n    main(sys.argv[1:])\nexcept SystemExit as e:\n"
+    probe = ("import sys\nfrom rlcli.entry.rl_train import main\ntry:\n    main(sys.argv[1:])\n"
+             "except SystemExit as e:\n"
              "    print('exit', e.code, 'torch' in sys.modules)\n")
     out = subprocess.run([sys.executable, "-c", probe, *args], cwd=tmp_path, capture_output=True, text=True,
                          timeout=120)

@@ -3,9 +3,9 @@
 import pytest
 import torch
 
-from rlcli.compose import compose_config
-from rlcli.run_state import prepare
-from rlcli.trainer import Trainer
+from rlcli.run.compose import compose_config
+from rlcli.run.state import prepare
+from rlcli.run.trainer import Trainer
 
 ARGS = ["algo=ppo", "env=CartPole-v1", "algo.n_steps=32", "train.total_steps=2048", "train.test_every=1024",
         "train.test_episodes=2", "log.console=false", "log.tensorboard=false", "deterministic=true"]

@@ -6,9 +6,9 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from rlcli.build import build, check_config
-from rlcli.compose import conf_dir, group_options
 from rlcli.registry import ACTORS, ALGOS, BUFFERS, ENVS
+from rlcli.run.build import build, check_config
+from rlcli.run.compose import conf_dir, group_options
 
 REGISTRIES = {"env": ENVS, "algo": ALGOS, "actor": ACTORS, "buffer": BUFFERS}
 

@@ -15,11 +15,11 @@ from test_rl_eval import rl_eval
 
 from rlcli.actors.cnn import ConvEncoder
 from rlcli.actors.combined import CombinedEncoder
-from rlcli.build import build
-from rlcli.compose import conf_dir
 from rlcli.envs import GymEnvFactory
 from rlcli.envs.dict_obs import PackedDict
 from rlcli.registry import ConfigError
+from rlcli.run.build import build
+from rlcli.run.compose import conf_dir
 
 SPACE = gym.spaces.Dict({
     "camera": gym.spaces.Box(0, 255, (6, 6, 3), np.uint8),

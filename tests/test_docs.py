@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from rlcli.compose import compose_config, schedule_args
 from rlcli.registry import ConfigError
+from rlcli.run.compose import compose_config, schedule_args
 
 REPO = Path(__file__).resolve().parent.parent
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]

@@ -20,7 +20,7 @@ import pytest
 import torch
 from conftest import RL_TRAIN
 
-from rlcli import checkpoint, jsonl, plain_state
+from rlcli.services import checkpoint, jsonl, plain_state
 
 RL_EVAL = Path(sys.executable).parent / "rl-eval"
 RL_REPORT = Path(sys.executable).parent / "rl-report"
@@ -330,6 +330,32 @@ def test_the_run_dir_deleted_while_training_is_one_line(tmp_path):
     assert not (tmp_path / "run").exists()  # not silently re-created with only checkpoints in it
 
 
+def closed_stdout_run(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    """A command whose stdout reader has already exited, as in `rl-train ... | head -1`."""
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        return subprocess.run([*args], cwd=cwd, stdout=write, stderr=subprocess.PIPE, text=True, timeout=300)
+    finally:
+        os.close(write)
+
+
+def test_a_closed_stdout_does_not_end_a_run(tmp_path):
+    out = closed_stdout_run(str(RL_TRAIN), "algo=ppo", "env=CartPole-v1", "algo.n_steps=64", "train.num_envs=4",
+                            "train.total_steps=1024", "train.checkpoint_every=512", "train.stop_reward=null",
+                            "hydra.run.dir=run", cwd=tmp_path)
+    assert out.returncode == 0 and "Traceback" not in out.stderr, out.stderr
+    assert out.stderr.count("stdout was closed") == 1, out.stderr
+    assert (tmp_path / "run" / "checkpoints" / "ckpt_000000001024.pt").exists()
+    assert "done: 1,024 env steps" in (tmp_path / "run" / "train.log").read_text()
+
+
+@pytest.mark.parametrize("command", ["rl-train", "rl-eval", "rl-report"])
+def test_help_into_a_closed_stdout_ends_quietly(command, tmp_path):
+    out = closed_stdout_run(str(Path(sys.executable).parent / command), "--help", cwd=tmp_path)
+    assert out.returncode in (0, 128 + signal.SIGPIPE) and out.stderr == "", out.stderr
+
+
 def test_stale_temporaries_are_removed_when_a_run_starts(run_copy, tmp_path):
     (run_copy / "checkpoints" / "ckpt_000000009999.pt.tmp").write_bytes(b"half")
     out = run(RL_TRAIN, f"resume={run_copy}", "train.total_steps=2560", cwd=tmp_path)
@@ -417,7 +443,7 @@ def test_a_read_only_working_directory_or_run_dir_is_one_line(read_only_dir, tmp
 
 
 def test_check_update_names_what_went_nonfinite():
-    from rlcli.finite import check_update, nonfinite_weights
+    from rlcli.run.finite import check_update, nonfinite_weights
 
     weights = [torch.ones(3, 2), torch.zeros(2), torch.arange(3)]  # an integer buffer is not checked
     assert check_update({"loss": torch.tensor(0.5), "lr": 3e-4}, weights) is None

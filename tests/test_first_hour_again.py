@@ -27,7 +27,7 @@ def test_did_you_mean_searches_every_section(arg, suggestion, tmp_path):
 def test_a_shipped_tuned_config_does_not_warn_about_its_own_budget():
     from types import SimpleNamespace
 
-    from rlcli.budget import budget_warnings
+    from rlcli.run.budget import budget_warnings
 
     algo = SimpleNamespace(steps_per_collect=32, learning_starts=0)
     c = SimpleNamespace(settings=SimpleNamespace(total_steps=100_000, num_envs=8), algo=algo,
@@ -61,7 +61,7 @@ def test_rl_eval_on_a_parent_of_runs_on_several_envs_says_what_it_found(tmp_path
 
 
 def test_rl_report_plot_without_matplotlib_is_one_line_before_writing(tmp_path, monkeypatch, capsys):
-    from rlcli import report
+    from rlcli.entry import rl_report as report
 
     run = tmp_path / "run"
     (run / ".hydra").mkdir(parents=True)

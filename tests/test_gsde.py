@@ -209,9 +209,9 @@ def test_crossq_with_gsde_explores_from_its_renormalized_features(tmp_path, monk
     """sb3-contrib's CrossQ actor: [BatchRenorm, Linear, ReLU] x n, BatchRenorm, then the mean and gSDE's
     noise on those features; acting resamples per collect phase, training per gradient step."""
     from rlcli.actors.batch_renorm import BatchRenorm
-    from rlcli.build import build
-    from rlcli.compose import compose_config
     from rlcli.contracts import RunClock
+    from rlcli.run.build import build
+    from rlcli.run.compose import compose_config
 
     monkeypatch.chdir(tmp_path)
     torch.set_default_dtype(torch.float32)  # a run as rl-train builds it (this file's fixture restores it after)

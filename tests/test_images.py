@@ -7,9 +7,9 @@ from conftest import at
 from test_configs import composed
 
 from rlcli.actors.cnn import NATURE_CONVS, ConvEncoder
-from rlcli.build import build
 from rlcli.envs.pixel_goal import PixelGoalEnv
 from rlcli.registry import ConfigError
+from rlcli.run.build import build
 
 QUIET = ["log.console=false", "log.tensorboard=false"]
 
@@ -122,7 +122,7 @@ def test_atari_preprocessing_and_frame_stacking_shapes():
 ])
 def test_a_few_thousand_atari_frames_train_with_uint8_storage(algo, steps, settings, cli, tmp_path):
     pytest.importorskip("ale_py", reason="the [atari] extra is not installed")
-    from rlcli import checkpoint
+    from rlcli.services import checkpoint
 
     out = cli(f"algo={algo}", "env=ALE/Pong-v5", f"train.total_steps={steps}", *settings, "train.test_every=0",
               "log.console=false", f"hydra.run.dir={tmp_path / 'run'}", timeout=600)

@@ -3,7 +3,7 @@
 import torch
 from torch import nn
 
-from rlcli.optim import FusedAdam
+from rlcli.algos.optim import FusedAdam
 
 
 def _net(seed: int) -> nn.Module:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from conftest import REPO, RL_TRAIN
 
-from rlcli import checkpoint
+from rlcli.services import checkpoint
 
 PLUGIN = REPO / "tests" / "example_plugin"
 QUIET = ["log.console=false", "train.total_steps=1024", "train.test_every=0"]
@@ -86,7 +86,7 @@ def test_a_plugin_algorithm_written_against_an_older_contract_is_one_line():
     suite goes through the check), an older plugin is told what it lacks."""
     import pytest
 
-    from rlcli.agent import check_contract
+    from rlcli.algos.agent import check_contract
     from rlcli.contracts import AlgoSpec
     from rlcli.registry import ConfigError
 

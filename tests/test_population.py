@@ -1,4 +1,4 @@
-"""hydra/launcher=population: a sweep's seeds trained as one batched population (rlcli/population/)."""
+"""hydra/launcher=population: a sweep's seeds trained as one batched population (rlcli/sweeps/population/)."""
 
 import copy
 import re
@@ -12,18 +12,18 @@ import torch
 from conftest import RL_TRAIN
 from test_resume import assert_equal_state, final
 
-from rlcli.compose import compose_config
+from rlcli.algos.optim import FusedAdam, fused_adam_available, step_together
 from rlcli.contracts import RunClock
-from rlcli.optim import FusedAdam, fused_adam_available, step_together
-from rlcli.population.collect import collect_together
-from rlcli.population.kinds import population_update
-from rlcli.population.launch import group_jobs, split_for_workers
-from rlcli.population.members import Member
-from rlcli.population.onpolicy import PopulationUpdate
-from rlcli.population.stacking import stack_weights
 from rlcli.registry import ConfigError
-from rlcli.run_state import prepare
-from rlcli.trainer import Trainer
+from rlcli.run.compose import compose_config
+from rlcli.run.state import prepare
+from rlcli.run.trainer import Trainer
+from rlcli.sweeps.population.collect import collect_together
+from rlcli.sweeps.population.kinds import population_update
+from rlcli.sweeps.population.launch import group_jobs, split_for_workers
+from rlcli.sweeps.population.members import Member
+from rlcli.sweeps.population.onpolicy import PopulationUpdate
+from rlcli.sweeps.population.stacking import stack_weights
 
 PPO = ["algo=ppo", "algo.n_steps=32", "algo.batch_size=64", "algo.n_epochs=3"]
 TINY = ["env=CartPole-v1", "train.num_envs=4", "train.test_every=256", "train.test_episodes=2",
@@ -293,7 +293,7 @@ def test_the_outcome_scripts_exact_mann_whitney_test_matches_counts_by_hand():
 def test_members_with_ray_collectors_run_one_at_a_time_after_a_warning(capsys):
     from types import SimpleNamespace
 
-    from rlcli.population.launch import _batched_update
+    from rlcli.sweeps.population.launch import _batched_update
 
     c, _ = prepare(compose_config(["algo=ppo", "env=CartPole-v1"]))
     remote = SimpleNamespace(trainer=SimpleNamespace(c=SimpleNamespace(collector=object(), algo=c.algo,

@@ -1,5 +1,5 @@
-"""hydra/launcher=population for the actor-critics: SAC and TQC members (rlcli/population/soft_actor_critic.py), TD3
-and DDPG members (rlcli/population/twin_delayed.py)."""
+"""hydra/launcher=population for the actor-critics: SAC and TQC members
+(rlcli/sweeps/population/soft_actor_critic.py), TD3 and DDPG members (rlcli/sweeps/population/twin_delayed.py)."""
 
 import subprocess
 
@@ -10,16 +10,16 @@ from test_population import run
 from test_population_offpolicy import assert_first_update_is_each_single_runs
 from test_resume import final
 
-from rlcli.compose import compose_config
 from rlcli.contracts import RunClock
-from rlcli.population.collect import collect_together
-from rlcli.population.kinds import population_update
-from rlcli.population.members import Member
-from rlcli.population.soft_actor_critic import SoftActorCriticPopulationUpdate
-from rlcli.population.twin_delayed import TwinDelayedPopulationUpdate
 from rlcli.registry import ConfigError
-from rlcli.run_state import prepare
-from rlcli.trainer import Trainer
+from rlcli.run.compose import compose_config
+from rlcli.run.state import prepare
+from rlcli.run.trainer import Trainer
+from rlcli.sweeps.population.collect import collect_together
+from rlcli.sweeps.population.kinds import population_update
+from rlcli.sweeps.population.members import Member
+from rlcli.sweeps.population.soft_actor_critic import SoftActorCriticPopulationUpdate
+from rlcli.sweeps.population.twin_delayed import TwinDelayedPopulationUpdate
 
 TINY = ["env=Pendulum-v1", "train.num_envs=2", "train.test_every=256", "train.test_episodes=1",
         "train.stop_reward=null", "log.tensorboard=false", "log.console=false", "algo.learning_starts=64",

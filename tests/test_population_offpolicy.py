@@ -1,4 +1,5 @@
-"""hydra/launcher=population for the off-policy workhorses: DQN and QR-DQN members (rlcli/population/offpolicy.py)."""
+"""hydra/launcher=population for the off-policy workhorses: DQN and QR-DQN members
+(rlcli/sweeps/population/offpolicy.py)."""
 
 import copy
 from typing import Any
@@ -10,15 +11,15 @@ from conftest import RL_TRAIN
 from test_population import run
 from test_resume import final
 
-from rlcli.compose import compose_config
 from rlcli.contracts import RunClock
-from rlcli.population.collect import collect_together
-from rlcli.population.kinds import population_update
-from rlcli.population.members import Member
-from rlcli.population.offpolicy import OffPolicyPopulationUpdate
 from rlcli.registry import ConfigError
-from rlcli.run_state import prepare
-from rlcli.trainer import Trainer
+from rlcli.run.compose import compose_config
+from rlcli.run.state import prepare
+from rlcli.run.trainer import Trainer
+from rlcli.sweeps.population.collect import collect_together
+from rlcli.sweeps.population.kinds import population_update
+from rlcli.sweeps.population.members import Member
+from rlcli.sweeps.population.offpolicy import OffPolicyPopulationUpdate
 
 TINY = ["env=CartPole-v1", "train.num_envs=4", "train.test_every=512", "train.test_episodes=2",
         "train.stop_reward=null", "log.tensorboard=false", "log.console=false", "algo.learning_starts=64",

@@ -7,10 +7,10 @@ from conftest import at
 from test_configs import composed
 
 from rlcli.buffers.sequence import SequenceReplayBuffer
-from rlcli.build import build
 from rlcli.contracts import RecurrentState
 from rlcli.envs.memory_cue import MemoryCueEnv
 from rlcli.registry import ConfigError
+from rlcli.run.build import build
 
 QUIET = ["log.console=false", "log.tensorboard=false"]
 

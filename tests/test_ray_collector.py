@@ -8,7 +8,7 @@ from conftest import RL_TRAIN, ray_cluster_on_localhost, run_cli
 from omegaconf import OmegaConf
 from test_resume import CADENCE, QUIET, assert_equal_state, final, run, scalars, start, wait_for_checkpoint
 
-from rlcli.compose import compose_config
+from rlcli.run.compose import compose_config
 
 # Tests here start Ray: one at a time, also across pytest-xdist workers (conftest.ray_exclusive).
 pytestmark = [pytest.mark.usefixtures("ray_exclusive"), pytest.mark.slow]
@@ -69,7 +69,7 @@ def test_workers_on_an_existing_cluster(tmp_path):
 
 
 def components(*overrides):
-    from rlcli.build import build
+    from rlcli.run.build import build
 
     return build(compose_config(list(overrides)))
 
@@ -136,7 +136,7 @@ def test_collector_local_has_no_settings(tmp_path):
 
 
 def test_old_checkpoints_without_a_collector_choice_still_resume():
-    from rlcli.resume import incompatible_changes
+    from rlcli.run.resume import incompatible_changes
 
     saved = OmegaConf.to_container(compose_config(["algo=ppo"]))
     current = dict(saved)
@@ -148,7 +148,7 @@ def test_old_checkpoints_without_a_collector_choice_still_resume():
 def test_without_ray_installed_the_error_names_the_extra(monkeypatch):
     import sys
 
-    from rlcli.ray_settings import RaySettings, check_ray
+    from rlcli.collectors.ray_settings import RaySettings, check_ray
     from rlcli.registry import ConfigError
 
     monkeypatch.setitem(sys.modules, "ray", None)  # what `import ray` meets where Ray is not installed
@@ -159,8 +159,8 @@ def test_without_ray_installed_the_error_names_the_extra(monkeypatch):
 def test_a_sweep_checks_its_jobs_without_starting_ray_and_runs_them_on_workers(monkeypatch, tmp_path):
     """The sweep's pre-check builds every job to check it; with collector=ray it checks the settings but does
     not start Ray and the workers once per job (about 10 s each). Each job then collects on its workers."""
-    from rlcli.ray_collector import RayCollector
-    from rlcli.rl_train import precheck_sweep
+    from rlcli.collectors.ray_collector import RayCollector
+    from rlcli.entry.rl_train import precheck_sweep
 
     def no_ray(self):
         raise AssertionError("the pre-check started Ray")

@@ -6,7 +6,7 @@ from conftest import at
 from test_configs import composed
 
 from rlcli.algos.base import evaluate_batch
-from rlcli.build import Components, build
+from rlcli.run.build import Components, build
 
 
 def _parts(*extra: str) -> Components:

@@ -102,7 +102,7 @@ def _shipped_algo_settings(name):
     """conf/algo/<name>.yaml's algo keys (a file in the global package keeps them under `algo:`)."""
     from omegaconf import OmegaConf
 
-    from rlcli.compose import conf_dir
+    from rlcli.run.compose import conf_dir
 
     raw = OmegaConf.to_container(OmegaConf.load(Path(conf_dir()) / "algo" / f"{name}.yaml"))
     return raw.get("algo", raw)
@@ -111,8 +111,8 @@ def _shipped_algo_settings(name):
 def test_every_algorithm_default_is_written_once_the_yaml_agrees_with_the_constructor():
     """The constructor's typed keywords are the schema; a key the yaml also states (for its comment, and for
     `--cfg job`) must say the same value, so that Python and the CLI cannot build different algorithms."""
-    from rlcli.build import ALGO_CONTEXT
     from rlcli.registry import ALGOS, _accepted_parameters
+    from rlcli.run.build import ALGO_CONTEXT
 
     disagreements = []
     for name in ALGOS.names():

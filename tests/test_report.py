@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 import yaml
 
-from rlcli import report
+from rlcli.entry import rl_report as report
 from rlcli.registry import ConfigError
-from rlcli.tuning import iqm, parse_search_space
+from rlcli.sweeps.tuning import iqm, parse_search_space
 
 RL_REPORT = Path(sys.executable).parent / "rl-report"
 

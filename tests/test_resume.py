@@ -14,9 +14,9 @@ import torch
 from conftest import RL_TRAIN
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from rlcli import checkpoint
-from rlcli.compose import group_options
 from rlcli.registry import ALGOS
+from rlcli.run.compose import group_options
+from rlcli.services import checkpoint
 
 QUIET = ["log.console=false", "deterministic=true", "train.stop_reward=null"]
 CADENCE = ["train.checkpoint_every=512", "train.test_every=1024", "train.log_every=512", "train.test_episodes=2"]
@@ -321,8 +321,8 @@ def test_resume_a_finished_run_says_so_and_a_higher_budget_continues(finished_ru
 def test_warm_start_copies_weights_and_refuses_a_mismatched_network(finished_run, tmp_path):
     from hydra import compose, initialize_config_dir
 
-    from rlcli.build import build
-    from rlcli.compose import conf_dir
+    from rlcli.run.build import build
+    from rlcli.run.compose import conf_dir
 
     source = finished_run / "checkpoints" / "ckpt_000000002048.pt"
     with initialize_config_dir(config_dir=conf_dir(), version_base="1.3", job_name="test"):

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from conftest import run_cli
 
-from rlcli import checkpoint
+from rlcli.services import checkpoint
 
 RL_EVAL = Path(sys.executable).parent / "rl-eval"
 TINY = ["algo=ppo", "env=CartPole-v1", "algo.n_steps=32", "algo.batch_size=64", "train.total_steps=2048",

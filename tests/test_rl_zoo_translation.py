@@ -13,8 +13,8 @@ import yaml
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from rlcli.compose import conf_dir
 from rlcli.registry import ALGOS
+from rlcli.run.compose import conf_dir
 
 ENTRIES_FILE = Path(__file__).parent / "data" / "rl_zoo_entries.yaml"
 ENTRIES: dict[str, dict[str, Any]] = yaml.safe_load(ENTRIES_FILE.read_text())

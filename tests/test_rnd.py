@@ -7,8 +7,8 @@ from conftest import at
 from test_configs import composed
 
 from rlcli.algos.rnd import RandomNetworkDistillation, discounted_forward_filter
-from rlcli.build import build
 from rlcli.registry import ConfigError
+from rlcli.run.build import build
 
 QUIET = ["log.console=false", "log.tensorboard=false"]
 

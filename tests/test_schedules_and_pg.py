@@ -8,8 +8,8 @@ from conftest import at
 from test_configs import composed
 
 from rlcli.algos.ppo import adapt_kl_coef
-from rlcli.build import build
 from rlcli.registry import ConfigError
+from rlcli.run.build import build
 from rlcli.schedules import apply_schedules, build_schedules, parse_schedule
 
 
@@ -170,7 +170,7 @@ def test_every_algorithms_schedule_example_in_its_yaml_builds():
     """The example in each conf/algo/<name>.yaml's `schedules:` comment names a setting that can be scheduled."""
     import re
 
-    from rlcli.compose import conf_dir
+    from rlcli.run.compose import conf_dir
 
     for path in sorted((Path(conf_dir()) / "algo").glob("*.yaml")):
         example = re.search(r"schedules: \{\}.*?(algo\.schedules\.\w+=\S+)", path.read_text())

@@ -11,8 +11,8 @@ import pytest
 from conftest import RL_TRAIN
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from rlcli.tracking import Tracking
-from rlcli.tracking_sinks import flat_params
+from rlcli.services.tracking import Tracking
+from rlcli.services.tracking_sinks import flat_params
 
 TINY = ["train.total_steps=2048", "train.num_envs=2", "algo.n_steps=128", "algo.batch_size=64",
         "train.test_every=1024", "train.test_episodes=2", "train.checkpoint_every=512", "log.console=false",
@@ -253,10 +253,10 @@ def test_flat_params_names_every_leaf_by_its_dotted_key():
 def test_a_tracker_that_fails_to_start_a_run_ends_a_run_in_one_line_and_only_fails_a_sweeps_job(tmp_path, capsys):
     """The store passes the start-up check (not a server) but cannot open: exit 2 with one line for a run, a
     ConfigError (the job's failed status) for a sweep's job, so that the other jobs go on."""
-    from rlcli.compose import compose_config
     from rlcli.registry import ConfigError
-    from rlcli.run_state import prepare
-    from rlcli.trainer import Trainer, TrainerOptions
+    from rlcli.run.compose import compose_config
+    from rlcli.run.state import prepare
+    from rlcli.run.trainer import Trainer, TrainerOptions
 
     (tmp_path / "a-file").write_text("")  # the store's folder cannot be made: a file is in the way
     args = ["log.mlflow=true", f"log.mlflow_uri=sqlite:///{tmp_path}/a-file/mlflow.db", "log.console=false",

@@ -8,11 +8,11 @@ from __future__ import annotations
 import pytest
 
 from rlcli.algos.offpolicy import collect_phase, gradient_steps_now, resolve_gradient_steps
-from rlcli.build import build
-from rlcli.checkpoint import candidates, load
-from rlcli.compose import compose_config
 from rlcli.contracts import RunClock
 from rlcli.registry import ConfigError
+from rlcli.run.build import build
+from rlcli.run.compose import compose_config
+from rlcli.services.checkpoint import candidates, load
 
 
 def test_the_phase_and_gradient_steps_each_unit_gives():

@@ -5,9 +5,9 @@ from types import SimpleNamespace
 from omegaconf import OmegaConf
 from test_configs import composed
 
-from rlcli.callbacks import Callback
-from rlcli.sweep import read_status, run_job
-from rlcli.tuning import open_study, trial_reporter
+from rlcli.run.callbacks import Callback
+from rlcli.sweeps.jobs import read_status, run_job
+from rlcli.sweeps.tuning import open_study, trial_reporter
 
 
 def test_reporter_prunes_a_trial_far_below_the_median(tmp_path):

@@ -17,9 +17,9 @@ import torch
 from conftest import run_cli
 from test_rl_eval import TINY, one_line_error, rl_eval
 
-from rlcli import rl_eval as rl_eval_module
-from rlcli import run_loading
 from rlcli.contracts import RecurrentState
+from rlcli.entry import rl_eval as rl_eval_module
+from rlcli.entry import run_loading
 
 pytestmark = pytest.mark.slow
 

@@ -24,18 +24,18 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from rlcli.api import Policy, RlcliError, Run, load, train
-    from rlcli.api_evaluate import Evaluation, evaluate, export
-    from rlcli.callbacks import Callback, RunContext
+    from rlcli.entry.api import Policy, RlcliError, Run, load, train
+    from rlcli.entry.api_evaluate import Evaluation, evaluate, export
+    from rlcli.run.callbacks import Callback, RunContext
 
 __version__ = "0.1.0"
 __all__ = ["Callback", "Evaluation", "Policy", "RlcliError", "Run", "RunContext", "evaluate", "export", "load",
            "train", "__version__"]
-# Imported when first used (PEP 562): the console scripts import rlcli.cli, which installs the signal handlers
+# Imported when first used (PEP 562): the console scripts import rlcli.entry.cli, which installs the signal handlers
 # before anything else loads, so a Ctrl-C at the very start of rl-train is one line too, not a traceback.
-_HOMES = ({"Callback": "rlcli.callbacks", "RunContext": "rlcli.callbacks"}
-          | dict.fromkeys(("Policy", "RlcliError", "Run", "load", "train"), "rlcli.api")
-          | dict.fromkeys(("Evaluation", "evaluate", "export"), "rlcli.api_evaluate"))
+_HOMES = ({"Callback": "rlcli.run.callbacks", "RunContext": "rlcli.run.callbacks"}
+          | dict.fromkeys(("Policy", "RlcliError", "Run", "load", "train"), "rlcli.entry.api")
+          | dict.fromkeys(("Evaluation", "evaluate", "export"), "rlcli.entry.api_evaluate"))
 
 
 def __getattr__(name: str) -> Any:

@@ -1,3 +1,3 @@
-from rlcli.cli import train
+from rlcli.entry.cli import train
 
 train()

@@ -43,7 +43,7 @@ class AlgoSpec:
     # what the `actor=` recipe hands the algorithm: a whole actor-critic, or a recipe from which the
     # algorithm builds its own networks; None = actor_critic for on-policy algorithms, recipe otherwise
     network_kind: Literal["actor_critic", "recipe"] | None = None
-    # `compile=true` is implemented: the class is a CompilableAlgorithm (compiled.py)
+    # `compile=true` is implemented: the class is a CompilableAlgorithm (algos/compiled.py)
     compiles: bool = False
 
     @property

@@ -1,1 +1,1 @@
-"""rlcli's Optuna sweeper for Hydra: `hydra/sweeper=rlcli_optuna` (see rlcli/tuning.py)."""
+"""rlcli's Optuna sweeper for Hydra: `hydra/sweeper=rlcli_optuna` (see rlcli/sweeps/tuning.py)."""

@@ -1,4 +1,4 @@
-"""Hydra discovers this module (namespace package `hydra_plugins`); the work is in rlcli.tuning.
+"""Hydra discovers this module (namespace package `hydra_plugins`); the work is in rlcli.sweeps.tuning.
 
 Importing it stays cheap: optuna is imported only when a sweep runs. No `from __future__ import
 annotations` here: Hydra executes plugin modules outside sys.modules, where dataclasses need real types.
@@ -32,7 +32,7 @@ ConfigStore.instance().store(group="hydra/sweeper", name="rlcli_optuna", node=Rl
 
 class RlcliOptunaSweeper(Sweeper):
     def __init__(self, **settings: Any) -> None:
-        from rlcli.tuning import OptunaSweep
+        from rlcli.sweeps.tuning import OptunaSweep
 
         self.sweep_impl = OptunaSweep(**settings)
 

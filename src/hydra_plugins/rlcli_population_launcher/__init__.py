@@ -1,1 +1,1 @@
-"""rlcli's population launcher for Hydra: `hydra/launcher=population` (see rlcli/population/)."""
+"""rlcli's population launcher for Hydra: `hydra/launcher=population` (see rlcli/sweeps/population/)."""

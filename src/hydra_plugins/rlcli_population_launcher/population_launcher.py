@@ -25,7 +25,7 @@ ConfigStore.instance().store(group="hydra/launcher", name="population", node=Pop
 
 class PopulationLauncher(Launcher):
     def __init__(self, max_members: int = 64, n_jobs: int = 1) -> None:
-        from rlcli.population.launch import check_launcher_options
+        from rlcli.sweeps.population.launch import check_launcher_options
 
         check_launcher_options(max_members, n_jobs)  # rl-train checked them before Hydra started
         self.max_members, self.n_jobs = max_members, n_jobs
@@ -36,7 +36,7 @@ class PopulationLauncher(Launcher):
         self.config, self.hydra_context = config, hydra_context  # the task is rlcli's own: rl-train's function unused
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
-        from rlcli.population.launch import launch
+        from rlcli.sweeps.population.launch import launch
 
         setup_globals()
         assert self.config is not None

@@ -18,7 +18,7 @@ from rlcli.actors.sde import SdeOptions, StateDependentGaussianHead
 from rlcli.contracts import ActOutput, NetworkSpec, RecurrentState
 from rlcli.envs.dict_obs import PackedDict
 from rlcli.registry import ACTORS, ConfigError, require
-from rlcli.runtime import DeviceConstants
+from rlcli.services.runtime import DeviceConstants
 
 
 class EvalOutput(NamedTuple):

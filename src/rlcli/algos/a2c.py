@@ -9,7 +9,7 @@ import torch
 
 from rlcli.actors.mlp import ActorCritic
 from rlcli.actors.sde import NoiseResampling, head_noise
-from rlcli.addons import PolicyAddon
+from rlcli.algos.addons import PolicyAddon
 from rlcli.algos.base import (
     Decay,
     OneStepUpdate,
@@ -53,7 +53,7 @@ class A2C(OneStepUpdate):
     ) -> None:
         check_common(n_steps, lr, lr_pi, lr_v, gamma, gae_lambda, ent_coef, vf_coef, max_grad_norm)
         self.networks = networks
-        self.policy_addons = list(policy_addons)  # extra policy-loss terms (rlcli/addons.py)
+        self.policy_addons = list(policy_addons)  # extra policy-loss terms (rlcli/algos/addons.py)
         self.n_steps, self.gamma, self.gae_lambda = n_steps, gamma, gae_lambda
         self.steps_per_collect = n_steps
         self.noise_resampling = NoiseResampling(head_noise(networks.head, use_sde), n_steps, sde_sample_freq)

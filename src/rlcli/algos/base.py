@@ -19,8 +19,8 @@ Decay = Literal["constant", "linear"]  # the legacy `<x>_schedule` keys: linear 
 
 def adam(params: Any, lr: float = 1e-3, eps: float = 1e-8, betas: tuple[float, float] = (0.9, 0.999)) -> Any:
     """Adam with the fused kernel (one call for all tensors). The default per-tensor loop costs
-    about a quarter of a small PPO minibatch step on a CPU; see rlcli/optim.py for the rest."""
-    from rlcli.optim import FusedAdam, fused_adam_available
+    about a quarter of a small PPO minibatch step on a CPU; see rlcli/algos/optim.py for the rest."""
+    from rlcli.algos.optim import FusedAdam, fused_adam_available
 
     if fused_adam_available():
         return FusedAdam(params, lr=lr, eps=eps, betas=betas)

@@ -109,7 +109,7 @@ class DQN:
 
     def enable_compile(self) -> None:
         """compile=true: the transition loss, its gradients, the clip and Adam as one graph (not R2D2 sequences)."""
-        from rlcli.compiled import CompiledAdamStep
+        from rlcli.algos.compiled import CompiledAdamStep
 
         if self.recurrent:
             raise ConfigError("compile=true does not cover recurrent Q-networks (actor=gru/lstm) yet; "

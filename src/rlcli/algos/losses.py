@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from rlcli.addons import addon_losses
+from rlcli.algos.addons import addon_losses
 from rlcli.algos.base import evaluate_batch, masked_mean, normalize_masked
 from rlcli.batches import RolloutBatch
 

@@ -13,7 +13,7 @@ from torch import nn
 
 from rlcli.contracts import ReplayStorage, RunClock
 from rlcli.registry import ConfigError, require
-from rlcli.runtime import DeviceConstants
+from rlcli.services.runtime import DeviceConstants
 
 NoiseKind = Literal["gaussian", "ornstein_uhlenbeck", "none"]
 TrainFreqUnit = Literal["step", "episode"]

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from rlcli.actors.mlp import ActorCritic
-from rlcli.addons import PolicyAddon
+from rlcli.algos.addons import PolicyAddon
 from rlcli.algos.base import (
     Decay,
     OneStepUpdate,
@@ -55,7 +55,7 @@ class PolicyGradient(OneStepUpdate):
     ) -> None:
         check_common(n_steps, lr, lr_pi, lr_v, gamma, 1.0, ent_coef, vf_coef, max_grad_norm)
         self.networks = networks
-        self.policy_addons = list(policy_addons)  # extra policy-loss terms (rlcli/addons.py)
+        self.policy_addons = list(policy_addons)  # extra policy-loss terms (rlcli/algos/addons.py)
         self.n_steps, self.gamma, self.gae_lambda = n_steps, gamma, 1.0
         self.steps_per_collect = n_steps
         self.baseline, self.normalize_advantage = baseline, normalize_advantage

@@ -11,7 +11,7 @@ import torch
 from rlcli.actors.mlp import ActorCritic
 from rlcli.actors.recurrent import RecurrentActorCritic
 from rlcli.actors.sde import NoiseResampling, head_noise
-from rlcli.addons import PolicyAddon, addon_losses
+from rlcli.algos.addons import PolicyAddon, addon_losses
 from rlcli.algos.base import (
     Decay,
     UpdatePlan,
@@ -28,10 +28,10 @@ from rlcli.algos.base import (
     refuse_in_population,
     set_lr,
 )
+from rlcli.algos.compiled import CompiledAdamStep
 from rlcli.algos.exploration import minibatches
 from rlcli.algos.losses import clipped_surrogate_loss, squared_value_loss
 from rlcli.batches import RolloutBatch
-from rlcli.compiled import CompiledAdamStep
 from rlcli.contracts import ON_POLICY_ACTIONS, ActOutput, AlgoSpec, RecurrentState, RolloutStorage, RunClock
 from rlcli.registry import ALGOS, ConfigError, require
 from rlcli.schedules import to_zero
@@ -89,7 +89,7 @@ class PPO:
         require(clip_range_vf is None or clip_range_vf > 0, "algo.clip_range_vf", clip_range_vf, "must be > 0 or null")
         require(target_kl is None or target_kl > 0, "algo.target_kl", target_kl, "must be > 0 or null")
         self.networks = networks
-        self.policy_addons = list(policy_addons)  # extra policy-loss terms (rlcli/addons.py)
+        self.policy_addons = list(policy_addons)  # extra policy-loss terms (rlcli/algos/addons.py)
         self.n_steps, self.batch_size, self.n_epochs = n_steps, batch_size, n_epochs
         self.steps_per_collect = n_steps
         self.noise_resampling = NoiseResampling(head_noise(networks.head, use_sde), n_steps, sde_sample_freq)

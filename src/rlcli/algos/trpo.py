@@ -19,7 +19,7 @@ from torch import nn
 from rlcli.actors.heads import GaussianHead, diag_gaussian_kl
 from rlcli.actors.mlp import ActorCritic
 from rlcli.actors.sde import NoiseResampling, StateDependentGaussianHead, head_noise
-from rlcli.addons import PolicyAddon
+from rlcli.algos.addons import PolicyAddon
 from rlcli.algos.base import (
     Decay,
     adam,

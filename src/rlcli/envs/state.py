@@ -15,7 +15,7 @@ from typing import Any
 import gymnasium
 from gymnasium.vector import AsyncVectorEnv, SyncVectorEnv
 
-from rlcli.plain_state import encode, restore_into
+from rlcli.services.plain_state import encode, restore_into
 
 # Structure, rendering and spaces: rebuilt from the config, never part of the state.
 _SKIP = {

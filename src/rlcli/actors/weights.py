@@ -1,0 +1,33 @@
+"""Network weights from another run's checkpoint: warm start (`actor.init_from`) and fixed priors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from rlcli.registry import ConfigError
+from rlcli.services import checkpoint
+
+
+def network_weights(data: dict[str, Any]) -> dict[str, Any]:
+    """The networks' state dict inside a loaded checkpoint (format 1 named it `actor`)."""
+    algo = data["algo"]
+    weights = algo.get("networks", algo.get("actor")) if isinstance(algo, dict) else None
+    if not isinstance(weights, dict):
+        raise checkpoint.CheckpointError("the checkpoint holds no network weights (algo.networks)")
+    return weights
+
+
+def load_network_weights(networks: Any, path: Path, key: str = "actor.init_from", trusted: bool = False) -> None:
+    """Copy the networks and their observation statistics from the checkpoint that `path` names (a file,
+    `checkpoints/latest`, a run's `checkpoints/` or the run dir); one line naming `key` when they do not fit.
+    `trusted` (trusted_checkpoint=true) also reads a format-1 checkpoint, a pickle that can run code."""
+    path = checkpoint.resolve(path)
+    data = checkpoint.load(path, trusted=trusted)
+    checkpoint.require(data, path, "algo")
+    try:
+        networks.load_state_dict(network_weights(data))
+    except RuntimeError as error:
+        first = str(error).strip().splitlines()
+        detail = first[1].strip() if len(first) > 1 else first[0]
+        raise ConfigError(f"{key}={str(path)!r} does not fit this actor: {detail}") from None

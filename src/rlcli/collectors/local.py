@@ -1,0 +1,360 @@
+"""Runs the policy in vector envs: `Collector.collect` fills a rollout, `evaluate` tests.
+
+Glossary (the words the trainer uses): an *env step* is one step of one sub-env; a *collect phase*
+is n_steps steps of the whole vector env; an *update* is what the algorithm does with a full
+buffer; a *test phase* runs the deterministic policy on separate envs for a number of episodes.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any, Protocol, cast
+
+import numpy as np
+import torch
+from gymnasium.vector import VectorEnv
+
+from rlcli.actors.normalizer import RunningNorm
+from rlcli.contracts import (
+    ActOutput,
+    Algorithm,
+    Learner,
+    MaskedPolicy,
+    OffPolicyLearner,
+    OnPolicyLearner,
+    RecurrentState,
+    ReplayStorage,
+    SequenceStorage,
+)
+from rlcli.envs import finished_episodes
+from rlcli.envs.masks import mask_width, masks_from_infos
+from rlcli.envs.state import capturable, get_env_state, set_env_state
+from rlcli.registry import ConfigError
+from rlcli.services.timing import PhaseClock
+
+
+@dataclass
+class CollectStats:
+    steps: int
+    episode_returns: list[float] = field(default_factory=list)
+    episode_lengths: list[int] = field(default_factory=list)
+    episode_steps: list[int] = field(default_factory=list)  # the step of the phase at which each one finished
+    transitions: int = 0  # steps that stored a transition: all but the reset step that follows an episode's end
+    scalars: dict[str, float] = field(default_factory=dict)  # the collector's own figures (collector/*), logged
+
+
+class CollectorError(RuntimeError):
+    """The collector cannot go on (collector=ray: a worker keeps dying): the trainer stops with this one line."""
+
+
+class EnvError(CollectorError):
+    """The env raised, or returned what training cannot use (a non-finite value, a wrong shape); the message
+    names the env step within the collect phase (`step`) and what happened."""
+
+    def __init__(self, message: str, step: int) -> None:
+        super().__init__(message)
+        self.step = step
+
+
+def env_name(envs: Any) -> str:
+    spec = getattr(envs, "spec", None)
+    return str(getattr(spec, "id", None) or type(envs).__name__)
+
+
+def raised(error: Exception) -> str:
+    """`raised RuntimeError: <the last line of its message>`."""
+    detail = str(error).strip().splitlines()
+    return f"raised {type(error).__name__}" + (f": {detail[-1]}" if detail else "")
+
+
+def check_env_output(obs: Any, rewards: np.ndarray, expected_shape: tuple[int, ...] | None, step: int) -> None:
+    """One line naming what is wrong with a step's output (cheap: a few numpy reductions per vector step)."""
+    if isinstance(obs, np.ndarray):
+        if expected_shape is not None and obs.shape != expected_shape:
+            raise EnvError(f"returned observations of shape {obs.shape}; its observation space says {expected_shape}",
+                           step)
+        if obs.dtype.kind == "f" and not np.isfinite(obs).all():
+            bad = np.flatnonzero(~np.isfinite(obs).reshape(len(obs), -1).all(axis=1))
+            raise EnvError(f"returned a non-finite observation (env {int(bad[0])}: "
+                           f"{obs[bad[0]].ravel()[:6].tolist()})", step)
+    elif isinstance(obs, dict):
+        for key, value in obs.items():
+            if isinstance(value, np.ndarray) and value.dtype.kind == "f" and not np.isfinite(value).all():
+                raise EnvError(f"returned a non-finite observation in {key!r}", step)
+    rewards = np.asarray(rewards)
+    if rewards.dtype.kind == "f" and not np.isfinite(rewards).all():
+        bad = int(np.flatnonzero(~np.isfinite(rewards))[0])
+        raise EnvError(f"returned a non-finite reward (env {bad}: {rewards[bad]})", step)
+
+
+class ExperienceCollector(Protocol):
+    """What the trainer and the checkpoints call on a collector: `Collector` steps the envs in this process,
+    `RayCollector` (ray_collector.py) on Ray workers. Both fill the buffer the same way."""
+
+    clock: PhaseClock
+
+    def collect(self, learner: Learner, random_actions: bool = False) -> CollectStats: ...
+
+    def reset(self, seed: int) -> None:
+        """Reset every training env (seeded like gymnasium's vector envs: env i gets seed + i)."""
+        ...
+
+    def state_dict(self) -> dict[str, object]: ...
+
+    def load_state_dict(self, state: dict[str, object]) -> None: ...
+
+    def env_state(self) -> Any:
+        """The envs' state for an exact resume, or None when it cannot be captured."""
+        ...
+
+    def restore_envs(self, state: Any) -> str | None:
+        """Put `env_state()`'s result back; or, when that cannot be done, say why in one line (the
+        trainer then resets the envs and warns with it)."""
+        ...
+
+    def describe(self) -> str:
+        """For the run's header line: where the envs step ('' for this process)."""
+        ...
+
+    def close(self) -> None: ...
+
+
+@dataclass
+class TestStats:
+    returns: np.ndarray
+    lengths: np.ndarray
+
+    @property
+    def mean_return(self) -> float:
+        return float(self.returns.mean())
+
+
+class Collector:
+    """Keeps the training envs' current observations (and a recurrent network's carry) between collect phases.
+
+    Observations are normalized here, once, for acting (updating the running statistics); the rollout
+    stores what acting saw, replay stores raw observations (its batches are normalized with the
+    statistics of the moment they are sampled).
+    """
+
+    def __init__(self, envs: VectorEnv, normalizer: RunningNorm, device: torch.device, seed: int,
+                 carry_size: int = 0, clock: PhaseClock | None = None,
+                 obs_dtype: torch.dtype = torch.float32, masks: bool = False) -> None:
+        self.envs, self.normalizer, self.device = envs, normalizer, device
+        self.carry_size = carry_size  # > 0: a recurrent network
+        self.masks = masks  # the algorithm acts on valid-action masks (AlgoSpec.action_masks)
+        self.obs_dtype = obs_dtype  # uint8 for pixels: they stay uint8 until the network scales them
+        self.clock = clock or PhaseClock()
+        self.act_s = self.env_s = self.buffer_s = 0.0  # this collect phase's seconds so far
+        self.reset(seed)
+
+    def reset(self, seed: int) -> None:
+        try:
+            obs, infos = self.envs.reset(seed=seed)
+        except Exception as error:
+            raise ConfigError(f"env {env_name(self.envs)} {raised(error)} at reset") from None
+        space_shape = getattr(self.envs.observation_space, "shape", None)
+        self._obs_shape = tuple(space_shape) if isinstance(obs, np.ndarray) and space_shape else None
+        if self._obs_shape is not None and obs.shape != self._obs_shape:
+            raise ConfigError(f"env {env_name(self.envs)} returned observations of shape {obs.shape} at reset; its "
+                              f"observation space says {self._obs_shape} (the env's reset and its space disagree)")
+        self.obs = torch.as_tensor(obs, dtype=self.obs_dtype, device=self.device)
+        self.action_mask = self._masks(infos)  # the valid actions at the current observations
+        self.prev_done = np.zeros(self.envs.num_envs, dtype=bool)  # next step of these envs is a reset step
+        # Recurrent networks: the carry between steps, and which envs begin an episode at the next step.
+        self.carry: torch.Tensor | None = None
+        self.episode_start = np.ones(self.envs.num_envs, dtype=bool)
+
+    def state_dict(self) -> dict[str, object]:
+        return {"obs": self.obs.cpu(), "prev_done": self.prev_done.copy(), "episode_start": self.episode_start.copy(),
+                "carry": None if self.carry is None else self.carry.clone().cpu(),
+                "action_mask": None if self.action_mask is None else self.action_mask.cpu()}
+
+    def load_state_dict(self, state: dict[str, object]) -> None:
+        self.obs = torch.as_tensor(state["obs"], device=self.device)
+        self.prev_done = np.asarray(state["prev_done"]).copy()
+        self.episode_start = np.asarray(state["episode_start"]).copy()
+        carry = state["carry"]
+        self.carry = None if carry is None else torch.as_tensor(carry, device=self.device).clone()
+        mask = state.get("action_mask")
+        self.action_mask = None if mask is None else torch.as_tensor(mask, device=self.device).clone()
+
+    def env_state(self) -> Any:
+        return get_env_state(self.envs) if capturable(self.envs) else None
+
+    def restore_envs(self, state: Any) -> str | None:
+        if state is not None and capturable(self.envs):
+            set_env_state(self.envs, state)
+            return None
+        return ("the env state could not be saved or restored (e.g. async vector envs): the envs were "
+                "reset, so this resume continues from fresh episodes rather than exactly")
+
+    def describe(self) -> str:
+        return ""
+
+    def close(self) -> None:
+        """Nothing of its own: the envs belong to the components, which close them."""
+
+    def _masks(self, infos: dict[str, Any]) -> torch.Tensor | None:
+        if not self.masks:
+            return None
+        width = mask_width(self.envs.single_action_space)
+        return torch.as_tensor(masks_from_infos(infos, self.envs.num_envs, width), device=self.device)
+
+    def _recurrent_state(self) -> RecurrentState | None:
+        if not self.carry_size:
+            return None
+        if self.carry is None:
+            self.carry = torch.zeros(self.envs.num_envs, self.carry_size, device=self.device)
+        starts = torch.as_tensor(self.episode_start, dtype=torch.float32, device=self.device)
+        return RecurrentState(self.carry, starts)
+
+    def collect(self, learner: Learner, random_actions: bool = False) -> CollectStats:
+        """algo.steps_per_collect steps of every env into the learner's storage: a whole rollout, finished by its
+        `finish_rollout` (on-policy), or transitions (off-policy; with `episodes_per_collect`, steps until that
+        many episodes have ended). `random_actions`: the off-policy warm-up, uniformly random actions (a
+        recurrent network still steps its carry)."""
+        algo = learner.algo
+        stats = self.begin(learner)
+        episodes = learner.algo.episodes_per_collect if isinstance(learner, OffPolicyLearner) else 0
+        for step in itertools.count():
+            if (len(stats.episode_returns) >= episodes) if episodes else step >= algo.steps_per_collect:
+                stats.steps = step * self.envs.num_envs
+                break
+            t0 = time.perf_counter()
+            obs, state = self.observe()
+            out = None
+            if state is not None or not random_actions:  # random warm-up actions skip the policy's sampling
+                mask = self.action_mask
+                out = algo.act(obs, state=state) if mask is None else cast(MaskedPolicy, algo).act_masked(obs, mask)
+            self.act_s += time.perf_counter() - t0
+            self.advance(learner, stats, step, obs, state, out, random_actions)
+        self.end(learner)
+        return stats
+
+    # collect's parts, which a population (sweeps/population/) calls for its members in step, acting for all at once
+    def begin(self, learner: Learner) -> CollectStats:
+        if isinstance(learner, OnPolicyLearner):
+            learner.buffer.reset()
+        self.act_s = self.env_s = self.buffer_s = 0.0
+        return CollectStats(steps=learner.algo.steps_per_collect * self.envs.num_envs)
+
+    def observe(self) -> tuple[torch.Tensor, RecurrentState | None]:
+        """The observations to act on, normalized (updating the running statistics), and a recurrent carry."""
+        self.normalizer.update(self.obs)
+        return self.normalizer(self.obs), self._recurrent_state()
+
+    def advance(self, learner: Learner, stats: CollectStats, step: int, obs: torch.Tensor,
+                state: RecurrentState | None, out: ActOutput | None, random_actions: bool) -> None:
+        """Step the envs with the acting's output (or random actions) and store the transition."""
+        clock = time.perf_counter
+        t0 = clock()
+        n_envs = self.envs.num_envs
+        if out is not None:
+            self.carry = out.carry
+        actions = out.actions if out is not None and not random_actions else None
+        if actions is None:  # torch's generator draws them, so a resume stays exact
+            assert isinstance(learner, OffPolicyLearner), "only off-policy runs warm up with random actions"
+            actions = learner.algo.random_actions(n_envs).to(self.device)
+        env_actions = learner.algo.env_actions(actions).cpu().numpy()
+        t1 = clock()
+        try:
+            next_obs, rewards, terminated, truncated, infos = self.envs.step(env_actions)
+        except Exception as error:  # the env's own failure, named in one line by the trainer
+            raise EnvError(raised(error), step * n_envs) from error
+        check_env_output(next_obs, rewards, self._obs_shape, step * n_envs)
+        t2 = clock()
+        done = np.logical_or(terminated, truncated)
+        if isinstance(learner, OnPolicyLearner):
+            assert out is not None
+            to_tensor = partial(torch.as_tensor, dtype=torch.float32, device=self.device)
+            recurrent = [] if state is None else [state.starts, state.carry]  # what this step began with
+            masks = {} if self.action_mask is None else {"action_mask": self.action_mask}
+            learner.buffer.add(obs, out.actions, out.log_probs, out.values, to_tensor(rewards), to_tensor(terminated),
+                               to_tensor(done), to_tensor(~self.prev_done), *recurrent, **masks)
+        else:
+            transition = (self.obs, actions, rewards, next_obs, terminated, done, ~self.prev_done)
+            if state is None:
+                cast(ReplayStorage, learner.buffer).add(*transition)
+            else:  # recurrent networks learn from sequences (the build pairs them with buffer=sequence)
+                cast(SequenceStorage, learner.buffer).add(*transition, state.starts, state.carry)
+        stats.transitions += n_envs - int(self.prev_done.sum())
+        returns, lengths = finished_episodes(infos)
+        stats.episode_returns.extend(returns.tolist())
+        stats.episode_lengths.extend(lengths.tolist())
+        stats.episode_steps.extend([step] * len(returns))
+        self.obs = torch.as_tensor(next_obs, dtype=self.obs_dtype, device=self.device)
+        self.action_mask = self._masks(infos)
+        self.episode_start = self.prev_done.copy()  # after a reset step comes a new episode's first step
+        self.prev_done = done
+        t3 = clock()
+        self.act_s += t1 - t0
+        self.env_s += t2 - t1
+        self.buffer_s += t3 - t2
+
+    def end(self, learner: Learner) -> None:
+        """Finish an on-policy rollout (its returns and advantages), and account the phase's time."""
+        if isinstance(learner, OnPolicyLearner):
+            t0 = time.perf_counter()
+            learner.algo.finish_rollout(learner.buffer, self.normalizer(self.obs), self._recurrent_state())
+            self.buffer_s += time.perf_counter() - t0
+        self._account(self.act_s, self.env_s, self.buffer_s)
+
+    def _account(self, act_s: float, env_s: float, buffer_s: float) -> None:
+        seconds = self.clock.seconds
+        seconds["act"] += act_s
+        seconds["env"] += env_s
+        seconds["buffer"] += buffer_s
+
+
+FrameSink = Callable[[int, np.ndarray], None]
+
+
+def evaluate(envs: VectorEnv, algo: Algorithm, normalizer: RunningNorm, device: torch.device, seed: int,
+             obs_dtype: torch.dtype = torch.float32, carry_size: int = 0, deterministic: bool = True,
+             frames: FrameSink | None = None, masks: bool = False) -> TestStats:
+    """One episode in each test env with the (by default deterministic) policy and frozen normalization.
+    Env i is reset with seed `seed + i`. `frames(i, frame)` receives each env's rendered frames, from the
+    first observation to the last (the envs must render rgb_array). `masks`: the algorithm acts among the
+    valid actions that the envs' infos give (AlgoSpec.action_masks)."""
+    n = envs.num_envs
+    returns, lengths = np.zeros(n), np.zeros(n, dtype=np.int64)
+    finished = np.zeros(n, dtype=bool)
+    n_actions = mask_width(envs.single_action_space) if masks else 0
+    obs, infos = envs.reset(seed=seed)
+    if frames is not None:
+        _pass_frames(envs, finished, frames)
+    # one episode per env: a fresh carry at the first step, never reset after it
+    state = (RecurrentState(torch.zeros(n, carry_size, device=device), torch.ones(n, device=device))
+             if carry_size else None)
+    while not finished.all():
+        with torch.inference_mode():
+            x = normalizer(torch.as_tensor(obs, dtype=obs_dtype, device=device))
+            if masks:
+                mask = torch.as_tensor(masks_from_infos(infos, n, n_actions), device=device)
+                out = algo.act_masked(x, mask, deterministic=deterministic)  # type: ignore[attr-defined]
+            else:
+                out = algo.act(x, deterministic=deterministic, state=state)
+        if state is not None:
+            assert out.carry is not None
+            state = RecurrentState(out.carry, torch.zeros(n, device=device))
+        obs, _, _, _, infos = envs.step(algo.env_actions(out.actions).cpu().numpy())
+        if frames is not None:
+            _pass_frames(envs, finished, frames)
+        if "_episode" in infos:
+            first = infos["_episode"] & ~finished
+            returns[first] = infos["episode"]["r"][first]
+            lengths[first] = infos["episode"]["l"][first]
+            finished |= first
+    return TestStats(returns, lengths)
+
+
+def _pass_frames(envs: VectorEnv, finished: np.ndarray, frames: FrameSink) -> None:
+    rendered = envs.render()
+    assert rendered is not None, "evaluate(frames=...) needs envs made with render_mode='rgb_array'"
+    for i in np.flatnonzero(~finished):
+        frames(int(i), rendered[i])

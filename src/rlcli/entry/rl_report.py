@@ -1,0 +1,287 @@
+"""`rl-report`: one table (and optionally curves and a CSV) for a sweep or any set of runs.
+
+A run is a directory with `.hydra/` (what it was asked to do) and `eval.jsonl` (every test phase:
+env steps, wall seconds, episode returns), both written by rl-train. Runs whose command lines
+differ only by `seed=` form one configuration; the table gives, per configuration, the final and
+best test return as mean +- std over seeds and the interquartile mean (IQM) of the final returns.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import csv
+import json
+import math
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from rlcli.services import jsonl
+from rlcli.services.os_errors import describe_os_error
+from rlcli.sweeps.tuning import iqm
+
+IGNORED_KEYS = ("seed", "resume", "sweep.trial", "hydra.sweep.dir", "hydra.run.dir")
+
+
+@dataclass
+class Run:
+    path: Path
+    config: dict[str, str]  # what identifies its configuration: algo, env and every override but the seed
+    seed: Any
+    steps: list[int] = field(default_factory=list)  # test phases: env steps
+    returns: list[float] = field(default_factory=list)  # and mean test return
+    env_steps: int | None = None
+    wall_s: float | None = None
+    status: str = "unknown"
+
+    @property
+    def final(self) -> float | None:
+        return self.returns[-1] if self.returns else None
+
+    @property
+    def best(self) -> float | None:
+        return max(self.returns) if self.returns else None
+
+
+def _yaml(path: Path) -> Any:
+    try:
+        return yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError):
+        return None
+
+
+def load_run(path: Path) -> Run:
+    overrides = _yaml(path / ".hydra" / "overrides.yaml") or []
+    hydra_cfg = _yaml(path / ".hydra" / "hydra.yaml") or {}
+    choices = (hydra_cfg.get("hydra", {}).get("runtime", {}) or {}).get("choices", {}) or {}
+    job_cfg = _yaml(path / ".hydra" / "config.yaml") or {}
+    config = {group: str(choices[group]) for group in ("algo", "env") if group in choices}
+    for arg in overrides:
+        key, _, value = str(arg).partition("=")
+        key = key.lstrip("+~")
+        if not key.startswith(IGNORED_KEYS):
+            config[key] = value
+    run = Run(path=path, config=config, seed=job_cfg.get("seed"))
+    eval_path = path / "eval.jsonl"
+    for record in jsonl.read_records(eval_path, warn=lambda text: print(f"rl-report: warning: {text}",
+                                                                         file=sys.stderr)):
+        try:
+            steps, mean = int(record["env_steps"]), float(np.mean(record["returns"]))
+        except (KeyError, TypeError, ValueError):
+            continue  # a record that is whole but not a test phase's
+        run.steps.append(steps)
+        run.returns.append(mean)
+        run.wall_s = float(record.get("wall_s", 0.0))
+        run.env_steps = steps
+    status = None
+    with contextlib.suppress(OSError, ValueError):
+        status = json.loads((path / "status.json").read_text())
+    if status:
+        run.status = status.get("status", "unknown")
+        run.env_steps = status.get("env_steps", run.env_steps)
+        run.wall_s = status.get("train_seconds", run.wall_s)
+    elif run.returns:
+        run.status = "has tests"
+    return run
+
+
+def find_runs(paths: list[Path]) -> list[Run]:
+    """Every run directory at or under the given paths (a sweep dir, a runs/ tree, run dirs)."""
+    found: dict[Path, None] = {}
+    for root in paths:
+        if (root / ".hydra" / "overrides.yaml").is_file():
+            found[root.resolve()] = None
+        for marker in sorted(root.rglob(".hydra/overrides.yaml")):
+            found[marker.parent.parent.resolve()] = None
+    return [load_run(path) for path in found]
+
+
+@dataclass
+class Group:
+    config: dict[str, str]
+    runs: list[Run]
+
+    def values(self, attr: str) -> list[float]:
+        return [v for v in (getattr(r, attr) for r in self.runs) if v is not None and math.isfinite(v)]
+
+
+def group_runs(runs: list[Run]) -> list[Group]:
+    groups: dict[tuple, Group] = {}
+    for run in runs:
+        key = tuple(sorted(run.config.items()))
+        groups.setdefault(key, Group(dict(run.config), [])).runs.append(run)
+    return list(groups.values())
+
+
+def swept_keys(groups: list[Group]) -> list[str]:
+    """Keys whose value differs between configurations (those are the table's first columns)."""
+    keys: list[str] = []
+    for group in groups:
+        for key in group.config:
+            if key not in keys:
+                keys.append(key)
+    varying = [k for k in keys if len({g.config.get(k) for g in groups}) > 1]
+    return varying or [k for k in ("algo", "env") if k in keys]
+
+
+def _mean_std(values: list[float]) -> tuple[float, float] | None:
+    if not values:
+        return None
+    return float(np.mean(values)), float(np.std(values))
+
+
+def summarize(group: Group) -> dict[str, Any]:
+    """The numbers of one table row (None where no run had them)."""
+    finals, bests = group.values("final"), group.values("best")
+    steps, wall = group.values("env_steps"), group.values("wall_s")
+    return {
+        "seeds": sorted((r.seed for r in group.runs), key=str),
+        "final": _mean_std(finals), "final_iqm": iqm(finals) if finals else None,
+        "best": _mean_std(bests),
+        "env_steps": float(np.mean(steps)) if steps else None,
+        "wall_s": float(np.mean(wall)) if wall else None,
+        "incomplete": sum(r.status not in ("completed", "has tests") for r in group.runs),
+    }
+
+
+def _pm(pair: tuple[float, float] | None, n: int) -> str:
+    """mean ± std; with one seed there is no spread to show."""
+    if pair is None:
+        return "-"
+    return f"{pair[0]:.1f} ± {pair[1]:.1f}" if n > 1 else f"{pair[0]:.1f} ± -"
+
+
+def print_table(groups: list[Group], keys: list[str]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(header_style="bold cyan")
+    for key in keys:
+        table.add_column(key, overflow="fold")
+    for column in ("seeds", "final return", "final IQM", "best return", "env steps", "wall s"):
+        table.add_column(column, justify="right")
+    for group in groups:
+        row = summarize(group)
+        seeds = f"{len(row['seeds'])}: {','.join(map(str, row['seeds']))}"  # how many, and which
+        if row["incomplete"]:
+            seeds += f" [{row['incomplete']} unfinished]"
+        n = len(group.values("final"))
+        table.add_row(*(group.config.get(k, "-") for k in keys), seeds, _pm(row["final"], n),
+                      "-" if row["final_iqm"] is None else f"{row['final_iqm']:.1f}", _pm(row["best"], n),
+                      "-" if row["env_steps"] is None else f"{row['env_steps']:,.0f}",
+                      "-" if row["wall_s"] is None else f"{row['wall_s']:.1f}")
+    console = Console()
+    if not console.is_terminal:  # piped or captured: wide enough that keys and numbers stay whole
+        console = Console(width=200)
+    console.print(table)
+
+
+def write_csv(groups: list[Group], keys: list[str], path: Path) -> None:
+    columns = [*keys, "n_seeds", "seeds", "final_mean", "final_std", "final_iqm", "best_mean", "best_std",
+               "env_steps_mean", "wall_s_mean"]
+    with open(path, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(columns)
+        for group in groups:
+            row = summarize(group)
+            final, best = row["final"] or (None, None), row["best"] or (None, None)
+            writer.writerow([*(group.config.get(k, "") for k in keys), len(row["seeds"]),
+                             " ".join(map(str, row["seeds"])), *final, row["final_iqm"], *best,
+                             row["env_steps"], row["wall_s"]])
+
+
+def mean_curve(runs: list[Run]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Mean and 95% confidence band (normal approximation, 1.96 standard errors) across seeds,
+    on the union of the seeds' test steps; a seed counts only within the steps it reached."""
+    grid = np.array(sorted({s for r in runs for s in r.steps}), dtype=float)
+    mean, half = np.zeros_like(grid), np.zeros_like(grid)
+    for i, step in enumerate(grid):
+        values = [float(np.interp(step, r.steps, r.returns)) for r in runs
+                  if r.steps and r.steps[0] <= step <= r.steps[-1]]
+        mean[i] = np.mean(values)
+        half[i] = 1.96 * np.std(values, ddof=1) / math.sqrt(len(values)) if len(values) > 1 else 0.0
+    return grid, mean, half
+
+
+def plot_curves(groups: list[Group], keys: list[str], path: Path) -> list[str]:
+    """Write the curves to `path`; returns each drawn line's marker (points are marked when a curve has few
+    of them, so a run with one test still shows up)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 5))
+    markers = []
+    for group in groups:
+        runs = [r for r in group.runs if r.steps]
+        if not runs:
+            continue
+        grid, mean, half = mean_curve(runs)
+        label = " ".join(f"{k}={group.config.get(k, '-')}" for k in keys) + f" (n={len(runs)})"
+        (line,) = ax.plot(grid, mean, label=label, marker="o" if len(grid) <= 30 else "", markersize=4)
+        markers.append(line.get_marker())
+        ax.fill_between(grid, mean - half, mean + half, color=line.get_color(), alpha=0.2)
+    ax.set_xlabel("env steps")
+    ax.set_ylabel("test return (mean, 95% CI over seeds)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return markers
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="rl-report", description=__doc__.splitlines()[0])
+    parser.add_argument("paths", nargs="+", type=Path, help="a multirun directory, a runs/ tree, or run directories")
+    parser.add_argument("--plot", type=Path, metavar="PNG", help="write learning curves (mean and 95%% CI per config)")
+    parser.add_argument("--csv", type=Path, metavar="CSV", help="write the table as CSV")
+    parser.add_argument("--version", "-V", action="store_true", help="print rlcli's version and exit")
+    from rlcli.entry.cli import print_version
+
+    if print_version("rl-report", argv):
+        return
+    args = parser.parse_args(argv)
+    missing = [str(p) for p in args.paths if not p.exists()]
+    if missing:
+        print(f"rl-report: error: no such directory: {', '.join(missing)}", file=sys.stderr)
+        raise SystemExit(2)
+    runs = find_runs(args.paths)
+    if not runs:
+        print(f"rl-report: error: no runs under {' '.join(map(str, args.paths))} "
+              "(a run is a directory with .hydra/overrides.yaml, as rl-train writes)", file=sys.stderr)
+        raise SystemExit(2)
+    if args.plot:  # before anything is written: a missing extra is one line, as everywhere else
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            print("rl-report: error: --plot needs matplotlib: pip install -e '.[sweep]' (or pip install matplotlib)",
+                  file=sys.stderr)
+            raise SystemExit(2) from None
+    for out in (args.csv, args.plot):
+        if out is not None and not out.parent.resolve().is_dir():
+            print(f"rl-report: error: cannot write {out}: the directory {out.parent} does not exist", file=sys.stderr)
+            raise SystemExit(2)
+    groups = group_runs(runs)
+    keys = swept_keys(groups)
+    print_table(groups, keys)
+    try:
+        if args.csv:
+            write_csv(groups, keys, args.csv)
+            print(f"wrote {args.csv}", file=sys.stderr)
+        if args.plot:
+            plot_curves(groups, keys, args.plot)
+            print(f"wrote {args.plot}", file=sys.stderr)
+    except OSError as error:
+        print(f"rl-report: error: {describe_os_error(error, args.csv or args.plot)}", file=sys.stderr)
+        raise SystemExit(1) from None
+
+
+if __name__ == "__main__":
+    main()

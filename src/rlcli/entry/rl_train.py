@@ -1,0 +1,300 @@
+"""`rl-train`: compose the config with Hydra, check it, build the trainer, run it.
+
+`resume=...` is turned into the run's own command line first (see run/resume.py). Before Hydra
+creates or touches a run directory, `main` composes the config once with the Compose API and
+builds the run's components from it (which also loads and checks a checkpoint to resume), so a
+typo in a group choice, a key or a value type is one line on stderr (exit code 2) instead of
+Hydra's multi-line report, and no run directory is made or changed for it. Hydra's job then
+trains those same components: nothing is built twice.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+import hydra
+from omegaconf import DictConfig, OmegaConf
+
+from rlcli.registry import ConfigError
+from rlcli.run.compose import (
+    HYDRA_FLAGS,
+    HYDRA_FLAGS_WITH_VALUE,
+    check_argument_style,
+    check_group_choices,
+    check_plugins,
+    compose_config,
+    conf_dir,
+    explain_composition_error,
+    group_with_option,
+    key_of,
+    parses,
+    schedule_args,
+    value_of,
+    with_config_dirs,
+)
+from rlcli.run.resume import resume_args
+
+
+def _fail(error: Exception) -> NoReturn:
+    print(f"rl-train: error: {error}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def env_dir_name(choice: str, env_id: str) -> str:
+    """The run directory's env part: the env choice, or for env=gym the env id (`module:Env-v0` -> `module_Env-v0`)."""
+    name = str(env_id) if choice == "gym" else str(choice)
+    return name.replace(":", "_").replace(" ", "_")
+
+
+OmegaConf.register_new_resolver("rlcli_env_dir", env_dir_name, replace=True)
+
+
+# What the pre-check built for a single run, handed to Hydra's job when its config is the same.
+_PREPARED: dict[str, Any] = {}
+
+
+def _configkey_of(cfg: DictConfig) -> str:
+    return OmegaConf.to_yaml(cfg)
+
+
+def precheck(args: list[str], keep: bool = False) -> None:
+    """Compose the config and build the run's components the way the run will, raising a one-line ConfigError.
+    With `keep`, the components wait for Hydra's job (see `_hydra_entry`); otherwise they are closed, and
+    collector=ray's workers are not started for them (a sweep would start Ray once per job to check it)."""
+    cfg = compose_config(args)  # group, key and syntax errors come here, before torch is imported
+    check_env_id(cfg)
+    from rlcli.run.state import prepare
+
+    # Building checks everything (ranges, env ids, devices, action spaces) and writes nothing.
+    components, state = prepare(cfg, start_workers=keep)
+    if keep:
+        _PREPARED.update(key=_configkey_of(cfg), prepared=(components, state))
+    else:
+        components.close()
+
+
+def check_env_id(cfg: DictConfig) -> None:
+    """A wrong `env.id` is the commonest typo; gymnasium's registry answers it without importing torch."""
+    if str(cfg.env.get("name", "")) == "gym":
+        from rlcli.envs import resolve_env_id
+
+        resolve_env_id(cfg.env.get("id"))
+
+
+def _take_prepared(cfg: DictConfig) -> Any:
+    """The pre-check's components if they were built from this very config, else None (and they are closed)."""
+    prepared = _PREPARED.pop("prepared", None)
+    if prepared is not None and _PREPARED.pop("key") == _configkey_of(cfg):
+        return prepared
+    if prepared is not None:
+        prepared[0].close()
+    return None
+
+
+@hydra.main(version_base="1.3", config_path=conf_dir(), config_name="config")
+def _hydra_entry(cfg: DictConfig) -> Any:
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    hydra_cfg = HydraConfig.get()
+    run_dir = Path(hydra_cfg.runtime.output_dir)
+    if hydra_cfg.mode == RunMode.MULTIRUN:
+        from rlcli.sweeps.jobs import run_job
+        from rlcli.sweeps.tuning import trial_reporter
+
+        return run_job(cfg, run_dir, int(hydra_cfg.job.num), list(hydra_cfg.overrides.task), trial_reporter)
+    if _FROM_PYTHON:  # Hydra would print the run's exceptions and exit: they go back to the caller instead
+        try:
+            _FROM_PYTHON["trainer"] = trainer = _single_run(cfg, hydra_cfg, run_dir)
+            trainer.run()
+        except BaseException as error:
+            _FROM_PYTHON["error"] = error
+        return None
+    try:
+        trainer = _single_run(cfg, hydra_cfg, run_dir)
+    except ConfigError as error:
+        _fail(error)
+    return trainer.run()
+
+
+def _single_run(cfg: DictConfig, hydra_cfg: Any, run_dir: Path) -> Any:
+    """The trainer of a single run, over the pre-check's components when they were built from this config."""
+    from rlcli.run import lock as run_lock
+    from rlcli.run.state import prepare
+    from rlcli.run.trainer import Trainer, TrainerOptions
+
+    try:
+        run_lock.acquire(run_dir)  # usually held since main(); a fresh directory is locked here
+    except ConfigError:
+        prepared = _PREPARED.pop("prepared", None)
+        if prepared is not None:
+            prepared[0].close()
+        raise
+    components, state = _take_prepared(cfg) or prepare(cfg)
+    choice = str(hydra_cfg.runtime.choices.get("env", "gym"))
+    options = TrainerOptions(
+        typed_keys={key_of(str(a)).lstrip("+~") for a in hydra_cfg.overrides.task},
+        # a shipped variant (MountainCarSparse-v0 is MountainCar-v0 + a setting) names both
+        env_label=f"{choice} ({cfg.env.id})" if choice not in ("gym", cfg.env.id) else None,
+        callbacks=_FROM_PYTHON.get("callbacks", ()),
+        in_python=bool(_FROM_PYTHON),
+    )
+    return Trainer(components, run_dir, state, options)
+
+
+# The Python API's run (api.py): its callbacks in, and the trainer (or what stopped it) out of Hydra's job.
+_FROM_PYTHON: dict[str, Any] = {}
+
+
+def run_from_python(argv: list[str], callbacks: Sequence[Any] = ()) -> Any:
+    """What `rl-train <argv>` does, for rlcli.train(): the same checks, the same run directory and the same
+    loop, with bad input raised as ConfigError and the run's own exceptions raised here, never printed and
+    exited on. Returns the trainer after its run; the run directory's lock is released."""
+    from rlcli.run import lock as run_lock
+
+    args = schedule_args(list(argv))
+    flags = [a for a in args if a.startswith("-")]
+    if flags:
+        raise ConfigError(f"{flags[0]!r} is a command-line flag; rlcli.train() takes key=value overrides only")
+    check_argument_style(args, "rlcli.train", (), (), group_with_option)
+    args = resume_args(args)
+    try:
+        lock_existing_run_dir(args)
+        check_writable(args, multirun=False)
+        precheck(args, keep=True)
+    except BaseException:  # this process goes on: the run directory it locked is free again
+        for run_dir in [value_of(a) for a in args if key_of(a) == "hydra.run.dir"]:
+            run_lock.release(Path(run_dir).expanduser())
+        raise
+    saved_argv = sys.argv
+    _FROM_PYTHON.update(callbacks=list(callbacks))
+    sys.argv = ["rl-train", *args]
+    try:
+        _hydra_entry()
+    finally:
+        sys.argv = saved_argv
+        outcome = dict(_FROM_PYTHON)
+        _FROM_PYTHON.clear()
+        _PREPARED.clear()
+    trainer = outcome.get("trainer")
+    if trainer is not None:
+        run_lock.release(trainer.run_dir)
+    if "error" in outcome:
+        raise outcome["error"]
+    if trainer is None:
+        raise ConfigError("the run did not start (Hydra gave no job)")
+    return trainer
+
+
+def precheck_sweep(args: list[str]) -> None:
+    """`-m`: check every job's config (each swept value, each end of a search space) before launching."""
+    from hydra import compose, initialize_config_dir
+
+    from rlcli.sweeps.jobs import probe_combinations, search_space_probes
+
+    resume = [value_of(a) for a in args if key_of(a) == "resume"]
+    if resume and resume[-1] not in ("auto", "null", "None", ""):
+        raise ConfigError(f"resume={resume[-1]!r} cannot apply to a sweep; finish a killed sweep with the same "
+                          "command plus resume=auto hydra.sweep.dir=<its directory>")
+    if resume and resume[-1] == "auto" and not any(key_of(a) == "hydra.sweep.dir" for a in args):
+        raise ConfigError("resume=auto with -m needs hydra.sweep.dir=<the sweep's directory> so that it finds the "
+                          "jobs of the killed sweep")
+    check_plugins(args)
+    args = [a for a in args if key_of(a) != "resume"]
+    hydra_args = [a for a in args if key_of(a).startswith(("hydra.", "hydra/"))]
+    job_args = [a for a in args if a not in hydra_args]
+    try:
+        combos = probe_combinations(job_args)
+    except Exception as error:  # Hydra's override grammar: name the argument that does not parse
+        bad = next((a for a in job_args if not parses(a)), " ".join(job_args))
+        raise ConfigError(f"cannot parse {bad!r}: {str(error).strip().splitlines()[0]}") from None
+    check_group_choices([a for combo in combos for a in combo])
+    with initialize_config_dir(config_dir=conf_dir(), version_base="1.3", job_name="train"):
+        try:
+            full = compose("config", overrides=[*combos[0], *hydra_args], return_hydra_config=True)
+        except Exception as error:
+            raise ConfigError(explain_composition_error(error, [*combos[0], *hydra_args])) from None
+    launcher = full.hydra.launcher
+    if "rlcli_population_launcher" in str(launcher.get("_target_", "")):
+        from rlcli.sweeps.population.launch import check_launcher_options
+
+        check_launcher_options(launcher.get("max_members"), launcher.get("n_jobs"))
+    sweeper = full.hydra.sweeper
+    ours = "rlcli" in str(sweeper.get("_target_", "")) and sweeper.get("params")
+    probes = search_space_probes(OmegaConf.to_container(sweeper.params)) if ours else []
+    built: set[tuple[str, ...]] = set()
+    for combo in [*combos, *([*combos[0], probe] for probe in probes)]:
+        rest = tuple(a for a in combo if key_of(a) != "seed")
+        if rest in built and _plain_seed(combo):
+            continue  # a job already built but for a valid seed: building it again checks nothing new
+        precheck(combo)
+        built.add(rest)
+
+
+def _plain_seed(combo: list[str]) -> bool:
+    """The combo's seed is a plain integer in numpy's range (what build.py's check accepts)."""
+    seeds = [value_of(a) for a in combo if key_of(a) == "seed"]
+    return bool(seeds) and seeds[-1].isascii() and seeds[-1].isdigit() and int(seeds[-1]) < 2**32
+
+
+def lock_existing_run_dir(args: list[str]) -> None:
+    """A resumed or re-queued run's directory is locked before anything reads or writes it (run/lock.py)."""
+    run_dirs = [value_of(a) for a in args if key_of(a) == "hydra.run.dir"]
+    if run_dirs and Path(run_dirs[-1]).expanduser().is_dir():
+        from rlcli.run import lock as run_lock
+
+        run_lock.acquire(Path(run_dirs[-1]).expanduser())
+
+
+def check_writable(args: list[str], multirun: bool) -> None:
+    """Where Hydra will make the run (or sweep) directory must be writable: else one line, before anything runs."""
+    import errno
+    import os
+
+    key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
+    given = [value_of(a) for a in args if key_of(a) == key]
+    target = Path(given[-1]).expanduser().absolute() if given else Path.cwd()
+    existing = next((p for p in (target, *target.parents) if p.exists()), None)
+    if existing is None or os.access(existing, os.W_OK):
+        return
+    try:  # access() says no: say why (a read-only file system, or permissions)
+        os.close(os.open(existing / ".rlcli-write-probe", os.O_CREAT | os.O_WRONLY, 0o600))
+        (existing / ".rlcli-write-probe").unlink()
+    except OSError as error:
+        why = "a read-only file system" if error.errno == errno.EROFS else (error.strerror or str(error)).lower()
+        raise ConfigError(f"cannot write the {'sweep' if multirun else 'run'} directory under {existing}: {why}; run "
+                          f"from a writable directory or set {key}=<a writable path>") from None
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console entry point of `rl-train`."""
+    args = schedule_args(list(sys.argv[1:] if argv is None else argv))
+    multirun = any(a in ("-m", "--multirun") for a in args)
+    try:
+        check_argument_style(args, "rl-train", HYDRA_FLAGS, HYDRA_FLAGS_WITH_VALUE, group_with_option)
+        if multirun:
+            precheck_sweep([a for a in args if not a.startswith("-")])
+            check_writable(args, multirun=True)
+        else:
+            args = resume_args(args)
+            lock_existing_run_dir(args)
+            overrides = with_config_dirs(args)
+            if overrides is not None:  # other flags (--help, --cfg, --info) go straight to Hydra
+                check_writable(args, multirun=False)
+                precheck(overrides, keep=True)
+    except ConfigError as error:
+        _fail(error)
+    sys.argv = [sys.argv[0], *args]
+    _hydra_entry()
+    if multirun:
+        from rlcli.sweeps.jobs import failed_jobs
+
+        if failed_jobs:
+            raise SystemExit(1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,123 @@
+"""A run directory's checkpoint rebuilt as the agent training had: which checkpoint `load=` names, and the agent
+with its env factory from the checkpoint's own config (rl-eval, export and the Python API read runs this way)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+
+def is_run_dir(path: Path) -> bool:
+    return (path / ".hydra" / "overrides.yaml").is_file() or (path / "checkpoints").is_dir()
+
+
+def env_of(run_dir: Path) -> str:
+    """The env id a run trained on, from its saved config (`?` when it cannot be read)."""
+    import yaml
+
+    try:
+        config = yaml.safe_load((run_dir / ".hydra" / "config.yaml").read_text()) or {}
+        return str(config.get("env", {}).get("id", "?"))
+    except (OSError, yaml.YAMLError, AttributeError):
+        return "?"
+
+
+def check_one_env(target: Path, runs: list[Path]) -> None:
+    """Runs are ranked against each other only when they share an env; otherwise say what was found."""
+    from rlcli.registry import ConfigError
+
+    by_env: dict[str, list[Path]] = {}
+    for run in runs:
+        by_env.setdefault(env_of(run), []).append(run)
+    if len(by_env) > 1:
+        found = ", ".join(f"{env}: {len(found)} run{'s' if len(found) > 1 else ''} (e.g. {found[0]})"
+                          for env, found in sorted(by_env.items()))
+        raise ConfigError(f"{target} holds runs on {len(by_env)} envs ({found}); rl-eval ranks the runs of one env "
+                          "together: give a sweep's directory or one run's")
+
+
+def checkpoint_of(run_dir: Path, load: str) -> Path:
+    """The checkpoint file that `load` names in a run directory."""
+    from rlcli.registry import ConfigError
+    from rlcli.services import checkpoint
+
+    directory = run_dir / "checkpoints"
+    if load == "best":
+        path = directory / "best.pt"
+        if not path.is_file():
+            raise ConfigError(f"{run_dir} has no best model (checkpoints/best.pt): no test phase ran "
+                              "(train.test_every=0?); use load=last")
+        return path
+    if load == "last":
+        found = checkpoint.find_good(directory, warn=lambda m: None) if directory.is_dir() else None
+        if found is None:
+            raise ConfigError(f"{run_dir} has no usable checkpoint in checkpoints/")
+        return found
+    if not load.isdigit():
+        raise ConfigError(f"load={load!r} is invalid: use best, last or a number of env steps")
+    path = directory / f"ckpt_{int(load):012d}.pt"
+    if not path.is_file():
+        have = sorted(int(p.stem.split("_")[1]) for p in directory.glob("ckpt_*.pt"))
+        raise ConfigError(f"load={load}: no checkpoint at {int(load):,} env steps in {directory}; "
+                          f"there are: {', '.join(f'{s}' for s in have) or 'none'}")
+    return path
+
+
+@dataclass
+class Loaded:
+    """A checkpoint's agent, rebuilt as training built it, with the env factory of its (overridden) config."""
+
+    path: Path
+    cfg: Any
+    env_factory: Any
+    agent: Any
+    device: Any
+
+
+def load_agent(path: Path, options: dict[str, Any], env_overrides: list[str]) -> Loaded:
+    from omegaconf import OmegaConf
+
+    from rlcli.actors.weights import network_weights
+    from rlcli.algos.agent import build_agent, section
+    from rlcli.registry import ALGOS, ENVS, ConfigError
+    from rlcli.services import checkpoint
+    from rlcli.services.runtime import configure_torch, resolve_device, seed_everything
+
+    data = checkpoint.load(path, trusted=options.get("trusted_checkpoint", False))
+    checkpoint.require(data, path, "config", "algo")
+    cfg = OmegaConf.create(data["config"])
+    for override in env_overrides:
+        key, value = override.split("=", 1)
+        if OmegaConf.select(cfg, key, default="<missing>") == "<missing>" and not key.startswith("env.kwargs."):
+            valid = sorted(str(k) for k in cfg.env)
+            raise ConfigError(f"unknown key '{key}'; valid env keys: {', '.join(valid)}")
+        cfg = OmegaConf.merge(cfg, OmegaConf.from_dotlist([override]))  # values parse as YAML, as in rl-train
+    device = resolve_device(options["device"])
+    if options.get("configure_torch", True):  # rl-eval's process is its own; rlcli.load() leaves torch's settings
+        configure_torch(int(cfg.get("torch_threads", 1)), deterministic=False)
+    if options.get("seed") is not None:
+        seed_everything(options["seed"])
+    env_factory = ENVS.build(section(cfg, "env"))
+    masks = ALGOS.spec(str(cfg.algo.name)).action_masks
+    probe = env_factory.make(1, "sync", eval=True, masks=masks)  # the spaces, as training's envs had them
+    try:
+        # the algorithm as training built it (its settings are checked against training's number of envs)
+        agent = build_agent(cfg, env_factory, probe.single_observation_space, probe.single_action_space, device,
+                            int(cfg.train.num_envs), with_addons=False)
+    finally:
+        probe.close()
+    try:
+        agent.algo.networks.load_state_dict(network_weights(data))
+    except RuntimeError as error:
+        detail = str(error).strip().splitlines()
+        raise ConfigError(f"{path.name} does not fit env {env_factory.spec.id}: "
+                          f"{(detail[1] if len(detail) > 1 else detail[0]).strip()}") from None
+    from rlcli.run.finite import nonfinite_weights
+
+    bad = nonfinite_weights([*agent.algo.networks.named_parameters(), *agent.algo.networks.named_buffers()])
+    if bad:
+        raise ConfigError(f"{path} holds non-finite network weights ({', '.join(bad[:3])}): the run diverged "
+                          "before it was saved; evaluate or export an earlier checkpoint (load=<env steps>)")
+    agent.algo.networks.eval()
+    return Loaded(path, cfg, env_factory, agent, device)

@@ -1,0 +1,37 @@
+"""What a run's budget really is (whole collect phases), and what a user should hear about it before training."""
+
+from __future__ import annotations
+
+from rlcli.contracts import OffPolicyLearner
+from rlcli.run.build import Components
+
+
+def planned_steps(c: Components, env_steps: int) -> int:
+    """Where the run ends at the latest: whole collect phases from `env_steps` until train.total_steps."""
+    per_phase = int(c.algo.steps_per_collect) * c.settings.num_envs
+    todo = max(0, c.settings.total_steps - env_steps)
+    return env_steps + -(-todo // per_phase) * per_phase
+
+
+BUDGET_KEYS = ("train.total_steps", "algo.n_steps", "train.num_envs", "algo.train_freq")
+
+
+def budget_warnings(c: Components, planned: int, typed: set[str] | None = None) -> list[str]:
+    """What a user should know before a run whose budget does not do what it says. The rounding to whole collect
+    phases is said only when the user typed one of its settings (`typed`: the command line's keys; None: always),
+    so a shipped tuned config does not warn about itself."""
+    s, algo, warnings = c.settings, c.algo, []
+    per_phase = algo.steps_per_collect * s.num_envs
+    if planned > s.total_steps and (typed is None or any(key in typed for key in BUDGET_KEYS)):
+        phase = "one rollout" if c.spec.on_policy else "one collect phase"
+        what = f"{phase} is {algo.steps_per_collect:,} x {s.num_envs} envs"
+        key = "algo.n_steps" if c.spec.on_policy else "algo.train_freq"
+        fix = (f"; for exactly {s.total_steps:,}, {key}={s.total_steps // s.num_envs}" if s.total_steps < per_phase
+               and s.total_steps % s.num_envs == 0 else f"; {key} x train.num_envs dividing it trains exactly that")
+        warnings.append(f"train.total_steps={s.total_steps:,} is not a whole number of collect phases ({what} = "
+                        f"{per_phase:,} env steps): the run takes {planned:,} env steps{fix}")
+    learner = c.learner
+    if isinstance(learner, OffPolicyLearner) and (starts := learner.algo.learning_starts) >= planned:
+        warnings.append(f"algo.learning_starts={starts:,} >= the run's {planned:,} env steps: it acts "
+                        "randomly throughout and never learns; lower algo.learning_starts or raise train.total_steps")
+    return warnings

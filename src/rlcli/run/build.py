@@ -1,0 +1,273 @@
+"""config -> Components: every check and every construction of a run, in one place, once.
+
+`build(cfg)` reads the registered specs (contracts.py) to check that the chosen env, network,
+algorithm and buffer fit together, then builds them on the run's device. It writes nothing, so a
+bad config leaves no run directory behind. The trainer only runs the loop over what this returns.
+"""
+
+from __future__ import annotations
+
+import collections
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+from gymnasium.spaces import Discrete
+from gymnasium.vector import VectorEnv
+from omegaconf import DictConfig, OmegaConf
+
+import rlcli.buffers  # noqa: F401  (registers the storages)
+from rlcli.actors.weights import load_network_weights
+from rlcli.algos.agent import algo_section, build_agent, network_section, section
+from rlcli.collectors.local import Collector, ExperienceCollector
+from rlcli.collectors.ray_collector import RayCollector
+from rlcli.collectors.ray_settings import check_fits, check_ray, ray_settings
+from rlcli.contracts import (
+    Algorithm,
+    AlgoSpec,
+    BufferSpec,
+    CompilableAlgorithm,
+    Learner,
+    NetworkSpec,
+    OffPolicyLearner,
+    OnPolicyLearner,
+    Storage,
+)
+from rlcli.envs import GymEnvFactory, VectorMode
+from rlcli.envs.masks import mask_width
+from rlcli.registry import ACTORS, ALGOS, BUFFERS, ENVS, ConfigError, check_kwargs, require
+from rlcli.schedules import ScheduledValue, build_schedules
+from rlcli.services.runtime import configure_torch, resolve_device, seed_everything
+from rlcli.services.timing import PhaseClock
+from rlcli.services.tracking import check_tracking
+
+
+@dataclass
+class TrainSettings:
+    """The `train:` config section (see conf/config.yaml for what each key means)."""
+
+    total_steps: int = 1_000_000
+    num_envs: int = 8
+    vector_mode: Literal["auto", "sync", "async", "numpy", "envpool"] = "auto"
+    test_every: int = 10_000
+    test_episodes: int = 10
+    log_every: int = 5_000
+    tb_every: int | str = "auto"
+    stop_reward: float | str | None = "env"
+    checkpoint_every: int = 0
+    keep_checkpoints: int = 3
+    on_nonfinite: Literal["stop", "skip", "rollback"] = "stop"
+    max_nonfinite: int = 3
+
+    def __post_init__(self) -> None:
+        require(self.total_steps > 0, "train.total_steps", self.total_steps, "must be > 0")
+        require(self.num_envs > 0, "train.num_envs", self.num_envs, "must be > 0")
+        require(self.test_every >= 0, "train.test_every", self.test_every, "must be >= 0 (0 disables testing)")
+        require(self.test_episodes > 0, "train.test_episodes", self.test_episodes, "must be > 0")
+        require(self.log_every > 0, "train.log_every", self.log_every, "must be > 0")
+        require(self.tb_every == "auto" or (isinstance(self.tb_every, int) and self.tb_every > 0), "train.tb_every",
+                self.tb_every, "use auto or a number of env steps > 0")
+        require(self.checkpoint_every >= 0, "train.checkpoint_every", self.checkpoint_every, "must be >= 0")
+        require(self.keep_checkpoints > 0, "train.keep_checkpoints", self.keep_checkpoints, "must be > 0")
+        require(self.on_nonfinite in ("stop", "skip", "rollback"), "train.on_nonfinite", self.on_nonfinite,
+                "choose from: stop, skip, rollback")
+        require(self.max_nonfinite > 0, "train.max_nonfinite", self.max_nonfinite, "must be > 0")
+        require(not isinstance(self.stop_reward, str) or self.stop_reward == "env", "train.stop_reward",
+                self.stop_reward, "use env (the env's reward threshold), a number, or null")
+
+
+@dataclass
+class Components:
+    """Everything a run is made of; the trainer loops over it, run_state.py saves and restores it."""
+
+    cfg: DictConfig
+    settings: TrainSettings
+    device: torch.device
+    spec: AlgoSpec
+    envs: VectorEnv  # the training envs (collector=ray: one env that gave the spaces; the workers hold the rest)
+    test_envs: VectorEnv
+    learner: Learner  # the algorithm and its storage, paired by kind (contracts.py)
+    collector: ExperienceCollector
+    schedules: list[ScheduledValue]  # every value over the run, applied before each collect and each update
+    addons: list[Any]  # policy-loss add-ons
+    obs_dtype: torch.dtype
+    carry_size: int  # > 0: the networks are recurrent
+    stop_reward: float | None
+    video_envs: VectorEnv | None = None  # log.video_every > 0: one test env that renders frames
+    clock: PhaseClock = field(default_factory=PhaseClock)
+    recent_returns: collections.deque[float] = field(default_factory=lambda: collections.deque(maxlen=100))
+    recent_lengths: collections.deque[int] = field(default_factory=lambda: collections.deque(maxlen=100))
+
+    @property
+    def algo(self) -> Algorithm:
+        return self.learner.algo
+
+    @property
+    def buffer(self) -> Storage:
+        return self.learner.buffer
+
+    def close(self) -> None:
+        self.collector.close()
+        self.envs.close()
+        self.test_envs.close()
+        if self.video_envs is not None:
+            self.video_envs.close()
+
+
+NETWORK_CONTEXT = ("observation_space", "action_space", "normalize_obs", "clip_obs", "heads", "value_outputs",
+                   "use_sde")
+ALGO_CONTEXT = ("networks", "recipe", "num_envs", "action_space", "policy_addons")
+BUFFER_CONTEXT = ("n_steps", "num_envs", "obs_shape", "action_shape", "discrete", "device", "gamma", "goal",
+                  "value_size", "obs_dtype", "carry_size", "normalizer", "mask_size")
+
+
+def check_config(cfg: DictConfig) -> None:
+    """Names, keys, value types and how the parts fit: everything that needs no env and no network."""
+    check_kwargs(TrainSettings, section(cfg, "train"), prefix="train")
+    ENVS.check(section(cfg, "env"))
+    ACTORS.check(network_section(cfg), context=NETWORK_CONTEXT)
+    ALGOS.check(algo_section(cfg), context=ALGO_CONTEXT)
+    algo_name, buffer_name = cfg.algo.name, cfg.buffer.name
+    spec: AlgoSpec = ALGOS.spec(algo_name)
+    buffer_spec: BufferSpec = BUFFERS.spec(buffer_name)
+    if buffer_spec.on_policy != spec.on_policy:
+        valid = [n for n in BUFFERS.names() if BUFFERS.spec(n).on_policy == spec.on_policy]
+        kind = "on-policy" if spec.on_policy else "off-policy"
+        raise ConfigError(f"buffer={buffer_name} does not fit the {kind} algo={algo_name}; "
+                          f"choose from: {', '.join(valid)}")
+    BUFFERS.check(section(cfg, "buffer"), context=BUFFER_CONTEXT)
+    network_name = cfg.actor.name
+    if spec.networks is not None and network_name not in spec.networks:
+        raise ConfigError(f"algo={algo_name} does not support actor={network_name} yet; "
+                          f"choose from: {', '.join(spec.networks)}")
+    network_spec: NetworkSpec = ACTORS.spec(network_name)
+    if algo_cfg_flag(cfg, "use_sde") and not network_spec.sde:
+        sde_actors = ", ".join(n for n in ACTORS.names() if ACTORS.spec(n).sde)
+        raise ConfigError(f"algo.use_sde=true (gSDE) is not built for actor={network_name} yet; choose from: "
+                          f"{sde_actors} (or algo.use_sde=false)")
+    if not spec.on_policy and network_spec.recurrent and not buffer_spec.sequences:
+        raise ConfigError(f"algo={algo_name} with actor={network_name} learns from stored sequences: use "
+                          f"buffer=sequence (R2D2 burn-in); buffer={buffer_name} holds single transitions")
+    require(isinstance(cfg.seed, int) and not isinstance(cfg.seed, bool), "seed", cfg.seed, "must be an integer")
+    require(0 <= cfg.seed < 2**32, "seed", cfg.seed, "must be between 0 and 2**32 - 1 (numpy's seed range)")
+    threads = cfg.get("torch_threads", 1)
+    require(isinstance(threads, int) and threads >= 0, "torch_threads", threads,
+            "must be an integer >= 1 (0: torch's default, one thread per core)")
+    compile_ = cfg.get("compile", False)
+    require(isinstance(compile_, bool), "compile", compile_, "expected true or false")
+    rays = ray_settings(cfg)
+    if rays is not None:
+        check_fits(rays, spec, network_spec, algo_name, algo_cfg_flag(cfg, "use_sde"),
+                   cfg.algo.get("train_freq_unit", "step") == "episode")
+    if compile_ and not spec.compiles:
+        able = [n for n in ALGOS.names() if ALGOS.spec(n).compiles]
+        raise ConfigError(f"compile=true is not implemented for algo={algo_name} yet; it is for: {', '.join(able)} "
+                          "(drop compile=true: eager is the default)")
+
+
+def algo_cfg_flag(cfg: DictConfig, key: str) -> bool:
+    return bool(cfg.algo.get(key, False))
+
+
+def _check_memory(cfg: DictConfig, obs_space: Any, act_space: Any, num_envs: int, on_policy: bool) -> None:
+    """Refuse a run that surely cannot fit in memory before anything big is allocated (services/memory.py)."""
+    from rlcli.services import memory
+
+    n_steps = cfg.algo.get("n_steps", 1)
+    n_steps = int(n_steps) if isinstance(n_steps, int) else 1
+    obs_bytes = 1 if str(getattr(obs_space, "dtype", "")) == "uint8" else 4
+    memory.check_fits(memory.estimate(cfg, obs_space, act_space, num_envs, n_steps, on_policy, obs_bytes))
+
+
+def build(cfg: DictConfig, start_workers: bool = True) -> Components:
+    """Check the config, then build envs, networks, algorithm, storage and collector on the run's device.
+    `start_workers=False` checks collector=ray's settings without starting Ray (a sweep's pre-check of each job)."""
+    check_config(cfg)
+    check_tracking(cfg)
+    settings = TrainSettings(**section(cfg, "train"))
+    rays = ray_settings(cfg)
+    if rays is not None:
+        check_ray(rays)
+        settings.num_envs = rays.workers * rays.envs_each(settings.num_envs)  # the run's envs: all the workers'
+    device = resolve_device(cfg.device)
+    configure_torch(int(cfg.get("torch_threads", 1)), bool(cfg.deterministic))
+    seed_everything(cfg.seed)
+
+    algo_cfg = algo_section(cfg)
+    spec: AlgoSpec = ALGOS.spec(algo_cfg["name"])
+    env_factory: GymEnvFactory = ENVS.build(section(cfg, "env"))
+    masks = spec.action_masks
+    # collector=ray: the training envs live on the workers; this process keeps one env for the spaces
+    envs = env_factory.make(settings.num_envs if rays is None else 1, settings.vector_mode,
+                            gamma=float(algo_cfg.get("gamma", 0.99)), masks=masks)
+    test_envs = env_factory.make(settings.test_episodes, settings.vector_mode, eval=True, masks=masks)
+    video_envs = None
+    try:
+        video_envs = make_video_envs(cfg, env_factory, settings.vector_mode, masks)
+        obs_space, act_space = envs.single_observation_space, envs.single_action_space
+        _check_memory(cfg, obs_space, act_space, settings.num_envs, spec.on_policy)
+        agent = build_agent(cfg, env_factory, obs_space, act_space, device, settings.num_envs)
+        algo, addons, carry_size, obs_dtype = agent.algo, agent.addons, agent.carry_size, agent.obs_dtype
+        init_from = cfg.actor.get("init_from")
+        if init_from:
+            load_network_weights(algo.networks, Path(str(init_from)),
+                                 trusted=bool(cfg.get("trusted_checkpoint", False)))
+        buffer = BUFFERS.build(
+            section(cfg, "buffer"), n_steps=algo.steps_per_collect, num_envs=settings.num_envs,
+            obs_shape=obs_space.shape, action_shape=act_space.shape, discrete=isinstance(act_space, Discrete),
+            device=device, gamma=algo.gamma, goal=env_factory.goal,
+            **({"carry_size": carry_size} if carry_size else {}),
+            **({"value_size": spec.value_outputs} if spec.value_outputs > 1 else {}),
+            **({"obs_dtype": obs_dtype} if obs_dtype != torch.float32 else {}),
+            **({"mask_size": mask_width(act_space)} if masks else {}),
+            # replay holds raw observations and normalizes each batch with the statistics of the moment
+            **({} if spec.on_policy else {"normalizer": algo.networks.normalizer}),
+        )
+        schedule_cfg = cfg.algo.get("schedules")
+        schedules = build_schedules(algo, OmegaConf.to_container(schedule_cfg) if schedule_cfg else None,  # type: ignore[arg-type]
+                                    addons, buffer)
+        if cfg.get("compile", False):
+            compilable: CompilableAlgorithm = algo
+            compilable.enable_compile()
+        learner: Learner = OnPolicyLearner(algo, buffer) if spec.on_policy else OffPolicyLearner(algo, buffer)
+        if isinstance(learner, OffPolicyLearner):
+            capacity, batch_size = learner.buffer.capacity, learner.algo.batch_size
+            require(capacity >= batch_size, "buffer.capacity", capacity,
+                    f"must hold at least algo.batch_size={batch_size} transitions")
+    except BaseException:
+        envs.close()
+        test_envs.close()
+        if video_envs is not None:
+            video_envs.close()
+        raise
+    clock = PhaseClock()
+    collector: ExperienceCollector
+    if rays is None:
+        collector = Collector(envs, algo.networks.normalizer, device, seed=cfg.seed,
+                              carry_size=carry_size, clock=clock, obs_dtype=obs_dtype, masks=masks)
+    else:
+        try:
+            collector = RayCollector(cfg, rays, settings.num_envs, algo.networks.normalizer, device, spec.on_policy,
+                                     clock, start=start_workers)
+        except BaseException:
+            for made in (envs, test_envs, video_envs):
+                if made is not None:
+                    made.close()
+            raise
+    stop_reward = env_factory.reward_threshold if isinstance(settings.stop_reward, str) else settings.stop_reward
+    return Components(cfg, settings, device, spec, envs, test_envs, learner, collector, schedules, addons,
+                      obs_dtype, carry_size, stop_reward, video_envs, clock)
+
+
+def make_video_envs(cfg: DictConfig, env_factory: GymEnvFactory, vector_mode: VectorMode,
+                    masks: bool = False) -> VectorEnv | None:
+    """The env that log.video_every records in: checked (encoder installed, env renders) before training starts."""
+    from rlcli.services import video
+
+    every, fmt = cfg.log.get("video_every", 0), str(cfg.log.get("video_format", "mp4"))
+    require(isinstance(every, int) and every >= 0, "log.video_every", every, "must be an integer >= 0 (0 = no videos)")
+    if not every:
+        return None
+    video.require_encoder(fmt, "log.video_format")
+    return env_factory.make(1, vector_mode, eval=True, render=True, masks=masks)

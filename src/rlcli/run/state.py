@@ -1,0 +1,138 @@
+"""A run's state in a checkpoint: capture it from the components, restore them from it.
+
+One checkpoint holds everything needed to continue as if never stopped: the config, the trainer's
+counters, the algorithm (networks, targets, optimizers, its own counters), the storage, the
+collector's current observations and carry, the env states and every RNG.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from omegaconf import OmegaConf
+
+from rlcli.run.build import Components, build
+from rlcli.run.resume import check_compatible
+from rlcli.services import checkpoint
+
+# What the payload holds; a checkpoint from an rlcli with another layout is refused in one line.
+PAYLOAD_VERSION = 2
+logger = logging.getLogger("rlcli")
+
+
+@dataclass
+class TrainState:
+    """Every counter of a run; saved whole in checkpoints."""
+
+    env_steps: int = 0
+    updates: int = 0
+    episodes: int = 0
+    tests: int = 0
+    last_test_return: float | None = None
+    best_test_return: float | None = None
+    train_seconds: float = 0.0  # wall time spent in training, summed over resumes
+    finished: bool = False  # the budget or the stop reward was reached
+    tracking: dict[str, str] = dataclasses.field(default_factory=dict)  # sink -> its run id (MLflow, W&B)
+    stale_best: bool = False  # resumed before a best.pt that the stopped run wrote later: remove it at a save
+
+
+def counters(state: TrainState) -> dict[str, Any]:
+    """The counters a checkpoint keeps (`stale_best` concerns this process only)."""
+    return {k: v for k, v in dataclasses.asdict(state).items() if k != "stale_best"}
+
+
+def capture(c: Components, state: TrainState) -> dict[str, Any]:
+    """The checkpoint payload of a run at a safe point (between iterations)."""
+    return {
+        "payload_version": PAYLOAD_VERSION,
+        "config": OmegaConf.to_container(c.cfg, resolve=True),
+        "state": counters(state),
+        "algo": c.algo.state_dict(),
+        "buffer": c.buffer.state_dict(),
+        "rng": checkpoint.rng_state(),
+        "collector": c.collector.state_dict(),
+        "envs": c.collector.env_state(),
+        "recent": {"returns": list(c.recent_returns), "lengths": list(c.recent_lengths)},
+    }
+
+
+BEST = "best.pt"
+
+
+def save_best(c: Components, state: TrainState, run_dir: Path) -> Path:
+    """`checkpoints/best.pt`: the networks (with their observation statistics) and config of the best test
+    phase so far; enough to evaluate, watch or export the agent, not to resume it. Never pruned."""
+    payload = {"payload_version": PAYLOAD_VERSION, "config": OmegaConf.to_container(c.cfg, resolve=True),
+               "state": counters(state), "algo": {"networks": c.algo.networks.state_dict()}}
+    return checkpoint.write(run_dir / "checkpoints" / BEST, state.env_steps, payload)
+
+
+def save(c: Components, state: TrainState, run_dir: Path) -> Path:
+    return checkpoint.save(run_dir / "checkpoints", state.env_steps, capture(c, state),
+                           keep=c.settings.keep_checkpoints)
+
+
+def restore(c: Components, path: Path) -> TrainState:
+    """Load the checkpoint at `path` into the components; return the run's counters."""
+    data = checkpoint.load(path, map_location=c.device)
+    checkpoint.require(data, path, "config", "state", "algo", "buffer", "rng", "collector", "envs", "recent")
+    version = data.get("payload_version", 1)
+    if version != PAYLOAD_VERSION:
+        raise checkpoint.CheckpointError(
+            f"{path} holds a layout-{version} checkpoint from an older rlcli; this rlcli resumes layout "
+            f"{PAYLOAD_VERSION} only (its networks can still warm-start a new run: actor.init_from={path})")
+    check_compatible(data["config"], OmegaConf.to_container(c.cfg, resolve=True), path)  # type: ignore[arg-type]
+    c.algo.load_state_dict(data["algo"])
+    c.buffer.load_state_dict(data["buffer"])
+    state = TrainState(**data["state"])
+    c.recent_returns.extend(data["recent"]["returns"])
+    c.recent_lengths.extend(data["recent"]["lengths"])
+    c.collector.load_state_dict(data["collector"])
+    why_not = c.collector.restore_envs(data["envs"])
+    if why_not is not None:
+        c.collector.reset(seed=int(c.cfg.seed) + state.updates)
+        logger.warning(why_not)
+    checkpoint.set_rng_state(data["rng"])
+    state.stale_best = _best_is_later(path.parent / BEST, state.env_steps)
+    return state
+
+
+def _best_is_later(best: Path, env_steps: int) -> bool:
+    """A best model that the stopped process wrote after this checkpoint is dropped, as its TensorBoard points
+    are: the resumed run writes it again when it gets there (so best.pt always belongs to this run's history).
+    It is only marked here; the trainer removes it after its first checkpoint is safely written, so a resume
+    that fails (no space, a crash) leaves it in place."""
+    if not best.is_file():
+        return False
+    try:
+        return int(checkpoint.load(best)["env_steps"]) > env_steps
+    except checkpoint.CheckpointError:
+        return True  # unreadable: the next better test phase writes a good one
+
+
+def drop_stale_best(state: TrainState, run_dir: Path) -> None:
+    """Remove the later best.pt that `restore` marked (a better test phase since has overwritten it, or not)."""
+    if state.stale_best:
+        (run_dir / "checkpoints" / BEST).unlink(missing_ok=True)
+        state.stale_best = False
+
+
+def initial_state(c: Components) -> TrainState:
+    """A fresh run's counters, or the checkpoint's when the config says `resume=<checkpoint>`."""
+    resume = c.cfg.get("resume")
+    return restore(c, Path(str(resume))) if resume else TrainState()
+
+
+def prepare(cfg: Any, start_workers: bool = True) -> tuple[Components, TrainState]:
+    """Build a run's components and load its checkpoint when it resumes (the components are closed again if
+    the checkpoint does not fit)."""
+    components = build(cfg, start_workers)
+    try:
+        return components, initial_state(components)
+    except BaseException:
+        components.close()
+        raise

@@ -1,0 +1,347 @@
+"""The training loop: collect -> update -> test -> log -> checkpoint, on one clock.
+
+The trainer owns every counter (`TrainState`); nothing else keeps its own step count. It runs over
+the components that `build` made (build.py) and saves them through run_state.py.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import signal
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, NamedTuple, NoReturn
+
+from rlcli.collectors.local import CollectorError, CollectStats, EnvError
+from rlcli.contracts import Learner, OnPolicyLearner, RunClock
+from rlcli.envs import library_noise
+from rlcli.run import lock as run_lock
+from rlcli.run.budget import budget_warnings, planned_steps
+from rlcli.run.build import Components
+from rlcli.run.callbacks import Callback, CallbackList, RunContext
+from rlcli.run.divergence import Diverged, NonfiniteGuard
+from rlcli.run.evaluation import test_phase
+from rlcli.run.loop_steps import Iteration, crossed, log_phase, stop_line, tb_cadence, video_phase
+from rlcli.run.state import TrainState, drop_stale_best, save
+from rlcli.run.stop import RunFailed, StoppedBySignal, StopSignals
+from rlcli.schedules import apply_schedules
+from rlcli.services import checkpoint
+from rlcli.services.log import RunLogger, fmt_return
+from rlcli.services.os_errors import describe_os_error, quiet_thread_os_errors
+from rlcli.services.runtime import seconds_since_process_start
+from rlcli.services.tracking import Tracking, run_files, start_for_run
+
+logger = logging.getLogger("rlcli")
+
+
+def learning_started(learner: Learner, env_steps: int) -> bool:
+    """Off-policy runs act at random and learn nothing for their first algo.learning_starts env steps."""
+    return isinstance(learner, OnPolicyLearner) or env_steps >= learner.algo.learning_starts
+
+
+@dataclass
+class TrainerOptions:
+    """How a trainer is run, given once by whoever runs it (rl-train, a sweep job, the Python API)."""
+
+    console: Literal["full", "lines", "off"] | None = None  # None: full when log.console, else off
+    console_prefix: str = ""  # a sweep's job: "[job 3] " before each line
+    env_label: str | None = None  # the header's name for the env (None: env.id)
+    sweep_group: str | None = None  # a sweep's job: the sweep its tracked run is grouped under
+    job_started: float | None = None  # a sweep's job: its perf_counter start (earlier jobs share the process)
+    typed_keys: set[str] | None = None  # the command line's keys (None: unknown), for budget_warnings
+    callbacks: Sequence[Callback] = ()  # called at the loop's points (callbacks.py): pruners, the user's own
+    in_python: bool = False  # rlcli.train(): a failure is raised to the caller, not printed on stderr
+
+
+class PlannedUpdate(NamedTuple):
+    """What an iteration's update needs from the loop, and what a skipped update goes back to."""
+
+    clock: RunClock
+    scheduled: dict[str, float]
+    snapshot: dict[str, Any] | None
+
+
+class Trainer:
+    def __init__(self, components: Components, run_dir: Path, state: TrainState | None = None,
+                 options: TrainerOptions | None = None) -> None:
+        self.c, self.run_dir = components, run_dir
+        self.state = state or TrainState()
+        self.options = options or TrainerOptions()
+        self.callbacks = CallbackList(self.options.callbacks)
+        self.stop_reason: str | None = None  # budget, stop_reward, pruned or a callback's reason, once run ends
+        self.signals = StopSignals()
+        self.guard = NonfiniteGuard(components, run_dir)  # train.on_nonfinite
+
+    # ------------------------------------------------------------------------------------- the loop
+    def run(self) -> float:
+        """Train until train.total_steps or the stop reward; return the last mean test return. A filesystem fault
+        (a full or read-only disk, a file-size limit, the run dir deleted) is one line and exit code 1."""
+        threading.excepthook = quiet_thread_os_errors
+        try:
+            return self._run()
+        except OSError as error:
+            self.close()
+            self._fail(describe_os_error(error))
+        except Diverged as error:  # the final checkpoint would have held non-finite weights
+            self.close()
+            self._fail(str(error))
+
+    def _run(self) -> float:
+        state, total = self.state, self.c.settings.total_steps
+        if self.already_done():
+            return self.say_already_done()
+        log, tracking = self.start()
+        restore_signals = self.signals.catch()
+        try:
+            while state.env_steps < total:
+                it = self.collect()
+                if not self._update(it, log):
+                    continue  # rolled back to the last good checkpoint: collect again from there
+                if self.after_update(it, log, tracking):
+                    break
+        except (EnvError, CollectorError, Diverged) as error:
+            self.fail_run(log, self.describe_failure(error))
+        except BaseException:
+            log.close(status="KILLED" if self.signals.received is not None else "FAILED")  # no-op after a clean stop
+            raise
+        finally:
+            restore_signals()
+        return self.finish(log, tracking)
+
+    def describe_failure(self, error: EnvError | CollectorError | Diverged) -> str:
+        if isinstance(error, EnvError):
+            return f"env {self.c.cfg.env.id} {error} at env step {self.state.env_steps + error.step:,}"
+        return str(error)
+
+    def after_update(self, it: Iteration, log: RunLogger, tracking: Tracking | None) -> bool:
+        """Test, video, log, a stop, a signal, a checkpoint: everything after an iteration's update. True: stop."""
+        state = self.state
+        self._test_phase(it, log)
+        video_phase(self.c, state, it, self.run_dir, log)
+        log_phase(self.c, state, it, log, self._tb_every)
+        if it.stop is not None and not it.last_phase:  # at the budget's end it is simply the end
+            log.message(stop_line(it.stop, state, self.c.stop_reward, self.run_dir))
+            self.stop_reason = it.stop
+            return True
+        self.stop_on_signal(log)  # Ctrl-C / SIGTERM: checkpoint, exit
+        total = self.c.settings.total_steps
+        if crossed(state.env_steps, it.previous, self.c.settings.checkpoint_every) and state.env_steps < total:
+            self._save()
+            if tracking is not None:
+                tracking.flush()  # the tracked runs hold at least what the checkpoint holds
+        return False
+
+    # ------------------------------------------------------------------------------- the loop's steps
+    def start(self) -> tuple[RunLogger, Tracking | None]:
+        """Before the first collect: warnings, tracking, the logger and its header, the clocks, the callbacks."""
+        c, state = self.c, self.state
+        state.finished = False
+        run_lock.remove_stale_temporaries(self.run_dir)  # this process holds the run dir: none is in flight
+        library_noise.log_pending()
+        planned = planned_steps(c, state.env_steps)
+        for warning in budget_warnings(c, planned, self.options.typed_keys):
+            print(f"rl-train: warning: {warning}", file=sys.stderr)
+            logger.info("warning: %s", warning)  # train.log only: the line above is the console's
+        tracking = self._start_tracking()
+        console = self.options.console or ("full" if c.cfg.log.console else "off")
+        log = RunLogger(self.run_dir, c.settings.total_steps, console, bool(c.cfg.log.tensorboard),
+                        start_step=state.env_steps, start_seconds=state.train_seconds,
+                        prefix=self.options.console_prefix, tracking=tracking)
+        log.message(f"rlcli: {c.cfg.algo.name} on {self.options.env_label or c.cfg.env.id}, {planned:,} env steps, "
+                    f"device {c.device}, run dir {self.run_dir}"
+                    + (f", {c.collector.describe()}" if c.collector.describe() else "")
+                    + (f", resumed at {state.env_steps:,} env steps" if state.env_steps else ""))
+        for where in tracking.describe() if tracking is not None else []:
+            log.message(f"tracking: {where}" + (" (continued)" if state.env_steps else ""))
+        self._tb_every = tb_cadence(c)
+        c.clock.restart()
+        self._restart_clock()
+        started = self.options.job_started
+        age = seconds_since_process_start() if started is None else self._started - started
+        if age is not None:
+            logger.info("start-up: the first env step comes %.2f s after the %s started", age,
+                        "process" if started is None else "job")
+        self.context = RunContext(self.run_dir, state, c.algo, c.cfg, log.scalars)
+        self.callbacks.on_start(self.context)
+        return log, tracking
+
+    def _restart_clock(self) -> None:
+        """SPS and train_seconds count from here (the start, or a rollback that rewound the counters)."""
+        self._started, self._steps_at_start = time.perf_counter(), self.state.env_steps
+        self._seconds_before_run = self.state.train_seconds
+
+    def collect(self) -> Iteration:
+        warming_up = self.before_collect()
+        return self.after_collect(self.c.collector.collect(self.c.learner, random_actions=warming_up))
+
+    def before_collect(self) -> bool:
+        """The schedules' acting values; True while an off-policy run warms up with random actions."""
+        c, state = self.c, self.state
+        apply_schedules(c.schedules, RunClock(state.env_steps, c.settings.total_steps).progress)  # acting values
+        return not learning_started(c.learner, state.env_steps)
+
+    def after_collect(self, stats: CollectStats) -> Iteration:
+        """Count the collect phase's steps and episodes; the callbacks may ask to stop."""
+        c, state = self.c, self.state
+        it = Iteration(previous=state.env_steps, stats=stats)
+        state.env_steps += stats.steps
+        state.episodes += len(stats.episode_returns)
+        c.recent_returns.extend(stats.episode_returns)
+        c.recent_lengths.extend(stats.episode_lengths)
+        it.stop = self.callbacks.after_collect(self.context, stats)
+        return it
+
+    def _update(self, it: Iteration, log: RunLogger) -> bool:
+        """One update (once learning starts), checked for non-finite values. False: rolled back, start over."""
+        planned = self.before_update(it.stats.transitions)
+        metrics = None
+        if planned is not None:
+            with self.c.clock("update"):
+                metrics = self.c.learner.update(planned.clock)
+        return self.record_update(it, planned, metrics, log)
+
+    def before_update(self, transitions: int) -> PlannedUpdate | None:
+        """The schedules' learning values and the skip snapshot, when this iteration updates (None: it does not).
+        `transitions`: what the collect phase the update follows stored (SB3's gradient_steps=-1 counts them)."""
+        c, s, state = self.c, self.c.settings, self.state
+        if not learning_started(c.learner, state.env_steps):
+            return None
+        run_clock = RunClock(state.env_steps, s.total_steps, transitions)
+        scheduled = apply_schedules(c.schedules, run_clock.progress)  # learning values
+        return PlannedUpdate(run_clock, scheduled, self.guard.snapshot())
+
+    def record_update(self, it: Iteration, planned: PlannedUpdate | None, metrics: dict[str, Any] | None,
+                       log: RunLogger) -> bool:
+        """Check the update's numbers and weights, count it, tell the callbacks. False: rolled back, start over."""
+        s, state = self.c.settings, self.state
+        if planned is not None:
+            assert metrics is not None
+            problem = self.guard.check(metrics, state.updates)
+            if problem is not None:
+                metrics = self.guard.handle(problem, planned.snapshot, state, log)  # stops, rolls back or skips
+                if metrics is None:
+                    self._restart_clock()
+                    return False
+            it.metrics = {**metrics, **{f"schedule_{k}": v for k, v in planned.scheduled.items()}}
+            state.updates += 1
+            it.stop = it.stop or self.callbacks.after_update(self.context, it.metrics)
+        it.sps = (state.env_steps - self._steps_at_start) / (time.perf_counter() - self._started)
+        it.last_phase = state.env_steps >= s.total_steps
+        return True
+
+    def _test_phase(self, it: Iteration, log: RunLogger) -> None:
+        c, state, every = self.c, self.state, self.c.settings.test_every
+        if not (crossed(state.env_steps, it.previous, every) or (it.last_phase and every > 0)):
+            return
+        with c.clock("test"):
+            result = test_phase(c, state, self.run_dir, log)
+        requested = self.callbacks.after_test(self.context, result)  # every callback sees every test
+        last = state.last_test_return
+        reached = c.stop_reward is not None and last is not None and last >= c.stop_reward
+        it.stop = "stop_reward" if reached else it.stop or requested
+
+    def stop_on_signal(self, log: RunLogger) -> None:
+        """The safe point for Ctrl-C / SIGTERM: a checkpoint, one line, exit code 128 + the signal."""
+        if self.signals.received is None:
+            return
+        self._save()
+        name = signal.Signals(self.signals.received).name
+        stopped = (f"{name}: stopped at {self.state.env_steps:,} env steps with a checkpoint saved; "
+                   f"resume with: rl-train resume={self.run_dir}")
+        log.message(stopped)
+        if not log.show_console:  # log.console=false: stderr still says why the run ended, and how on
+            print(f"rl-train: {stopped}", file=sys.stderr)
+        log.close(status="KILLED")
+        self.close()
+        raise StoppedBySignal(self.signals.received)
+
+    def finish(self, log: RunLogger, tracking: Tracking | None) -> float:
+        """The final checkpoint, the result lines, the run's summary."""
+        state = self.state
+        self.stop_reason = self.stop_reason or "budget"
+        state.finished = self.stop_reason in ("budget", "stop_reward")  # otherwise it can be resumed and finished
+        final = self._save()
+        sps = (state.env_steps - self._steps_at_start) / (time.perf_counter() - self._started)
+        said = {"budget": "budget reached", "stop_reward": "stopped early"}.get(self.stop_reason, self.stop_reason)
+        log.result(f"done: {state.env_steps:,} env steps in {state.train_seconds:.1f} s ({sps:.0f} SPS), "
+                   f"last test return {fmt_return(state.last_test_return)}, {said}")
+        log.result(f"time: {self.c.clock.summary(top=8)}")
+        # summary names of their own: a scalar tag at the final step would be a second point of that tag
+        summary = {"final/test_return": state.last_test_return, "final/best_test_return": state.best_test_return,
+                   "final/env_steps": state.env_steps, "final/train_seconds": state.train_seconds}
+        log.close(summary={k: float(v) for k, v in summary.items() if v is not None},
+                  files=run_files(self.run_dir, final, log.message) if tracking is not None else [])
+        self.close()
+        self.callbacks.on_end(self.context, self.stop_reason)
+        return _as_return(state.last_test_return)
+
+    def fail_run(self, log: RunLogger, message: str) -> NoReturn:
+        log.close(status="FAILED")
+        self.close()
+        self._fail(message)
+
+    def say_already_done(self) -> float:
+        state = self.state
+        drop_stale_best(state, self.run_dir)  # nothing is written in this run: a later best.pt is dropped now
+        self.close()
+        self.stop_reason = "already finished"
+        print(f"rl-train: this run already finished at {state.env_steps:,} env steps "
+              f"(test return {fmt_return(state.last_test_return)}); raise train.total_steps to train longer",
+              file=sys.stderr)
+        return _as_return(state.last_test_return)
+
+    def _fail(self, message: str) -> NoReturn:
+        """One line on stderr: what went wrong, and the last good checkpoint to resume from; exit code 1."""
+        try:
+            good = checkpoint.find_good(self.run_dir / "checkpoints", warn=lambda m: None)
+        except OSError:
+            good = None
+        steps = checkpoint.checkpoint_steps(good) if good is not None else 0
+        where = (f"the last good checkpoint is {good.relative_to(self.run_dir)} ({steps:,} env steps): "
+                 f"rl-train resume={self.run_dir}" if good is not None else
+                 "no checkpoint was saved before it (train.checkpoint_every sets how often one is)")
+        with contextlib.suppress(Exception):
+            logger.info("error: %s; %s", message, where)  # train.log; the console's line is below
+        if not self.options.in_python:
+            print(f"rl-train: error: {message}; {where}", file=sys.stderr)
+        raise RunFailed(f"{message}; {where}")
+
+    def _start_tracking(self) -> Tracking | None:
+        """MLflow / W&B runs for this run (the checkpoint's, when resuming); see tracking.start_for_run."""
+        tracking = start_for_run(self.c.cfg, self.run_dir, self.state.env_steps, self.state.tracking,
+                                 self.options.sweep_group, self.options.in_python, on_error=self.close)
+        if tracking is not None:
+            self.state.tracking = tracking.run_ids
+        return tracking
+
+    def close(self) -> None:
+        self.c.close()
+
+    def already_done(self) -> bool:
+        state = self.state
+        if not state.finished:
+            return False
+        stop, last = self.c.stop_reward, state.last_test_return
+        reached = stop is not None and last is not None and last >= stop
+        return state.env_steps >= self.c.settings.total_steps or reached
+
+    # ------------------------------------------------------------------------------- checkpoints
+    def _save(self) -> Path:
+        if not self.run_dir.is_dir():  # deleted or moved while training: not silently re-made with checkpoints only
+            raise FileNotFoundError(2, "No such file or directory", str(self.run_dir))
+        self.guard.check_before_saving(self.state.env_steps)
+        self.state.train_seconds = self._seconds_before_run + time.perf_counter() - self._started
+        with self.c.clock("checkpoint"):
+            path = save(self.c, self.state, self.run_dir)
+            drop_stale_best(self.state, self.run_dir)
+        self.callbacks.on_checkpoint(self.context, path)
+        return path
+
+
+def _as_return(value: float | None) -> float:
+    return float("nan") if value is None else value

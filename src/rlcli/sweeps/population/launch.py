@@ -1,0 +1,206 @@
+"""`hydra/launcher=population`: a sweep's jobs grouped into populations, each trained in one process.
+
+Jobs whose configs differ only in values a population can batch (the seed and the numeric hyperparameters in
+BATCHABLE) form one population, at most `max_members` each; any other difference starts another population.
+Each job still gets the directory the basic launcher would give it (Hydra's own job set-up writes `.hydra/`),
+its status record, checkpoints and logs. A population that cannot batch (an algorithm or setting the batched
+update does not cover) runs its jobs one after another in this process, after a warning that says why.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from rlcli.registry import ConfigError
+from rlcli.run import lock as run_lock
+
+# algo.<key> values that may differ inside one population (each member's optimizer, losses, GAE, exploration and
+# target network use its own). Not reward_scale: the vectorized losses read it from the first member's algorithm.
+BATCHABLE = ("lr", "lr_pi", "lr_v", "gamma", "gae_lambda", "ent_coef", "vf_coef", "clip_range", "max_grad_norm",
+             "tau", "target_update_interval", "exploration_fraction", "exploration_initial_eps",
+             "exploration_final_eps", "ent_coef_init", "target_entropy", "noise_std")
+
+
+def check_launcher_options(max_members: Any, n_jobs: Any) -> None:
+    if not isinstance(max_members, int) or isinstance(max_members, bool) or max_members < 1:
+        raise ConfigError(f"hydra.launcher.max_members={max_members!r} must be an integer >= 1 (jobs per population)")
+    if not isinstance(n_jobs, int) or isinstance(n_jobs, bool) or n_jobs < 1:
+        raise ConfigError(f"hydra.launcher.n_jobs={n_jobs!r} must be an integer >= 1 (populations trained at once, "
+                          "each in its own process)")
+    if n_jobs > 1:
+        try:
+            import joblib  # noqa: F401
+        except ImportError:
+            raise ConfigError(f"hydra.launcher.n_jobs={n_jobs} runs populations in parallel processes through "
+                              "joblib, which is not installed: pip install -e '.[sweep]'") from None
+
+
+def population_key(cfg: DictConfig) -> str:
+    """What must be equal for jobs to share a population: the whole config but hydra, the seed, `resume` and
+    the batchable algorithm values."""
+    plain = OmegaConf.to_container(cfg, resolve=False)
+    assert isinstance(plain, dict)
+    plain = {k: v for k, v in plain.items() if k not in ("hydra", "seed", "resume")}
+    algo = dict(plain.get("algo") or {})
+    for key in BATCHABLE:
+        algo.pop(key, None)
+    plain["algo"] = algo
+    return OmegaConf.to_yaml(OmegaConf.create(plain))
+
+
+def group_jobs(configs: Sequence[DictConfig], max_members: int) -> list[list[int]]:
+    """Indices of the jobs of each population, in sweep order, split into at most `max_members` each."""
+    groups: dict[str, list[int]] = {}
+    for index, cfg in enumerate(configs):
+        groups.setdefault(population_key(cfg), []).append(index)
+    return [indices[i:i + max_members] for indices in groups.values() for i in range(0, len(indices), max_members)]
+
+
+def split_for_workers(groups: list[list[int]], n_jobs: int) -> list[list[int]]:
+    """Halve the largest populations until every worker has one (a population of one member is not split)."""
+    groups = [list(g) for g in groups]
+    while len(groups) < n_jobs:
+        largest = max(groups, key=len)
+        if len(largest) < 2:
+            break
+        groups.remove(largest)
+        half = (len(largest) + 1) // 2
+        groups += [largest[:half], largest[half:]]
+    return sorted(groups, key=lambda g: g[0])
+
+
+def launch(hydra_context: Any, config: DictConfig, job_overrides: Sequence[Sequence[str]], initial_job_idx: int,
+           max_members: int, n_jobs: int = 1) -> list[Any]:
+    configs = []
+    for offset, overrides in enumerate(job_overrides):
+        sweep_config = hydra_context.config_loader.load_sweep_config(config, list(overrides))
+        with open_dict(sweep_config):
+            sweep_config.hydra.job.id = sweep_config.hydra.job.num = initial_job_idx + offset
+        configs.append(sweep_config)
+    groups = split_for_workers(group_jobs(configs, max_members), n_jobs)
+    if n_jobs == 1:
+        outcomes = []
+        for group in groups:
+            outcomes.append(run_population(hydra_context, [configs[i] for i in group]))
+            if outcomes[-1][1] is not None:
+                break  # a signal stopped it: the rest of the sweep waits for resume=auto
+    else:  # populations in parallel worker processes, as Hydra's joblib launcher runs jobs
+        from hydra.core.singleton import Singleton
+        from joblib import Parallel, delayed
+
+        state = Singleton.get_state()
+        outcomes = Parallel(n_jobs=n_jobs, backend="loky")(
+            delayed(_run_population_in_worker)(hydra_context, [configs[i] for i in group], state) for group in groups)
+    stopped_by = next((signum for _, signum in outcomes if signum is not None), None)
+    if stopped_by is not None:
+        raise SystemExit(128 + stopped_by)
+    return [ret for returns, _ in outcomes for ret in returns]
+
+
+def _run_population_in_worker(hydra_context: Any, configs: list[DictConfig], singleton_state: Any,
+                              ) -> tuple[list[Any], int | None]:
+    from hydra.core.singleton import Singleton
+    from hydra.core.utils import setup_globals
+
+    setup_globals()
+    Singleton.set_state(singleton_state)
+    return run_population(hydra_context, configs)
+
+
+def run_population(hydra_context: Any, configs: list[DictConfig]) -> tuple[list[Any], int | None]:
+    """Set up each job (Hydra's job directory and files, then rlcli's member) and train them as one population.
+    Returns the jobs' Hydra returns (their status records as values) and the signal that stopped it, if any."""
+    from hydra.core.utils import run_job
+
+    from rlcli.sweeps.population.loop import train_population
+    from rlcli.sweeps.population.members import Member
+
+    returns, members = [], []
+    for cfg in configs:
+        ret = run_job(hydra_context=hydra_context, task_function=_prepare_member, config=cfg,
+                      job_dir_key="hydra.sweep.dir", job_subdir_key="hydra.sweep.subdir")
+        returns.append(ret)
+        prepared = ret._return_value  # read directly: the property re-raises a task's exception
+        if isinstance(prepared, BaseException):
+            raise prepared
+        if isinstance(prepared, Member):  # a member to train (else its record: the job is already over)
+            members.append(prepared)
+    stopped_by = None
+    if members:
+        population = _batched_update(members)
+        stopped_by = _one_by_one(members) if population is None else train_population(members, population)
+    for ret in returns:
+        if isinstance(ret._return_value, Member):
+            ret.return_value = ret._return_value.record
+    return returns, stopped_by
+
+
+def _prepare_member(cfg: DictConfig) -> Any:
+    """Hydra's task function for one job: its run dir locked, its record written, its components built (or
+    resumed). Returns the Member, or the job's final record when it is already done or failed to build."""
+    from hydra.core.hydra_config import HydraConfig
+
+    from rlcli.sweeps.jobs import end_record, job_trainer, start_record
+    from rlcli.sweeps.population.members import Member
+    from rlcli.sweeps.tuning import trial_reporter
+
+    hydra_cfg = HydraConfig.get()
+    run_dir, job_num = Path(hydra_cfg.runtime.output_dir), int(hydra_cfg.job.num)
+    overrides = list(hydra_cfg.overrides.task)
+    shown = " ".join(o for o in overrides if not o.startswith(("sweep.trial", "resume=", "hydra.")))
+    try:
+        run_lock.acquire(run_dir)
+    except ConfigError as error:  # another process runs this job: its directory is left alone
+        return {"job": job_num, "overrides": overrides, "status": "failed", "error": str(error)}
+    record = start_record(cfg, run_dir, job_num, overrides, shown)
+    if record["status"] != "running":
+        run_lock.release(run_dir)
+        return record
+    try:
+        trainer = job_trainer(cfg, run_dir, job_num, overrides, time.perf_counter(), trial_reporter)
+    except Exception as error:
+        run_lock.release(run_dir)
+        return end_record(record, run_dir, job_num, shown, error=error)
+    return Member(trainer, run_dir, job_num, shown, record)
+
+
+def _batched_update(members: list[Any]) -> Any:
+    """The population's update, or None (after a warning naming why) when these members cannot batch."""
+    from rlcli.collectors.local import Collector
+    from rlcli.services.log import console
+    from rlcli.sweeps.population.kinds import population_update
+
+    if len(members) == 1:
+        return None
+    try:
+        if not all(isinstance(m.trainer.c.collector, Collector) for m in members):
+            raise ConfigError("collector=ray cannot train in a population (its workers step the envs): the local "
+                              "collector can")
+        return population_update([m.trainer.c.algo for m in members], [m.trainer.c.buffer for m in members])
+    except ConfigError as error:
+        jobs = ", ".join(str(m.job_num) for m in members)
+        console.print(f"rl-train: warning: population launcher: {error}; jobs {jobs} run one at a time",
+                      highlight=False, markup=False, soft_wrap=True)
+        return None
+
+
+def _one_by_one(members: list[Any]) -> int | None:
+    """The basic launcher's way, over the members already built: each trains alone, in turn."""
+    for member in members:
+        with member.turn():
+            try:
+                member.trainer.run()
+            except BaseException as error:
+                member.end(error)
+                if isinstance(error, SystemExit) and not isinstance(error, Exception):
+                    code = error.code if isinstance(error.code, int) else 1
+                    if code > 128:
+                        return code - 128
+                continue
+            member.end()
+    return None

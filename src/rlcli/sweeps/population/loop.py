@@ -1,0 +1,132 @@
+"""The population's loop: each member collects, then one batched update for all, then each member's own test,
+logs, stop and checkpoint steps: the single run's loop (trainer.py) with its update shared."""
+
+from __future__ import annotations
+
+import time
+
+from rlcli.collectors.local import CollectorError, CollectStats
+from rlcli.run.divergence import Diverged
+from rlcli.run.stop import RunFailed, StoppedBySignal, StopSignals
+from rlcli.sweeps.population.collect import collect_together
+from rlcli.sweeps.population.kinds import Population
+from rlcli.sweeps.population.members import Member
+
+
+def train_population(members: list[Member], population: Population) -> int | None:
+    """Train every member to its end; returns the signal that stopped the population (None: none did)."""
+    signals = StopSignals()  # the population's: a member's own stays quiet until the whole iteration is done
+    for member in members:
+        with member.turn():
+            _start(member)
+    restore = signals.catch()
+    try:
+        while any(m.live for m in members):
+            waiting = _WaitingAccount([m for m in members if m.live])
+            for member in [m for m in members if m.live]:
+                with member.turn():  # the schedules' acting values; True while an off-policy member warms up
+                    member.warming_up = member.trainer.before_collect()
+            for member, collected in zip(members, collect_together(members, population), strict=True):
+                if member.live:
+                    with member.turn():
+                        _after_collect(member, collected)
+            _update(members, population)
+            for member in [m for m in members if m.live]:
+                with member.turn():
+                    _after_update(member)
+            waiting.credit()
+            if signals.received is not None:  # Ctrl-C / SIGTERM: every live member saved at this same step
+                for member in [m for m in members if m.live]:
+                    with member.turn():
+                        _stop(member, signals.received)
+    finally:
+        restore()
+    return signals.received
+
+
+class _WaitingAccount:
+    """A member's time account counts its own phases; the rest of an iteration's wall time is mostly the other
+    members' turns (their envs, tests, logs), which would swell its `other`. Each member is credited that time
+    as `others`, leaving in `other` its share of what no member's phases account for (the loop's own glue)."""
+
+    def __init__(self, members: list[Member]) -> None:
+        self.members, self.started = members, time.perf_counter()
+        self.before = [self._own(m) for m in members]
+
+    @staticmethod
+    def _own(member: Member) -> float:
+        return sum(v for k, v in member.trainer.c.clock.seconds.items() if k != "others")
+
+    def credit(self) -> None:
+        wall = time.perf_counter() - self.started
+        own = [self._own(m) - before for m, before in zip(self.members, self.before, strict=True)]
+        glue = max(0.0, wall - sum(own)) / len(self.members)
+        for member, mine in zip(self.members, own, strict=True):
+            seconds = member.trainer.c.clock.seconds
+            seconds["others"] = seconds.get("others", 0.0) + max(0.0, wall - mine - glue)
+
+
+def _start(member: Member) -> None:
+    trainer = member.trainer
+    if trainer.already_done():
+        trainer.say_already_done()
+        member.end()
+        return
+    member.log, member.tracking = trainer.start()
+
+
+def _after_collect(member: Member, collected: CollectStats | CollectorError | None) -> None:
+    if isinstance(collected, CollectorError):
+        _fail(member, collected)
+        return
+    assert collected is not None
+    member.it = member.trainer.after_collect(collected)
+    member.planned = member.trainer.before_update(collected.transitions)
+
+
+def _update(members: list[Member], population: Population) -> None:
+    active = [m.live and m.planned is not None for m in members]  # an off-policy member learns once it has warmed up
+    rngs = [m.rng["torch"] for m in members]
+    clocks = [m.planned.clock if m.planned is not None else None for m in members]
+    started = time.perf_counter()
+    metrics = population.update(active, [m.trainer.c.buffer for m in members], rngs, clocks)
+    share = (time.perf_counter() - started) / max(1, sum(active))
+    for member, rng, result in zip(members, rngs, metrics, strict=True):
+        if member.live:
+            member.rng["torch"] = rng
+            member.trainer.c.clock.seconds["update"] += share
+            member.metrics = result
+
+
+def _after_update(member: Member) -> None:
+    trainer, it, log = member.trainer, member.it, member.log
+    assert it is not None and log is not None
+    try:
+        if not trainer.record_update(it, member.planned, member.metrics, log):
+            return  # rolled back to its last good checkpoint: it collects again from there
+        total = trainer.c.settings.total_steps
+        if trainer.after_update(it, log, member.tracking) or trainer.state.env_steps >= total:
+            trainer.finish(log, member.tracking)
+            member.end()
+    except (CollectorError, Diverged) as error:
+        _fail(member, error)
+    except RunFailed as failed:
+        member.end(failed)
+
+
+def _stop(member: Member, signum: int) -> None:
+    member.trainer.signals.received = signum
+    assert member.log is not None
+    try:
+        member.trainer.stop_on_signal(member.log)  # a checkpoint, one line, then StoppedBySignal
+    except StoppedBySignal as stopped:
+        member.end(stopped)
+
+
+def _fail(member: Member, error: CollectorError | Diverged) -> None:
+    """A failing env or a diverged member ends that member only (one line, as a single run says it)."""
+    assert member.log is not None
+    try:
+        member.trainer.fail_run(member.log, member.trainer.describe_failure(error))
+    except RunFailed as failed:
+        member.end(failed)

@@ -1,0 +1,158 @@
+"""The on-policy family's update for a whole population: every member's loss and gradients in one vectorized
+call.
+
+The loss is the algorithm's own `minibatch_loss` (one member's code, called through
+`torch.func.functional_call` with the stacked weights and vectorized over members by `vmap`), so a population
+computes what single runs compute. The algorithm gives its update in parts (`begin_update`, `loss_terms`,
+`minibatch_order`, `minibatch_loss`, `end_update`: PPO, A2C, PG); each member keeps its own minibatch order
+(drawn from its own torch RNG stream, as its single run draws it), gradient-norm clip, learning rate and
+optimizer state. Members that have stopped are carried along but not stepped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import partial
+from typing import Any, Protocol, cast, runtime_checkable
+
+import torch
+from torch import nn
+
+from rlcli.algos.base import UpdatePlan
+from rlcli.batches import RolloutBatch
+from rlcli.buffers.rollout import RolloutBuffer
+from rlcli.contracts import ActOutput, RunClock
+from rlcli.registry import ConfigError
+from rlcli.sweeps.population.stacking import clip_limits, drawn_with, stack_weights, step_members, vmapped
+
+BATCH_FIELDS = 7  # RolloutBatch's tensors for an MLP or CNN actor (obs ... mask); the rest are None here
+BATCHED_ALGOS = "ppo, a2c and pg (MLP or CNN actors)"
+
+
+@runtime_checkable
+class BatchableUpdate(Protocol):
+    """An on-policy algorithm whose update a population can run for many members at once."""
+
+    networks: nn.Module
+    optimizer: Any
+    max_grad_norm: float | None
+
+    def begin_update(self, buffer: RolloutBuffer) -> UpdatePlan: ...
+
+    def loss_terms(self, plan: UpdatePlan) -> dict[str, float | None]: ...
+
+    def minibatch_order(self, size: int, device: torch.device | str = "cpu") -> list[list[torch.Tensor]]: ...
+
+    def minibatch_loss(self, batch: RolloutBatch, **terms: Any) -> tuple[torch.Tensor, dict[str, torch.Tensor]]: ...
+
+    def end_update(self, plan: UpdatePlan, metrics: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]: ...
+
+    def act_on(self, params: torch.Tensor, values: torch.Tensor) -> ActOutput: ...
+
+    def population_refusal(self) -> str | None: ...
+
+
+def check_batchable(algos: Sequence[Any]) -> None:
+    """One line naming what keeps these members out of a population (the launcher then runs them one by one)."""
+    if not isinstance(algos[0], BatchableUpdate):
+        raise ConfigError(f"{type(algos[0]).__name__} cannot train in a population of on-policy members: "
+                          f"{BATCHED_ALGOS} can")
+    for member in algos:
+        refusal = member.population_refusal()
+        if refusal is not None:
+            raise ConfigError(f"{refusal} cannot train in a population yet; {BATCHED_ALGOS} without it can")
+
+
+class _MemberLoss(nn.Module):
+    """The algorithm's minibatch loss as a module call, so that functional_call can swap in a member's weights."""
+
+    def __init__(self, algo: BatchableUpdate) -> None:
+        super().__init__()
+        self.networks = algo.networks
+        self._algo = (algo,)  # a tuple, not a submodule: its networks are registered once, above
+        self.unset_terms: dict[str, None] = {}  # coefficients every member leaves null (vmap takes tensors only)
+
+    def forward(self, batch: tuple[torch.Tensor, ...],
+                terms: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, Any]]:
+        return self._algo[0].minibatch_loss(RolloutBatch(*batch), **terms, **self.unset_terms)
+
+
+class _MemberAct(nn.Module):
+    """Acting's arithmetic (the policy head's parameters and the values) as a module call, for functional_call."""
+
+    def __init__(self, networks: nn.Module) -> None:
+        super().__init__()
+        self.networks = networks
+
+    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        out: tuple[torch.Tensor, torch.Tensor] = self.networks.policy_and_values(obs)  # type: ignore[operator]
+        return out
+
+
+class PopulationUpdate:
+    """The members' acting and updates as one: `policy_and_values` for all members' observations at once,
+    `update(active, buffers, torch_rngs)` for all their updates (each member's metrics back)."""
+
+    def __init__(self, algos: Sequence[Any]) -> None:
+        check_batchable(algos)
+        self.algos: list[BatchableUpdate] = list(algos)
+        self.params, self.buffers = stack_weights([a.networks for a in algos])
+        for stacked in self.params.values():
+            stacked.requires_grad_(True)
+        self._module = _MemberLoss(self.algos[0])
+        self._losses = vmapped(self._module)
+        self._act = vmapped(_MemberAct(self.algos[0].networks))
+        self._rows = {name: [a.networks.get_parameter(name) for a in algos] for name in self.params}
+
+    @torch.inference_mode()
+    def policy_and_values(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """[members, envs, ...] observations -> each member's policy-head parameters and values, one call."""
+        out: tuple[torch.Tensor, torch.Tensor] = self._act(self.params, self.buffers, obs)
+        return out
+
+    def update(self, active: Sequence[bool], buffers: Sequence[Any], torch_rngs: list[torch.Tensor],
+               clocks: Sequence[RunClock | None] = ()) -> list[dict[str, torch.Tensor] | None]:
+        """One update of every active member (None for the others); `torch_rngs` are the members' torch RNG
+        states, used for their minibatch order and advanced as their single runs would advance them. (`clocks`:
+        the members' run clocks, which an on-policy update does not read.)"""
+        algos = self.algos
+        plans = [a.begin_update(b) for a, b in zip(algos, buffers, strict=True)]
+        size = plans[0].batch.mask.shape[0]
+        if any(p.batch.mask.shape[0] != size for p in plans):
+            raise ConfigError("the members' rollouts differ in size (n_steps x num_envs): they cannot share updates")
+        device = plans[0].batch.mask.device
+        terms = _stacked_terms([a.loss_terms(p) for a, p in zip(algos, plans, strict=True)], device)
+        self._module.unset_terms = {k: None for k, v in terms.items() if v is None}
+        terms = {k: v for k, v in terms.items() if v is not None}
+        stacked = tuple(torch.stack([cast(torch.Tensor, p.batch[i]) for p in plans]) for i in range(BATCH_FIELDS))
+        orders = [drawn_with(torch_rngs, m, partial(a.minibatch_order, size, device)) for m, a in enumerate(algos)]
+        members = torch.arange(len(algos), device=device).unsqueeze(1)
+        stepped = [a.optimizer for a, on in zip(algos, active, strict=True) if on]
+        limit = clip_limits([a.max_grad_norm for a in algos], device)
+        sums: dict[str, torch.Tensor] = {}
+        count = 0
+        for epoch in zip(*orders, strict=True):
+            for chunk in zip(*epoch, strict=True):
+                index = torch.stack(chunk)  # [members, minibatch]
+                batch = tuple(x[members, index] for x in stacked)
+                losses, stats = self._losses(self.params, self.buffers, batch, terms)
+                step_members(self.params, losses, self._rows, range(len(algos)), limit, stepped)
+                count += 1
+                for k, v in stats.items():
+                    sums[k] = sums[k] + v if k in sums else v
+        means = {k: (v / count).unbind() for k, v in sums.items()}
+        return [a.end_update(p, {k: v[m] for k, v in means.items()}) if on else None
+                for m, (a, p, on) in enumerate(zip(algos, plans, active, strict=True))]
+
+def _stacked_terms(terms: list[dict[str, float | None]], device: torch.device) -> dict[str, Any]:
+    """Each loss coefficient as a [members] tensor (a value the members all leave None stays None)."""
+    out: dict[str, Any] = {}
+    for key in terms[0]:
+        values = [t[key] for t in terms]
+        if all(v is None for v in values):
+            out[key] = None
+        elif any(v is None for v in values):
+            raise ConfigError(f"some members set {key} and some leave it null: they cannot share updates")
+        else:
+            out[key] = torch.tensor(values, device=device)
+    return out

@@ -1,0 +1,110 @@
+"""SAC and TQC members' gradient steps for a whole population, in three vectorized calls per step.
+
+A single run's step is the critics' step, then the policy's (through the critics just stepped), then the
+temperature's, then the Polyak target update (algos/sac.py). The population keeps that order and calls the
+algorithm's own `soft_td_loss` and `actor_loss` (through `functional_call` with the stacked weights, vectorized
+over members by `vmap`), so it computes what single runs compute. Each member samples its own replay and draws its
+policy noise from its own torch RNG stream (the draws its single run makes, in the same order), and keeps its own
+optimizers, gradient-norm clip, entropy coefficient (fixed or learned toward its own target), tau and target
+interval. Members that are warming up, have stopped or take fewer gradient steps are carried along, not stepped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import partial
+from typing import Any, Protocol, runtime_checkable
+
+import torch
+from torch import nn
+
+from rlcli.algos.entropy import EntropyCoefficient
+from rlcli.contracts import ActOutput
+from rlcli.sweeps.population.actor_critic import ActorCriticPopulation
+from rlcli.sweeps.population.phases import check_replay_members
+from rlcli.sweeps.population.stacking import drawn_with, polyak_members, stack_members, step_members
+
+BATCHED_SOFT_ACTOR_CRITICS = "sac and tqc (MLP or CNN networks without gSDE, buffer=replay, nstep, per or ere)"
+
+
+@runtime_checkable
+class BatchableSoftActorCritic(Protocol):
+    """An entropy-regularized actor-critic whose gradient steps a population can take for many members at once."""
+
+    networks: nn.Module
+    policy_optimizer: Any
+    critic_optimizer: Any
+    temperature: EntropyCoefficient
+    action_dim: int
+    max_grad_norm: float | None
+    batch_size: int
+    gradient_steps: int  # resolved: -1 is one per transition the collect phase stored
+    gradient_updates: int
+    tau: float
+    target_update_interval: int
+
+    def alpha(self) -> torch.Tensor: ...
+
+    def policy_outputs(self, obs: torch.Tensor) -> torch.Tensor: ...
+
+    def act_on(self, params: torch.Tensor, values: torch.Tensor | None = None, deterministic: bool = False,
+               carry: torch.Tensor | None = None) -> ActOutput: ...
+
+    def soft_td_loss(self, batch: Any, alpha: torch.Tensor,
+                     noise: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]: ...
+
+    def actor_loss(self, obs: torch.Tensor, alpha: torch.Tensor,
+                   noise: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]: ...
+
+    def population_refusal(self) -> str | None: ...
+
+
+class SoftActorCriticPopulationUpdate(ActorCriticPopulation):
+    """SAC and TQC members as one population: ActorCriticPopulation's acting and update phases around this kind's
+    gradient step."""
+
+    def __init__(self, algos: Sequence[Any], storages: Sequence[Any]) -> None:
+        check_replay_members(algos, storages, BATCHED_SOFT_ACTOR_CRITICS)
+        super().__init__(algos, critic_loss="soft_td_loss", actor_loss="actor_loss")
+        self.algos: list[BatchableSoftActorCritic] = list(algos)
+        self.alpha_rows = {"log_alpha": self.rows["log_alpha"]}
+
+    def gradient_step(self, stepping: list[int], k: int, steps: list[int], storages: Sequence[Any],
+                      torch_rngs: list[torch.Tensor], limit: torch.Tensor | None) -> dict[int, dict[str, Any]]:
+        algos, params, device = self.algos, self.params, self.device
+        def draw(m: int) -> tuple[Any, torch.Tensor, torch.Tensor]:
+            """In its single run's order: the batch, the next actions' noise, the policy's noise."""
+            shape = (algos[m].batch_size, algos[m].action_dim)
+            batch = storages[m].sample(algos[m].batch_size, k, steps[m])
+            return batch, torch.randn(shape, device=device), torch.randn(shape, device=device)
+
+        draws = {m: drawn_with(torch_rngs, m, partial(draw, m)) for m in stepping}
+        batch = stack_members({m: tuple(d[0]) for m, d in draws.items()}, len(algos))
+        next_noise, noise = (stack_members({m: d[i] for m, d in draws.items()}, len(algos)) for i in (1, 2))
+        alpha = torch.stack([a.alpha() for a in algos])
+
+        critic_losses, errors = self.critic_losses(params, self.buffers, batch, alpha, next_noise)
+        step_members(params, critic_losses, self.critic_rows, stepping, limit,
+                     [algos[m].critic_optimizer for m in stepping])
+        # the policy climbs the critics just stepped
+        policy_losses, log_probs = self.actor_losses(self.critics_frozen(), self.buffers, batch[0], alpha, noise)
+        step_members(params, policy_losses, self.policy_rows, stepping, limit,
+                     [algos[m].policy_optimizer for m in stepping])
+        learned = [m for m in stepping if algos[m].temperature.learned]
+        if learned:
+            targets = torch.tensor([a.temperature.target_entropy for a in algos], device=device)
+            alpha_losses = -(params["log_alpha"].unsqueeze(-1) * (log_probs + targets.unsqueeze(-1))).mean(-1)
+            step_members(params, alpha_losses, self.alpha_rows, learned, limit,
+                         [algos[m].temperature.optimizer for m in learned])
+        taus = [0.0] * len(algos)
+        for m in stepping:  # each member's Polyak update at its own interval and tau
+            algos[m].gradient_updates += 1
+            if algos[m].gradient_updates % algos[m].target_update_interval == 0:
+                taus[m] = algos[m].tau
+        polyak_members(self.targets, taus)
+        out = {}
+        for m in stepping:
+            storages[m].update_priorities(draws[m][0].indices, errors[m])
+            out[m] = {"value_loss": critic_losses[m].detach(), "policy_loss": policy_losses[m].detach(),
+                      "alpha": alpha[m], "entropy": -log_probs[m].mean()}
+        return out
