@@ -164,7 +164,7 @@ def test_jobs_that_differ_in_seed_or_batchable_values_share_a_population():
 
 def test_population_refuses_what_it_cannot_batch_in_one_line():
     trpo, _ = prepare(compose_config(["algo=trpo", "env=CartPole-v1"]))
-    with pytest.raises(ConfigError, match="TRPO cannot train in a population yet: ppo, a2c, pg, dqn, qrdqn, sac"):
+    with pytest.raises(ConfigError, match="TRPO cannot train in a population yet: ppo, a2c, pg, dqn, qrdqn, c51, sac"):
         population_update([trpo.algo, trpo.algo], [trpo.buffer, trpo.buffer])
     dqn, _ = prepare(compose_config(["algo=dqn", "env=CartPole-v1"]))
     with pytest.raises(ConfigError, match="DQN cannot train in a population of on-policy members: ppo, a2c and pg"):
@@ -213,7 +213,7 @@ def test_what_cannot_batch_runs_one_job_at_a_time_after_a_warning(tmp_path):
               "algo.learning_starts=100", "train.test_every=300", "train.test_episodes=1", "log.tensorboard=false",
               "log.console=false", "hydra/launcher=population", "hydra.sweep.dir=sw", cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
-    assert ("population launcher: algo.train_freq_unit=episode cannot train in a population yet; dqn and qrdqn"
+    assert ("population launcher: algo.train_freq_unit=episode cannot train in a population yet; dqn, qrdqn and c51"
             in out.stderr + out.stdout)
     for job in ("0", "1"):
         assert '"status": "completed"' in (tmp_path / "sw" / job / "status.json").read_text()

@@ -94,6 +94,10 @@ CASES = {
     "qrdqn-CartPole-per": ["algo=qrdqn", "env=CartPole-v1", "train.num_envs=2", "buffer=per", *SMALL_OFF_POLICY,
                            "algo.train_freq=16", "algo.gradient_steps=8", "algo.n_quantiles=8",
                            "algo.target_update_interval=256"],
+    # categorical Q-networks, double targets and the cross-entropies C51 writes into PER
+    "c51-CartPole-per": ["algo=c51", "env=CartPole-v1", "train.num_envs=2", "buffer=per", *SMALL_OFF_POLICY,
+                         "algo.train_freq=16", "algo.gradient_steps=8", "algo.n_atoms=11", "algo.double=true",
+                         "algo.target_update_interval=256"],
     # Batch Renorm running statistics and step counts (buffers of the networks), the policy-delay counter
     "crossq-Pendulum": ["algo=crossq", *PENDULUM, *SMALL_OFF_POLICY, "algo.critic_hidden_sizes=[32,32]",
                         "algo.train_freq=8", "algo.gradient_steps=4", "algo.renorm_warmup_steps=256"],

@@ -8,7 +8,7 @@ from conftest import at
 from test_configs import composed
 
 from rlcli.algos.ppo import adapt_kl_coef
-from rlcli.registry import ConfigError
+from rlcli.registry import ALGOS, ConfigError
 from rlcli.run.build import build
 from rlcli.schedules import apply_schedules, build_schedules, parse_schedule
 
@@ -176,8 +176,9 @@ def test_every_algorithms_schedule_example_in_its_yaml_builds():
         example = re.search(r"schedules: \{\}.*?(algo\.schedules\.\w+=\S+)", path.read_text())
         if example is None:
             continue
-        env = {"maskable_ppo": "ValidMoves-v0", "rnd_ppo": "MountainCar-v0"}.get(path.stem, "Pendulum-v1")
-        if path.stem in ("dqn", "qrdqn", "pqn", "ppo", "ppo_kl", "a2c", "pg"):
-            env = "Acrobot-v1"
+        # an env whose actions the algorithm takes, from its registered spec (no list of names to extend)
+        env = {"maskable_ppo": "ValidMoves-v0", "rnd_ppo": "MountainCar-v0"}.get(path.stem)
+        if env is None:
+            env = "Acrobot-v1" if "Discrete" in ALGOS.spec(path.stem).action_spaces else "Pendulum-v1"
         parts = build(composed(f"algo={path.stem}", f"env={env}", "+" + example.group(1)))
         parts.close()

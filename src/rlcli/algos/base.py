@@ -156,7 +156,7 @@ def refuse_in_population(networks: Any, addons: Sequence[Any], use_sde: bool) ->
 
 class OneStepUpdate:
     """The update of A2C and PG: one gradient step on the whole rollout, given in the parts a batched
-    population calls (population/onpolicy.py); the algorithm supplies `minibatch_loss` and `end_update`."""
+    population calls (sweeps/population/onpolicy.py); the algorithm supplies `minibatch_loss` and `end_update`."""
 
     networks: Any
     optimizer: Any

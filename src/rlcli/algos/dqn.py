@@ -187,7 +187,7 @@ class DQN:
         return errors, {"value_loss": loss.detach(), "q_mean": q_mean}
 
     def population_refusal(self) -> str | None:
-        """What keeps this DQN out of a batched population (population/offpolicy.py), or None."""
+        """What keeps this DQN out of a batched population (sweeps/population/offpolicy.py), or None."""
         if self.recurrent:
             return "a recurrent Q-network (actor=gru/lstm)"
         if self._compiled is not None:

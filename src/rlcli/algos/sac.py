@@ -170,7 +170,7 @@ class SAC:
         return ActOutput(actions, log_probs, torch.zeros_like(log_probs), carry)
 
     def population_refusal(self) -> str | None:
-        """What keeps this member out of a batched population (population/soft_actor_critic.py), or None."""
+        """What keeps this member out of a batched population (sweeps/population/soft_actor_critic.py), or None."""
         if self.recurrent:
             return "a recurrent actor (actor=gru/lstm)"
         if self.noise_resampling.noise is not None:

@@ -116,7 +116,7 @@ class TD3:
         return ActOutput(actions, zeros, zeros, carry)
 
     def population_refusal(self) -> str | None:
-        """What keeps this member out of a batched population (population/twin_delayed.py), or None."""
+        """What keeps this member out of a batched population (sweeps/population/twin_delayed.py), or None."""
         return "algo.train_freq_unit=episode" if self.episodes_per_collect else None
 
     def random_actions(self, n: int) -> torch.Tensor:

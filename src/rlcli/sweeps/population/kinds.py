@@ -1,5 +1,5 @@
 """Which batched update a population's algorithm takes: the on-policy family's, the value-based off-policy one's
-(DQN, QR-DQN), the soft actor-critics' (SAC, TQC) or the deterministic ones' (TD3, DDPG); anything else is refused
+(DQN, QR-DQN, C51), the soft actor-critics' (SAC, TQC) or the deterministic ones' (TD3, DDPG); anything else is refused
 in one line naming what can batch."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from rlcli.sweeps.population.twin_delayed import BatchableTwinDelayed, TwinDelay
 
 Population = (PopulationUpdate | OffPolicyPopulationUpdate | SoftActorCriticPopulationUpdate
               | TwinDelayedPopulationUpdate)
-BATCHED = "ppo, a2c, pg, dqn, qrdqn, sac, tqc, td3, ddpg"
+BATCHED = "ppo, a2c, pg, dqn, qrdqn, c51, sac, tqc, td3, ddpg"
 
 
 def population_update(algos: Sequence[Any], storages: Sequence[Any]) -> Population:

@@ -31,7 +31,7 @@ from rlcli.sweeps.population.stacking import (
     vmapped,
 )
 
-BATCHED_OFF_POLICY = "dqn and qrdqn (MLP or CNN Q-networks, buffer=replay, nstep, per or ere)"
+BATCHED_OFF_POLICY = "dqn, qrdqn and c51 (MLP or CNN Q-networks, buffer=replay, nstep, per or ere)"
 
 
 @runtime_checkable
