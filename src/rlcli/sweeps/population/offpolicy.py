@@ -20,7 +20,7 @@ from torch import nn
 
 from rlcli.contracts import ActOutput, RunClock
 from rlcli.registry import ConfigError
-from rlcli.sweeps.population.phases import check_replay_members, update_phases
+from rlcli.sweeps.population.phases import VALUE_BASED_STORAGES, check_replay_members, update_phases
 from rlcli.sweeps.population.stacking import (
     MemberCall,
     clip_limits,
@@ -31,7 +31,7 @@ from rlcli.sweeps.population.stacking import (
     vmapped,
 )
 
-BATCHED_OFF_POLICY = "dqn, qrdqn and c51 (MLP or CNN Q-networks, buffer=replay, nstep, per or ere)"
+BATCHED_OFF_POLICY = "dqn, qrdqn and c51 (MLP or CNN Q-networks, buffer=replay, nstep, per, ere or her)"
 
 
 @runtime_checkable
@@ -62,7 +62,7 @@ def check_batchable(algos: Sequence[Any], storages: Sequence[Any]) -> None:
     if not isinstance(algos[0], BatchableGradientSteps):
         raise ConfigError(f"{type(algos[0]).__name__} cannot train in a population of value-based members: "
                           f"{BATCHED_OFF_POLICY} can")
-    check_replay_members(algos, storages, BATCHED_OFF_POLICY)
+    check_replay_members(algos, storages, BATCHED_OFF_POLICY, VALUE_BASED_STORAGES)
 
 
 class OffPolicyPopulationUpdate:
