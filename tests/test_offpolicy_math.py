@@ -12,8 +12,8 @@ from torch.distributions.transforms import TanhTransform
 
 from rlcli.actors.normalizer import RunningNorm
 from rlcli.actors.offpolicy import Critics, NetworkRecipe, SquashedGaussianPolicy
-from rlcli.algos.dqn import DQN
-from rlcli.algos.offpolicy import BoxScaler, polyak_update
+from rlcli.algos.dqn import DQN, q_learning_target, q_regression_loss
+from rlcli.algos.offpolicy import BoxScaler, critics_td_loss, polyak_update, soft_next_value
 from rlcli.algos.sac import SAC
 from rlcli.algos.td3 import TD3
 from rlcli.batches import ReplayBatch
@@ -182,3 +182,33 @@ def test_the_gradient_step_runner_samples_steps_feeds_priorities_and_averages_wh
     assert metrics["loss"].item() == (0 + 1 + 2 + 3) / 4
     assert metrics["policy_loss"].item() == (0 + 20) / 2  # the mean over the steps that logged it
     assert run_gradient_steps(Storage(), 32, 0, step) == {}
+
+
+def test_shared_target_and_loss_pieces_against_element_by_element_references():
+    """q_learning_target (DQN, R2D2), q_regression_loss, soft_next_value (SAC, CrossQ) and critics_td_loss (SAC,
+    CrossQ, TD3), each computed here one element at a time."""
+    torch.manual_seed(5)
+    rewards, discounts = torch.randn(6, dtype=torch.float64), torch.tensor([0.99, 0.0, 0.9, 0.99, 0.5, 0.0],
+                                                                           dtype=torch.float64)
+    next_target, next_online = torch.randn(6, 4, dtype=torch.float64), torch.randn(6, 4, dtype=torch.float64)
+    for online in (None, next_online):
+        got = q_learning_target(rewards, discounts, next_target, online, reward_scale=2.0)
+        for i in range(6):
+            a = int(np.argmax((next_target if online is None else online)[i].numpy()))
+            assert math.isclose(float(got[i]), 2.0 * float(rewards[i]) + float(discounts[i]) * float(next_target[i, a]))
+    q, target = torch.randn(6, dtype=torch.float64), torch.randn(6, dtype=torch.float64) * 3
+    for i, (huber, squared) in enumerate(zip(q_regression_loss(q, target, "huber"), q_regression_loss(q, target, "mse"),
+                                             strict=True)):
+        u = abs(float(q[i]) - float(target[i]))
+        assert math.isclose(float(huber), 0.5 * u * u if u < 1 else u - 0.5) and math.isclose(float(squared), u * u)
+    next_qs, log_probs, alpha = torch.randn(3, 6, dtype=torch.float64), torch.randn(6, dtype=torch.float64), 0.2
+    soft = soft_next_value(next_qs, log_probs, torch.tensor(alpha, dtype=torch.float64))
+    for i in range(6):
+        assert math.isclose(float(soft[i]), min(float(next_qs[c, i]) for c in range(3)) - alpha * float(log_probs[i]))
+    qs, weights = torch.randn(3, 6, dtype=torch.float64), torch.rand(6, dtype=torch.float64)
+    loss, priorities = critics_td_loss(qs, target, weights, scale=0.5)
+    expected = 0.5 * sum(sum(float(weights[i]) * (float(qs[c, i]) - float(target[i])) ** 2 for i in range(6)) / 6
+                         for c in range(3))
+    assert math.isclose(float(loss), expected, rel_tol=1e-12)
+    for i in range(6):
+        assert math.isclose(float(priorities[i]), sum(abs(float(qs[c, i]) - float(target[i])) for c in range(3)) / 3)

@@ -37,9 +37,11 @@ from rlcli.algos.offpolicy import (
     TrainFreqUnit,
     check_offpolicy,
     collect_phase,
+    critics_td_loss,
     gradient_steps_now,
     resolve_gradient_steps,
     run_gradient_steps,
+    soft_next_value,
 )
 from rlcli.contracts import ActOutput, AlgoSpec, RecurrentState, ReplayStorage, RunClock, SequenceStorage
 from rlcli.registry import ALGOS, require
@@ -184,10 +186,9 @@ class CrossQ:
             q_all = net.q_values(torch.cat([batch.obs, batch.next_obs]), torch.cat([batch.actions, next_actions]))
         q, q_next = q_all.split(batch.obs.shape[0], dim=1)
         with torch.no_grad():
-            next_value = q_next.min(0).values - alpha * next_log_probs
+            next_value = soft_next_value(q_next, next_log_probs, alpha)
             target = self.reward_scale * batch.rewards + batch.discounts * next_value
-        td = q - target
-        return 0.5 * (batch.weights * td.square()).mean(-1).sum(), td.detach().abs().mean(0)
+        return critics_td_loss(q, target, batch.weights, scale=0.5)
 
     def update(self, buffer: ReplayStorage | SequenceStorage, clock: RunClock) -> dict[str, torch.Tensor]:
         if len(buffer) == 0:

@@ -29,6 +29,24 @@ from rlcli.registry import ALGOS, ConfigError, require
 from rlcli.schedules import Schedule
 
 
+def q_learning_target(rewards: torch.Tensor, discounts: torch.Tensor, next_q_target: torch.Tensor,
+                      next_q_online: torch.Tensor | None, reward_scale: float) -> torch.Tensor:
+    """r + discount * Q_target(s', a*), with a* greedy in the target net, or (double Q-learning) in the online
+    net. Transitions and stored sequences (R2D2) alike: the last axis is the actions."""
+    if next_q_online is not None:  # the online net picks the action, the target net values it
+        next_value = next_q_target.gather(-1, next_q_online.argmax(-1, keepdim=True)).squeeze(-1)
+    else:
+        next_value = next_q_target.max(-1).values
+    return reward_scale * rewards + discounts * next_value
+
+
+def q_regression_loss(q: torch.Tensor, target: torch.Tensor, loss: str) -> torch.Tensor:
+    """Each element's loss toward its target: Huber (smooth L1, SB3's default) or squared error."""
+    if loss == "huber":
+        return nn.functional.smooth_l1_loss(q, target, reduction="none")
+    return (q - target).square()
+
+
 class DQNNetworks(nn.Module):
     def __init__(self, torso: NetworkRecipe, n_actions: int, dueling: bool, outputs_per_action: int = 1):
         super().__init__()
@@ -201,18 +219,11 @@ class DQN:
         the mean Q of the actions taken."""
         net = self.networks
         with torch.no_grad():
-            next_q = net.q_target(batch.next_obs)
-            if self.double:  # the online net picks the action, the target net values it
-                best = net.q(batch.next_obs).argmax(-1, keepdim=True)
-                next_value = next_q.gather(-1, best).squeeze(-1)
-            else:
-                next_value = next_q.max(-1).values
-            target = self.reward_scale * batch.rewards + batch.discounts * next_value
+            target = q_learning_target(batch.rewards, batch.discounts, net.q_target(batch.next_obs),
+                                       net.q(batch.next_obs) if self.double else None, self.reward_scale)
         q = net.q(batch.obs).gather(-1, batch.actions.long().unsqueeze(-1)).squeeze(-1)
-        td = q - target
-        per_sample = (nn.functional.smooth_l1_loss(q, target, reduction="none") if self.loss == "huber"
-                      else td.square())
-        return (batch.weights * per_sample).mean(), (td.detach(), q.detach().mean())
+        per_sample = q_regression_loss(q, target, self.loss)
+        return (batch.weights * per_sample).mean(), ((q - target).detach(), q.detach().mean())
 
     def _sequence_loss(self, batch: SequenceBatch, burn: int) -> tuple[torch.Tensor, torch.Tensor]:
         """R2D2: refresh the stored state over the burn-in steps (no gradients), then 1-step Q-learning on
@@ -227,17 +238,9 @@ class DQN:
         q, _ = net.q.unroll(obs[burn:], batch.starts[burn:], carry)  # [L + 1 - burn, B, A]
         taken = q[:-1].gather(-1, batch.actions[burn:].unsqueeze(-1)).squeeze(-1)
         with torch.no_grad():
-            next_target = target_q[burn + 1:]
-            if self.double:
-                next_value = next_target.gather(-1, q[1:].argmax(-1, keepdim=True)).squeeze(-1)
-            else:
-                next_value = next_target.max(-1).values
-            target = (self.reward_scale * batch.rewards[burn:]
-                      + self.gamma * (1.0 - batch.terminated[burn:]) * next_value)
-        if self.loss == "huber":
-            per_step = nn.functional.smooth_l1_loss(taken, target, reduction="none")
-        else:
-            per_step = (taken - target).square()
+            target = q_learning_target(batch.rewards[burn:], self.gamma * (1.0 - batch.terminated[burn:]),
+                                       target_q[burn + 1:], q[1:] if self.double else None, self.reward_scale)
+        per_step = q_regression_loss(taken, target, self.loss)
         valid = batch.valid[burn:]
         loss = (per_step * valid).sum() / valid.sum().clamp_min(1.0)
         return loss, (taken.detach() * valid).sum() / valid.sum().clamp_min(1.0)

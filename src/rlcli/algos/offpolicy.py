@@ -1,5 +1,5 @@
-"""Pieces shared by the off-policy algorithms: the gradient-step runner, target updates, action scaling,
-exploration noise."""
+"""Pieces shared by the off-policy algorithms: the gradient-step runner, the critics' TD loss and the soft
+target's next value, target updates, action scaling, exploration noise."""
 
 from __future__ import annotations
 
@@ -36,6 +36,21 @@ def run_gradient_steps(buffer: ReplayStorage, batch_size: int, steps: int,
         for name, value in metrics.items():
             logs.setdefault(name, []).append(value)
     return {name: torch.stack(values).mean() for name, values in logs.items()}
+
+
+def critics_td_loss(qs: torch.Tensor, target: torch.Tensor, weights: torch.Tensor,
+                    scale: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """An ensemble of critics' squared TD error toward one target (qs [N, B], target [B]): `scale` x the sum over
+    critics of the importance-weighted batch mean (SAC and CrossQ: 0.5, TD3: 1), and each transition's |TD error|
+    averaged over the critics (PER's priorities)."""
+    td = qs - target
+    return scale * (weights * td.square()).mean(-1).sum(), td.detach().abs().mean(0)
+
+
+def soft_next_value(next_qs: torch.Tensor, next_log_probs: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
+    """The soft value of the next state: the smallest critic's Q at a next action drawn from the policy, minus
+    alpha x its log-probability (SAC's clipped double-Q; CrossQ's)."""
+    return next_qs.min(0).values - alpha * next_log_probs
 
 
 @torch.no_grad()

@@ -33,10 +33,12 @@ from rlcli.algos.offpolicy import (
     TrainFreqUnit,
     check_offpolicy,
     collect_phase,
+    critics_td_loss,
     gradient_steps_now,
     polyak_update,
     resolve_gradient_steps,
     run_gradient_steps,
+    soft_next_value,
 )
 from rlcli.batches import SequenceBatch
 from rlcli.contracts import ActOutput, AlgoSpec, RecurrentState, ReplayStorage, RunClock, SequenceStorage
@@ -236,10 +238,9 @@ class SAC:
         """Clipped double-Q soft TD loss over all critics, and each transition's |TD error| (PER priorities)."""
         net = self.networks
         with torch.no_grad():
-            next_q = net.critics_target(batch.next_obs, next_actions).min(0).values - alpha * next_log_probs
+            next_q = soft_next_value(net.critics_target(batch.next_obs, next_actions), next_log_probs, alpha)
             target = self.reward_scale * batch.rewards + batch.discounts * next_q
-        td = net.critics(batch.obs, batch.actions) - target
-        return 0.5 * (batch.weights * td.square()).mean(-1).sum(), td.detach().abs().mean(0)
+        return critics_td_loss(net.critics(batch.obs, batch.actions), target, batch.weights, scale=0.5)
 
     def policy_q(self, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
         """The value the policy climbs: the smallest critic's Q."""
@@ -262,8 +263,8 @@ class SAC:
         actions, log_probs = squashed_gaussian(params)
         with torch.no_grad():
             target_features = [h[burn:] for h in net.critics_target.features(obs, starts, 0)]
-            next_q = net.critics_target.q([h[1:] for h in target_features], actions[1:]).min(0).values
-            next_q = next_q - alpha * log_probs[1:]
+            next_q = soft_next_value(net.critics_target.q([h[1:] for h in target_features], actions[1:]),
+                                     log_probs[1:], alpha)
             target = (self.reward_scale * batch.rewards[burn:]
                       + self.gamma * (1.0 - batch.terminated[burn:]) * next_q)
         features = net.critics.features(obs, starts, burn)

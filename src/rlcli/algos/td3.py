@@ -25,6 +25,7 @@ from rlcli.algos.offpolicy import (
     TrainFreqUnit,
     check_offpolicy,
     collect_phase,
+    critics_td_loss,
     gradient_steps_now,
     polyak_update,
     resolve_gradient_steps,
@@ -165,8 +166,8 @@ class TD3:
             next_q = net.critics_target(batch.next_obs, next_actions).min(0).values
             target = self.reward_scale * batch.rewards + batch.discounts * next_q
         qs = net.critics(batch.obs, batch.actions)
-        td = qs - target
-        return (batch.weights * td.square()).mean(-1).sum(), (td.detach().abs().mean(0), qs.detach().mean())
+        loss, priorities = critics_td_loss(qs, target, batch.weights)
+        return loss, (priorities, qs.detach().mean())
 
     def actor_loss(self, obs: torch.Tensor) -> torch.Tensor:
         """The deterministic policy gradient's loss: minus the first critic's Q at the policy's action."""

@@ -1,4 +1,5 @@
-"""Runs the policy in vector envs: `Collector.collect` fills a rollout, `evaluate` tests.
+"""Runs the policy in the training envs: `Collector.collect` fills a rollout or the replay (testing.py runs
+the test phases, env_faults.py words what a failing env did).
 
 Glossary (the words the trainer uses): an *env step* is one step of one sub-env; a *collect phase*
 is n_steps steps of the whole vector env; an *update* is what the algorithm does with a full
@@ -9,7 +10,6 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Protocol, cast
@@ -19,9 +19,9 @@ import torch
 from gymnasium.vector import VectorEnv
 
 from rlcli.actors.normalizer import RunningNorm
+from rlcli.collectors.env_faults import EnvError, check_env_output, env_name, raised
 from rlcli.contracts import (
     ActOutput,
-    Algorithm,
     Learner,
     MaskedPolicy,
     OffPolicyLearner,
@@ -45,50 +45,6 @@ class CollectStats:
     episode_steps: list[int] = field(default_factory=list)  # the step of the phase at which each one finished
     transitions: int = 0  # steps that stored a transition: all but the reset step that follows an episode's end
     scalars: dict[str, float] = field(default_factory=dict)  # the collector's own figures (collector/*), logged
-
-
-class CollectorError(RuntimeError):
-    """The collector cannot go on (collector=ray: a worker keeps dying): the trainer stops with this one line."""
-
-
-class EnvError(CollectorError):
-    """The env raised, or returned what training cannot use (a non-finite value, a wrong shape); the message
-    names the env step within the collect phase (`step`) and what happened."""
-
-    def __init__(self, message: str, step: int) -> None:
-        super().__init__(message)
-        self.step = step
-
-
-def env_name(envs: Any) -> str:
-    spec = getattr(envs, "spec", None)
-    return str(getattr(spec, "id", None) or type(envs).__name__)
-
-
-def raised(error: Exception) -> str:
-    """`raised RuntimeError: <the last line of its message>`."""
-    detail = str(error).strip().splitlines()
-    return f"raised {type(error).__name__}" + (f": {detail[-1]}" if detail else "")
-
-
-def check_env_output(obs: Any, rewards: np.ndarray, expected_shape: tuple[int, ...] | None, step: int) -> None:
-    """One line naming what is wrong with a step's output (cheap: a few numpy reductions per vector step)."""
-    if isinstance(obs, np.ndarray):
-        if expected_shape is not None and obs.shape != expected_shape:
-            raise EnvError(f"returned observations of shape {obs.shape}; its observation space says {expected_shape}",
-                           step)
-        if obs.dtype.kind == "f" and not np.isfinite(obs).all():
-            bad = np.flatnonzero(~np.isfinite(obs).reshape(len(obs), -1).all(axis=1))
-            raise EnvError(f"returned a non-finite observation (env {int(bad[0])}: "
-                           f"{obs[bad[0]].ravel()[:6].tolist()})", step)
-    elif isinstance(obs, dict):
-        for key, value in obs.items():
-            if isinstance(value, np.ndarray) and value.dtype.kind == "f" and not np.isfinite(value).all():
-                raise EnvError(f"returned a non-finite observation in {key!r}", step)
-    rewards = np.asarray(rewards)
-    if rewards.dtype.kind == "f" and not np.isfinite(rewards).all():
-        bad = int(np.flatnonzero(~np.isfinite(rewards))[0])
-        raise EnvError(f"returned a non-finite reward (env {bad}: {rewards[bad]})", step)
 
 
 class ExperienceCollector(Protocol):
@@ -121,16 +77,6 @@ class ExperienceCollector(Protocol):
         ...
 
     def close(self) -> None: ...
-
-
-@dataclass
-class TestStats:
-    returns: np.ndarray
-    lengths: np.ndarray
-
-    @property
-    def mean_return(self) -> float:
-        return float(self.returns.mean())
 
 
 class Collector:
@@ -309,52 +255,3 @@ class Collector:
         seconds["act"] += act_s
         seconds["env"] += env_s
         seconds["buffer"] += buffer_s
-
-
-FrameSink = Callable[[int, np.ndarray], None]
-
-
-def evaluate(envs: VectorEnv, algo: Algorithm, normalizer: RunningNorm, device: torch.device, seed: int,
-             obs_dtype: torch.dtype = torch.float32, carry_size: int = 0, deterministic: bool = True,
-             frames: FrameSink | None = None, masks: bool = False) -> TestStats:
-    """One episode in each test env with the (by default deterministic) policy and frozen normalization.
-    Env i is reset with seed `seed + i`. `frames(i, frame)` receives each env's rendered frames, from the
-    first observation to the last (the envs must render rgb_array). `masks`: the algorithm acts among the
-    valid actions that the envs' infos give (AlgoSpec.action_masks)."""
-    n = envs.num_envs
-    returns, lengths = np.zeros(n), np.zeros(n, dtype=np.int64)
-    finished = np.zeros(n, dtype=bool)
-    n_actions = mask_width(envs.single_action_space) if masks else 0
-    obs, infos = envs.reset(seed=seed)
-    if frames is not None:
-        _pass_frames(envs, finished, frames)
-    # one episode per env: a fresh carry at the first step, never reset after it
-    state = (RecurrentState(torch.zeros(n, carry_size, device=device), torch.ones(n, device=device))
-             if carry_size else None)
-    while not finished.all():
-        with torch.inference_mode():
-            x = normalizer(torch.as_tensor(obs, dtype=obs_dtype, device=device))
-            if masks:
-                mask = torch.as_tensor(masks_from_infos(infos, n, n_actions), device=device)
-                out = algo.act_masked(x, mask, deterministic=deterministic)  # type: ignore[attr-defined]
-            else:
-                out = algo.act(x, deterministic=deterministic, state=state)
-        if state is not None:
-            assert out.carry is not None
-            state = RecurrentState(out.carry, torch.zeros(n, device=device))
-        obs, _, _, _, infos = envs.step(algo.env_actions(out.actions).cpu().numpy())
-        if frames is not None:
-            _pass_frames(envs, finished, frames)
-        if "_episode" in infos:
-            first = infos["_episode"] & ~finished
-            returns[first] = infos["episode"]["r"][first]
-            lengths[first] = infos["episode"]["l"][first]
-            finished |= first
-    return TestStats(returns, lengths)
-
-
-def _pass_frames(envs: VectorEnv, finished: np.ndarray, frames: FrameSink) -> None:
-    rendered = envs.render()
-    assert rendered is not None, "evaluate(frames=...) needs envs made with render_mode='rgb_array'"
-    for i in np.flatnonzero(~finished):
-        frames(int(i), rendered[i])

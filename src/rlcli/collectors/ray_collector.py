@@ -40,7 +40,8 @@ import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from rlcli.collectors.local import CollectorError, CollectStats
+from rlcli.collectors.env_faults import CollectorError
+from rlcli.collectors.local import CollectStats
 from rlcli.collectors.ray_settings import RaySettings
 from rlcli.collectors.ray_worker import Fragment, RolloutWorker
 from rlcli.contracts import Learner, OnPolicyLearner

@@ -136,7 +136,7 @@ def parse(argv: list[str]) -> tuple[Path, dict[str, Any], list[str]]:
 def evaluate_checkpoint(loaded: Loaded, options: dict[str, Any], name: str) -> tuple[Result, list[Any]]:
     """Run `episodes` episodes (episode i from seed `seed + i`); with video=true the first round of envs
     renders, and the first `video_episodes` of its episodes are written to <run dir>/videos/."""
-    from rlcli.collectors.local import evaluate
+    from rlcli.collectors.testing import evaluate
     from rlcli.services import video
 
     agent, episodes = loaded.agent, options["episodes"]

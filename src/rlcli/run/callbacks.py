@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from omegaconf import DictConfig
 
-    from rlcli.collectors.local import CollectStats, TestStats
+    from rlcli.collectors.local import CollectStats
+    from rlcli.collectors.testing import TestStats
     from rlcli.run.state import TrainState
 
 # What an after_* method returns: None/False to go on, True or a reason ("pruned", "plateau") to stop cleanly.

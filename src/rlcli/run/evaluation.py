@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rlcli.collectors.local import TestStats, evaluate
+from rlcli.collectors.testing import TestStats, evaluate
 from rlcli.run.build import Components
 from rlcli.run.state import TrainState, save_best
 from rlcli.services.log import RunLogger, fmt_return

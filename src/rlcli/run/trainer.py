@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, NamedTuple, NoReturn
 
-from rlcli.collectors.local import CollectorError, CollectStats, EnvError
+from rlcli.collectors.env_faults import CollectorError, EnvError
+from rlcli.collectors.local import CollectStats
 from rlcli.contracts import Learner, OnPolicyLearner, RunClock
 from rlcli.envs import library_noise
 from rlcli.run import lock as run_lock

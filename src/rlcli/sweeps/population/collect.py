@@ -11,7 +11,8 @@ from typing import cast
 
 import torch
 
-from rlcli.collectors.local import Collector, CollectorError, CollectStats
+from rlcli.collectors.env_faults import CollectorError
+from rlcli.collectors.local import Collector, CollectStats
 from rlcli.sweeps.population.kinds import Population
 from rlcli.sweeps.population.members import Member
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import time
 
-from rlcli.collectors.local import CollectorError, CollectStats
+from rlcli.collectors.env_faults import CollectorError
+from rlcli.collectors.local import CollectStats
 from rlcli.run.divergence import Diverged
 from rlcli.run.stop import RunFailed, StoppedBySignal, StopSignals
 from rlcli.sweeps.population.collect import collect_together
