@@ -52,6 +52,8 @@ ROWS: dict[str, dict[str, Any]] = {
                     "rlcli": ["algo=ppo", "env=CartPole-v1", "compile=true"]},
     "dqn_compile": {"env": "CartPole-v1", "steps": 50_000, "floor": False, "sb3": "dqn",
                     "rlcli": ["algo=dqn", "env=CartPole-v1", "compile=true"]},
+    "qrdqn_compile": {"env": "CartPole-v1", "steps": 50_000, "floor": False, "sb3": "qrdqn",
+                      "rlcli": ["algo=qrdqn", "env=CartPole-v1", "compile=true"]},
     # train.vector_mode=envpool (EnvPool's C++ envs; pip install -e '.[envpool]') against the same SB3 run
     "ppo_envpool": {"env": "CartPole-v1", "steps": 100_000, "floor": False, "sb3": "ppo",
                     "rlcli": ["algo=ppo", "env=CartPole-v1", "train.vector_mode=envpool"]},

@@ -41,26 +41,29 @@ def test_compiled_update_matches_eager_after_2k_steps(tmp_path):
 def test_compile_refuses_what_it_does_not_cover_in_one_line():
     from rlcli.registry import ConfigError
 
-    for args, expected in ((["algo=a2c"], "compile=true is not implemented for algo=a2c yet; it is for: dqn, ppo"),
+    able = "compile=true is not implemented for algo=a2c yet; it is for: c51, dqn, ppo, qrdqn"
+    for args, expected in ((["algo=a2c"], able),
                            (["algo=ppo", "algo.kl_coef=0.1"], "does not cover the KL penalty"),
                            (["algo=ppo", "actor=lstm", "env=CartPoleNoVel-v1"], "does not cover a recurrent actor")):
         with pytest.raises(ConfigError, match=expected):
             prepare(compose_config([*args, "compile=true"]))
 
 
-DQN_ARGS = ["algo=dqn", "env=CartPole-v1", "train.total_steps=2048", "algo.learning_starts=512",
+DQN_ARGS = ["env=CartPole-v1", "train.total_steps=2048", "algo.learning_starts=512",
             "train.test_every=1024", "train.test_episodes=2", "log.console=false", "log.tensorboard=false",
             "deterministic=true"]
 
 
 @pytest.mark.slow
-def test_compiled_dqn_update_matches_eager_after_2k_steps(tmp_path):
+@pytest.mark.parametrize("algo", ["dqn", "qrdqn", "c51"])
+def test_compiled_dqn_update_matches_eager_after_2k_steps(algo, tmp_path):
     """The target network is read, not trained: only the optimizer's parameters go through the compiled step.
-    896 Adam steps at lr 2.3e-3 let float reordering grow to ~1e-4 (measured: 9.8e-5 on the first layer); the
-    tolerance, 1e-3, is under half of one Adam step, while a wrong clip or bias correction moves weights by many."""
+    QR-DQN and C51 compile through DQN's step over their own transition_loss. DQN's 896 Adam steps at lr 2.3e-3
+    let float reordering grow to ~1e-4 (measured: 9.8e-5 on the first layer); the tolerance, 1e-3, is under half
+    of one Adam step, while a wrong clip or bias correction moves weights by many."""
     algos = []
     for compiled in (False, True):
-        components, state = prepare(compose_config([*DQN_ARGS, f"compile={str(compiled).lower()}"]))
+        components, state = prepare(compose_config([f"algo={algo}", *DQN_ARGS, f"compile={str(compiled).lower()}"]))
         Trainer(components, tmp_path / str(compiled), state).run()
         algos.append(components.algo)
     eager, compiled = algos

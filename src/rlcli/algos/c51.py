@@ -28,7 +28,8 @@ def categorical_projection(probs: torch.Tensor, targets: torch.Tensor, atoms: to
     return (probs.unsqueeze(-1) * weights).sum(-2)
 
 
-@ALGOS.register("c51", spec=AlgoSpec(on_policy=False, action_spaces=("Discrete",), networks=("mlp", "cnn")))
+@ALGOS.register("c51", spec=AlgoSpec(on_policy=False, action_spaces=("Discrete",), networks=("mlp", "cnn"),
+                                     compiles=True))
 class C51(DQN):
     def __init__(self, recipe: NetworkRecipe, action_space: gym.spaces.Space, num_envs: int,
                  n_atoms: int = 51, v_min: float = -10.0, v_max: float = 10.0, lr: float = 2.5e-4,
