@@ -22,7 +22,9 @@ def print_version(program: str, args: list[str] | None = None) -> bool:
     try:
         installed = version("rlcli")
     except PackageNotFoundError:
-        from rlcli import __version__ as installed
+        # a source checkout on PYTHONPATH: the package's own number (rlcli/__init__.py is loaded before any of
+        # its modules, so this reads it without an import from this layer up to the package's face)
+        installed = sys.modules["rlcli"].__version__
     print(f"{program} (rlcli) {installed}")
     return True
 
@@ -107,6 +109,8 @@ def evaluate() -> None:
 
 def report() -> None:
     """`rl-report`."""
+    if print_version("rl-report"):
+        return
     from rlcli.entry.rl_report import main
 
     try:

@@ -242,11 +242,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("paths", nargs="+", type=Path, help="a multirun directory, a runs/ tree, or run directories")
     parser.add_argument("--plot", type=Path, metavar="PNG", help="write learning curves (mean and 95%% CI per config)")
     parser.add_argument("--csv", type=Path, metavar="CSV", help="write the table as CSV")
+    # listed for --help; the console script (entry/cli.py: report) answers it before this parser runs
     parser.add_argument("--version", "-V", action="store_true", help="print rlcli's version and exit")
-    from rlcli.entry.cli import print_version
-
-    if print_version("rl-report", argv):
-        return
     args = parser.parse_args(argv)
     missing = [str(p) for p in args.paths if not p.exists()]
     if missing:
