@@ -48,18 +48,24 @@ class C51(DQN):
     def outputs_per_action(self) -> int:
         return self.n_atoms
 
+    def atoms_on(self, device: torch.device) -> torch.Tensor:
+        """The atoms on the networks' device, moved there once (not copied at every call on a GPU)."""
+        if self.atoms.device != device:
+            self.atoms = self.atoms.to(device)
+        return self.atoms
+
     def log_probs(self, obs: torch.Tensor, target: bool = False) -> torch.Tensor:
         """[B, actions, atoms] log-probabilities of the online (or target) network."""
         out = (self.networks.q_target if target else self.networks.q)(obs)
         return out.view(out.shape[0], self.n_actions, self.n_atoms).log_softmax(-1)
 
     def q_values(self, obs: torch.Tensor, target: bool = False) -> torch.Tensor:
-        return (self.log_probs(obs, target).exp() * self.atoms.to(obs.device)).sum(-1)
+        return (self.log_probs(obs, target).exp() * self.atoms_on(obs.device)).sum(-1)
 
     def transition_loss(self, batch: Any) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
         """Cross-entropy to the projected target distribution; each transition's cross-entropy is its PER
         priority (as Rainbow's), and the mean Q of the actions taken is logged."""
-        atoms = self.atoms.to(batch.obs.device)
+        atoms = self.atoms_on(batch.obs.device)
         rows = torch.arange(batch.obs.shape[0], device=batch.obs.device)
         with torch.no_grad():
             next_probs = self.log_probs(batch.next_obs, target=True).exp()
