@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Literal
 
 import torch
 
@@ -16,7 +16,6 @@ from rlcli.algos.base import (
     UpdatePlan,
     adam,
     check_common,
-    clipped_env_actions,
     explained_variance,
     finish_with_gae,
     param_groups,
@@ -97,16 +96,3 @@ class A2C(OneStepUpdate):
 
     def population_refusal(self) -> str | None:
         return refuse_in_population(self.networks, self.policy_addons, self.noise_resampling.noise is not None)
-
-    def optimizers(self) -> list[torch.optim.Optimizer]:
-        return [self.optimizer]
-
-    def env_actions(self, actions: torch.Tensor) -> torch.Tensor:
-        return clipped_env_actions(self.networks, actions)
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"networks": self.networks.state_dict(), "optimizer": self.optimizer.state_dict()}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.networks.load_state_dict(state["networks"])
-        self.optimizer.load_state_dict(state["optimizer"])

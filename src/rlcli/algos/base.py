@@ -156,7 +156,8 @@ def refuse_in_population(networks: Any, addons: Sequence[Any], use_sde: bool) ->
 
 class OneStepUpdate:
     """The update of A2C and PG: one gradient step on the whole rollout, given in the parts a batched
-    population calls (sweeps/population/onpolicy.py); the algorithm supplies `minibatch_loss` and `end_update`."""
+    population calls (sweeps/population/onpolicy.py), with their one optimizer's checkpoint state; the algorithm
+    supplies `minibatch_loss` and `end_update`."""
 
     networks: Any
     optimizer: Any
@@ -186,3 +187,16 @@ class OneStepUpdate:
 
     def end_update(self, plan: UpdatePlan, metrics: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         raise NotImplementedError
+
+    def optimizers(self) -> list[torch.optim.Optimizer]:
+        return [self.optimizer]
+
+    def env_actions(self, actions: torch.Tensor) -> torch.Tensor:
+        return clipped_env_actions(self.networks, actions)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"networks": self.networks.state_dict(), "optimizer": self.optimizer.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.networks.load_state_dict(state["networks"])
+        self.optimizer.load_state_dict(state["optimizer"])

@@ -9,7 +9,6 @@ so give it rollouts longer than the episodes (n_steps x num_envs) or keep the ba
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import torch
 
@@ -21,7 +20,6 @@ from rlcli.algos.base import (
     UpdatePlan,
     adam,
     check_common,
-    clipped_env_actions,
     explained_variance,
     finish_with_gae,
     param_groups,
@@ -107,16 +105,3 @@ class PolicyGradient(OneStepUpdate):
 
     def population_refusal(self) -> str | None:
         return refuse_in_population(self.networks, self.policy_addons, use_sde=False)
-
-    def optimizers(self) -> list[torch.optim.Optimizer]:
-        return [self.optimizer]
-
-    def env_actions(self, actions: torch.Tensor) -> torch.Tensor:
-        return clipped_env_actions(self.networks, actions)
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"networks": self.networks.state_dict(), "optimizer": self.optimizer.state_dict()}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.networks.load_state_dict(state["networks"])
-        self.optimizer.load_state_dict(state["optimizer"])
