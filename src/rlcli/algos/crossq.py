@@ -30,8 +30,8 @@ from rlcli.algos.entropy import (
     check_entropy_settings,
     initial_log_alpha,
 )
-from rlcli.algos.exploration import uniform_box_actions
 from rlcli.algos.offpolicy import (
+    BoxActorCritic,
     BoxScaler,
     StepOutput,
     TrainFreqUnit,
@@ -89,7 +89,7 @@ class CrossQNetworks(nn.Module):
 
 
 @ALGOS.register("crossq", spec=AlgoSpec(on_policy=False, action_spaces=("Box",), networks=("mlp",)))
-class CrossQ:
+class CrossQ(BoxActorCritic):
     ent_coef = FixedEntropyCoefficient()  # algo.schedules.ent_coef, with a fixed algo.ent_coef
 
     def __init__(
@@ -166,15 +166,6 @@ class CrossQ:
         self.noise_resampling.before_act(obs.shape[0], deterministic)
         actions, log_probs = self.networks.sample(obs, deterministic)  # eval mode: running stats
         return ActOutput(actions, log_probs, torch.zeros_like(log_probs))
-
-    def random_actions(self, n: int) -> torch.Tensor:
-        return uniform_box_actions(n, self.action_dim)
-
-    def optimizers(self) -> list[torch.optim.Optimizer]:
-        return [self.policy_optimizer, self.critic_optimizer]
-
-    def env_actions(self, actions: torch.Tensor) -> torch.Tensor:
-        return self.scaler.to_env(actions)
 
     def critic_loss(self, batch: Any, alpha: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The joint pass: Q on [(s, a); (s', a')] in one training-mode batch, the s' half (detached,

@@ -11,6 +11,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from rlcli.algos.exploration import uniform_box_actions
 from rlcli.contracts import ReplayStorage, RunClock
 from rlcli.registry import ConfigError, require
 from rlcli.services.runtime import DeviceConstants
@@ -75,6 +76,26 @@ class BoxScaler:
     def to_env(self, actions: torch.Tensor) -> torch.Tensor:
         low, high = self.bounds.on(actions.device)
         return low + (actions.detach().clamp(-1.0, 1.0) + 1.0) * 0.5 * (high - low)
+
+
+class BoxActorCritic:
+    """What SAC, TD3 and CrossQ share around their losses: uniform warm-up actions in the unit box, their two
+    optimizers (policy and critics; SAC's temperature has its own, checkpointed with it), and the unit box
+    scaled to the env's bounds."""
+
+    action_dim: int
+    policy_optimizer: torch.optim.Optimizer
+    critic_optimizer: torch.optim.Optimizer
+    scaler: BoxScaler
+
+    def random_actions(self, n: int) -> torch.Tensor:
+        return uniform_box_actions(n, self.action_dim)
+
+    def optimizers(self) -> list[torch.optim.Optimizer]:
+        return [self.policy_optimizer, self.critic_optimizer]
+
+    def env_actions(self, actions: torch.Tensor) -> torch.Tensor:
+        return self.scaler.to_env(actions)
 
 
 class ExplorationNoise:

@@ -26,8 +26,8 @@ from rlcli.algos.entropy import (
     check_entropy_settings,
     initial_log_alpha,
 )
-from rlcli.algos.exploration import uniform_box_actions
 from rlcli.algos.offpolicy import (
+    BoxActorCritic,
     BoxScaler,
     StepOutput,
     TrainFreqUnit,
@@ -81,7 +81,7 @@ class RecurrentSACNetworks(nn.Module):
 
 
 @ALGOS.register("sac", spec=AlgoSpec(on_policy=False, action_spaces=("Box",)))
-class SAC:
+class SAC(BoxActorCritic):
     ent_coef = FixedEntropyCoefficient()  # algo.schedules.ent_coef, with a fixed algo.ent_coef
 
     def __init__(
@@ -180,15 +180,6 @@ class SAC:
         if self.episodes_per_collect:
             return "algo.train_freq_unit=episode"
         return None
-
-    def random_actions(self, n: int) -> torch.Tensor:
-        return uniform_box_actions(n, self.action_dim)
-
-    def optimizers(self) -> list[torch.optim.Optimizer]:
-        return [self.policy_optimizer, self.critic_optimizer]
-
-    def env_actions(self, actions: torch.Tensor) -> torch.Tensor:
-        return self.scaler.to_env(actions)
 
     def update(self, buffer: ReplayStorage | SequenceStorage, clock: RunClock) -> dict[str, torch.Tensor]:
         if len(buffer) == 0:  # n-step storage holds nothing yet (learning_starts=0, train_freq < n_step)

@@ -16,8 +16,8 @@ from torch import nn
 
 from rlcli.actors.offpolicy import Critics, DeterministicPolicy, NetworkRecipe
 from rlcli.algos.base import adam, frozen, gradient_step
-from rlcli.algos.exploration import uniform_box_actions
 from rlcli.algos.offpolicy import (
+    BoxActorCritic,
     BoxScaler,
     ExplorationNoise,
     NoiseKind,
@@ -50,7 +50,7 @@ class TD3Networks(nn.Module):
 
 
 @ALGOS.register("td3", spec=SPEC)
-class TD3:
+class TD3(BoxActorCritic):
     def __init__(
         self,
         recipe: NetworkRecipe,
@@ -119,15 +119,6 @@ class TD3:
     def population_refusal(self) -> str | None:
         """What keeps this member out of a batched population (sweeps/population/twin_delayed.py), or None."""
         return "algo.train_freq_unit=episode" if self.episodes_per_collect else None
-
-    def random_actions(self, n: int) -> torch.Tensor:
-        return uniform_box_actions(n, self.action_dim)
-
-    def optimizers(self) -> list[torch.optim.Optimizer]:
-        return [self.policy_optimizer, self.critic_optimizer]
-
-    def env_actions(self, actions: torch.Tensor) -> torch.Tensor:
-        return self.scaler.to_env(actions)
 
     def update(self, buffer: ReplayStorage | SequenceStorage, clock: RunClock) -> dict[str, torch.Tensor]:
         if len(buffer) == 0:  # n-step storage holds nothing yet (learning_starts=0, train_freq < n_step)
