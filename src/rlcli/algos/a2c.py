@@ -19,7 +19,6 @@ from rlcli.algos.base import (
     explained_variance,
     finish_with_gae,
     param_groups,
-    refuse_in_population,
 )
 from rlcli.algos.losses import policy_gradient_terms, squared_value_loss
 from rlcli.batches import RolloutBatch
@@ -28,7 +27,7 @@ from rlcli.registry import ALGOS
 from rlcli.schedules import to_zero
 
 
-@ALGOS.register("a2c", spec=AlgoSpec(on_policy=True, action_spaces=ON_POLICY_ACTIONS))
+@ALGOS.register("a2c", spec=AlgoSpec(on_policy=True, compiles=True, action_spaces=ON_POLICY_ACTIONS))
 class A2C(OneStepUpdate):
     def __init__(
         self,
@@ -94,5 +93,5 @@ class A2C(OneStepUpdate):
         """`act`'s draw from the policy head's parameters and the values a population computed for all members."""
         return self.networks.sampled(params, values)
 
-    def population_refusal(self) -> str | None:
-        return refuse_in_population(self.networks, self.policy_addons, self.noise_resampling.noise is not None)
+    def uses_sde(self) -> bool:
+        return self.noise_resampling.noise is not None

@@ -161,16 +161,41 @@ class OneStepUpdate:
 
     networks: Any
     optimizer: Any
+    policy_addons: list[Any]
     lr_scale: float
     ent_coef: float
     vf_coef: float
     max_grad_norm: float | None
+    _compiled: Any = None  # compile=true: a CompiledStep over minibatch_loss
+
+    def uses_sde(self) -> bool:
+        return False
+
+    def enable_compile(self) -> None:
+        """compile=true: the one gradient step (MLP or CNN actor, no add-ons or gSDE) as one compiled graph."""
+        from rlcli.algos.compiled import CompiledStep
+        from rlcli.registry import ConfigError
+
+        refusal = refuse_in_population(self.networks, self.policy_addons, self.uses_sde())
+        if refusal is not None:
+            raise ConfigError(f"compile=true does not cover {refusal} yet; drop compile=true (eager is the default)")
+        self._compiled = CompiledStep(self.networks, self.optimizer, self.minibatch_loss, self.max_grad_norm)
 
     def update(self, buffer: Any, clock: Any) -> dict[str, torch.Tensor]:
         plan = self.begin_update(buffer)
-        loss, stats = self.minibatch_loss(plan.batch, **self.loss_terms(plan))
+        terms = self.loss_terms(plan)
+        if self._compiled is not None:
+            # the coefficients go in as tensors, so that a scheduled value is not a new graph
+            _, stats = self._compiled(plan.batch, *(torch.tensor(v) for v in terms.values()))
+            return self.end_update(plan, stats)
+        loss, stats = self.minibatch_loss(plan.batch, **terms)
         gradient_step(self.optimizer, loss, self.networks.parameters(), self.max_grad_norm)
         return self.end_update(plan, stats)
+
+    def population_refusal(self) -> str | None:
+        if self._compiled is not None:
+            return "compile=true"
+        return refuse_in_population(self.networks, self.policy_addons, self.uses_sde())
 
     def begin_update(self, buffer: Any) -> UpdatePlan:
         return UpdatePlan(set_lr(self.optimizer, self.lr_scale), None, buffer.flat())

@@ -1,11 +1,12 @@
-"""`compile=true`: a whole minibatch update (loss, gradients, grad-norm clip and Adam) as one compiled graph.
+"""`compile=true`: a whole gradient step (loss, gradients, grad-norm clip and the optimizer) as one compiled graph.
 
 Compiling only the loss gains nothing on small networks: the time goes to autograd's backward, the clip
-and the optimizer's Python. So the step is written as a pure function of the parameters, the Adam state
-and the batch (`torch.func.grad_and_value` over `functional_call`, torch's Adam formula by hand) and
-compiled whole with torch.compile. The parameters and the optimizer's state stay where they are (the
-networks, FusedAdam's state): each step reads them and copies the results back, so checkpoints,
-resume and the eager path are unchanged.
+and the optimizer's Python. So the step is written as a pure function of the parameters, the optimizer's
+state and the batch (`torch.func.grad_and_value` over `functional_call`, the optimizer's formula by hand:
+Adam, or A2C's RMSprop) and compiled whole with torch.compile. The parameters and the optimizer's state
+stay where they are (the networks, the optimizer's own state, in torch.optim's layout): each step reads
+them and copies the results back, so checkpoints, resume and the eager path are unchanged. An algorithm
+with several optimizers (SAC's critics and policy) compiles one step per optimizer.
 
 Inductor's caches go to `$XDG_CACHE_HOME/rlcli/torchinductor` (`~/.cache/...`) unless
 TORCHINDUCTOR_CACHE_DIR is set: the second run with the same shapes (another seed, a sweep's next job)
@@ -27,12 +28,23 @@ from torch import nn
 
 def cache_dir() -> Path:
     """Where torch.compile's on-disk caches live for rlcli runs (set before the first compile)."""
-    if os.environ.get("TORCHINDUCTOR_CACHE_DIR"):
-        return Path(os.environ["TORCHINDUCTOR_CACHE_DIR"])
+    chosen = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    if chosen and not _is_torch_default(chosen):  # the user's choice (torch writes its own default in here too)
+        return Path(chosen)
     base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
     path = base / "rlcli" / "torchinductor"
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(path)
     return path
+
+
+def _is_torch_default(path: str) -> bool:
+    """torch's inductor sets TORCHINDUCTOR_CACHE_DIR to its per-user temp folder whenever it first asks for a
+    cache (building torch.optim.RMSprop does): that is not a user's choice."""
+    try:
+        from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+    except ImportError:  # another torch's layout: take the variable as the user's
+        return False
+    return os.path.abspath(path) == os.path.abspath(default_cache_dir())
 
 
 class _Loss(nn.Module):
@@ -47,20 +59,94 @@ class _Loss(nn.Module):
         return self._loss(*args)
 
 
-class CompiledAdamStep:
-    """One optimizer step of `loss(*args) -> (loss, aux)` over the parameters of `networks` that `optimizer`
-    trains (the others, such as a target network's, are read as they are), compiled whole.
+class _AdamRule:
+    """torch's Adam (FusedAdam's state: step, exp_avg, exp_avg_sq), by hand."""
 
-    Numerically the same update as zero_grad -> backward -> clip_grad_norm_ -> FusedAdam.step, up to
-    floating-point reordering (the test compares runs within a stated tolerance)."""
+    slots = ("exp_avg", "exp_avg_sq")
+
+    def __init__(self, optimizer: Any) -> None:
+        group = optimizer.param_groups[0]  # betas and eps are the same in every group rlcli makes
+        self.hyper = torch.tensor([*group["betas"], group["eps"]], dtype=torch.float32)
+        self.optimizer = optimizer
+
+    def state(self, p: torch.Tensor) -> dict[str, torch.Tensor]:
+        state: dict[str, torch.Tensor] = self.optimizer._state(p)
+        return state
+
+    @staticmethod
+    def apply(params: list[torch.Tensor], grads: list[torch.Tensor], slots: list[list[torch.Tensor]],
+              step: torch.Tensor, lrs: list[torch.Tensor], hyper: torch.Tensor) -> tuple[list[Any], list[Any]]:
+        beta1, beta2, eps = hyper[0], hyper[1], hyper[2]
+        new_step = step + 1
+        bias1 = 1 - beta1 ** new_step
+        bias2_sqrt = torch.sqrt(1 - beta2 ** new_step)
+        new_params, new_m, new_v = [], [], []
+        for p, g, m, v, lr in zip(params, grads, slots[0], slots[1], lrs, strict=True):
+            m = torch.lerp(m, g, 1 - beta1)
+            v = v * beta2 + (1 - beta2) * g * g
+            new_params.append(p - (lr / bias1) * m / (v.sqrt() / bias2_sqrt + eps))
+            new_m.append(m)
+            new_v.append(v)
+        return new_params, [new_m, new_v]
+
+
+class _RMSpropRule:
+    """torch.optim.RMSprop without momentum or centering (A2C's, SB3's TF-like settings), by hand."""
+
+    slots = ("square_avg",)
+
+    def __init__(self, optimizer: torch.optim.RMSprop) -> None:
+        from rlcli.registry import ConfigError
+
+        group = optimizer.param_groups[0]
+        if group["momentum"] or group["centered"] or group["weight_decay"] or group["maximize"]:
+            raise ConfigError("compile=true covers RMSprop without momentum, centering or weight decay only")
+        self.hyper = torch.tensor([group["alpha"], group["eps"]], dtype=torch.float32)
+        self.optimizer = optimizer
+
+    def state(self, p: torch.Tensor) -> dict[str, torch.Tensor]:
+        state = self.optimizer.state[p]
+        if not state:  # as RMSprop's own first step makes it, so that the eager path and checkpoints agree
+            state["step"] = torch.zeros((), dtype=torch.float32)
+            state["square_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+        return state
+
+    @staticmethod
+    def apply(params: list[torch.Tensor], grads: list[torch.Tensor], slots: list[list[torch.Tensor]],
+              step: torch.Tensor, lrs: list[torch.Tensor], hyper: torch.Tensor) -> tuple[list[Any], list[Any]]:
+        alpha, eps = hyper[0], hyper[1]
+        new_params, new_avg = [], []
+        for p, g, avg, lr in zip(params, grads, slots[0], lrs, strict=True):
+            avg = avg * alpha + (1 - alpha) * g * g
+            new_params.append(p - lr * g / (avg.sqrt() + eps))
+            new_avg.append(avg)
+        return new_params, [new_avg]
+
+
+def _rule_for(optimizer: Any) -> _AdamRule | _RMSpropRule:
+    from rlcli.algos.optim import FusedAdam
+    from rlcli.registry import ConfigError
+
+    if isinstance(optimizer, FusedAdam):
+        return _AdamRule(optimizer)
+    if isinstance(optimizer, torch.optim.RMSprop):
+        return _RMSpropRule(optimizer)
+    # the step reads and writes FusedAdam's (or RMSprop's) state layout
+    raise ConfigError("compile=true needs torch's fused Adam kernel, which this torch build lacks")
+
+
+class CompiledStep:
+    """One optimizer step of `loss(*args) -> (loss, aux)` over the parameters of `networks` that `optimizer`
+    trains (the others, such as a target network's or, for a policy's step, the critics', are read as they
+    are), compiled whole.
+
+    Numerically the same update as zero_grad -> backward -> clip_grad_norm_ -> optimizer.step, up to
+    floating-point reordering (the tests compare runs within a stated tolerance). Randomness belongs
+    outside: a loss that samples takes its noise as an argument, drawn eagerly from the run's stream."""
 
     def __init__(self, networks: nn.Module, optimizer: Any, loss: Callable[..., Any],
                  max_grad_norm: float | None) -> None:
-        from rlcli.algos.optim import FusedAdam
-        from rlcli.registry import ConfigError
-
-        if not isinstance(optimizer, FusedAdam):  # the step reads and writes FusedAdam's state layout
-            raise ConfigError("compile=true needs torch's fused Adam kernel, which this torch build lacks")
+        self.rule = _rule_for(optimizer)
         cache_dir()
         self.module = _Loss(networks, loss)
         self.optimizer = optimizer
@@ -72,58 +158,41 @@ class CompiledAdamStep:
         self.params = [p for _, p in trained]
         self.group = [group_of[id(p)] for p in self.params]
         self.max_grad_norm = max_grad_norm
-        group0 = optimizer.param_groups[0]  # betas and eps are the same in every group rlcli makes
-        self.betas = torch.tensor(group0["betas"], dtype=torch.float32)
-        self.eps = torch.tensor(group0["eps"], dtype=torch.float32)
         self._step = torch.compile(self._pure_step, dynamic=False)
         self.compile_seconds: float | None = None  # the first call: tracing and compiling (or loading the cache)
 
-    def _pure_step(self, params: list[torch.Tensor], exp_avg: list[torch.Tensor], exp_avg_sq: list[torch.Tensor],
-                   step: torch.Tensor, lrs: torch.Tensor, betas: torch.Tensor, eps: torch.Tensor,
-                   args: tuple[Any, ...]) -> tuple[Any, ...]:
+    def _pure_step(self, params: list[torch.Tensor], slots: list[list[torch.Tensor]], step: torch.Tensor,
+                   lrs: torch.Tensor, hyper: torch.Tensor, args: tuple[Any, ...]) -> tuple[Any, ...]:
         def loss_of(flat: list[torch.Tensor]) -> tuple[torch.Tensor, Any]:
             loss, aux = torch.func.functional_call(self.module, dict(zip(self.names, flat, strict=True)), args,
                                                    strict=False)
             return loss, aux
 
-        grads, (loss, stats) = torch.func.grad_and_value(loss_of, has_aux=True)(params)
+        grads, (loss, aux) = torch.func.grad_and_value(loss_of, has_aux=True)(params)
         if self.max_grad_norm is not None:  # clip_grad_norm_'s formula
             total = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))
             coef = torch.clamp(self.max_grad_norm / (total + 1e-6), max=1.0)
             grads = [g * coef for g in grads]
-        beta1, beta2 = betas[0], betas[1]
-        new_step = step + 1
-        bias1 = 1 - beta1 ** new_step
-        bias2_sqrt = torch.sqrt(1 - beta2 ** new_step)
-        new_params, new_m, new_v = [], [], []
-        for i, (p, g, m, v) in enumerate(zip(params, grads, exp_avg, exp_avg_sq, strict=True)):
-            m = torch.lerp(m, g, 1 - beta1)
-            v = v * beta2 + (1 - beta2) * g * g
-            lr = lrs[self.group[i]]
-            new_params.append(p - (lr / bias1) * m / (v.sqrt() / bias2_sqrt + eps))
-            new_m.append(m)
-            new_v.append(v)
-        return new_params, new_m, new_v, loss.detach(), stats
+        new_params, new_slots = self.rule.apply(params, grads, slots, step, [lrs[g] for g in self.group], hyper)
+        return new_params, new_slots, loss.detach(), aux
 
     def __call__(self, *args: Any) -> tuple[torch.Tensor, Any]:
-        opt = self.optimizer
-        states = [opt._state(p) for p in self.params]
-        lrs = torch.tensor([g["lr"] for g in opt.param_groups], dtype=torch.float32)  # schedules change them
-        step = states[0]["step"]
+        states = [self.rule.state(p) for p in self.params]
+        slots = [[s[name] for s in states] for name in self.rule.slots]
+        lrs = torch.tensor([g["lr"] for g in self.optimizer.param_groups], dtype=torch.float32)  # schedules move them
         first = self.compile_seconds is None
         started = time.perf_counter()
         with torch.no_grad():
             params = [p.detach() for p in self.params]
-            new_params, new_m, new_v, loss, stats = self._step(
-                params, [s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states], step, lrs, self.betas,
-                self.eps, args)
+            new_params, new_slots, loss, aux = self._step(params, slots, states[0]["step"], lrs, self.rule.hyper,
+                                                          args)
             torch._foreach_copy_(self.params, new_params)
-            torch._foreach_copy_([s["exp_avg"] for s in states], new_m)
-            torch._foreach_copy_([s["exp_avg_sq"] for s in states], new_v)
+            for old, new in zip(slots, new_slots, strict=True):
+                torch._foreach_copy_(old, new)
             torch._foreach_add_([s["step"] for s in states], 1)
         if first:
             self.compile_seconds = time.perf_counter() - started
             logging.getLogger("rlcli").info(
                 "compile: the first compiled update took %.1f s (tracing, and compiling or loading from the cache %s)",
                 self.compile_seconds, cache_dir())
-        return loss, stats
+        return loss, aux

@@ -123,16 +123,16 @@ class DQN:
         self.gradient_updates = 0
         self.last_target_update = 0  # env steps at the last target update
         self.schedulable: tuple[str, ...] = ("epsilon", "gamma", "tau", "max_grad_norm", "reward_scale")
-        self._compiled: Any = None  # compile=true: CompiledAdamStep over transition_loss
+        self._compiled: Any = None  # compile=true: CompiledStep over transition_loss
 
     def enable_compile(self) -> None:
         """compile=true: the transition loss, its gradients, the clip and Adam as one graph (not R2D2 sequences)."""
-        from rlcli.algos.compiled import CompiledAdamStep
+        from rlcli.algos.compiled import CompiledStep
 
         if self.recurrent:
             raise ConfigError("compile=true does not cover recurrent Q-networks (actor=gru/lstm) yet; "
                               "drop compile=true")
-        self._compiled = CompiledAdamStep(self.networks, self.optimizer, self.transition_loss, self.max_grad_norm)
+        self._compiled = CompiledStep(self.networks, self.optimizer, self.transition_loss, self.max_grad_norm)
 
     def outputs_per_action(self) -> int:
         """What the Q-network predicts per action: one value (QR-DQN: its quantiles)."""

@@ -23,7 +23,6 @@ from rlcli.algos.base import (
     explained_variance,
     finish_with_gae,
     param_groups,
-    refuse_in_population,
 )
 from rlcli.algos.losses import policy_gradient_terms, squared_value_loss
 from rlcli.batches import RolloutBatch
@@ -32,7 +31,7 @@ from rlcli.registry import ALGOS
 from rlcli.schedules import to_zero
 
 
-@ALGOS.register("pg", spec=AlgoSpec(on_policy=True, action_spaces=ON_POLICY_ACTIONS))
+@ALGOS.register("pg", spec=AlgoSpec(on_policy=True, compiles=True, action_spaces=ON_POLICY_ACTIONS))
 class PolicyGradient(OneStepUpdate):
     def __init__(
         self,
@@ -102,6 +101,3 @@ class PolicyGradient(OneStepUpdate):
         """`act`'s draw from the policy head's parameters and the values a population computed for all members."""
         out = self.networks.sampled(params, values)
         return out if self.baseline else out._replace(values=torch.zeros_like(out.values))
-
-    def population_refusal(self) -> str | None:
-        return refuse_in_population(self.networks, self.policy_addons, use_sde=False)

@@ -28,7 +28,7 @@ from rlcli.algos.base import (
     refuse_in_population,
     set_lr,
 )
-from rlcli.algos.compiled import CompiledAdamStep
+from rlcli.algos.compiled import CompiledStep
 from rlcli.algos.exploration import minibatches
 from rlcli.algos.losses import clipped_surrogate_loss, squared_value_loss
 from rlcli.batches import RolloutBatch
@@ -104,7 +104,7 @@ class PPO:
         self.kl_coef, self.kl_target = kl_coef, kl_target
         self.schedulable = PPO_SCHEDULABLE
         self.optimizer = adam(param_groups(networks, lr, lr_pi, lr_v) + self.extra_param_groups(lr), eps=1e-5)
-        self._compiled: CompiledAdamStep | None = None  # compile=true: the whole minibatch step as one graph
+        self._compiled: CompiledStep | None = None  # compile=true: the whole minibatch step as one graph
 
     def enable_compile(self) -> None:
         """compile=true: plain PPO's minibatch step (MLP or CNN actor, clipped surrogate, no add-ons) compiled."""
@@ -116,7 +116,7 @@ class PPO:
         for bad, what in unsupported:
             if bad:
                 raise ConfigError(f"compile=true does not cover {what} yet; drop compile=true (eager is the default)")
-        self._compiled = CompiledAdamStep(self.networks, self.optimizer, self._compiled_loss, self.max_grad_norm)
+        self._compiled = CompiledStep(self.networks, self.optimizer, self._compiled_loss, self.max_grad_norm)
 
     def _compiled_loss(self, batch: RolloutBatch, clip: torch.Tensor, ent_coef: torch.Tensor,
                        vf_coef: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:

@@ -20,6 +20,7 @@ from rlcli.actors.offpolicy import (
 from rlcli.actors.recurrent import RecurrentCritics, RecurrentNet, RecurrentRecipe, state_or_zeros
 from rlcli.actors.sde import NoiseResampling, StateDependentSquashedPolicy
 from rlcli.algos.base import adam, frozen, gradient_step
+from rlcli.algos.compiled import CompiledStep
 from rlcli.algos.entropy import (
     EntropyCoefficient,
     FixedEntropyCoefficient,
@@ -42,7 +43,7 @@ from rlcli.algos.offpolicy import (
 )
 from rlcli.batches import SequenceBatch
 from rlcli.contracts import ActOutput, AlgoSpec, RecurrentState, ReplayStorage, RunClock, SequenceStorage
-from rlcli.registry import ALGOS, require
+from rlcli.registry import ALGOS, ConfigError, require
 from rlcli.schedules import Schedule
 
 
@@ -80,7 +81,7 @@ class RecurrentSACNetworks(nn.Module):
         return (*squashed_gaussian(params, deterministic), carry)
 
 
-@ALGOS.register("sac", spec=AlgoSpec(on_policy=False, action_spaces=("Box",)))
+@ALGOS.register("sac", spec=AlgoSpec(on_policy=False, action_spaces=("Box",), compiles=True))
 class SAC(BoxActorCritic):
     ent_coef = FixedEntropyCoefficient()  # algo.schedules.ent_coef, with a fixed algo.ent_coef
 
@@ -139,6 +140,19 @@ class SAC(BoxActorCritic):
         self.default_schedules: dict[str, Schedule] = {}
         self.schedulable: tuple[str, ...] = ("gamma", "tau", "reward_scale", "max_grad_norm",
                                              *self.temperature.schedulable)
+        self._compiled: tuple[CompiledStep, CompiledStep] | None = None  # compile=true: the critics' and policy's
+
+    def enable_compile(self) -> None:
+        """compile=true: the critics' step and the policy's step as one compiled graph each (the temperature's
+        step and the target update stay eager: a scalar and a lerp)."""
+        unsupported = [(self.recurrent, "a recurrent actor (actor=gru/lstm)"),
+                       (self.noise_resampling.noise is not None, "gSDE (algo.use_sde=true)")]
+        for bad, what in unsupported:
+            if bad:
+                raise ConfigError(f"compile=true does not cover {what} yet; drop compile=true (eager is the default)")
+        net, clip = self.networks, self.max_grad_norm
+        self._compiled = (CompiledStep(net, self.critic_optimizer, self.soft_td_loss, clip),
+                          CompiledStep(net, self.policy_optimizer, self.actor_loss, clip))
 
     def critic_outputs(self) -> int:
         """Outputs of each critic: one Q-value (TQC: its quantiles)."""
@@ -175,6 +189,8 @@ class SAC(BoxActorCritic):
         """What keeps this member out of a batched population (sweeps/population/soft_actor_critic.py), or None."""
         if self.recurrent:
             return "a recurrent actor (actor=gru/lstm)"
+        if self._compiled is not None:
+            return "compile=true"
         if self.noise_resampling.noise is not None:
             return "gSDE (algo.use_sde=true)"
         if self.episodes_per_collect:
@@ -194,13 +210,26 @@ class SAC(BoxActorCritic):
             return None, self._sequence_step(batch, buffer.burn_in)
         net = self.networks
         alpha = self.alpha()
+        if self._compiled is not None:
+            return self._compiled_step(batch, alpha)
         if isinstance(net.policy, StateDependentSquashedPolicy):
             net.policy.noise.reset_noise()  # gSDE: one fresh matrix per gradient step, as SB3 (its log std moved)
         critic_loss, errors = self.soft_td_loss(batch, alpha)  # observations normalized by the buffer when sampled
         gradient_step(self.critic_optimizer, critic_loss, net.critics.parameters(), self.max_grad_norm)
         with frozen(net.critics):  # the policy loss needs dQ/da only, not the critics' weight gradients
             policy_loss, log_probs = self.actor_loss(batch.obs, alpha)
-        return errors, self._finish_step(critic_loss, policy_loss, log_probs, lambda x: x.mean(), alpha)
+        gradient_step(self.policy_optimizer, policy_loss, net.policy.parameters(), self.max_grad_norm)
+        return errors, self._finish_step(critic_loss, policy_loss, log_probs, torch.mean, alpha)
+
+    def _compiled_step(self, batch: Any, alpha: torch.Tensor) -> StepOutput:
+        """The eager step's order with both gradient steps compiled; the policy's noise (next actions', then
+        actions') is drawn here, from the run's stream, as the eager step draws it."""
+        critic_step, policy_step = self._compiled or ()
+        shape, device = (batch.obs.shape[0], self.action_dim), batch.obs.device
+        next_noise, noise = torch.randn(shape, device=device), torch.randn(shape, device=device)
+        critic_loss, errors = critic_step(batch, alpha, next_noise)
+        policy_loss, log_probs = policy_step(batch.obs, alpha, noise)  # through the critics just stepped
+        return errors, self._finish_step(critic_loss, policy_loss, log_probs, torch.mean, alpha)
 
     def soft_td_loss(self, batch: Any, alpha: torch.Tensor,
                      noise: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -266,14 +295,14 @@ class SAC(BoxActorCritic):
         with frozen(net.critics):  # dQ/da only, on the critics' (detached) features
             q_pi = net.critics.q([h[:-1].detach() for h in features], actions[:-1]).min(0).values
         policy_loss = masked_mean(alpha * log_probs[:-1] - q_pi)
+        gradient_step(self.policy_optimizer, policy_loss, net.policy.parameters(), self.max_grad_norm)
         return self._finish_step(critic_loss, policy_loss, log_probs[:-1].detach(), masked_mean, alpha)
 
     def _finish_step(self, critic_loss: torch.Tensor, policy_loss: torch.Tensor, log_probs: torch.Tensor,
                      mean: Any, alpha: torch.Tensor) -> dict[str, torch.Tensor]:
-        """After the critic step: the policy step, the temperature step, target updates, and the step's metrics.
+        """After the critics' and the policy's steps: the temperature step, target updates, and the step's metrics.
         `mean` averages over the batch (masked to real transitions for sequences)."""
         net = self.networks
-        gradient_step(self.policy_optimizer, policy_loss, net.policy.parameters(), self.max_grad_norm)
         self.temperature.step(log_probs, self.max_grad_norm, mean)
         self.gradient_updates += 1
         if self.gradient_updates % self.target_update_interval == 0:

@@ -16,6 +16,7 @@ from torch import nn
 
 from rlcli.actors.offpolicy import Critics, DeterministicPolicy, NetworkRecipe
 from rlcli.algos.base import adam, frozen, gradient_step
+from rlcli.algos.compiled import CompiledStep
 from rlcli.algos.offpolicy import (
     BoxActorCritic,
     BoxScaler,
@@ -36,7 +37,7 @@ from rlcli.registry import ALGOS, require
 from rlcli.schedules import to_zero
 
 # no recurrent critics for TD3/DDPG yet
-SPEC = AlgoSpec(on_policy=False, action_spaces=("Box",), networks=("mlp", "cnn"))
+SPEC = AlgoSpec(on_policy=False, action_spaces=("Box",), networks=("mlp", "cnn"), compiles=True)
 
 
 class TD3Networks(nn.Module):
@@ -97,6 +98,17 @@ class TD3(BoxActorCritic):
         self.gradient_updates = 0
         self.schedulable: tuple[str, ...] = ("gamma", "tau", "noise_scale", "target_policy_noise",
                                              "target_noise_clip", "reward_scale", "max_grad_norm")
+        self._compiled: tuple[CompiledStep, CompiledStep] | None = None  # compile=true: the critics' and policy's
+
+    def enable_compile(self) -> None:
+        """compile=true: the critics' step and the policy's step as one compiled graph each (the target updates
+        stay eager: one lerp each)."""
+        net, clip = self.networks, self.max_grad_norm
+        self._compiled = (CompiledStep(net, self.critic_optimizer, self.critic_loss, clip),
+                          CompiledStep(net, self.policy_optimizer, self._policy_loss_and_nothing, clip))
+
+    def _policy_loss_and_nothing(self, obs: torch.Tensor) -> tuple[torch.Tensor, tuple[()]]:
+        return self.actor_loss(obs), ()
 
     @torch.inference_mode()
     def act(self, obs: torch.Tensor, deterministic: bool = False, state: RecurrentState | None = None) -> ActOutput:
@@ -118,6 +130,8 @@ class TD3(BoxActorCritic):
 
     def population_refusal(self) -> str | None:
         """What keeps this member out of a batched population (sweeps/population/twin_delayed.py), or None."""
+        if self._compiled is not None:
+            return "compile=true"
         return "algo.train_freq_unit=episode" if self.episodes_per_collect else None
 
     def update(self, buffer: ReplayStorage | SequenceStorage, clock: RunClock) -> dict[str, torch.Tensor]:
@@ -129,14 +143,23 @@ class TD3(BoxActorCritic):
     def _gradient_step(self, batch: Any) -> StepOutput:
         """The critics' step on one batch; every policy_delay-th one, the policy's and the target updates too."""
         net = self.networks
-        critic_loss, (errors, q_mean) = self.critic_loss(batch)  # observations normalized by the buffer
-        gradient_step(self.critic_optimizer, critic_loss, net.critics.parameters(), self.max_grad_norm)
+        if self._compiled is not None:
+            # the smoothing's draws come from the run's stream, as the eager loss draws them
+            noise = (torch.randn(batch.obs.shape[0], self.action_dim, device=batch.obs.device)
+                     if self.target_policy_noise > 0 else None)
+            critic_loss, (errors, q_mean) = self._compiled[0](batch, noise)
+        else:
+            critic_loss, (errors, q_mean) = self.critic_loss(batch)  # observations normalized by the buffer
+            gradient_step(self.critic_optimizer, critic_loss, net.critics.parameters(), self.max_grad_norm)
         self.gradient_updates += 1
         metrics = {"value_loss": critic_loss.detach(), "q_mean": q_mean}
         if self.gradient_updates % self.policy_delay == 0:
-            with frozen(net.critics):  # no weight gradients for the critic the policy climbs
-                policy_loss = self.actor_loss(batch.obs)
-            gradient_step(self.policy_optimizer, policy_loss, net.policy.parameters(), self.max_grad_norm)
+            if self._compiled is not None:
+                policy_loss, _ = self._compiled[1](batch.obs)
+            else:
+                with frozen(net.critics):  # no weight gradients for the critic the policy climbs
+                    policy_loss = self.actor_loss(batch.obs)
+                gradient_step(self.policy_optimizer, policy_loss, net.policy.parameters(), self.max_grad_norm)
             polyak_update(net.critics_target, net.critics, self.tau)
             polyak_update(net.policy_target, net.policy, self.tau)
             metrics["policy_loss"] = policy_loss.detach()

@@ -25,7 +25,8 @@ def truncated_targets(next_quantiles: torch.Tensor, drop_per_net: int) -> torch.
     return pooled.sort(-1).values[:, : n_critics * (n - drop_per_net)]
 
 
-@ALGOS.register("tqc", spec=AlgoSpec(on_policy=False, action_spaces=("Box",), networks=("mlp", "cnn")))
+@ALGOS.register("tqc", spec=AlgoSpec(on_policy=False, action_spaces=("Box",), networks=("mlp", "cnn"),
+                                      compiles=True))
 class TQC(SAC):
     def __init__(self, recipe: NetworkRecipe, action_space: gym.spaces.Space, num_envs: int,
                  n_quantiles: int = 25, top_quantiles_to_drop_per_net: int = 2, **sac_settings: Any) -> None:
