@@ -54,6 +54,17 @@ ROWS: dict[str, dict[str, Any]] = {
                     "rlcli": ["algo=dqn", "env=CartPole-v1", "compile=true"]},
     "qrdqn_compile": {"env": "CartPole-v1", "steps": 50_000, "floor": False, "sb3": "qrdqn",
                       "rlcli": ["algo=qrdqn", "env=CartPole-v1", "compile=true"]},
+    "sac_compile": {"env": "Pendulum-v1", "steps": 20_000, "floor": False, "sb3": "sac", "rlcli": [
+        "algo=sac", "env=Pendulum-v1", "algo.lr=1e-3", "algo.batch_size=256", "actor.hidden_sizes=[256,256]",
+        "algo.learning_starts=256", "train.num_envs=1", "buffer.capacity=1000000", "compile=true"]},
+    # RL-Zoo's td3.yml Pendulum-v1 (= conf/tuned/td3/Pendulum-v1.yaml: [400, 300], learning_starts 10k)
+    "td3": {"env": "Pendulum-v1", "steps": 20_000, "floor": False, "rlcli": ["algo=td3", "env=Pendulum-v1"]},
+    "td3_compile": {"env": "Pendulum-v1", "steps": 20_000, "floor": False, "sb3": "td3",
+                    "rlcli": ["algo=td3", "env=Pendulum-v1", "compile=true"]},
+    # RL-Zoo's a2c.yml CartPole-v1 (= conf/tuned/a2c/CartPole-v1.yaml: 8 envs, RMSprop, one step per 40 env steps)
+    "a2c": {"env": "CartPole-v1", "steps": 100_000, "floor": False, "rlcli": ["algo=a2c", "env=CartPole-v1"]},
+    "a2c_compile": {"env": "CartPole-v1", "steps": 100_000, "floor": False, "sb3": "a2c",
+                    "rlcli": ["algo=a2c", "env=CartPole-v1", "compile=true"]},
     # train.vector_mode=envpool (EnvPool's C++ envs; pip install -e '.[envpool]') against the same SB3 run
     "ppo_envpool": {"env": "CartPole-v1", "steps": 100_000, "floor": False, "sb3": "ppo",
                     "rlcli": ["algo=ppo", "env=CartPole-v1", "train.vector_mode=envpool"]},
@@ -82,7 +93,7 @@ def run_rlcli(row: str, seed: int, steps: int, threads: int) -> dict[str, Any]:
         components, state = prepare(cfg)
         trainer = Trainer(components, Path(run_dir), state)
         algo = components.algo
-        optimizer = (algo.critic_optimizer if row in ("sac", "tqc", "crossq")
+        optimizer = (algo.critic_optimizer if ROWS[row].get("sb3", row) in ("sac", "tqc", "crossq", "td3")
                      else algo.value_optimizer if row == "trpo" else algo.optimizer)
         counter = {"n": 0}
         step = optimizer.step
@@ -96,7 +107,9 @@ def run_rlcli(row: str, seed: int, steps: int, threads: int) -> dict[str, Any]:
         trainer.run()
         wall = time.perf_counter() - start
         compiled = getattr(algo, "_compiled", None)
-        if compiled is not None:  # the compiled step writes Adam's state itself: count its steps
+        if isinstance(compiled, tuple):  # the critics' and the policy's steps: the critics' is counted
+            compiled = compiled[0]
+        if compiled is not None:  # the compiled step writes the optimizer's state itself: count its steps
             counter["n"] = int(next(iter(optimizer.state.values()))["step"])
     seconds = components.clock.totals()
     train_s = wall - seconds["test"]  # the final test is timed apart, as for SB3
@@ -107,10 +120,12 @@ def run_rlcli(row: str, seed: int, steps: int, threads: int) -> dict[str, Any]:
 
 
 def run_sb3(row: str, seed: int, steps: int, threads: int) -> dict[str, Any]:
+    import numpy as np
     import torch
-    from stable_baselines3 import DQN, PPO, SAC
+    from stable_baselines3 import A2C, DQN, PPO, SAC, TD3
     from stable_baselines3.common.env_util import make_vec_env
     from stable_baselines3.common.evaluation import evaluate_policy
+    from stable_baselines3.common.noise import NormalActionNoise
 
     if threads > 0:  # 0: torch's default (every core), what an SB3 user gets without setting anything
         torch.set_num_threads(threads)
@@ -126,6 +141,15 @@ def run_sb3(row: str, seed: int, steps: int, threads: int) -> dict[str, Any]:
         env = make_vec_env(env_id, n_envs=1, seed=seed)
         model = SAC("MlpPolicy", env, learning_rate=1e-3, batch_size=256, train_freq=1, gradient_steps=1,
                     learning_starts=256, policy_kwargs={"net_arch": [256, 256]}, seed=seed, device="cpu")
+    elif row == "td3":
+        env = make_vec_env(env_id, n_envs=1, seed=seed)
+        noise = NormalActionNoise(mean=np.zeros(1), sigma=0.1 * np.ones(1))
+        model = TD3("MlpPolicy", env, gamma=0.98, buffer_size=200_000, learning_starts=10_000, action_noise=noise,
+                    gradient_steps=1, train_freq=1, learning_rate=1e-3, policy_kwargs={"net_arch": [400, 300]},
+                    seed=seed, device="cpu")
+    elif row == "a2c":
+        env = make_vec_env(env_id, n_envs=8, seed=seed)
+        model = A2C("MlpPolicy", env, ent_coef=0.0, seed=seed, device="cpu")
     elif row == "tqc":
         from sb3_contrib import TQC
 
