@@ -5,12 +5,15 @@ side in one invocation (the target of `hydra/launcher=population`).
     python scripts/population_bench.py --seeds 8 --steps 20000 --no-basic --no-sb3   # the scaling rows only
     python scripts/population_bench.py --algo dqn --steps 50000 --members 8 --no-sb3  # DQN CartPole's members
     python scripts/population_bench.py --algo sac --steps 20000 --members 1 2 4 8 --no-basic  # SAC Pendulum's
+    python scripts/population_bench.py --members 8 --parallel 8 --compiled --no-basic --no-sb3  # compile=true too
 
 Rows, each a fresh process timed from start to exit (imports, env and network building, tests, checkpoints):
 - `one seed`: `rl-train` alone, the unit every other row is divided by;
 - `population M`: `rl-train -m seed=0..M-1 hydra/launcher=population` (per-member throughput = M x steps / s);
 - `population M x2` (`--parallel M`): the same with `hydra.launcher.n_jobs=2`, two populations of M/2 in two
   processes;
+- `population M compiled` (`--compiled`): each population row again with compile=true (on-policy members: the
+  whole minibatch step of all members as one compiled graph);
 - `basic 8`: the same sweep with Hydra's basic launcher (one job after another);
 - `joblib 8 x2`: Hydra's joblib launcher with 2 jobs at a time;
 - `sb3 8 x2`: Stable-Baselines3 (scripts/bench.py's row of the same algorithm, the same RL-Zoo settings) over
@@ -92,6 +95,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=100_000)
     parser.add_argument("--parallel", type=int, nargs="*", default=[],
                         help="population sizes also timed with hydra.launcher.n_jobs=2 (two processes)")
+    parser.add_argument("--compiled", action="store_true",
+                        help="also time every population row with compile=true (the members' step compiled whole)")
     parser.add_argument("--no-basic", action="store_true", help="skip the basic and joblib launcher rows")
     parser.add_argument("--no-sb3", action="store_true")
     parser.add_argument("--out", type=Path, default=Path("population.json"))
@@ -114,6 +119,12 @@ def main() -> None:
         plan += [lambda m=m: rlcli_sweep(work, f"population {m} x2", m, args.steps,
                                          ["hydra/launcher=population", "hydra.launcher.n_jobs=2"])
                  for m in args.parallel]
+        if args.compiled:
+            plan += [lambda m=m: rlcli_sweep(work, f"population {m} compiled", m, args.steps,
+                                             ["hydra/launcher=population", "compile=true"]) for m in args.members]
+            plan += [lambda m=m: rlcli_sweep(work, f"population {m} x2 compiled", m, args.steps,
+                                             ["hydra/launcher=population", "hydra.launcher.n_jobs=2", "compile=true"])
+                     for m in args.parallel]
         if not args.no_basic:
             plan.append(lambda: rlcli_sweep(work, f"basic {args.seeds}", args.seeds, args.steps, []))
             plan.append(lambda: rlcli_sweep(work, f"joblib {args.seeds} x2", args.seeds, args.steps,

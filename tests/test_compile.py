@@ -42,9 +42,8 @@ def test_compile_refuses_what_it_does_not_cover_in_one_line():
     from rlcli.registry import ConfigError
 
     able = ("compile=true is not implemented for algo=crossq yet; "
-            "it is for: a2c, c51, ddpg, dqn, pg, ppo, qrdqn, sac, td3, tqc")
+            "it is for: a2c, c51, ddpg, dqn, maskable_ppo, pg, ppo, ppo_kl, qrdqn, sac, td3, tqc")
     for args, expected in ((["algo=crossq", "env=Pendulum-v1"], able),
-                           (["algo=ppo", "algo.kl_coef=0.1"], "does not cover the KL penalty"),
                            (["algo=a2c", "algo.use_sde=true", "env=Pendulum-v1"], "does not cover gSDE"),
                            (["algo=pg", "actor=gru", "env=CartPoleNoVel-v1"], "does not cover a recurrent actor"),
                            (["algo=sac", "algo.use_sde=true", "env=Pendulum-v1"], "does not cover gSDE"),
@@ -76,6 +75,26 @@ def test_compiled_dqn_update_matches_eager_after_2k_steps(algo, tmp_path):
     assert compiled._compiled is not None and compiled.gradient_updates == eager.gradient_updates > 0
     for (name, a), b in zip(eager.networks.state_dict().items(), compiled.networks.state_dict().values(), strict=True):
         torch.testing.assert_close(b, a, rtol=1e-3, atol=1e-3, msg=name)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("algo", ["ppo_kl", "maskable_ppo"])
+def test_compiled_ppo_variants_match_eager(algo, tmp_path):
+    """PPO-KL's penalty coefficient changes after every update (the paper's rule), so it enters the compiled graph
+    as a tensor, not a constant: the adaptation must not recompile or freeze it. MaskablePPO's masks ride in the
+    batch."""
+    env = "env=ValidMoves-v0" if algo == "maskable_ppo" else "env=CartPole-v1"
+    algos = []
+    for compiled in (False, True):
+        components, state = prepare(compose_config([f"algo={algo}", env, *ARGS[2:],  # ARGS less algo and env
+                                                    f"compile={str(compiled).lower()}"]))
+        Trainer(components, tmp_path / str(compiled), state).run()
+        algos.append(components.algo)
+    eager, compiled = algos
+    assert compiled._compiled is not None
+    assert compiled.kl_coef == eager.kl_coef  # the same sequence of KL adaptations
+    for (name, a), b in zip(eager.networks.state_dict().items(), compiled.networks.state_dict().values(), strict=True):
+        torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-4, msg=name)
 
 
 ONE_STEP_ARGS = ["env=CartPole-v1", "train.total_steps=2048", "train.test_every=1024", "train.test_episodes=2",

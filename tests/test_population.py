@@ -31,6 +31,8 @@ TINY = ["env=CartPole-v1", "train.num_envs=4", "train.test_every=256", "train.te
 ALGOS = {"ppo": PPO, "a2c": ["algo=a2c", "algo.n_steps=8"], "pg": ["algo=pg", "algo.n_steps=32", "algo.baseline=true"],
          "ppo-cnn": [*PPO, "env=PixelGoal-v0"]}  # rlcli's tiny image task: actor=cnn_small
 
+ALL_BATCHABLE = "a2c, c51, ddpg, dqn, pg, ppo, qrdqn, sac, td3 and tqc"  # the declared kinds, as refusals list them
+
 
 def overrides(algo: str, *more: str) -> list[str]:
     """TINY with the algorithm's settings (an env there replaces CartPole)."""
@@ -164,10 +166,10 @@ def test_jobs_that_differ_in_seed_or_batchable_values_share_a_population():
 
 def test_population_refuses_what_it_cannot_batch_in_one_line():
     trpo, _ = prepare(compose_config(["algo=trpo", "env=CartPole-v1"]))
-    with pytest.raises(ConfigError, match="TRPO cannot train in a population yet: ppo, a2c, pg, dqn, qrdqn, c51, sac"):
+    with pytest.raises(ConfigError, match=f"TRPO cannot train in a population yet: {ALL_BATCHABLE} can"):
         population_update([trpo.algo, trpo.algo], [trpo.buffer, trpo.buffer])
     dqn, _ = prepare(compose_config(["algo=dqn", "env=CartPole-v1"]))
-    with pytest.raises(ConfigError, match="DQN cannot train in a population of on-policy members: ppo, a2c and pg"):
+    with pytest.raises(ConfigError, match=r"DQN cannot train in a population of on-policy members: a2c, pg and ppo \("):
         PopulationUpdate([dqn.algo, dqn.algo])
     kl, _ = prepare(compose_config(["algo=ppo_kl", "env=CartPole-v1"]))
     with pytest.raises(ConfigError, match="the KL penalty"):
@@ -213,7 +215,7 @@ def test_what_cannot_batch_runs_one_job_at_a_time_after_a_warning(tmp_path):
               "algo.learning_starts=100", "train.test_every=300", "train.test_episodes=1", "log.tensorboard=false",
               "log.console=false", "hydra/launcher=population", "hydra.sweep.dir=sw", cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
-    assert ("population launcher: algo.train_freq_unit=episode cannot train in a population yet; dqn, qrdqn and c51"
+    assert ("population launcher: algo.train_freq_unit=episode cannot train in a population yet; c51, dqn and qrdqn"
             in out.stderr + out.stdout)
     for job in ("0", "1"):
         assert '"status": "completed"' in (tmp_path / "sw" / job / "status.json").read_text()
@@ -302,3 +304,74 @@ def test_members_with_ray_collectors_run_one_at_a_time_after_a_warning(capsys):
     said = capsys.readouterr()
     assert "collector=ray cannot train in a population (its workers step the envs)" in said.out + said.err
     assert "jobs 3, 3 run one at a time" in said.out + said.err
+
+
+def test_the_declared_population_kinds_are_what_batches_and_everything_else_is_refused():
+    """`AlgoSpec.population` is where the lists of what can batch come from, so it must not drift from the code:
+    every built-in algorithm that declares a kind, built with its defaults, has the shape its kind's update calls
+    and no refusal, and two of its runs make a population; every other built-in is refused in one line that names
+    the declared ones."""
+    from rlcli.registry import ALGOS
+    from rlcli.sweeps.population.catalog import can_batch
+    from rlcli.sweeps.population.offpolicy import BatchableGradientSteps
+    from rlcli.sweeps.population.onpolicy import BatchableUpdate
+    from rlcli.sweeps.population.soft_actor_critic import BatchableSoftActorCritic
+    from rlcli.sweeps.population.twin_delayed import BatchableTwinDelayed
+
+    shapes = {"on_policy": BatchableUpdate, "value_based": BatchableGradientSteps,
+              "soft_actor_critic": BatchableSoftActorCritic, "twin_delayed": BatchableTwinDelayed}
+    built_in = [n for n in ALGOS.names() if ALGOS.get(n).__module__.startswith("rlcli.")]
+    declared = [n for n in built_in if ALGOS.spec(n).population is not None]
+    assert can_batch() == f"{', '.join(declared[:-1])} and {declared[-1]}"
+    assert {"ppo", "dqn", "sac", "td3"} <= set(declared)
+    for name in built_in:
+        spec = ALGOS.spec(name)
+        env = "ValidMoves-v0" if spec.action_masks else "CartPole-v1" if "Discrete" in spec.action_spaces \
+            else "Pendulum-v1"
+        runs = [prepare(compose_config([f"algo={name}", f"env={env}", f"seed={s}"]))[0] for s in (0, 1)]
+        if spec.population is None:
+            with pytest.raises(ConfigError, match=f"cannot train in a population yet: {re.escape(can_batch())} can"):
+                population_update([c.algo for c in runs], [c.buffer for c in runs])
+            continue
+        assert isinstance(runs[0].algo, shapes[spec.population]), name
+        refusal = runs[0].algo.population_refusal()  # a default the kind cannot batch (ddpg: episodic collects)
+        if refusal is not None:
+            with pytest.raises(ConfigError, match=f"{re.escape(refusal)} cannot train in a population yet; "):
+                population_update([c.algo for c in runs], [c.buffer for c in runs])
+            continue
+        population_update([c.algo for c in runs], [c.buffer for c in runs])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("algo", ["ppo", "pg"])
+def test_a_compiled_population_steps_as_the_eager_one_and_its_members_optimizers_hold_the_result(algo):
+    """compile=true members: the population's whole minibatch step (vectorized loss, gradients, each member's clip
+    and Adam) is one compiled graph. After one update its members' weights match the eager population's within
+    float reordering, a member that has stopped is untouched, and each member's own optimizer state (what its
+    checkpoint saves) is what the compiled step wrote."""
+    def members(*more: str):
+        return [collected("seed=0", *more, algo=algo), collected("seed=1", "algo.lr=1e-3", *more, algo=algo),
+                collected("seed=2", "algo.ent_coef=0.01", *more, algo=algo)]
+
+    eager, compiled = members(), members("compile=true")
+    active = [True, True, False]
+    results = []
+    for group in (eager, compiled):
+        population = PopulationUpdate([c.algo for c, _ in group])
+        results.append(population.update(active, [c.buffer for c, _ in group], [rng for _, rng in group]))
+    assert population._compiled is not None and population._compiled.compile_seconds is not None
+    untouched = members("compile=true")[2][0].algo  # the stopped member, as it was before the update
+    for m, ((e, _), (c, _)) in enumerate(zip(eager, compiled, strict=True)):
+        for a, b in zip(e.algo.networks.parameters(), c.algo.networks.parameters(), strict=True):
+            torch.testing.assert_close(b, a, rtol=0, atol=1e-5)
+        if active[m]:
+            for key in results[0][m]:
+                assert float(results[1][m][key]) == pytest.approx(float(results[0][m][key]), rel=1e-4, abs=1e-6), key
+            saved, reference = c.algo.optimizer.state_dict()["state"], e.algo.optimizer.state_dict()["state"]
+            for index, state in reference.items():
+                assert float(saved[index]["step"]) == float(state["step"]) > 0
+                torch.testing.assert_close(saved[index]["exp_avg"], state["exp_avg"], rtol=1e-3, atol=1e-6)
+        else:
+            assert results[1][m] is None
+            for a, b in zip(untouched.networks.parameters(), c.algo.networks.parameters(), strict=True):
+                assert torch.equal(a, b)

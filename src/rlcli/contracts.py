@@ -27,6 +27,9 @@ from rlcli.schedules import Schedule
 ON_POLICY_ACTIONS = ("Discrete", "Box", "MultiDiscrete", "MultiBinary")
 
 
+PopulationKind = Literal["on_policy", "value_based", "soft_actor_critic", "twin_delayed"]
+
+
 @dataclass(frozen=True)
 class AlgoSpec:
     """What an algorithm needs and supports; the build step checks a config against it."""
@@ -45,6 +48,9 @@ class AlgoSpec:
     network_kind: Literal["actor_critic", "recipe"] | None = None
     # `compile=true` is implemented: the class is a CompilableAlgorithm (algos/compiled.py)
     compiles: bool = False
+    # the batched update a population of its runs takes (hydra/launcher=population, sweeps/population/kinds.py);
+    # None: a population sweep trains its jobs one at a time. The lists of what can batch are read from here.
+    population: PopulationKind | None = None
 
     @property
     def heads(self) -> Literal["actor_critic", "recipe"]:

@@ -27,7 +27,8 @@ from rlcli.registry import ALGOS
 from rlcli.schedules import to_zero
 
 
-@ALGOS.register("a2c", spec=AlgoSpec(on_policy=True, compiles=True, action_spaces=ON_POLICY_ACTIONS))
+@ALGOS.register("a2c", spec=AlgoSpec(on_policy=True, compiles=True, action_spaces=ON_POLICY_ACTIONS,
+                                     population="on_policy"))
 class A2C(OneStepUpdate):
     def __init__(
         self,

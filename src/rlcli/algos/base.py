@@ -192,9 +192,11 @@ class OneStepUpdate:
         gradient_step(self.optimizer, loss, self.networks.parameters(), self.max_grad_norm)
         return self.end_update(plan, stats)
 
+    @property
+    def compile_enabled(self) -> bool:
+        return self._compiled is not None
+
     def population_refusal(self) -> str | None:
-        if self._compiled is not None:
-            return "compile=true"
         return refuse_in_population(self.networks, self.policy_addons, self.uses_sde())
 
     def begin_update(self, buffer: Any) -> UpdatePlan:

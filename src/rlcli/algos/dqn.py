@@ -73,7 +73,8 @@ class RecurrentDQNNetworks(nn.Module):
         return self.q.step(obs, *state_or_zeros(state, obs, self.carry_size))
 
 
-@ALGOS.register("dqn", spec=AlgoSpec(on_policy=False, action_spaces=("Discrete",), compiles=True))
+@ALGOS.register("dqn", spec=AlgoSpec(on_policy=False, action_spaces=("Discrete",), compiles=True,
+                                     population="value_based"))
 class DQN:
     def __init__(
         self,

@@ -31,7 +31,8 @@ from rlcli.registry import ALGOS
 from rlcli.schedules import to_zero
 
 
-@ALGOS.register("pg", spec=AlgoSpec(on_policy=True, compiles=True, action_spaces=ON_POLICY_ACTIONS))
+@ALGOS.register("pg", spec=AlgoSpec(on_policy=True, compiles=True, action_spaces=ON_POLICY_ACTIONS,
+                                    population="on_policy"))
 class PolicyGradient(OneStepUpdate):
     def __init__(
         self,

@@ -36,13 +36,13 @@ from rlcli.contracts import ON_POLICY_ACTIONS, ActOutput, AlgoSpec, RecurrentSta
 from rlcli.registry import ALGOS, ConfigError, require
 from rlcli.schedules import to_zero
 
-ON_POLICY = AlgoSpec(on_policy=True, action_spaces=ON_POLICY_ACTIONS)
 PPO_SCHEDULABLE: tuple[str, ...] = ("lr_scale", "clip_range", "clip_range_scale", "clip_range_vf", "ent_coef",
                                     "vf_coef", "gamma", "gae_lambda", "max_grad_norm", "target_kl", "kl_coef",
                                     "kl_target")
 
 
-@ALGOS.register("ppo", spec=AlgoSpec(on_policy=True, compiles=True, action_spaces=ON_POLICY_ACTIONS))
+@ALGOS.register("ppo", spec=AlgoSpec(on_policy=True, compiles=True, action_spaces=ON_POLICY_ACTIONS,
+                                     population="on_policy"))
 class PPO:
     def __init__(
         self,
@@ -107,10 +107,8 @@ class PPO:
         self._compiled: CompiledStep | None = None  # compile=true: the whole minibatch step as one graph
 
     def enable_compile(self) -> None:
-        """compile=true: plain PPO's minibatch step (MLP or CNN actor, clipped surrogate, no add-ons) compiled."""
+        """compile=true: PPO's minibatch step (MLP or CNN actor, clipped or KL-penalized, no add-ons) compiled."""
         unsupported = [(self.recurrent, "a recurrent actor (actor=lstm/gru)"),
-                       (self.kl_coef is not None, "the KL penalty (algo.kl_coef / algo=ppo_kl)"),
-                       (self.clip_range is None, "algo.clip_range=null"),
                        (bool(self.policy_addons), "algo.policy_loss_addons"),
                        (bool(self.extra_param_groups(1.0)), f"{type(self).__name__}'s extra networks")]
         for bad, what in unsupported:
@@ -118,9 +116,14 @@ class PPO:
                 raise ConfigError(f"compile=true does not cover {what} yet; drop compile=true (eager is the default)")
         self._compiled = CompiledStep(self.networks, self.optimizer, self._compiled_loss, self.max_grad_norm)
 
-    def _compiled_loss(self, batch: RolloutBatch, clip: torch.Tensor, ent_coef: torch.Tensor,
-                       vf_coef: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        return self.minibatch_loss(batch, clip, ent_coef, vf_coef)
+    @property
+    def compile_enabled(self) -> bool:
+        return self._compiled is not None
+
+    def _compiled_loss(self, batch: RolloutBatch, clip: torch.Tensor | None, ent_coef: torch.Tensor,
+                       vf_coef: torch.Tensor, kl_coef: torch.Tensor | None,
+                       ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        return self.minibatch_loss(batch, clip, ent_coef, vf_coef, kl_coef)
 
     @torch.inference_mode()
     def act(self, obs: torch.Tensor, deterministic: bool = False, state: RecurrentState | None = None) -> ActOutput:
@@ -166,8 +169,7 @@ class PPO:
     def population_refusal(self) -> str | None:
         reasons = [(self.kl_coef is not None, "the KL penalty (ppo_kl)"),
                    (self.target_kl is not None, "algo.target_kl (members would end their epochs at different times)"),
-                   (bool(self.extra_param_groups(1.0)), f"{type(self).__name__}'s extra networks"),
-                   (self._compiled is not None, "compile=true")]
+                   (bool(self.extra_param_groups(1.0)), f"{type(self).__name__}'s extra networks")]
         own = next((what for bad, what in reasons if bad), None)
         return own or refuse_in_population(self.networks, self.policy_addons,
                                            self.noise_resampling.noise is not None)
@@ -199,10 +201,13 @@ class PPO:
             yield RolloutBatch(*(x[idx] for x in batch[:7]), action_masks=None if masks is None else masks[idx])
 
     def _minibatch_step(self, batch: RolloutBatch, clip: float | None) -> dict[str, torch.Tensor]:
-        if self._compiled is not None and clip is not None:
-            # values that schedules change go in as tensors, so that a new value is not a new graph
-            as_tensor = torch.tensor
-            _, stats = self._compiled(batch, as_tensor(clip), as_tensor(self.ent_coef), as_tensor(self.vf_coef))
+        if self._compiled is not None:
+            # values that schedules (or the KL rule) change go in as tensors, so that a new value is not a new graph
+            def as_tensor(value: float | None) -> torch.Tensor | None:
+                return None if value is None else torch.tensor(value)
+
+            _, stats = self._compiled(batch, as_tensor(clip), as_tensor(self.ent_coef), as_tensor(self.vf_coef),
+                                      as_tensor(self.kl_coef))
             return stats
         loss, stats = self.minibatch_loss(batch, clip)
         gradient_step(self.optimizer, loss, self.trained_parameters(), self.max_grad_norm)
@@ -210,10 +215,11 @@ class PPO:
 
     def minibatch_loss(self, batch: RolloutBatch, clip: float | torch.Tensor | None,
                        ent_coef: float | torch.Tensor | None = None, vf_coef: float | torch.Tensor | None = None,
-                       ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+                       kl_coef: float | torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """The loss of one minibatch and what to log (the coefficients default to the algorithm's own)."""
         ent_coef = self.ent_coef if ent_coef is None else ent_coef
         vf_coef = self.vf_coef if vf_coef is None else vf_coef
+        kl_coef = self.kl_coef if kl_coef is None else kl_coef
         mask = batch.mask
         log_probs, entropy, values = evaluate_batch(self.networks, batch)
         advantages = batch.advantages
@@ -223,8 +229,8 @@ class PPO:
         ratio = log_ratio.exp()
         policy_loss = clipped_surrogate_loss(advantages, ratio, clip, mask)
         kl = masked_mean(ratio - 1 - log_ratio, mask)  # KL(old || new), Schulman's low-variance estimator
-        if self.kl_coef is not None:
-            policy_loss = policy_loss + self.kl_coef * kl
+        if kl_coef is not None:
+            policy_loss = policy_loss + kl_coef * kl
         extra, addon_logs = addon_losses(self.policy_addons, self.networks, batch.obs, mask)
         policy_loss = policy_loss + extra
         value_loss = squared_value_loss(values, batch.returns, mask, batch.values, self.clip_range_vf)
@@ -269,7 +275,7 @@ class PPO:
         self.kl_coef = state.get("kl_coef", self.kl_coef)
 
 
-@ALGOS.register("ppo_kl", spec=ON_POLICY)
+@ALGOS.register("ppo_kl", spec=AlgoSpec(on_policy=True, action_spaces=ON_POLICY_ACTIONS, compiles=True))
 class PPOKL(PPO):
     """PPO with the adaptive KL penalty instead of clipping (Schulman et al. 2017, section 4): PPO's machinery,
     with the penalty on and the clip off by default."""

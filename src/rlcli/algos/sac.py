@@ -81,7 +81,8 @@ class RecurrentSACNetworks(nn.Module):
         return (*squashed_gaussian(params, deterministic), carry)
 
 
-@ALGOS.register("sac", spec=AlgoSpec(on_policy=False, action_spaces=("Box",), compiles=True))
+@ALGOS.register("sac", spec=AlgoSpec(on_policy=False, action_spaces=("Box",), compiles=True,
+                                     population="soft_actor_critic"))
 class SAC(BoxActorCritic):
     ent_coef = FixedEntropyCoefficient()  # algo.schedules.ent_coef, with a fixed algo.ent_coef
 

@@ -37,7 +37,8 @@ from rlcli.registry import ALGOS, require
 from rlcli.schedules import to_zero
 
 # no recurrent critics for TD3/DDPG yet
-SPEC = AlgoSpec(on_policy=False, action_spaces=("Box",), networks=("mlp", "cnn"), compiles=True)
+SPEC = AlgoSpec(on_policy=False, action_spaces=("Box",), networks=("mlp", "cnn"), compiles=True,
+                population="twin_delayed")
 
 
 class TD3Networks(nn.Module):

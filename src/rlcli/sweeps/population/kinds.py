@@ -1,6 +1,6 @@
-"""Which batched update a population's algorithm takes: the on-policy family's, the value-based off-policy one's
-(DQN, QR-DQN, C51), the soft actor-critics' (SAC, TQC) or the deterministic ones' (TD3, DDPG); anything else is refused
-in one line naming what can batch."""
+"""Which batched update a population's algorithm takes, as its registered spec declares (`AlgoSpec.population`): the
+on-policy family's, the value-based off-policy one's, the soft actor-critics' or the deterministic ones'; anything
+else is refused in one line naming what can batch (sweeps/population/catalog.py)."""
 
 from __future__ import annotations
 
@@ -8,14 +8,14 @@ from collections.abc import Sequence
 from typing import Any
 
 from rlcli.registry import ConfigError
-from rlcli.sweeps.population.offpolicy import BatchableGradientSteps, OffPolicyPopulationUpdate
-from rlcli.sweeps.population.onpolicy import BatchableUpdate, PopulationUpdate
-from rlcli.sweeps.population.soft_actor_critic import BatchableSoftActorCritic, SoftActorCriticPopulationUpdate
-from rlcli.sweeps.population.twin_delayed import BatchableTwinDelayed, TwinDelayedPopulationUpdate
+from rlcli.sweeps.population.catalog import can_batch, declared_kind
+from rlcli.sweeps.population.offpolicy import OffPolicyPopulationUpdate
+from rlcli.sweeps.population.onpolicy import PopulationUpdate
+from rlcli.sweeps.population.soft_actor_critic import SoftActorCriticPopulationUpdate
+from rlcli.sweeps.population.twin_delayed import TwinDelayedPopulationUpdate
 
 Population = (PopulationUpdate | OffPolicyPopulationUpdate | SoftActorCriticPopulationUpdate
               | TwinDelayedPopulationUpdate)
-BATCHED = "ppo, a2c, pg, dqn, qrdqn, c51, sac, tqc, td3, ddpg"
 
 
 def population_update(algos: Sequence[Any], storages: Sequence[Any]) -> Population:
@@ -23,13 +23,13 @@ def population_update(algos: Sequence[Any], storages: Sequence[Any]) -> Populati
     kinds = {type(a) for a in algos}
     if len(kinds) > 1:
         raise ConfigError(f"the members run different algorithms ({sorted(k.__name__ for k in kinds)})")
-    algo = algos[0]
-    if isinstance(algo, BatchableUpdate):
+    kind = declared_kind(algos[0])  # the algorithm's spec says which (each update checks the members' shape)
+    if kind == "on_policy":
         return PopulationUpdate(algos)
-    if isinstance(algo, BatchableGradientSteps):
+    if kind == "value_based":
         return OffPolicyPopulationUpdate(algos, storages)
-    if isinstance(algo, BatchableSoftActorCritic):
+    if kind == "soft_actor_critic":
         return SoftActorCriticPopulationUpdate(algos, storages)
-    if isinstance(algo, BatchableTwinDelayed):
+    if kind == "twin_delayed":
         return TwinDelayedPopulationUpdate(algos, storages)
-    raise ConfigError(f"{type(algo).__name__} cannot train in a population yet: {BATCHED} can")
+    raise ConfigError(f"{type(algos[0]).__name__} cannot train in a population yet: {can_batch()} can")

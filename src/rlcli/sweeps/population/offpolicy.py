@@ -20,6 +20,7 @@ from torch import nn
 
 from rlcli.contracts import ActOutput, RunClock
 from rlcli.registry import ConfigError
+from rlcli.sweeps.population.catalog import can_batch
 from rlcli.sweeps.population.phases import VALUE_BASED_STORAGES, check_replay_members, update_phases
 from rlcli.sweeps.population.stacking import (
     MemberCall,
@@ -30,8 +31,6 @@ from rlcli.sweeps.population.stacking import (
     step_members,
     vmapped,
 )
-
-BATCHED_OFF_POLICY = "dqn, qrdqn and c51 (MLP or CNN Q-networks, buffer=replay, nstep, per, ere or her)"
 
 
 @runtime_checkable
@@ -61,8 +60,12 @@ def check_batchable(algos: Sequence[Any], storages: Sequence[Any]) -> None:
     """One line naming what keeps these members out of a population (the launcher then runs them one by one)."""
     if not isinstance(algos[0], BatchableGradientSteps):
         raise ConfigError(f"{type(algos[0]).__name__} cannot train in a population of value-based members: "
-                          f"{BATCHED_OFF_POLICY} can")
-    check_replay_members(algos, storages, BATCHED_OFF_POLICY, VALUE_BASED_STORAGES)
+                          f"{batched_off_policy()} can")
+    check_replay_members(algos, storages, batched_off_policy(), VALUE_BASED_STORAGES)
+
+
+def batched_off_policy() -> str:
+    return f"{can_batch('value_based')} (MLP or CNN Q-networks, buffer=replay, nstep, per, ere or her)"
 
 
 class OffPolicyPopulationUpdate:

@@ -23,10 +23,11 @@ from rlcli.batches import RolloutBatch
 from rlcli.buffers.rollout import RolloutBuffer
 from rlcli.contracts import ActOutput, RunClock
 from rlcli.registry import ConfigError
+from rlcli.sweeps.population.catalog import can_batch
+from rlcli.sweeps.population.compiled import CompiledMembersStep
 from rlcli.sweeps.population.stacking import clip_limits, drawn_with, stack_weights, step_members, vmapped
 
 BATCH_FIELDS = 7  # RolloutBatch's tensors for an MLP or CNN actor (obs ... mask); the rest are None here
-BATCHED_ALGOS = "ppo, a2c and pg (MLP or CNN actors)"
 
 
 @runtime_checkable
@@ -36,6 +37,7 @@ class BatchableUpdate(Protocol):
     networks: nn.Module
     optimizer: Any
     max_grad_norm: float | None
+    compile_enabled: bool  # compile=true: the population compiles its step too (compiled.py)
 
     def begin_update(self, buffer: RolloutBuffer) -> UpdatePlan: ...
 
@@ -52,15 +54,19 @@ class BatchableUpdate(Protocol):
     def population_refusal(self) -> str | None: ...
 
 
+def batched_algos() -> str:
+    return f"{can_batch('on_policy')} (MLP or CNN actors)"
+
+
 def check_batchable(algos: Sequence[Any]) -> None:
     """One line naming what keeps these members out of a population (the launcher then runs them one by one)."""
     if not isinstance(algos[0], BatchableUpdate):
         raise ConfigError(f"{type(algos[0]).__name__} cannot train in a population of on-policy members: "
-                          f"{BATCHED_ALGOS} can")
+                          f"{batched_algos()} can")
     for member in algos:
         refusal = member.population_refusal()
         if refusal is not None:
-            raise ConfigError(f"{refusal} cannot train in a population yet; {BATCHED_ALGOS} without it can")
+            raise ConfigError(f"{refusal} cannot train in a population yet; {batched_algos()} without it can")
 
 
 class _MemberLoss(nn.Module):
@@ -103,6 +109,12 @@ class PopulationUpdate:
         self._losses = vmapped(self._module)
         self._act = vmapped(_MemberAct(self.algos[0].networks))
         self._rows = {name: [a.networks.get_parameter(name) for a in algos] for name in self.params}
+        self._compiled: CompiledMembersStep | None = None
+        if all(a.compile_enabled for a in self.algos):  # compile=true is part of the population key: all or none
+            self._compiled = CompiledMembersStep(self._losses, self.params, self.buffers, self._rows,
+                                                 [a.optimizer for a in self.algos],
+                                                 clip_limits([a.max_grad_norm for a in self.algos],
+                                                             next(iter(self.params.values())).device))
 
     @torch.inference_mode()
     def policy_and_values(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -129,14 +141,18 @@ class PopulationUpdate:
         members = torch.arange(len(algos), device=device).unsqueeze(1)
         stepped = [a.optimizer for a, on in zip(algos, active, strict=True) if on]
         limit = clip_limits([a.max_grad_norm for a in algos], device)
+        stepping = torch.tensor([1.0 if on else 0.0 for on in active], device=device)
         sums: dict[str, torch.Tensor] = {}
         count = 0
         for epoch in zip(*orders, strict=True):
             for chunk in zip(*epoch, strict=True):
                 index = torch.stack(chunk)  # [members, minibatch]
                 batch = tuple(x[members, index] for x in stacked)
-                losses, stats = self._losses(self.params, self.buffers, batch, terms)
-                step_members(self.params, losses, self._rows, range(len(algos)), limit, stepped)
+                if self._compiled is not None:
+                    stats = self._compiled.step(batch, terms, stepping)
+                else:
+                    losses, stats = self._losses(self.params, self.buffers, batch, terms)
+                    step_members(self.params, losses, self._rows, range(len(algos)), limit, stepped)
                 count += 1
                 for k, v in stats.items():
                     sums[k] = sums[k] + v if k in sums else v

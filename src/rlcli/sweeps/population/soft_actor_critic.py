@@ -21,10 +21,13 @@ from torch import nn
 from rlcli.algos.entropy import EntropyCoefficient
 from rlcli.contracts import ActOutput
 from rlcli.sweeps.population.actor_critic import ActorCriticPopulation
+from rlcli.sweeps.population.catalog import can_batch
 from rlcli.sweeps.population.phases import check_replay_members
 from rlcli.sweeps.population.stacking import drawn_with, polyak_members, stack_members, step_members
 
-BATCHED_SOFT_ACTOR_CRITICS = "sac and tqc (MLP or CNN networks without gSDE, buffer=replay, nstep, per or ere)"
+
+def batched_soft_actor_critics() -> str:
+    return f"{can_batch('soft_actor_critic')} (MLP or CNN networks without gSDE, buffer=replay, nstep, per or ere)"
 
 
 @runtime_checkable
@@ -64,7 +67,7 @@ class SoftActorCriticPopulationUpdate(ActorCriticPopulation):
     gradient step."""
 
     def __init__(self, algos: Sequence[Any], storages: Sequence[Any]) -> None:
-        check_replay_members(algos, storages, BATCHED_SOFT_ACTOR_CRITICS)
+        check_replay_members(algos, storages, batched_soft_actor_critics())
         super().__init__(algos, critic_loss="soft_td_loss", actor_loss="actor_loss")
         self.algos: list[BatchableSoftActorCritic] = list(algos)
         self.alpha_rows = {"log_alpha": self.rows["log_alpha"]}

@@ -20,10 +20,13 @@ from torch import nn
 
 from rlcli.contracts import ActOutput
 from rlcli.sweeps.population.actor_critic import ActorCriticPopulation
+from rlcli.sweeps.population.catalog import can_batch
 from rlcli.sweeps.population.phases import check_replay_members
 from rlcli.sweeps.population.stacking import drawn_with, polyak_members, stack_members, step_members
 
-BATCHED_TWIN_DELAYED = "td3 and ddpg (MLP or CNN networks, buffer=replay, nstep, per or ere)"
+
+def batched_twin_delayed() -> str:
+    return f"{can_batch('twin_delayed')} (MLP or CNN networks, buffer=replay, nstep, per or ere)"
 
 
 @runtime_checkable
@@ -60,7 +63,7 @@ class TwinDelayedPopulationUpdate(ActorCriticPopulation):
     gradient step."""
 
     def __init__(self, algos: Sequence[Any], storages: Sequence[Any]) -> None:
-        check_replay_members(algos, storages, BATCHED_TWIN_DELAYED)
+        check_replay_members(algos, storages, batched_twin_delayed())
         super().__init__(algos, critic_loss="critic_loss", actor_loss="actor_loss")
         self.algos: list[BatchableTwinDelayed] = list(algos)
 

@@ -1,0 +1,133 @@
+"""`compile=true` for a population of on-policy members: every member's minibatch step (the vectorized loss, its
+gradients, each member's grad-norm clip and Adam step) as one torch.compile graph.
+
+The eager population step spends as much time in autograd's and the optimizer's per-call work as in arithmetic
+(PERF notes: 8.4 ms for 8 PPO members against a 5.2 ms hand-written floor). Compiled, the step is a pure function
+of the stacked parameters, the stacked Adam moments and the batch, as `algos/compiled.py` does for one run. The
+members' own optimizers keep their state: their moment tensors become views of the stacked ones (as their
+parameters are views of the stacked weights), so checkpoints, `rl-eval`, export and resuming one member alone read
+what they always read. Build it after the members' checkpoints are loaded (a load replaces the tensors).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+from rlcli.algos.compiled import cache_dir
+from rlcli.algos.optim import FusedAdam
+from rlcli.registry import ConfigError
+
+
+class CompiledMembersStep:
+    """`step(batch, terms, active)`: one Adam step of every active member on its rows of `batch`; returns the
+    members' [members] loss statistics. `losses(params, buffers, batch, terms) -> (losses [members], stats)` is
+    the members' vectorized loss (onpolicy.py's), `params` the stacked weights it reads, `rows` each stacked
+    weight's member parameters (what the members' optimizers train)."""
+
+    def __init__(self, losses: Callable[..., Any], params: dict[str, torch.Tensor], buffers: dict[str, torch.Tensor],
+                 rows: dict[str, list[torch.Tensor]], optimizers: Sequence[Any], limit: torch.Tensor | None) -> None:
+        if not all(isinstance(o, FusedAdam) for o in optimizers):
+            raise ConfigError("compile=true in a population needs Adam (torch's fused kernel); algo.optimizer="
+                              "rmsprop members run one at a time")
+        settings = {(tuple(g["betas"]), g["eps"]) for o in optimizers for g in o.param_groups}
+        if len(settings) != 1:
+            raise ConfigError("compile=true in a population needs the same Adam betas and eps in every member")
+        (betas, eps), = settings
+        cache_dir()
+        self.losses, self.params, self.buffers, self.limit = losses, params, buffers, limit
+        self.optimizers = list(optimizers)
+        self.names = [n for n in params if n in rows]
+        # each weight's param group (the same in every member: lr_pi / lr_v split the networks the same way)
+        first = self.optimizers[0]
+        group_of = {id(p): i for i, g in enumerate(first.param_groups) for p in g["params"]}
+        self.group = [group_of[id(rows[n][0])] for n in self.names]
+        self.device = next(iter(params.values())).device
+        self.hyper = torch.tensor([*betas, eps], dtype=torch.float32, device=self.device)
+        self.exp_avg, self.exp_avg_sq, self.steps = _stack_adam_states(self.optimizers, rows, self.names)
+        self._step = torch.compile(self._pure_step, dynamic=False)
+        self.compile_seconds: float | None = None
+
+    def _pure_step(self, params: dict[str, torch.Tensor], exp_avg: list[torch.Tensor], exp_avg_sq: list[torch.Tensor],
+                   steps: torch.Tensor, lrs: torch.Tensor, active: torch.Tensor, hyper: torch.Tensor,
+                   batch: tuple[torch.Tensor, ...], terms: dict[str, torch.Tensor]) -> tuple[Any, ...]:
+        trained = {n: params[n] for n in self.names}
+        frozen = {n: p for n, p in params.items() if n not in trained}
+
+        def total(weights: dict[str, torch.Tensor]) -> tuple[torch.Tensor, Any]:
+            losses, stats = self.losses({**frozen, **weights}, self.buffers, batch, terms)
+            return losses.sum(), stats  # the members are independent: each row's gradient is its own loss's
+
+        grads, stats = torch.func.grad(total, has_aux=True)(trained)
+        grads_list = [grads[n] for n in self.names]
+        members = steps.shape[0]
+        if self.limit is not None:  # clip_grad_norm_'s formula, one norm per member
+            norms = torch.stack([torch.linalg.vector_norm(g.reshape(members, -1), dim=1) for g in grads_list])
+            scale = torch.clamp(self.limit / (torch.linalg.vector_norm(norms, dim=0) + 1e-6), max=1.0)
+            grads_list = [g * scale.view(-1, *([1] * (g.dim() - 1))) for g in grads_list]
+        beta1, beta2, eps = hyper[0], hyper[1], hyper[2]
+        new_steps = steps + active
+        bias1 = 1 - beta1 ** new_steps
+        bias2_sqrt = torch.sqrt(1 - beta2 ** new_steps)
+        new_params, new_m, new_v = [], [], []
+        for i, (name, g) in enumerate(zip(self.names, grads_list, strict=True)):
+            shape = (-1, *([1] * (g.dim() - 1)))
+            on = active.view(shape) > 0
+            m = torch.lerp(exp_avg[i], g, 1 - beta1)
+            v = exp_avg_sq[i] * beta2 + (1 - beta2) * g * g
+            lr = lrs[self.group[i]]
+            p = params[name] - (lr / bias1).view(shape) * m / (v.sqrt() / bias2_sqrt.view(shape) + eps)
+            new_params.append(torch.where(on, p, params[name]))  # a member that has stopped is carried, not stepped
+            new_m.append(torch.where(on, m, exp_avg[i]))
+            new_v.append(torch.where(on, v, exp_avg_sq[i]))
+        return new_params, new_m, new_v, new_steps, stats
+
+    def step(self, batch: tuple[torch.Tensor, ...], terms: dict[str, torch.Tensor],
+             active: torch.Tensor) -> dict[str, torch.Tensor]:
+        # each member's learning rate per param group, as its schedule set it this update: [groups, members]
+        lrs = torch.tensor([[o.param_groups[g]["lr"] for o in self.optimizers]
+                            for g in range(len(self.optimizers[0].param_groups))], dtype=torch.float32,
+                           device=self.device)
+        first = self.compile_seconds is None
+        started = time.perf_counter()
+        with torch.no_grad():
+            params = {n: p.detach() for n, p in self.params.items()}
+            new_params, new_m, new_v, new_steps, stats = self._step(
+                params, self.exp_avg, self.exp_avg_sq, self.steps[0].clone(), lrs, active, self.hyper, batch, terms)
+            torch._foreach_copy_([self.params[n] for n in self.names], new_params)  # the members' views follow
+            torch._foreach_copy_(self.exp_avg, new_m)
+            torch._foreach_copy_(self.exp_avg_sq, new_v)
+            self.steps.copy_(new_steps.expand_as(self.steps))
+        if first:
+            self.compile_seconds = time.perf_counter() - started
+            logging.getLogger("rlcli").info("compile: the population's first compiled minibatch step took %.1f s",
+                                            self.compile_seconds)
+        out: dict[str, torch.Tensor] = stats
+        return out
+
+
+def _stack_adam_states(optimizers: Sequence[FusedAdam], rows: dict[str, list[torch.Tensor]],
+                       names: list[str]) -> tuple[list[torch.Tensor], list[torch.Tensor], torch.Tensor]:
+    """The members' Adam moments stacked per weight, each member's state now a view of its row (so that its
+    checkpoint saves what the compiled step wrote); and the step counts as one [weights, members] tensor, each
+    member's per-weight step tensor a view of its entry (distinct tensors, as FusedAdam keeps them)."""
+    exp_avg: list[torch.Tensor] = []
+    exp_avg_sq: list[torch.Tensor] = []
+    states = {n: [o._state(p) for o, p in zip(optimizers, rows[n], strict=True)] for n in names}
+    steps = torch.stack([torch.stack([s["step"] for s in states[n]]) for n in names]).to(torch.float32)
+    if not torch.equal(steps, steps[:1].expand_as(steps)):
+        raise ConfigError("compile=true in a population: a member's weights have taken different numbers of "
+                          "optimizer steps (its checkpoint is not one this population wrote)")
+    for i, name in enumerate(names):
+        for slot, out in (("exp_avg", exp_avg), ("exp_avg_sq", exp_avg_sq)):
+            stacked = torch.stack([s[slot] for s in states[name]])
+            for row, state in enumerate(states[name]):
+                state[slot] = stacked[row]
+            out.append(stacked)
+        for row, state in enumerate(states[name]):
+            state["step"] = steps[i, row]
+    return exp_avg, exp_avg_sq, steps
