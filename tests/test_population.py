@@ -376,3 +376,10 @@ def test_a_compiled_population_steps_as_the_eager_one_and_its_members_optimizers
             assert results[1][m] is None
             for a, b in zip(untouched.networks.parameters(), c.algo.networks.parameters(), strict=True):
                 assert torch.equal(a, b)
+
+
+def test_compiled_population_members_with_rmsprop_are_refused_in_one_line():
+    """A2C's default RMSprop has no stacked compiled step: the launcher warns and runs the jobs one at a time."""
+    members = [collected(f"seed={s}", "compile=true", algo="a2c")[0] for s in (0, 1)]
+    with pytest.raises(ConfigError, match=r"compile=true in a population needs Adam members \(algo.optimizer=adam"):
+        PopulationUpdate([c.algo for c in members])

@@ -32,8 +32,8 @@ class CompiledMembersStep:
     def __init__(self, losses: Callable[..., Any], params: dict[str, torch.Tensor], buffers: dict[str, torch.Tensor],
                  rows: dict[str, list[torch.Tensor]], optimizers: Sequence[Any], limit: torch.Tensor | None) -> None:
         if not all(isinstance(o, FusedAdam) for o in optimizers):
-            raise ConfigError("compile=true in a population needs Adam (torch's fused kernel); algo.optimizer="
-                              "rmsprop members run one at a time")
+            raise ConfigError("compile=true in a population needs Adam members (algo.optimizer=adam, with torch's "
+                              "fused kernel); RMSprop members cannot share the compiled step")
         settings = {(tuple(g["betas"]), g["eps"]) for o in optimizers for g in o.param_groups}
         if len(settings) != 1:
             raise ConfigError("compile=true in a population needs the same Adam betas and eps in every member")
