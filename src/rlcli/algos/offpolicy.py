@@ -11,6 +11,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from rlcli.algos.compiled import CompiledStep
 from rlcli.algos.exploration import uniform_box_actions
 from rlcli.contracts import ReplayStorage, RunClock
 from rlcli.registry import ConfigError, require
@@ -84,8 +85,10 @@ class BoxActorCritic:
     scaled to the env's bounds."""
 
     action_dim: int
+    networks: nn.Module
     policy_optimizer: torch.optim.Optimizer
     critic_optimizer: torch.optim.Optimizer
+    max_grad_norm: float | None
     scaler: BoxScaler
 
     def random_actions(self, n: int) -> torch.Tensor:
@@ -93,6 +96,13 @@ class BoxActorCritic:
 
     def optimizers(self) -> list[torch.optim.Optimizer]:
         return [self.policy_optimizer, self.critic_optimizer]
+
+    def compiled_steps(self, critic_loss: Callable[..., Any],
+                       policy_loss: Callable[..., Any]) -> tuple[CompiledStep, CompiledStep]:
+        """compile=true: the critics' step and the policy's step, one compiled graph each (algos/compiled.py)."""
+        net, clip = self.networks, self.max_grad_norm
+        return (CompiledStep(net, self.critic_optimizer, critic_loss, clip),
+                CompiledStep(net, self.policy_optimizer, policy_loss, clip))
 
     def env_actions(self, actions: torch.Tensor) -> torch.Tensor:
         return self.scaler.to_env(actions)

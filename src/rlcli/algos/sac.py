@@ -151,9 +151,7 @@ class SAC(BoxActorCritic):
         for bad, what in unsupported:
             if bad:
                 raise ConfigError(f"compile=true does not cover {what} yet; drop compile=true (eager is the default)")
-        net, clip = self.networks, self.max_grad_norm
-        self._compiled = (CompiledStep(net, self.critic_optimizer, self.soft_td_loss, clip),
-                          CompiledStep(net, self.policy_optimizer, self.actor_loss, clip))
+        self._compiled = self.compiled_steps(self.soft_td_loss, self.actor_loss)
 
     def critic_outputs(self) -> int:
         """Outputs of each critic: one Q-value (TQC: its quantiles)."""
@@ -212,7 +210,7 @@ class SAC(BoxActorCritic):
         net = self.networks
         alpha = self.alpha()
         if self._compiled is not None:
-            return self._compiled_step(batch, alpha)
+            return self._compiled_step(self._compiled, batch, alpha)
         if isinstance(net.policy, StateDependentSquashedPolicy):
             net.policy.noise.reset_noise()  # gSDE: one fresh matrix per gradient step, as SB3 (its log std moved)
         critic_loss, errors = self.soft_td_loss(batch, alpha)  # observations normalized by the buffer when sampled
@@ -222,10 +220,11 @@ class SAC(BoxActorCritic):
         gradient_step(self.policy_optimizer, policy_loss, net.policy.parameters(), self.max_grad_norm)
         return errors, self._finish_step(critic_loss, policy_loss, log_probs, torch.mean, alpha)
 
-    def _compiled_step(self, batch: Any, alpha: torch.Tensor) -> StepOutput:
+    def _compiled_step(self, steps: tuple[CompiledStep, CompiledStep], batch: Any,
+                       alpha: torch.Tensor) -> StepOutput:
         """The eager step's order with both gradient steps compiled; the policy's noise (next actions', then
         actions') is drawn here, from the run's stream, as the eager step draws it."""
-        critic_step, policy_step = self._compiled or ()
+        critic_step, policy_step = steps
         shape, device = (batch.obs.shape[0], self.action_dim), batch.obs.device
         next_noise, noise = torch.randn(shape, device=device), torch.randn(shape, device=device)
         critic_loss, errors = critic_step(batch, alpha, next_noise)

@@ -104,9 +104,7 @@ class TD3(BoxActorCritic):
     def enable_compile(self) -> None:
         """compile=true: the critics' step and the policy's step as one compiled graph each (the target updates
         stay eager: one lerp each)."""
-        net, clip = self.networks, self.max_grad_norm
-        self._compiled = (CompiledStep(net, self.critic_optimizer, self.critic_loss, clip),
-                          CompiledStep(net, self.policy_optimizer, self._policy_loss_and_nothing, clip))
+        self._compiled = self.compiled_steps(self.critic_loss, self._policy_loss_and_nothing)
 
     def _policy_loss_and_nothing(self, obs: torch.Tensor) -> tuple[torch.Tensor, tuple[()]]:
         return self.actor_loss(obs), ()
