@@ -11,16 +11,19 @@ ARGS = ["algo=ppo", "env=CartPole-v1", "algo.n_steps=32", "train.total_steps=204
         "train.test_episodes=2", "log.console=false", "log.tensorboard=false", "deterministic=true"]
 
 
-def trained(tmp_path, compiled: bool):
-    components, state = prepare(compose_config([*ARGS, f"compile={str(compiled).lower()}"]))
-    trainer = Trainer(components, tmp_path / ("compiled" if compiled else "eager"), state)
-    trainer.run()
-    return components.algo
+def eager_and_compiled(tmp_path, args: list[str]):
+    """The same fixed-seed run trained eagerly and with compile=true: the two algorithms, in that order."""
+    algos = []
+    for compiled in (False, True):
+        components, state = prepare(compose_config([*args, f"compile={str(compiled).lower()}"]))
+        Trainer(components, tmp_path / str(compiled), state).run()
+        algos.append(components.algo)
+    return algos[0], algos[1]
 
 
 @pytest.mark.slow
 def test_compiled_update_matches_eager_after_2k_steps(tmp_path):
-    eager, compiled = trained(tmp_path, False), trained(tmp_path, True)
+    eager, compiled = eager_and_compiled(tmp_path, ARGS)
     assert compiled._compiled is not None and compiled._compiled.compile_seconds is not None
     # 8 updates x 10 epochs of one 256-step minibatch: the same actions are sampled (same RNG stream), so
     # only floating-point reordering in the fused graph separates the two
@@ -66,12 +69,7 @@ def test_compiled_dqn_update_matches_eager_after_2k_steps(algo, tmp_path):
     QR-DQN and C51 compile through DQN's step over their own transition_loss. DQN's 896 Adam steps at lr 2.3e-3
     let float reordering grow to ~1e-4 (measured: 9.8e-5 on the first layer); the tolerance, 1e-3, is under half
     of one Adam step, while a wrong clip or bias correction moves weights by many."""
-    algos = []
-    for compiled in (False, True):
-        components, state = prepare(compose_config([f"algo={algo}", *DQN_ARGS, f"compile={str(compiled).lower()}"]))
-        Trainer(components, tmp_path / str(compiled), state).run()
-        algos.append(components.algo)
-    eager, compiled = algos
+    eager, compiled = eager_and_compiled(tmp_path, [f"algo={algo}", *DQN_ARGS])
     assert compiled._compiled is not None and compiled.gradient_updates == eager.gradient_updates > 0
     for (name, a), b in zip(eager.networks.state_dict().items(), compiled.networks.state_dict().values(), strict=True):
         torch.testing.assert_close(b, a, rtol=1e-3, atol=1e-3, msg=name)
@@ -84,13 +82,7 @@ def test_compiled_ppo_variants_match_eager(algo, tmp_path):
     as a tensor, not a constant: the adaptation must not recompile or freeze it. MaskablePPO's masks ride in the
     batch."""
     env = "env=ValidMoves-v0" if algo == "maskable_ppo" else "env=CartPole-v1"
-    algos = []
-    for compiled in (False, True):
-        components, state = prepare(compose_config([f"algo={algo}", env, *ARGS[2:],  # ARGS less algo and env
-                                                    f"compile={str(compiled).lower()}"]))
-        Trainer(components, tmp_path / str(compiled), state).run()
-        algos.append(components.algo)
-    eager, compiled = algos
+    eager, compiled = eager_and_compiled(tmp_path, [f"algo={algo}", env, *ARGS[2:]])  # ARGS less algo and env
     assert compiled._compiled is not None
     assert compiled.kl_coef == eager.kl_coef  # the same sequence of KL adaptations
     for (name, a), b in zip(eager.networks.state_dict().items(), compiled.networks.state_dict().values(), strict=True):
@@ -106,13 +98,7 @@ ONE_STEP_ARGS = ["env=CartPole-v1", "train.total_steps=2048", "train.test_every=
 def test_compiled_one_step_update_matches_eager_after_2k_steps(algo, tmp_path):
     """A2C's RMSprop (by hand in the compiled graph: torch.optim.RMSprop's formula, state and layout) and PG's Adam:
     the compiled runs' weights and optimizer states agree with the eager runs' within float reordering."""
-    algos = []
-    for compiled in (False, True):
-        components, state = prepare(compose_config([f"algo={algo}", *ONE_STEP_ARGS,
-                                                    f"compile={str(compiled).lower()}"]))
-        Trainer(components, tmp_path / str(compiled), state).run()
-        algos.append(components.algo)
-    eager, compiled = algos
+    eager, compiled = eager_and_compiled(tmp_path, [f"algo={algo}", *ONE_STEP_ARGS])
     assert compiled._compiled is not None and compiled._compiled.compile_seconds is not None
     for (name, a), b in zip(eager.networks.state_dict().items(), compiled.networks.state_dict().values(), strict=True):
         torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-4, msg=name)
@@ -136,13 +122,7 @@ def test_compiled_actor_critic_steps_match_eager(algo, tmp_path):
     only float reordering separates the weights (measured: at most 2e-7; TQC and DDPG take the same code paths).
     Longer runs drift apart as any two float orders do (SAC's policy: 3e-3 after 800 steps, as the actions taken
     and so the data move), so the comparison stops where a wrong clip, formula or draw would still show."""
-    algos = []
-    for compiled in (False, True):
-        components, state = prepare(compose_config([f"algo={algo}", *ACTOR_CRITIC_ARGS,
-                                                    f"compile={str(compiled).lower()}"]))
-        Trainer(components, tmp_path / str(compiled), state).run()
-        algos.append(components.algo)
-    eager, compiled = algos
+    eager, compiled = eager_and_compiled(tmp_path, [f"algo={algo}", *ACTOR_CRITIC_ARGS])
     assert compiled._compiled is not None and all(step.compile_seconds is not None for step in compiled._compiled)
     assert compiled.gradient_updates == eager.gradient_updates > 0
     for (name, a), b in zip(eager.networks.state_dict().items(), compiled.networks.state_dict().values(), strict=True):
