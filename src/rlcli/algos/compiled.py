@@ -3,7 +3,7 @@
 Compiling only the loss gains nothing on small networks: the time goes to autograd's backward, the clip
 and the optimizer's Python. So the step is written as a pure function of the parameters, the optimizer's
 state and the batch (`torch.func.grad_and_value` over `functional_call`, the optimizer's formula by hand:
-Adam, or A2C's RMSprop) and compiled whole with torch.compile. The parameters and the optimizer's state
+Adam, A2C's RMSprop or PQN's RAdam) and compiled whole with torch.compile. The parameters and the optimizer's state
 stay where they are (the networks, the optimizer's own state, in torch.optim's layout): each step reads
 them and copies the results back, so checkpoints, resume and the eager path are unchanged. An algorithm
 with several optimizers (SAC's critics and policy) compiles one step per optimizer.
@@ -123,7 +123,51 @@ class _RMSpropRule:
         return new_params, [new_avg]
 
 
-def _rule_for(optimizer: Any) -> _AdamRule | _RMSpropRule:
+class _RAdamRule:
+    """torch.optim.RAdam (PQN's, CleanRL's choice) without weight decay, by hand: Adam's moments, then the
+    variance rectification once its approximated SMA length passes 5, plain bias-corrected momentum before."""
+
+    slots = ("exp_avg", "exp_avg_sq")
+
+    def __init__(self, optimizer: torch.optim.RAdam) -> None:
+        from rlcli.registry import ConfigError
+
+        group = optimizer.param_groups[0]
+        if group["weight_decay"] or group["maximize"]:
+            raise ConfigError("compile=true covers RAdam without weight decay only")
+        self.hyper = torch.tensor([*group["betas"], group["eps"]], dtype=torch.float32)
+        self.optimizer = optimizer
+
+    def state(self, p: torch.Tensor) -> dict[str, torch.Tensor]:
+        state = self.optimizer.state[p]
+        if not state:  # as RAdam's own first step makes it, so that the eager path and checkpoints agree
+            state["step"] = torch.zeros((), dtype=torch.float32)
+            state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+            state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+        return state
+
+    @staticmethod
+    def apply(params: list[torch.Tensor], grads: list[torch.Tensor], slots: list[list[torch.Tensor]],
+              step: torch.Tensor, lrs: list[torch.Tensor], hyper: torch.Tensor) -> tuple[list[Any], list[Any]]:
+        beta1, beta2, eps = hyper[0], hyper[1], hyper[2]
+        new_step = step + 1
+        bias1, bias2 = 1 - beta1 ** new_step, 1 - beta2 ** new_step
+        rho_inf = 2 / (1 - beta2) - 1
+        rho_t = rho_inf - 2 * new_step * beta2 ** new_step / bias2
+        rect = ((rho_t - 4) * (rho_t - 2) * rho_inf / ((rho_inf - 4) * (rho_inf - 2) * rho_t)).clamp_min(0).sqrt()
+        rectified = rho_t > 5.0
+        new_params, new_m, new_v = [], [], []
+        for p, g, m, v, lr in zip(params, grads, slots[0], slots[1], lrs, strict=True):
+            m = torch.lerp(m, g, 1 - beta1)
+            v = v * beta2 + (1 - beta2) * g * g
+            adaptive = torch.where(rectified, rect * bias2.sqrt() / (v.sqrt() + eps), 1.0)
+            new_params.append(p - m / bias1 * lr * adaptive)
+            new_m.append(m)
+            new_v.append(v)
+        return new_params, [new_m, new_v]
+
+
+def _rule_for(optimizer: Any) -> _AdamRule | _RMSpropRule | _RAdamRule:
     from rlcli.algos.optim import FusedAdam
     from rlcli.registry import ConfigError
 
@@ -131,6 +175,8 @@ def _rule_for(optimizer: Any) -> _AdamRule | _RMSpropRule:
         return _AdamRule(optimizer)
     if isinstance(optimizer, torch.optim.RMSprop):
         return _RMSpropRule(optimizer)
+    if isinstance(optimizer, torch.optim.RAdam):
+        return _RAdamRule(optimizer)
     # the step reads and writes FusedAdam's (or RMSprop's) state layout
     raise ConfigError("compile=true needs torch's fused Adam kernel, which this torch build lacks")
 

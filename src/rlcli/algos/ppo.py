@@ -109,21 +109,20 @@ class PPO:
     def enable_compile(self) -> None:
         """compile=true: PPO's minibatch step (MLP or CNN actor, clipped or KL-penalized, no add-ons) compiled."""
         unsupported = [(self.recurrent, "a recurrent actor (actor=lstm/gru)"),
-                       (bool(self.policy_addons), "algo.policy_loss_addons"),
-                       (bool(self.extra_param_groups(1.0)), f"{type(self).__name__}'s extra networks")]
+                       (bool(self.policy_addons), "algo.policy_loss_addons")]
         for bad, what in unsupported:
             if bad:
                 raise ConfigError(f"compile=true does not cover {what} yet; drop compile=true (eager is the default)")
-        self._compiled = CompiledStep(self.networks, self.optimizer, self._compiled_loss, self.max_grad_norm)
+        self._compiled = CompiledStep(self.trained_modules(), self.optimizer, self._compiled_loss, self.max_grad_norm)
 
     @property
     def compile_enabled(self) -> bool:
         return self._compiled is not None
 
     def _compiled_loss(self, batch: RolloutBatch, clip: torch.Tensor | None, ent_coef: torch.Tensor,
-                       vf_coef: torch.Tensor, kl_coef: torch.Tensor | None,
+                       vf_coef: torch.Tensor, kl_coef: torch.Tensor | None, aux_noise: torch.Tensor | None,
                        ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        return self.minibatch_loss(batch, clip, ent_coef, vf_coef, kl_coef)
+        return self.minibatch_loss(batch, clip, ent_coef, vf_coef, kl_coef, aux_noise)
 
     @torch.inference_mode()
     def act(self, obs: torch.Tensor, deterministic: bool = False, state: RecurrentState | None = None) -> ActOutput:
@@ -207,7 +206,7 @@ class PPO:
                 return None if value is None else torch.tensor(value)
 
             _, stats = self._compiled(batch, as_tensor(clip), as_tensor(self.ent_coef), as_tensor(self.vf_coef),
-                                      as_tensor(self.kl_coef))
+                                      as_tensor(self.kl_coef), self.auxiliary_noise(batch))
             return stats
         loss, stats = self.minibatch_loss(batch, clip)
         gradient_step(self.optimizer, loss, self.trained_parameters(), self.max_grad_norm)
@@ -215,8 +214,10 @@ class PPO:
 
     def minibatch_loss(self, batch: RolloutBatch, clip: float | torch.Tensor | None,
                        ent_coef: float | torch.Tensor | None = None, vf_coef: float | torch.Tensor | None = None,
-                       kl_coef: float | torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """The loss of one minibatch and what to log (the coefficients default to the algorithm's own)."""
+                       kl_coef: float | torch.Tensor | None = None, aux_noise: torch.Tensor | None = None,
+                       ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """The loss of one minibatch and what to log (the coefficients default to the algorithm's own;
+        `aux_noise`: the auxiliary loss's draws, which a compiled step takes as an argument)."""
         ent_coef = self.ent_coef if ent_coef is None else ent_coef
         vf_coef = self.vf_coef if vf_coef is None else vf_coef
         kl_coef = self.kl_coef if kl_coef is None else kl_coef
@@ -235,7 +236,7 @@ class PPO:
         policy_loss = policy_loss + extra
         value_loss = squared_value_loss(values, batch.returns, mask, batch.values, self.clip_range_vf)
         entropy_mean = masked_mean(entropy, mask)
-        aux_loss, aux_logs = self.auxiliary_loss(batch)
+        aux_loss, aux_logs = self.auxiliary_loss(batch, aux_noise)
         loss = policy_loss - ent_coef * entropy_mean + vf_coef * value_loss + aux_loss
         stats = {
             "policy_loss": policy_loss.detach(), "value_loss": value_loss.detach(),
@@ -251,9 +252,16 @@ class PPO:
         """Optimizer groups beyond the actor's (rnd_ppo's predictor); none for plain PPO."""
         return []
 
-    def auxiliary_loss(self, batch: RolloutBatch) -> tuple[torch.Tensor | float, dict[str, torch.Tensor]]:
-        """An extra loss trained in the same step (rnd_ppo's predictor); none for plain PPO."""
+    def auxiliary_loss(self, batch: RolloutBatch, noise: torch.Tensor | None = None,
+                       ) -> tuple[torch.Tensor | float, dict[str, torch.Tensor]]:
+        """An extra loss trained in the same step (rnd_ppo's predictor); none for plain PPO. `noise`: its random
+        draws (`auxiliary_noise`'s), or None to draw them itself."""
         return 0.0, {}
+
+    def auxiliary_noise(self, batch: RolloutBatch) -> torch.Tensor | None:
+        """The auxiliary loss's draws for one minibatch, from the run's stream (a compiled step's are drawn
+        outside its graph, where the eager step draws them); None for plain PPO."""
+        return None
 
     def optimizers(self) -> list[torch.optim.Optimizer]:
         return [self.optimizer]
@@ -261,6 +269,10 @@ class PPO:
     def trained_parameters(self) -> Iterator[torch.nn.Parameter]:
         """What the optimizer steps and gradient clipping covers."""
         return self.networks.parameters()
+
+    def trained_modules(self) -> torch.nn.Module:
+        """The modules holding every parameter the optimizer steps (what a compiled step substitutes)."""
+        return self.networks
 
     def env_actions(self, actions: torch.Tensor) -> torch.Tensor:
         return clipped_env_actions(self.networks, actions)

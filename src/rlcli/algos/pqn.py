@@ -19,6 +19,7 @@ from torch import nn
 from rlcli.actors.layers import _ACTIVATIONS
 from rlcli.actors.offpolicy import NetworkRecipe
 from rlcli.algos.base import Decay, gradient_step, masked_mean, set_lr
+from rlcli.algos.compiled import CompiledStep
 from rlcli.algos.exploration import epsilon_greedy, minibatches
 from rlcli.contracts import ActOutput, AlgoSpec, RecurrentState, RolloutStorage, RunClock
 from rlcli.registry import ALGOS, require
@@ -75,7 +76,7 @@ class LayerNormQNetwork(nn.Module):
 
 
 @ALGOS.register("pqn", spec=AlgoSpec(on_policy=True, action_spaces=("Discrete",), networks=("mlp", "cnn"),
-                                     network_kind="recipe"))
+                                     network_kind="recipe", compiles=True))
 class PQN:
     def __init__(
         self,
@@ -124,6 +125,7 @@ class PQN:
         linear = to_zero(lr_schedule)
         if linear is not None:
             self.default_schedules["lr_scale"] = linear
+        self._compiled: CompiledStep | None = None  # compile=true
 
     @torch.inference_mode()
     def act(self, obs: torch.Tensor, deterministic: bool = False, state: RecurrentState | None = None) -> ActOutput:
@@ -154,14 +156,26 @@ class PQN:
         losses, q_means = [], []
         for _ in range(self.n_epochs):
             for idx in minibatches(size, self.minibatch_size, device):
-                mask = batch.mask[idx]
-                q = self.networks(batch.obs[idx]).gather(-1, batch.actions[idx].long().unsqueeze(-1)).squeeze(-1)
-                loss = masked_mean((q - batch.returns[idx]).square(), mask)
-                gradient_step(self.optimizer, loss, self.networks.parameters(), self.max_grad_norm)
+                args = (batch.obs[idx], batch.actions[idx], batch.returns[idx], batch.mask[idx])
+                if self._compiled is not None:
+                    loss, q_mean = self._compiled(*args)
+                else:
+                    loss, q_mean = self.minibatch_loss(*args)
+                    gradient_step(self.optimizer, loss, self.networks.parameters(), self.max_grad_norm)
                 losses.append(loss.detach())
-                q_means.append(masked_mean(q.detach(), mask))
+                q_means.append(q_mean)
         return {"value_loss": torch.stack(losses).mean(), "q_mean": torch.stack(q_means).mean(),
                 "epsilon": torch.tensor(self.epsilon), "learning_rate": torch.tensor(lr)}
+
+    def minibatch_loss(self, obs: torch.Tensor, actions: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor,
+                       ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Q(s, a) regressed onto the Q(lambda) returns; (the loss, the mean Q to log)."""
+        q = self.networks(obs).gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
+        return masked_mean((q - returns).square(), mask), masked_mean(q.detach(), mask)
+
+    def enable_compile(self) -> None:
+        """compile=true: the minibatch loss, its gradients, the clip and RAdam as one graph."""
+        self._compiled = CompiledStep(self.networks, self.optimizer, self.minibatch_loss, self.max_grad_norm)
 
     def state_dict(self) -> dict[str, Any]:
         return {"networks": self.networks.state_dict(), "optimizer": self.optimizer.state_dict()}

@@ -72,7 +72,7 @@ def check_flat_observations(space: gym.spaces.Space, env_id: str) -> None:
                           f"{env_id} has {space}")
 
 
-@ALGOS.register("rnd_ppo", spec=AlgoSpec(on_policy=True, networks=("mlp",), value_outputs=2,
+@ALGOS.register("rnd_ppo", spec=AlgoSpec(on_policy=True, networks=("mlp",), value_outputs=2, compiles=True,
                                           check_observations=check_flat_observations))
 class RNDPPO(PPO):
     """PPO whose network has two value heads (extrinsic, intrinsic) plus the RND bonus; see the module doc."""
@@ -125,6 +125,9 @@ class RNDPPO(PPO):
         yield from self.networks.parameters()
         yield from self.rnd.predictor.parameters()
 
+    def trained_modules(self) -> nn.Module:
+        return nn.ModuleDict({"actor_critic": self.networks, "rnd": self.rnd})
+
     @torch.inference_mode()
     def finish_rollout(self, buffer: RolloutStorage, last_obs: torch.Tensor, state: RecurrentState | None) -> None:
         """Intrinsic rewards for the rollout's steps, then both GAEs and the combined advantages."""
@@ -158,12 +161,18 @@ class RNDPPO(PPO):
             metrics["intrinsic_reward"] = self.last_int_rewards
         return metrics
 
-    def auxiliary_loss(self, batch: RolloutBatch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    def auxiliary_loss(self, batch: RolloutBatch, noise: torch.Tensor | None = None,
+                       ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """The predictor's distillation loss on a random `update_proportion` of the minibatch."""
         errors = self.rnd.errors(batch.obs)
-        keep = (torch.rand(errors.shape, device=errors.device) < self.update_proportion).float() * batch.mask
+        noise = self.auxiliary_noise(batch) if noise is None else noise
+        keep = (noise < self.update_proportion).float() * batch.mask
         loss = (errors * keep).sum() / keep.sum().clamp_min(1.0)
         return loss, {"rnd_loss": loss.detach()}
+
+    def auxiliary_noise(self, batch: RolloutBatch) -> torch.Tensor:
+        """Which of the minibatch's steps the predictor trains on is drawn as uniforms here."""
+        return torch.rand(batch.mask.shape, device=batch.mask.device)
 
     def state_dict(self) -> dict[str, Any]:
         return super().state_dict() | {
