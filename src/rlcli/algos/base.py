@@ -176,7 +176,7 @@ class OneStepUpdate:
         from rlcli.algos.compiled import CompiledStep
         from rlcli.registry import ConfigError
 
-        refusal = refuse_in_population(self.networks, self.policy_addons, self.uses_sde())
+        refusal = refuse_in_population(self.networks, self.policy_addons, use_sde=False)  # gSDE's update is pure
         if refusal is not None:
             raise ConfigError(f"compile=true does not cover {refusal} yet; drop compile=true (eager is the default)")
         self._compiled = CompiledStep(self.networks, self.optimizer, self.minibatch_loss, self.max_grad_norm)

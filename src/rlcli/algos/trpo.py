@@ -86,7 +86,8 @@ def fisher_vector_product(kl: torch.Tensor, params: Sequence[nn.Parameter], damp
     return product
 
 
-@ALGOS.register("trpo", spec=AlgoSpec(on_policy=True, networks=("mlp", "cnn"), action_spaces=ON_POLICY_ACTIONS))
+@ALGOS.register("trpo", spec=AlgoSpec(on_policy=True, networks=("mlp", "cnn"), action_spaces=ON_POLICY_ACTIONS,
+                                      compiles=True))
 class TRPO:
     def __init__(
         self,
@@ -150,6 +151,7 @@ class TRPO:
         self.policy_parameters = groups["shared"] + groups["pi"]
         self.value_parameters = groups["v"]
         self.value_optimizer = adam([{"params": self.value_parameters, "lr": lr, "base_lr": lr}], eps=1e-5)
+        self._compiled: Any = None  # compile=true: a CompiledStep over value_loss
 
     @torch.inference_mode()
     def act(self, obs: torch.Tensor, deterministic: bool = False, state: RecurrentState | None = None) -> ActOutput:
@@ -231,13 +233,27 @@ class TRPO:
         total, count = torch.zeros((), device=device), 0
         for _ in range(self.n_critic_updates):
             for idx in minibatches(size, self.batch_size, device):
-                mask = batch.mask[idx]
-                loss = masked_mean((self.networks.value(batch.obs[idx]) - batch.returns[idx]).square(), mask)
-                self.value_optimizer.zero_grad(set_to_none=True)
-                loss.backward(inputs=self.value_parameters)  # no gradients pile up on the policy's weights
-                self.value_optimizer.step()
+                args = (batch.obs[idx], batch.returns[idx], batch.mask[idx])
+                if self._compiled is not None:
+                    loss, _ = self._compiled(*args)
+                else:
+                    loss, _ = self.value_loss(*args)
+                    self.value_optimizer.zero_grad(set_to_none=True)
+                    loss.backward(inputs=self.value_parameters)  # no gradients pile up on the policy's weights
+                    self.value_optimizer.step()
                 total, count = total + loss.detach(), count + 1
         return total / max(count, 1)
+
+    def value_loss(self, obs: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor,
+                   ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        return masked_mean((self.networks.value(obs) - returns).square(), mask), {}
+
+    def enable_compile(self) -> None:
+        """compile=true: the value function's minibatch steps (loss, gradients and Adam) as one graph each. The
+        natural-gradient step stays eager: its conjugate gradient and line search decide in Python how far to go."""
+        from rlcli.algos.compiled import CompiledStep
+
+        self._compiled = CompiledStep(self.networks, self.value_optimizer, self.value_loss, None)
 
     def optimizers(self) -> list[torch.optim.Optimizer]:
         return [self.value_optimizer]
