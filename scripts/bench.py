@@ -61,6 +61,10 @@ ROWS: dict[str, dict[str, Any]] = {
     "td3": {"env": "Pendulum-v1", "steps": 20_000, "floor": False, "rlcli": ["algo=td3", "env=Pendulum-v1"]},
     "td3_compile": {"env": "Pendulum-v1", "steps": 20_000, "floor": False, "sb3": "td3",
                     "rlcli": ["algo=td3", "env=Pendulum-v1", "compile=true"]},
+    "crossq_compile": {"env": "Pendulum-v1", "steps": 20_000, "floor": False, "sb3": "crossq",
+                       "rlcli": ["algo=crossq", "env=Pendulum-v1", "compile=true"]},
+    "trpo_compile": {"env": "CartPole-v1", "steps": 100_000, "floor": False, "sb3": "trpo",
+                     "rlcli": ["algo=trpo", "env=CartPole-v1", "compile=true"]},
     # RL-Zoo's a2c.yml CartPole-v1 (= conf/tuned/a2c/CartPole-v1.yaml: 8 envs, RMSprop, one step per 40 env steps)
     "a2c": {"env": "CartPole-v1", "steps": 100_000, "floor": False, "rlcli": ["algo=a2c", "env=CartPole-v1"]},
     "a2c_compile": {"env": "CartPole-v1", "steps": 100_000, "floor": False, "sb3": "a2c",

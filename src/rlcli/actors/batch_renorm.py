@@ -36,13 +36,17 @@ class BatchRenorm(nn.Module):
             # unbiased variance as x.var(0), written out: torch's strided var kernel is ~8x slower on a CPU
             batch_mean = x.mean(0)
             batch_var = (x - batch_mean).square().sum(0) / (x.shape[0] - 1)
-            mean, var = batch_mean, batch_var
-            if self.steps > self.warmup_steps:
-                running_std = (running_var + self.eps).sqrt()
-                r = ((batch_var + self.eps).sqrt() / running_std).detach().clamp(1 / self.r_max, self.r_max)
-                d = ((batch_mean - running_mean) / running_std).detach().clamp(-self.d_max, self.d_max)
-                mean = batch_mean - d * batch_var.sqrt() / r
-                var = batch_var / r.square()
+            # Branchless, so that a compiled step traces it whole: during the warm-up r = 1 and d = 0 leave the
+            # batch statistics exactly as they are (x - 0 * s / 1 = x); after it, the renormalization. The square
+            # root sees 1 during the warm-up, so that a dead unit's zero variance does not put 0 * inf in its grad.
+            renorm = self.steps > self.warmup_steps
+            running_std = (running_var + self.eps).sqrt()
+            r = torch.where(renorm, ((batch_var + self.eps).sqrt() / running_std).detach()
+                            .clamp(1 / self.r_max, self.r_max), 1.0)
+            d = torch.where(renorm, ((batch_mean - running_mean) / running_std).detach()
+                            .clamp(-self.d_max, self.d_max), 0.0)
+            mean = batch_mean - d * torch.where(renorm, batch_var, 1.0).sqrt() / r
+            var = batch_var / r.square()
             with torch.no_grad():
                 running_mean += self.momentum * (batch_mean.detach() - running_mean)
                 running_var += self.momentum * (batch_var.detach() - running_var)

@@ -188,10 +188,13 @@ class CompiledStep:
 
     Numerically the same update as zero_grad -> backward -> clip_grad_norm_ -> optimizer.step, up to
     floating-point reordering (the tests compare runs within a stated tolerance). Randomness belongs
-    outside: a loss that samples takes its noise as an argument, drawn eagerly from the run's stream."""
+    outside: a loss that samples takes its noise as an argument, drawn eagerly from the run's stream.
+    `updates_buffers`: the loss updates buffers in place (CrossQ's batch-renorm running statistics), so the
+    networks' buffers go in as inputs of the differentiated function (a grad transform may not mutate what it
+    captured) and the compiled graph writes them back."""
 
     def __init__(self, networks: nn.Module, optimizer: Any, loss: Callable[..., Any],
-                 max_grad_norm: float | None) -> None:
+                 max_grad_norm: float | None, updates_buffers: bool = False) -> None:
         self.rule = _rule_for(optimizer)
         cache_dir()
         self.module = _Loss(networks, loss)
@@ -204,17 +207,19 @@ class CompiledStep:
         self.params = [p for _, p in trained]
         self.group = [group_of[id(p)] for p in self.params]
         self.max_grad_norm = max_grad_norm
+        self.networks, self.updates_buffers = networks, updates_buffers
         self._step = torch.compile(self._pure_step, dynamic=False)
         self.compile_seconds: float | None = None  # the first call: tracing and compiling (or loading the cache)
 
     def _pure_step(self, params: list[torch.Tensor], slots: list[list[torch.Tensor]], step: torch.Tensor,
-                   lrs: torch.Tensor, hyper: torch.Tensor, args: tuple[Any, ...]) -> tuple[Any, ...]:
-        def loss_of(flat: list[torch.Tensor]) -> tuple[torch.Tensor, Any]:
-            loss, aux = torch.func.functional_call(self.module, dict(zip(self.names, flat, strict=True)), args,
-                                                   strict=False)
+                   lrs: torch.Tensor, hyper: torch.Tensor, buffers: dict[str, torch.Tensor],
+                   args: tuple[Any, ...]) -> tuple[Any, ...]:
+        def loss_of(flat: list[torch.Tensor], buffers: dict[str, torch.Tensor]) -> tuple[torch.Tensor, Any]:
+            loss, aux = torch.func.functional_call(self.module, dict(zip(self.names, flat, strict=True)) | buffers,
+                                                   args, strict=False)
             return loss, aux
 
-        grads, (loss, aux) = torch.func.grad_and_value(loss_of, has_aux=True)(params)
+        grads, (loss, aux) = torch.func.grad_and_value(loss_of, has_aux=True)(params, buffers)
         if self.max_grad_norm is not None:  # clip_grad_norm_'s formula
             total = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))
             coef = torch.clamp(self.max_grad_norm / (total + 1e-6), max=1.0)
@@ -230,8 +235,10 @@ class CompiledStep:
         started = time.perf_counter()
         with torch.no_grad():
             params = [p.detach() for p in self.params]
+            buffers = ({f"networks.{n}": b for n, b in self.networks.named_buffers()} if self.updates_buffers
+                       else {})  # read each step: they are the modules' own tensors, updated in place
             new_params, new_slots, loss, aux = self._step(params, slots, states[0]["step"], lrs, self.rule.hyper,
-                                                          args)
+                                                          buffers, args)
             torch._foreach_copy_(self.params, new_params)
             for old, new in zip(slots, new_slots, strict=True):
                 torch._foreach_copy_(old, new)

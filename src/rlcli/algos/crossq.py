@@ -24,6 +24,7 @@ from rlcli.actors.batch_renorm import renorm_mlp
 from rlcli.actors.offpolicy import NetworkRecipe, squashed_gaussian
 from rlcli.actors.sde import NoiseResampling, StateDependentSquashedPolicy
 from rlcli.algos.base import adam, frozen, gradient_step
+from rlcli.algos.compiled import CompiledStep
 from rlcli.algos.entropy import (
     EntropyCoefficient,
     FixedEntropyCoefficient,
@@ -44,7 +45,7 @@ from rlcli.algos.offpolicy import (
     soft_next_value,
 )
 from rlcli.contracts import ActOutput, AlgoSpec, RecurrentState, ReplayStorage, RunClock, SequenceStorage
-from rlcli.registry import ALGOS, require
+from rlcli.registry import ALGOS, ConfigError, require
 from rlcli.schedules import Schedule
 
 
@@ -76,11 +77,13 @@ class CrossQNetworks(nn.Module):
         self.log_alpha = nn.Parameter(torch.tensor(float(log_alpha)))
         self.eval()
 
-    def sample(self, obs: torch.Tensor, deterministic: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
-        """Squashed actions and their log-probs, with gSDE's noise or fresh Gaussian noise."""
+    def sample(self, obs: torch.Tensor, deterministic: bool = False,
+               noise: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Squashed actions and their log-probs, with gSDE's noise or Gaussian noise (`noise`'s standard-normal
+        draws, when the caller drew them: a compiled step)."""
         if isinstance(self.policy, StateDependentSquashedPolicy):
             return self.policy(obs, deterministic)
-        return squashed_gaussian(self.policy(obs), deterministic)
+        return squashed_gaussian(self.policy(obs), deterministic, noise)
 
     def q_values(self, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
         """[N, B] every critic's Q(s, a)."""
@@ -88,7 +91,7 @@ class CrossQNetworks(nn.Module):
         return torch.stack([critic(x).squeeze(-1) for critic in self.critics])
 
 
-@ALGOS.register("crossq", spec=AlgoSpec(on_policy=False, action_spaces=("Box",), networks=("mlp",)))
+@ALGOS.register("crossq", spec=AlgoSpec(on_policy=False, action_spaces=("Box",), networks=("mlp",), compiles=True))
 class CrossQ(BoxActorCritic):
     ent_coef = FixedEntropyCoefficient()  # algo.schedules.ent_coef, with a fixed algo.ent_coef
 
@@ -157,6 +160,7 @@ class CrossQ(BoxActorCritic):
         self.gradient_updates = 0
         self.default_schedules: dict[str, Schedule] = {}
         self.schedulable: tuple[str, ...] = ("gamma", "reward_scale", "max_grad_norm", *self.temperature.schedulable)
+        self._compiled: tuple[CompiledStep, CompiledStep] | None = None  # compile=true: the critics' and policy's
 
     def alpha(self) -> torch.Tensor:
         return self.temperature.value()
@@ -167,14 +171,15 @@ class CrossQ(BoxActorCritic):
         actions, log_probs = self.networks.sample(obs, deterministic)  # eval mode: running stats
         return ActOutput(actions, log_probs, torch.zeros_like(log_probs))
 
-    def critic_loss(self, batch: Any, alpha: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """The joint pass: Q on [(s, a); (s', a')] in one training-mode batch, the s' half (detached,
-        the smallest critic's) as the soft target. Returns the loss and each sample's |TD error|."""
+    def critic_loss(self, batch: Any, alpha: torch.Tensor,
+                    noise: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """The joint pass: Q on [(s, a); (s', a')] in one batch (the caller puts the critics in training mode),
+        the s' half (detached, the smallest critic's) as the soft target. Returns the loss and each sample's
+        |TD error|. `noise`: the next actions' draws, when the caller drew them."""
         net = self.networks
         with torch.no_grad():  # next actions from the policy in eval mode, as sb3-contrib
-            next_actions, next_log_probs = net.sample(batch.next_obs)
-        with training_mode(net.critics):
-            q_all = net.q_values(torch.cat([batch.obs, batch.next_obs]), torch.cat([batch.actions, next_actions]))
+            next_actions, next_log_probs = net.sample(batch.next_obs, noise=noise)
+        q_all = net.q_values(torch.cat([batch.obs, batch.next_obs]), torch.cat([batch.actions, next_actions]))
         q, q_next = q_all.split(batch.obs.shape[0], dim=1)
         with torch.no_grad():
             next_value = soft_next_value(q_next, next_log_probs, alpha)
@@ -187,31 +192,50 @@ class CrossQ(BoxActorCritic):
         steps = gradient_steps_now(self.gradient_steps, clock)
         return run_gradient_steps(buffer, self.batch_size, steps, self._gradient_step)
 
+    def policy_loss(self, obs: torch.Tensor, alpha: torch.Tensor,
+                    noise: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """alpha * log pi - min Q, the policy's forward pass in training mode (the caller's) and the critics judging
+        its actions in eval mode; and the log-probs (detached) for the temperature's step."""
+        actions, log_probs = self.networks.sample(obs, noise=noise)
+        q_pi = self.networks.q_values(obs, actions).min(0).values
+        return (alpha * log_probs - q_pi).mean(), log_probs.detach()
+
     def _gradient_step(self, batch: Any) -> StepOutput:
-        """The critics' step on one batch; every policy_delay-th one, the policy's and the temperature's too."""
+        """The critics' step on one batch; every policy_delay-th one, the policy's and the temperature's too (a
+        compiled run draws the policy's noise here, in the order the eager losses draw it)."""
         alpha = self.alpha()
-        policy = self.networks.policy
-        if isinstance(policy, StateDependentSquashedPolicy):
-            policy.noise.reset_noise()  # gSDE: one fresh matrix per gradient step, as sb3-contrib
-        critic_loss, errors = self.critic_loss(batch, alpha)
-        gradient_step(self.critic_optimizer, critic_loss, self.networks.critics.parameters(), self.max_grad_norm)
+        net = self.networks
+        if isinstance(net.policy, StateDependentSquashedPolicy):
+            net.policy.noise.reset_noise()  # gSDE: one fresh matrix per gradient step, as sb3-contrib
+        shape = (batch.obs.shape[0], self.action_dim)
+        with training_mode(net.critics):
+            if self._compiled is not None:
+                critic_loss, errors = self._compiled[0](batch, alpha, torch.randn(shape, device=batch.obs.device))
+            else:
+                critic_loss, errors = self.critic_loss(batch, alpha)
+                gradient_step(self.critic_optimizer, critic_loss, net.critics.parameters(), self.max_grad_norm)
         self.gradient_updates += 1
         metrics = {"value_loss": critic_loss.detach()}
         if self.gradient_updates % self.policy_delay == 0:
-            metrics |= self._policy_step(batch.obs, alpha)
+            with training_mode(net.policy):
+                if self._compiled is not None:
+                    policy_loss, log_probs = self._compiled[1](batch.obs, alpha,
+                                                               torch.randn(shape, device=batch.obs.device))
+                else:
+                    with frozen(net.critics):  # dQ/da only
+                        policy_loss, log_probs = self.policy_loss(batch.obs, alpha)
+                    gradient_step(self.policy_optimizer, policy_loss, net.policy.parameters(), self.max_grad_norm)
+            self.temperature.step(log_probs, self.max_grad_norm)
+            metrics |= {"policy_loss": policy_loss.detach(), "entropy": -log_probs.mean()}
         return errors, {**metrics, "alpha": alpha}
 
-    def _policy_step(self, obs: torch.Tensor, alpha: torch.Tensor) -> dict[str, torch.Tensor]:
-        """The policy's forward pass in training mode; the critics judge its actions in eval mode."""
-        net = self.networks
-        with training_mode(net.policy):
-            actions, log_probs = net.sample(obs)
-        self.temperature.step(log_probs, self.max_grad_norm)
-        with frozen(net.critics):  # dQ/da only
-            q_pi = net.q_values(obs, actions).min(0).values
-        policy_loss = (alpha * log_probs - q_pi).mean()
-        gradient_step(self.policy_optimizer, policy_loss, net.policy.parameters(), self.max_grad_norm)
-        return {"policy_loss": policy_loss.detach(), "entropy": -log_probs.detach().mean()}
+    def enable_compile(self) -> None:
+        """compile=true: the critics' step and the policy's step as one compiled graph each, the batch-renorm
+        running statistics updated inside them (the temperature's step stays eager)."""
+        if isinstance(self.networks.policy, StateDependentSquashedPolicy):
+            raise ConfigError("compile=true does not cover gSDE (algo.use_sde=true) yet; drop compile=true "
+                              "(eager is the default)")
+        self._compiled = self.compiled_steps(self.critic_loss, self.policy_loss, updates_buffers=True)
 
     def state_dict(self) -> dict[str, Any]:
         return {"networks": self.networks.state_dict(), "policy_optimizer": self.policy_optimizer.state_dict(),

@@ -97,12 +97,12 @@ class BoxActorCritic:
     def optimizers(self) -> list[torch.optim.Optimizer]:
         return [self.policy_optimizer, self.critic_optimizer]
 
-    def compiled_steps(self, critic_loss: Callable[..., Any],
-                       policy_loss: Callable[..., Any]) -> tuple[CompiledStep, CompiledStep]:
+    def compiled_steps(self, critic_loss: Callable[..., Any], policy_loss: Callable[..., Any],
+                       updates_buffers: bool = False) -> tuple[CompiledStep, CompiledStep]:
         """compile=true: the critics' step and the policy's step, one compiled graph each (algos/compiled.py)."""
         net, clip = self.networks, self.max_grad_norm
-        return (CompiledStep(net, self.critic_optimizer, critic_loss, clip),
-                CompiledStep(net, self.policy_optimizer, policy_loss, clip))
+        return (CompiledStep(net, self.critic_optimizer, critic_loss, clip, updates_buffers),
+                CompiledStep(net, self.policy_optimizer, policy_loss, clip, updates_buffers))
 
     def env_actions(self, actions: torch.Tensor) -> torch.Tensor:
         return self.scaler.to_env(actions)
