@@ -98,7 +98,7 @@ def run_rlcli(row: str, seed: int, steps: int, threads: int) -> dict[str, Any]:
         trainer = Trainer(components, Path(run_dir), state)
         algo = components.algo
         optimizer = (algo.critic_optimizer if ROWS[row].get("sb3", row) in ("sac", "tqc", "crossq", "td3")
-                     else algo.value_optimizer if row == "trpo" else algo.optimizer)
+                     else algo.value_optimizer if ROWS[row].get("sb3", row) == "trpo" else algo.optimizer)
         counter = {"n": 0}
         step = optimizer.step
 

@@ -45,9 +45,7 @@ def test_compile_refuses_what_it_does_not_cover_in_one_line():
     from rlcli.registry import ConfigError
 
     # every built-in algorithm compiles; what a plugin's does not is tests/test_plugins.py's
-    for args, expected in ((["algo=crossq", "algo.use_sde=true", "env=Pendulum-v1"], "does not cover gSDE"),
-                           (["algo=pg", "actor=gru", "env=CartPoleNoVel-v1"], "does not cover a recurrent actor"),
-                           (["algo=sac", "algo.use_sde=true", "env=Pendulum-v1"], "does not cover gSDE"),
+    for args, expected in ((["algo=pg", "actor=gru", "env=CartPoleNoVel-v1"], "does not cover a recurrent actor"),
                            (["algo=sac", "actor=gru", "buffer=sequence", "env=Pendulum-v1"],
                             "does not cover a recurrent actor"),
                            (["algo=ppo", "actor=lstm", "env=CartPoleNoVel-v1"], "does not cover a recurrent actor")):
@@ -178,14 +176,15 @@ ACTOR_CRITIC_ARGS = ["env=Pendulum-v1", "train.total_steps=600", "algo.learning_
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("algo", ["sac", "td3"])
+@pytest.mark.parametrize("algo", ["sac", "td3", "sac-gsde"])
 def test_compiled_actor_critic_steps_match_eager(algo, tmp_path):
     """Two compiled steps (critics, then the policy through the critics just stepped), with the policy's noise
     drawn outside the graphs from the run's stream: the same draws as the eager run, so after 200 gradient steps
     only float reordering separates the weights (measured: at most 2e-7; TQC and DDPG take the same code paths).
     Longer runs drift apart as any two float orders do (SAC's policy: 3e-3 after 800 steps, as the actions taken
     and so the data move), so the comparison stops where a wrong clip, formula or draw would still show."""
-    eager, compiled = eager_and_compiled(tmp_path, [f"algo={algo}", *ACTOR_CRITIC_ARGS])
+    gsde = ["algo.use_sde=true"] if algo.endswith("-gsde") else []  # the matrix is the noise (measured: 5e-7)
+    eager, compiled = eager_and_compiled(tmp_path, [f"algo={algo.removesuffix('-gsde')}", *gsde, *ACTOR_CRITIC_ARGS])
     assert compiled._compiled is not None and all(step.compile_seconds is not None for step in compiled._compiled)
     assert compiled.gradient_updates == eager.gradient_updates > 0
     for (name, a), b in zip(eager.networks.state_dict().items(), compiled.networks.state_dict().values(), strict=True):
@@ -193,7 +192,8 @@ def test_compiled_actor_critic_steps_match_eager(algo, tmp_path):
 
 
 @pytest.mark.slow
-def test_compiled_crossq_steps_match_eager_steps_from_the_same_state(tmp_path):
+@pytest.mark.parametrize("gsde", [False, True])
+def test_compiled_crossq_steps_match_eager_steps_from_the_same_state(gsde, tmp_path):
     """CrossQ's compiled steps update the batch-renorm running statistics inside the graph (the buffers go in as
     inputs of the differentiated function). From one state and one batch, three critic + policy + temperature
     steps, eager and compiled, with the renormalization switched on after the first: losses, TD errors, running
@@ -201,11 +201,13 @@ def test_compiled_crossq_steps_match_eager_steps_from_the_same_state(tmp_path):
     is zero up to rounding (a bias feeding a batch-renorm layer: a constant shift is normalized away), where Adam
     turns a 1e-8 gradient of either sign into a full step of lr (measured: 3e-4 to 5e-4 apart at lr 1e-3, the
     gradient there 1e-8 against 0.4 elsewhere); those are only allowed that step, and must be few. Then each step
-    starts again from the eager state, so that the comparison stays one step deep."""
+    starts again from the eager state, so that the comparison stays one step deep. With gSDE the exploration
+    matrix, redrawn before each step, is the policy's noise and goes into the graphs as an input."""
     import copy
 
     args = ["algo=crossq", "algo.critic_hidden_sizes=[64,64]", "algo.renorm_warmup_steps=1", "algo.policy_delay=1",
-            *ACTOR_CRITIC_ARGS, "train.total_steps=400", "train.test_every=400", "compile=false"]
+            *ACTOR_CRITIC_ARGS, "train.total_steps=400", "train.test_every=400", "compile=false",
+            f"algo.use_sde={str(gsde).lower()}"]
     components, state = prepare(compose_config(args))
     Trainer(components, tmp_path, state).run()  # 400 random steps: the replay buffer, no update yet
     eager = components.algo

@@ -45,7 +45,7 @@ from rlcli.algos.offpolicy import (
     soft_next_value,
 )
 from rlcli.contracts import ActOutput, AlgoSpec, RecurrentState, ReplayStorage, RunClock, SequenceStorage
-from rlcli.registry import ALGOS, ConfigError, require
+from rlcli.registry import ALGOS, require
 from rlcli.schedules import Schedule
 
 
@@ -205,12 +205,16 @@ class CrossQ(BoxActorCritic):
         compiled run draws the policy's noise here, in the order the eager losses draw it)."""
         alpha = self.alpha()
         net = self.networks
-        if isinstance(net.policy, StateDependentSquashedPolicy):
+        gsde = isinstance(net.policy, StateDependentSquashedPolicy)
+        if gsde:
             net.policy.noise.reset_noise()  # gSDE: one fresh matrix per gradient step, as sb3-contrib
-        shape = (batch.obs.shape[0], self.action_dim)
+
+        def drawn() -> torch.Tensor | None:  # gSDE's noise is its matrix: nothing more is drawn
+            return None if gsde else torch.randn((batch.obs.shape[0], self.action_dim), device=batch.obs.device)
+
         with training_mode(net.critics):
             if self._compiled is not None:
-                critic_loss, errors = self._compiled[0](batch, alpha, torch.randn(shape, device=batch.obs.device))
+                critic_loss, errors = self._compiled[0](batch, alpha, drawn())
             else:
                 critic_loss, errors = self.critic_loss(batch, alpha)
                 gradient_step(self.critic_optimizer, critic_loss, net.critics.parameters(), self.max_grad_norm)
@@ -219,8 +223,7 @@ class CrossQ(BoxActorCritic):
         if self.gradient_updates % self.policy_delay == 0:
             with training_mode(net.policy):
                 if self._compiled is not None:
-                    policy_loss, log_probs = self._compiled[1](batch.obs, alpha,
-                                                               torch.randn(shape, device=batch.obs.device))
+                    policy_loss, log_probs = self._compiled[1](batch.obs, alpha, drawn())
                 else:
                     with frozen(net.critics):  # dQ/da only
                         policy_loss, log_probs = self.policy_loss(batch.obs, alpha)
@@ -231,10 +234,8 @@ class CrossQ(BoxActorCritic):
 
     def enable_compile(self) -> None:
         """compile=true: the critics' step and the policy's step as one compiled graph each, the batch-renorm
-        running statistics updated inside them (the temperature's step stays eager)."""
-        if isinstance(self.networks.policy, StateDependentSquashedPolicy):
-            raise ConfigError("compile=true does not cover gSDE (algo.use_sde=true) yet; drop compile=true "
-                              "(eager is the default)")
+        running statistics updated inside them (the temperature's step stays eager). The buffers go in as inputs,
+        gSDE's exploration matrix with them."""
         self._compiled = self.compiled_steps(self.critic_loss, self.policy_loss, updates_buffers=True)
 
     def state_dict(self) -> dict[str, Any]:

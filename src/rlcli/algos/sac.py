@@ -145,13 +145,13 @@ class SAC(BoxActorCritic):
 
     def enable_compile(self) -> None:
         """compile=true: the critics' step and the policy's step as one compiled graph each (the temperature's
-        step and the target update stay eager: a scalar and a lerp)."""
-        unsupported = [(self.recurrent, "a recurrent actor (actor=gru/lstm)"),
-                       (self.noise_resampling.noise is not None, "gSDE (algo.use_sde=true)")]
-        for bad, what in unsupported:
-            if bad:
-                raise ConfigError(f"compile=true does not cover {what} yet; drop compile=true (eager is the default)")
-        self._compiled = self.compiled_steps(self.soft_td_loss, self.actor_loss)
+        step and the target update stay eager: a scalar and a lerp). gSDE's exploration matrix, redrawn before
+        each gradient step, goes in as an input (a buffer the graphs read)."""
+        if self.recurrent:
+            raise ConfigError("compile=true does not cover a recurrent actor (actor=gru/lstm) yet; drop compile=true "
+                              "(eager is the default)")
+        self._compiled = self.compiled_steps(self.soft_td_loss, self.actor_loss,
+                                             updates_buffers=self.noise_resampling.noise is not None)
 
     def critic_outputs(self) -> int:
         """Outputs of each critic: one Q-value (TQC: its quantiles)."""
@@ -226,7 +226,11 @@ class SAC(BoxActorCritic):
         actions') is drawn here, from the run's stream, as the eager step draws it."""
         critic_step, policy_step = steps
         shape, device = (batch.obs.shape[0], self.action_dim), batch.obs.device
-        next_noise, noise = torch.randn(shape, device=device), torch.randn(shape, device=device)
+        if isinstance(self.networks.policy, StateDependentSquashedPolicy):
+            self.networks.policy.noise.reset_noise()  # gSDE: the matrix is the noise, as in the eager step
+            next_noise = noise = None
+        else:
+            next_noise, noise = torch.randn(shape, device=device), torch.randn(shape, device=device)
         critic_loss, errors = critic_step(batch, alpha, next_noise)
         policy_loss, log_probs = policy_step(batch.obs, alpha, noise)  # through the critics just stepped
         return errors, self._finish_step(critic_loss, policy_loss, log_probs, torch.mean, alpha)
