@@ -16,6 +16,7 @@ def eager_and_compiled(tmp_path, args: list[str]):
     algos = []
     for compiled in (False, True):
         components, state = prepare(compose_config([*args, f"compile={str(compiled).lower()}"]))
+        (tmp_path / str(compiled)).mkdir(parents=True, exist_ok=True)
         Trainer(components, tmp_path / str(compiled), state).run()
         algos.append(components.algo)
     return algos[0], algos[1]

@@ -27,7 +27,8 @@ class PolicyAddon(Protocol):
     name: str
     coef: float
 
-    def loss(self, networks: Any, obs: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]: ...
+    def loss(self, networks: Any, obs: torch.Tensor, mask: torch.Tensor,
+             coef: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]: ...
 
 
 class KLPrior:
@@ -45,13 +46,15 @@ class KLPrior:
         self.prior.requires_grad_(False)
         self.coef = coef
 
-    def loss(self, networks: Any, obs: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(coef * mean KL, mean KL) over a minibatch's real (unmasked) states."""
+    def loss(self, networks: Any, obs: torch.Tensor, mask: torch.Tensor,
+             coef: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """(coef * mean KL, mean KL) over a minibatch's real (unmasked) states; `coef`: the coefficient as a
+        tensor (a compiled step's input, so that a scheduled value is not a new graph), else `self.coef`."""
         with torch.no_grad():
             prior_params = self.prior.policy_params(obs)
         kl = networks.head.kl(prior_params, networks.policy_params(obs), self.prior.head)
         kl = (kl * mask).sum() / mask.sum().clamp_min(1.0)
-        return self.coef * kl, kl.detach()
+        return (self.coef if coef is None else coef) * kl, kl.detach()
 
 
 ADDONS = {"kl_prior": KLPrior}
@@ -77,13 +80,19 @@ def build_addons(networks: Any, spec: dict[str, Any] | None, supported: bool,
     return addons
 
 
-def addon_losses(addons: list[PolicyAddon], networks: Any, obs: torch.Tensor,
-                 mask: torch.Tensor) -> tuple[Any, dict[str, torch.Tensor]]:
-    """The sum of the add-on terms for these observations (0 without add-ons), and each term for logging."""
+def addon_coefs(addons: list[PolicyAddon], device: torch.device | str) -> torch.Tensor | None:
+    """The add-ons' coefficients as one tensor, what a compiled step takes (None without add-ons)."""
+    return torch.tensor([addon.coef for addon in addons], device=device) if addons else None
+
+
+def addon_losses(addons: list[PolicyAddon], networks: Any, obs: torch.Tensor, mask: torch.Tensor,
+                 coefs: torch.Tensor | None = None) -> tuple[Any, dict[str, torch.Tensor]]:
+    """The sum of the add-on terms for these observations (0 without add-ons), and each term for logging;
+    `coefs`: `addon_coefs`' tensor, else each add-on's own coefficient."""
     total: Any = 0.0
     logs = {}
-    for addon in addons:
-        term, value = addon.loss(networks, obs, mask)
+    for i, addon in enumerate(addons):
+        term, value = addon.loss(networks, obs, mask, None if coefs is None else coefs[i])
         total = total + term
         logs[addon.name] = value
     return total, logs

@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from rlcli.actors.mlp import ActorCritic
+from rlcli.algos.addons import addon_coefs
 from rlcli.batches import RolloutBatch
 from rlcli.contracts import RecurrentState
 from rlcli.registry import require
@@ -172,13 +173,14 @@ class OneStepUpdate:
         return False
 
     def enable_compile(self) -> None:
-        """compile=true: the one gradient step (MLP or CNN actor, no add-ons or gSDE) as one compiled graph."""
+        """compile=true: the one gradient step (MLP or CNN actor, add-ons and gSDE included) as one compiled graph."""
+        from rlcli.actors.recurrent import RecurrentActorCritic
         from rlcli.algos.compiled import CompiledStep
         from rlcli.registry import ConfigError
 
-        refusal = refuse_in_population(self.networks, self.policy_addons, use_sde=False)  # gSDE's update is pure
-        if refusal is not None:
-            raise ConfigError(f"compile=true does not cover {refusal} yet; drop compile=true (eager is the default)")
+        if isinstance(self.networks, RecurrentActorCritic):  # (gSDE's update and the add-ons' terms are pure)
+            raise ConfigError("compile=true does not cover a recurrent actor yet; drop compile=true "
+                              "(eager is the default)")
         self._compiled = CompiledStep(self.networks, self.optimizer, self.minibatch_loss, self.max_grad_norm)
 
     def update(self, buffer: Any, clock: Any) -> dict[str, torch.Tensor]:
@@ -186,7 +188,8 @@ class OneStepUpdate:
         terms = self.loss_terms(plan)
         if self._compiled is not None:
             # the coefficients go in as tensors, so that a scheduled value is not a new graph
-            _, stats = self._compiled(plan.batch, *(torch.tensor(v) for v in terms.values()))
+            _, stats = self._compiled(plan.batch, *(torch.tensor(v) for v in terms.values()),
+                                      addon_coefs(self.policy_addons, plan.batch.mask.device))
             return self.end_update(plan, stats)
         loss, stats = self.minibatch_loss(plan.batch, **terms)
         gradient_step(self.optimizer, loss, self.networks.parameters(), self.max_grad_norm)

@@ -63,14 +63,15 @@ def quantile_huber_loss(quantiles: torch.Tensor, targets: torch.Tensor) -> torch
 
 
 def policy_gradient_terms(networks: Any, batch: RolloutBatch, addons: Sequence[Any], normalize_advantage: bool,
+                          addon_coefs: torch.Tensor | None = None,
                           ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
     """A2C's and PG's shared part: the policy-gradient loss (with add-on terms), the mean entropy, the values
-    and the add-ons' logs of one rollout batch."""
+    and the add-ons' logs of one rollout batch (`addon_coefs`: see addons.addon_losses)."""
     mask = batch.mask
     log_probs, entropy, values = evaluate_batch(networks, batch)
     advantages = batch.advantages
     if normalize_advantage:
         advantages = normalize_masked(advantages, mask)
     policy_loss = policy_gradient_loss(advantages, log_probs, mask)
-    extra, addon_logs = addon_losses(addons, networks, batch.obs, mask)
+    extra, addon_logs = addon_losses(list(addons), networks, batch.obs, mask, addon_coefs)
     return policy_loss + extra, masked_mean(entropy, mask), values, addon_logs

@@ -11,7 +11,7 @@ import torch
 from rlcli.actors.mlp import ActorCritic
 from rlcli.actors.recurrent import RecurrentActorCritic
 from rlcli.actors.sde import NoiseResampling, head_noise
-from rlcli.algos.addons import PolicyAddon, addon_losses
+from rlcli.algos.addons import PolicyAddon, addon_coefs, addon_losses
 from rlcli.algos.base import (
     Decay,
     UpdatePlan,
@@ -107,12 +107,10 @@ class PPO:
         self._compiled: CompiledStep | None = None  # compile=true: the whole minibatch step as one graph
 
     def enable_compile(self) -> None:
-        """compile=true: PPO's minibatch step (MLP or CNN actor, clipped or KL-penalized, no add-ons) compiled."""
-        unsupported = [(self.recurrent, "a recurrent actor (actor=lstm/gru)"),
-                       (bool(self.policy_addons), "algo.policy_loss_addons")]
-        for bad, what in unsupported:
-            if bad:
-                raise ConfigError(f"compile=true does not cover {what} yet; drop compile=true (eager is the default)")
+        """compile=true: PPO's minibatch step (MLP or CNN actor, clipped or KL-penalized, with add-ons) compiled."""
+        if self.recurrent:
+            raise ConfigError("compile=true does not cover a recurrent actor (actor=lstm/gru) yet; drop compile=true "
+                              "(eager is the default)")
         self._compiled = CompiledStep(self.trained_modules(), self.optimizer, self._compiled_loss, self.max_grad_norm)
 
     @property
@@ -121,8 +119,8 @@ class PPO:
 
     def _compiled_loss(self, batch: RolloutBatch, clip: torch.Tensor | None, ent_coef: torch.Tensor,
                        vf_coef: torch.Tensor, kl_coef: torch.Tensor | None, aux_noise: torch.Tensor | None,
-                       ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        return self.minibatch_loss(batch, clip, ent_coef, vf_coef, kl_coef, aux_noise)
+                       addon_coefs: torch.Tensor | None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        return self.minibatch_loss(batch, clip, ent_coef, vf_coef, kl_coef, aux_noise, addon_coefs)
 
     @torch.inference_mode()
     def act(self, obs: torch.Tensor, deterministic: bool = False, state: RecurrentState | None = None) -> ActOutput:
@@ -206,7 +204,8 @@ class PPO:
                 return None if value is None else torch.tensor(value)
 
             _, stats = self._compiled(batch, as_tensor(clip), as_tensor(self.ent_coef), as_tensor(self.vf_coef),
-                                      as_tensor(self.kl_coef), self.auxiliary_noise(batch))
+                                      as_tensor(self.kl_coef), self.auxiliary_noise(batch),
+                                      addon_coefs(self.policy_addons, batch.mask.device))
             return stats
         loss, stats = self.minibatch_loss(batch, clip)
         gradient_step(self.optimizer, loss, self.trained_parameters(), self.max_grad_norm)
@@ -215,9 +214,10 @@ class PPO:
     def minibatch_loss(self, batch: RolloutBatch, clip: float | torch.Tensor | None,
                        ent_coef: float | torch.Tensor | None = None, vf_coef: float | torch.Tensor | None = None,
                        kl_coef: float | torch.Tensor | None = None, aux_noise: torch.Tensor | None = None,
-                       ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+                       addon_coefs: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """The loss of one minibatch and what to log (the coefficients default to the algorithm's own;
-        `aux_noise`: the auxiliary loss's draws, which a compiled step takes as an argument)."""
+        `aux_noise`, `addon_coefs`: the auxiliary loss's draws and the add-ons' coefficients, which a compiled step
+        takes as arguments)."""
         ent_coef = self.ent_coef if ent_coef is None else ent_coef
         vf_coef = self.vf_coef if vf_coef is None else vf_coef
         kl_coef = self.kl_coef if kl_coef is None else kl_coef
@@ -232,7 +232,7 @@ class PPO:
         kl = masked_mean(ratio - 1 - log_ratio, mask)  # KL(old || new), Schulman's low-variance estimator
         if kl_coef is not None:
             policy_loss = policy_loss + kl_coef * kl
-        extra, addon_logs = addon_losses(self.policy_addons, self.networks, batch.obs, mask)
+        extra, addon_logs = addon_losses(self.policy_addons, self.networks, batch.obs, mask, addon_coefs)
         policy_loss = policy_loss + extra
         value_loss = squared_value_loss(values, batch.returns, mask, batch.values, self.clip_range_vf)
         entropy_mean = masked_mean(entropy, mask)
