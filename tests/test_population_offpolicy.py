@@ -27,7 +27,9 @@ TINY = ["env=CartPole-v1", "train.num_envs=4", "train.test_every=512", "train.te
 ALGOS = {"dqn": ["algo=dqn", "algo.double=true"], "qrdqn": ["algo=qrdqn", "algo.n_quantiles=5"],
          "dqn-per": ["algo=dqn", "buffer=per"],  # prioritized replay: each member's own sum tree
          # hindsight relabelling: each member's own episodes, and its relabelled goals from its own stream
-         "dqn-her": ["algo=dqn", "env=BitFlipping-v0", "env.kwargs.n_bits=6", "buffer=her"]}
+         "dqn-her": ["algo=dqn", "env=BitFlipping-v0", "env.kwargs.n_bits=6", "buffer=her"],
+         # compile=true: every member's gradient step (vectorized loss, clip, Adam) as one compiled graph
+         "dqn-compiled": ["algo=dqn", "algo.double=true", "compile=true"]}
 
 
 def filled(algo: str, *more: str):
@@ -77,6 +79,8 @@ def test_a_members_first_update_is_its_single_runs_within_float_tolerance(algo):
     clock = RunClock(128, 1024, 16)
     population, singles = assert_first_update_is_each_single_runs(members, [clock, clock, clock, None])
     assert isinstance(population, OffPolicyPopulationUpdate)
+    if "compile=true" in ALGOS[algo]:  # the members' steps ran as the population's one compiled graph
+        assert population._compiled is not None and population._compiled.compile_seconds is not None
     for (components, _), (alone, its_buffer) in zip(members[:3], singles, strict=False):
         assert components.algo.gradient_updates == 2
         assert components.algo.last_target_update == alone.last_target_update

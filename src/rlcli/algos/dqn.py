@@ -209,11 +209,13 @@ class DQN:
         """What keeps this DQN out of a batched population (sweeps/population/offpolicy.py), or None."""
         if self.recurrent:
             return "a recurrent Q-network (actor=gru/lstm)"
-        if self._compiled is not None:
-            return "compile=true"
         if self.episodes_per_collect:
             return "algo.train_freq_unit=episode"
         return None
+
+    @property
+    def compile_enabled(self) -> bool:
+        return self._compiled is not None
 
     def transition_loss(self, batch: Any) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
         """The (double) Q-learning loss on a batch of transitions, with each one's TD error (PER priorities) and

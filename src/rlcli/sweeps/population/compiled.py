@@ -1,5 +1,5 @@
-"""`compile=true` for a population of on-policy members: every member's minibatch step (the vectorized loss, its
-gradients, each member's grad-norm clip and Adam step) as one torch.compile graph.
+"""`compile=true` for a population of on-policy or value-based members: every member's minibatch (or gradient)
+step (the vectorized loss, its gradients, each member's grad-norm clip and Adam step) as one torch.compile graph.
 
 The eager population step spends as much time in autograd's and the optimizer's per-call work as in arithmetic
 (PERF notes: 8.4 ms for 8 PPO members against a 5.2 ms hand-written floor). Compiled, the step is a pure function
@@ -26,8 +26,9 @@ from rlcli.registry import ConfigError
 class CompiledMembersStep:
     """`step(batch, terms, active)`: one Adam step of every active member on its rows of `batch`; returns the
     members' [members] loss statistics. `losses(params, buffers, batch, terms) -> (losses [members], stats)` is
-    the members' vectorized loss (onpolicy.py's), `params` the stacked weights it reads, `rows` each stacked
-    weight's member parameters (what the members' optimizers train)."""
+    the members' vectorized loss (onpolicy.py's, offpolicy.py's), `params` the stacked weights it reads, `rows`
+    each stacked weight's member parameters; those the members' optimizers train are stepped, the rest (a target
+    network's) are read as they are."""
 
     def __init__(self, losses: Callable[..., Any], params: dict[str, torch.Tensor], buffers: dict[str, torch.Tensor],
                  rows: dict[str, list[torch.Tensor]], optimizers: Sequence[Any], limit: torch.Tensor | None) -> None:
@@ -41,10 +42,10 @@ class CompiledMembersStep:
         cache_dir()
         self.losses, self.params, self.buffers, self.limit = losses, params, buffers, limit
         self.optimizers = list(optimizers)
-        self.names = [n for n in params if n in rows]
         # each weight's param group (the same in every member: lr_pi / lr_v split the networks the same way)
         first = self.optimizers[0]
         group_of = {id(p): i for i, g in enumerate(first.param_groups) for p in g["params"]}
+        self.names = [n for n in params if n in rows and id(rows[n][0]) in group_of]
         self.group = [group_of[id(rows[n][0])] for n in self.names]
         self.device = next(iter(params.values())).device
         self.hyper = torch.tensor([*betas, eps], dtype=torch.float32, device=self.device)

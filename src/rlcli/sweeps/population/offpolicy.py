@@ -21,6 +21,7 @@ from torch import nn
 from rlcli.contracts import ActOutput, RunClock
 from rlcli.registry import ConfigError
 from rlcli.sweeps.population.catalog import can_batch
+from rlcli.sweeps.population.compiled import CompiledMembersStep
 from rlcli.sweeps.population.phases import VALUE_BASED_STORAGES, check_replay_members, update_phases
 from rlcli.sweeps.population.stacking import (
     MemberCall,
@@ -55,6 +56,9 @@ class BatchableGradientSteps(Protocol):
 
     def population_refusal(self) -> str | None: ...
 
+    @property
+    def compile_enabled(self) -> bool: ...
+
 
 def check_batchable(algos: Sequence[Any], storages: Sequence[Any]) -> None:
     """One line naming what keeps these members out of a population (the launcher then runs them one by one)."""
@@ -82,6 +86,18 @@ class OffPolicyPopulationUpdate:
         first = self.algos[0]
         self._losses = vmapped(MemberCall(first, "transition_loss", takes_batch=True))
         self._q = vmapped(MemberCall(first, "q_values"))
+        self._compiled: CompiledMembersStep | None = None
+        if all(a.compile_enabled for a in self.algos):  # compile=true is part of the population key: all or none
+            self._compiled = CompiledMembersStep(self._member_losses, self.params, self.buffers, self._rows,
+                                                 [a.optimizer for a in self.algos],
+                                                 clip_limits([a.max_grad_norm for a in algos],
+                                                             next(iter(self.params.values())).device))
+
+    def _member_losses(self, params: dict[str, torch.Tensor], buffers: dict[str, torch.Tensor],
+                       batch: tuple[torch.Tensor, ...], terms: dict[str, torch.Tensor]) -> tuple[torch.Tensor, Any]:
+        """The vectorized transition loss in the compiled step's form: the losses, and what to log beside them."""
+        losses, (errors, q_means) = self._losses(params, buffers, batch)
+        return losses, (losses.detach(), errors, q_means)
 
     @torch.inference_mode()
     def policy_and_values(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -94,13 +110,19 @@ class OffPolicyPopulationUpdate:
         """Each active member's update phase (None for the others): its gradient steps on batches from its own
         storage, then its target network and metrics (`finish_update`)."""
         algos = self.algos
-        limit = clip_limits([a.max_grad_norm for a in algos], next(iter(self.params.values())).device)
+        losses_device = next(iter(self.params.values())).device
+        limit = clip_limits([a.max_grad_norm for a in algos], losses_device)
 
         def gradient_step(stepping: list[int], k: int, steps: list[int]) -> dict[int, dict[str, torch.Tensor]]:
             batches = {m: drawn_with(torch_rngs, m, partial(storages[m].sample, algos[m].batch_size, k, steps[m]))
                        for m in stepping}
-            losses, (errors, q_means) = self._losses(self.params, self.buffers, stack_members(batches, len(algos)))
-            step_members(self.params, losses, self._rows, stepping, limit, [algos[m].optimizer for m in stepping])
+            batch = stack_members(batches, len(algos))
+            if self._compiled is not None:
+                active = torch.tensor([float(m in batches) for m in range(len(algos))], device=losses_device)
+                losses, errors, q_means = self._compiled.step(batch, {}, active)
+            else:
+                losses, (errors, q_means) = self._losses(self.params, self.buffers, batch)
+                step_members(self.params, losses, self._rows, stepping, limit, [algos[m].optimizer for m in stepping])
             for m in stepping:
                 storages[m].update_priorities(batches[m].indices, errors[m])
                 algos[m].gradient_updates += 1
