@@ -90,7 +90,24 @@ class _AdamRule:
         return new_params, [new_m, new_v]
 
 
-class _RMSpropRule:
+class _TorchLayoutRule:
+    """A rule whose state is a torch.optim optimizer's own (per parameter: a float32 step and the slots)."""
+
+    slots: tuple[str, ...]
+    optimizer: torch.optim.Optimizer
+
+    def state(self, p: torch.Tensor) -> dict[str, torch.Tensor]:
+        """p's state, made as the optimizer's own first step makes it, so that the eager path and checkpoints
+        agree."""
+        state: dict[str, torch.Tensor] = self.optimizer.state[p]
+        if not state:
+            state["step"] = torch.zeros((), dtype=torch.float32)
+            for name in self.slots:
+                state[name] = torch.zeros_like(p, memory_format=torch.preserve_format)
+        return state
+
+
+class _RMSpropRule(_TorchLayoutRule):
     """torch.optim.RMSprop without momentum or centering (A2C's, SB3's TF-like settings), by hand."""
 
     slots = ("square_avg",)
@@ -104,13 +121,6 @@ class _RMSpropRule:
         self.hyper = torch.tensor([group["alpha"], group["eps"]], dtype=torch.float32)
         self.optimizer = optimizer
 
-    def state(self, p: torch.Tensor) -> dict[str, torch.Tensor]:
-        state = self.optimizer.state[p]
-        if not state:  # as RMSprop's own first step makes it, so that the eager path and checkpoints agree
-            state["step"] = torch.zeros((), dtype=torch.float32)
-            state["square_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-        return state
-
     @staticmethod
     def apply(params: list[torch.Tensor], grads: list[torch.Tensor], slots: list[list[torch.Tensor]],
               step: torch.Tensor, lrs: list[torch.Tensor], hyper: torch.Tensor) -> tuple[list[Any], list[Any]]:
@@ -123,7 +133,7 @@ class _RMSpropRule:
         return new_params, [new_avg]
 
 
-class _RAdamRule:
+class _RAdamRule(_TorchLayoutRule):
     """torch.optim.RAdam (PQN's, CleanRL's choice) without weight decay, by hand: Adam's moments, then the
     variance rectification once its approximated SMA length passes 5, plain bias-corrected momentum before."""
 
@@ -137,14 +147,6 @@ class _RAdamRule:
             raise ConfigError("compile=true covers RAdam without weight decay only")
         self.hyper = torch.tensor([*group["betas"], group["eps"]], dtype=torch.float32)
         self.optimizer = optimizer
-
-    def state(self, p: torch.Tensor) -> dict[str, torch.Tensor]:
-        state = self.optimizer.state[p]
-        if not state:  # as RAdam's own first step makes it, so that the eager path and checkpoints agree
-            state["step"] = torch.zeros((), dtype=torch.float32)
-            state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-            state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-        return state
 
     @staticmethod
     def apply(params: list[torch.Tensor], grads: list[torch.Tensor], slots: list[list[torch.Tensor]],
