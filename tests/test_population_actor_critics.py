@@ -27,8 +27,11 @@ TINY = ["env=Pendulum-v1", "train.num_envs=2", "train.test_every=256", "train.te
 ALGOS = {"sac": ["algo=sac"],  # RL-Zoo's TQC Pendulum entry explores with gSDE, which a population refuses
          "tqc": ["algo=tqc", "algo.n_quantiles=5", "algo.top_quantiles_to_drop_per_net=1", "algo.use_sde=false"],
          "sac-ere": ["algo=sac", "buffer=ere", "buffer.c_min=16"],  # ERE: each member's recency window
+         # compile=true: the critics' step and the policy's step of all members, one compiled graph each
+         "sac-compiled": ["algo=sac", "compile=true"],
          "td3": ["algo=td3", "algo.noise=ornstein_uhlenbeck"],
-         "ddpg": ["algo=ddpg", "algo.train_freq_unit=step"]}  # RL-Zoo's entry learns per episode: refused
+         "ddpg": ["algo=ddpg", "algo.train_freq_unit=step"],  # RL-Zoo's entry learns per episode: refused
+         "td3-compiled": ["algo=td3", "algo.noise=ornstein_uhlenbeck", "compile=true"]}
 
 
 def filled(algo: str, *more: str):
@@ -39,7 +42,7 @@ def filled(algo: str, *more: str):
     return components, torch.get_rng_state()
 
 
-@pytest.mark.parametrize("algo", ["sac", "tqc", "sac-ere"])
+@pytest.mark.parametrize("algo", ["sac", "tqc", "sac-ere", "sac-compiled"])
 def test_a_members_first_update_is_its_single_runs_within_float_tolerance(algo):
     members = [filled(algo, "seed=0"),
                filled(algo, "seed=1", "algo.lr=1e-3", "algo.max_grad_norm=0.5", "algo.target_update_interval=2"),
@@ -49,6 +52,8 @@ def test_a_members_first_update_is_its_single_runs_within_float_tolerance(algo):
     clock = RunClock(96, 1024, 48)
     population, singles = assert_first_update_is_each_single_runs(members, [clock, clock, clock, clock, None])
     assert isinstance(population, SoftActorCriticPopulationUpdate)
+    if "compile=true" in ALGOS[algo]:  # both steps ran as the population's compiled graphs
+        assert population._compiled is not None and all(s.compile_seconds is not None for s in population._compiled)
     for (components, _), (alone, _) in zip(members[:4], singles, strict=False):
         assert components.algo.gradient_updates == 2
         for name in ("policy_optimizer", "critic_optimizer"):  # each optimizer stepped as often as its single run's
@@ -90,7 +95,7 @@ def test_a_members_rollouts_are_its_single_runs_in_warm_up_and_within_rounding_a
             assert torch.allclose(ours[4:], theirs[4:], atol=1e-5, rtol=0), field
 
 
-@pytest.mark.parametrize("algo", ["td3", "ddpg"])
+@pytest.mark.parametrize("algo", ["td3", "ddpg", "td3-compiled"])
 def test_a_td3_members_first_update_is_its_single_runs_within_float_tolerance(algo):
     members = [filled(algo, "seed=0"),
                filled(algo, "seed=1", "algo.lr=1e-3", "algo.max_grad_norm=0.5", "algo.tau=0.5"),
@@ -99,6 +104,8 @@ def test_a_td3_members_first_update_is_its_single_runs_within_float_tolerance(al
     clock = RunClock(96, 1024, 48)
     population, _ = assert_first_update_is_each_single_runs(members, [clock, clock, clock, None])
     assert isinstance(population, TwinDelayedPopulationUpdate)
+    if "compile=true" in ALGOS[algo]:  # both steps ran as the population's compiled graphs
+        assert population._compiled is not None and all(s.compile_seconds is not None for s in population._compiled)
     for components, _ in members[:3]:  # TD3: two critic steps, one delayed policy step; DDPG: two of each
         assert components.algo.gradient_updates == 2
         assert len(components.algo.policy_optimizer.state) > 0

@@ -15,6 +15,7 @@ loads the compiled kernels instead of building them again.
 
 from __future__ import annotations
 
+import copy
 import logging
 import os
 import time
@@ -212,6 +213,12 @@ class CompiledStep:
         self.networks, self.updates_buffers = networks, updates_buffers
         self._step = torch.compile(self._pure_step, dynamic=False)
         self.compile_seconds: float | None = None  # the first call: tracing and compiling (or loading the cache)
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> CompiledStep:
+        """A copy over the copied networks, optimizer and loss: a copied torch.compile wrapper would still run this
+        step's module (a deep-copied algorithm would train through the original's other weights)."""
+        return CompiledStep(copy.deepcopy(self.networks, memo), copy.deepcopy(self.optimizer, memo),
+                            copy.deepcopy(self.module._loss, memo), self.max_grad_norm, self.updates_buffers)
 
     def _pure_step(self, params: list[torch.Tensor], slots: list[list[torch.Tensor]], step: torch.Tensor,
                    lrs: torch.Tensor, hyper: torch.Tensor, buffers: dict[str, torch.Tensor],

@@ -90,6 +90,11 @@ class BoxActorCritic:
     critic_optimizer: torch.optim.Optimizer
     max_grad_norm: float | None
     scaler: BoxScaler
+    _compiled: tuple[CompiledStep, CompiledStep] | None = None  # compile=true: `compiled_steps`
+
+    @property
+    def compile_enabled(self) -> bool:
+        return self._compiled is not None
 
     def random_actions(self, n: int) -> torch.Tensor:
         return uniform_box_actions(n, self.action_dim)

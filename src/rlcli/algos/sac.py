@@ -188,8 +188,6 @@ class SAC(BoxActorCritic):
         """What keeps this member out of a batched population (sweeps/population/soft_actor_critic.py), or None."""
         if self.recurrent:
             return "a recurrent actor (actor=gru/lstm)"
-        if self._compiled is not None:
-            return "compile=true"
         if self.noise_resampling.noise is not None:
             return "gSDE (algo.use_sde=true)"
         if self.episodes_per_collect:

@@ -129,8 +129,6 @@ class TD3(BoxActorCritic):
 
     def population_refusal(self) -> str | None:
         """What keeps this member out of a batched population (sweeps/population/twin_delayed.py), or None."""
-        if self._compiled is not None:
-            return "compile=true"
         return "algo.train_freq_unit=episode" if self.episodes_per_collect else None
 
     def update(self, buffer: ReplayStorage | SequenceStorage, clock: RunClock) -> dict[str, torch.Tensor]:

@@ -5,12 +5,13 @@ step."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 
 from rlcli.contracts import RunClock
+from rlcli.sweeps.population.compiled import CompiledMembersStep
 from rlcli.sweeps.population.phases import update_phases
 from rlcli.sweeps.population.stacking import MemberCall, clip_limits, stack_weights, vmapped
 
@@ -42,6 +43,23 @@ class ActorCriticPopulation:
         """[members, envs, ...] observations -> each member's policy outputs (and an empty value slot), one call."""
         out: torch.Tensor = self._act(self.params, self.buffers, obs)
         return out, out.new_zeros(out.shape[:2])
+
+    def compiled_steps(self, critics_loss: Callable[..., Any], policy_loss: Callable[..., Any],
+                       ) -> tuple[CompiledMembersStep, CompiledMembersStep] | None:
+        """compile=true members (all or none: compile is part of the population key): the critics' step and the
+        policy's step of all members, one compiled graph each (compiled.py), over `*_loss(params, buffers, batch,
+        terms) -> (losses, stats)`; None for eager members."""
+        if not all(a.compile_enabled for a in self._algos):
+            return None
+        limit = clip_limits([a.max_grad_norm for a in self._algos], self.device)
+        return (CompiledMembersStep(critics_loss, self.params, self.buffers, self.critic_rows,
+                                    [a.critic_optimizer for a in self._algos], limit),
+                CompiledMembersStep(policy_loss, self.params, self.buffers, self.policy_rows,
+                                    [a.policy_optimizer for a in self._algos], limit))
+
+    def members_mask(self, members: Sequence[int]) -> torch.Tensor:
+        """[members] 1.0 for those in `members` (the ones a compiled step steps), 0.0 for the others."""
+        return torch.tensor([float(m in members) for m in range(len(self._algos))], device=self.device)
 
     def critics_frozen(self) -> dict[str, torch.Tensor]:
         """The weights with the critics' detached: the policy's loss through them gives dQ/da, no critic gradients

@@ -61,6 +61,9 @@ class BatchableSoftActorCritic(Protocol):
 
     def population_refusal(self) -> str | None: ...
 
+    @property
+    def compile_enabled(self) -> bool: ...
+
 
 class SoftActorCriticPopulationUpdate(ActorCriticPopulation):
     """SAC and TQC members as one population: ActorCriticPopulation's acting and update phases around this kind's
@@ -71,6 +74,18 @@ class SoftActorCriticPopulationUpdate(ActorCriticPopulation):
         super().__init__(algos, critic_loss="soft_td_loss", actor_loss="actor_loss")
         self.algos: list[BatchableSoftActorCritic] = list(algos)
         self.alpha_rows = {"log_alpha": self.rows["log_alpha"]}
+        self._compiled = self.compiled_steps(self._critics_step_loss, self._policy_step_loss)
+
+    def _critics_step_loss(self, params: dict[str, torch.Tensor], buffers: dict[str, torch.Tensor],
+                           batch: tuple[torch.Tensor, ...], terms: dict[str, torch.Tensor]) -> tuple[torch.Tensor, Any]:
+        losses, errors = self.critic_losses(params, buffers, batch, terms["alpha"], terms["noise"])
+        return losses, (losses.detach(), errors)
+
+    def _policy_step_loss(self, params: dict[str, torch.Tensor], buffers: dict[str, torch.Tensor],
+                          obs: torch.Tensor, terms: dict[str, torch.Tensor]) -> tuple[torch.Tensor, Any]:
+        """(The critics are not what this step's optimizers train: the compiled step reads them as they are.)"""
+        losses, log_probs = self.actor_losses(params, buffers, obs, terms["alpha"], terms["noise"])
+        return losses, (losses.detach(), log_probs)
 
     def gradient_step(self, stepping: list[int], k: int, steps: list[int], storages: Sequence[Any],
                       torch_rngs: list[torch.Tensor], limit: torch.Tensor | None) -> dict[int, dict[str, Any]]:
@@ -86,13 +101,18 @@ class SoftActorCriticPopulationUpdate(ActorCriticPopulation):
         next_noise, noise = (stack_members({m: d[i] for m, d in draws.items()}, len(algos)) for i in (1, 2))
         alpha = torch.stack([a.alpha() for a in algos])
 
-        critic_losses, errors = self.critic_losses(params, self.buffers, batch, alpha, next_noise)
-        step_members(params, critic_losses, self.critic_rows, stepping, limit,
-                     [algos[m].critic_optimizer for m in stepping])
-        # the policy climbs the critics just stepped
-        policy_losses, log_probs = self.actor_losses(self.critics_frozen(), self.buffers, batch[0], alpha, noise)
-        step_members(params, policy_losses, self.policy_rows, stepping, limit,
-                     [algos[m].policy_optimizer for m in stepping])
+        if self._compiled is not None:  # the same two steps, each of all members one compiled graph
+            active = self.members_mask(stepping)
+            critic_losses, errors = self._compiled[0].step(batch, {"alpha": alpha, "noise": next_noise}, active)
+            policy_losses, log_probs = self._compiled[1].step(batch[0], {"alpha": alpha, "noise": noise}, active)
+        else:
+            critic_losses, errors = self.critic_losses(params, self.buffers, batch, alpha, next_noise)
+            step_members(params, critic_losses, self.critic_rows, stepping, limit,
+                         [algos[m].critic_optimizer for m in stepping])
+            # the policy climbs the critics just stepped
+            policy_losses, log_probs = self.actor_losses(self.critics_frozen(), self.buffers, batch[0], alpha, noise)
+            step_members(params, policy_losses, self.policy_rows, stepping, limit,
+                         [algos[m].policy_optimizer for m in stepping])
         learned = [m for m in stepping if algos[m].temperature.learned]
         if learned:
             targets = torch.tensor([a.temperature.target_entropy for a in algos], device=device)

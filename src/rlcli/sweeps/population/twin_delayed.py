@@ -57,6 +57,9 @@ class BatchableTwinDelayed(Protocol):
 
     def population_refusal(self) -> str | None: ...
 
+    @property
+    def compile_enabled(self) -> bool: ...
+
 
 class TwinDelayedPopulationUpdate(ActorCriticPopulation):
     """TD3 and DDPG members as one population: ActorCriticPopulation's acting and update phases around this kind's
@@ -66,6 +69,18 @@ class TwinDelayedPopulationUpdate(ActorCriticPopulation):
         check_replay_members(algos, storages, batched_twin_delayed())
         super().__init__(algos, critic_loss="critic_loss", actor_loss="actor_loss")
         self.algos: list[BatchableTwinDelayed] = list(algos)
+        self._compiled = self.compiled_steps(self._critics_step_loss, self._policy_step_loss)
+
+    def _critics_step_loss(self, params: dict[str, torch.Tensor], buffers: dict[str, torch.Tensor],
+                           batch: tuple[torch.Tensor, ...], terms: dict[str, torch.Tensor]) -> tuple[torch.Tensor, Any]:
+        losses, (errors, q_means) = self.critic_losses(params, buffers, batch, terms["noise"])
+        return losses, (losses.detach(), (errors, q_means))
+
+    def _policy_step_loss(self, params: dict[str, torch.Tensor], buffers: dict[str, torch.Tensor],
+                          obs: torch.Tensor, terms: dict[str, torch.Tensor]) -> tuple[torch.Tensor, Any]:
+        """(The critics are not what this step's optimizers train: the compiled step reads them as they are.)"""
+        losses = self.actor_losses(params, buffers, obs)
+        return losses, losses.detach()
 
     def gradient_step(self, stepping: list[int], k: int, steps: list[int], storages: Sequence[Any],
                       torch_rngs: list[torch.Tensor], limit: torch.Tensor | None) -> dict[int, dict[str, Any]]:
@@ -81,9 +96,13 @@ class TwinDelayedPopulationUpdate(ActorCriticPopulation):
         draws = {m: drawn_with(torch_rngs, m, partial(draw, m)) for m in stepping}
         batch = stack_members({m: tuple(d[0]) for m, d in draws.items()}, len(algos))
         noise = stack_members({m: d[1] for m, d in draws.items()}, len(algos))
-        critic_losses, (errors, q_means) = self.critic_losses(params, self.buffers, batch, noise)
-        step_members(params, critic_losses, self.critic_rows, stepping, limit,
-                     [algos[m].critic_optimizer for m in stepping])
+        if self._compiled is not None:  # the same steps, each of all members one compiled graph
+            critic_losses, (errors, q_means) = self._compiled[0].step(batch, {"noise": noise},
+                                                                      self.members_mask(stepping))
+        else:
+            critic_losses, (errors, q_means) = self.critic_losses(params, self.buffers, batch, noise)
+            step_members(params, critic_losses, self.critic_rows, stepping, limit,
+                         [algos[m].critic_optimizer for m in stepping])
         out: dict[int, dict[str, Any]] = {}
         for m in stepping:
             algos[m].gradient_updates += 1
@@ -91,9 +110,12 @@ class TwinDelayedPopulationUpdate(ActorCriticPopulation):
             out[m] = {"value_loss": critic_losses[m].detach(), "q_mean": q_means[m]}
         delayed = [m for m in stepping if algos[m].gradient_updates % algos[m].policy_delay == 0]
         if delayed:  # the policy climbs the critics just stepped
-            policy_losses = self.actor_losses(self.critics_frozen(), self.buffers, batch[0])
-            step_members(params, policy_losses, self.policy_rows, delayed, limit,
-                         [algos[m].policy_optimizer for m in delayed])
+            if self._compiled is not None:
+                policy_losses = self._compiled[1].step(batch[0], {}, self.members_mask(delayed))
+            else:
+                policy_losses = self.actor_losses(self.critics_frozen(), self.buffers, batch[0])
+                step_members(params, policy_losses, self.policy_rows, delayed, limit,
+                             [algos[m].policy_optimizer for m in delayed])
             polyak_members(self.targets, [algos[m].tau if m in delayed else 0.0 for m in range(len(algos))])
             for m in delayed:
                 out[m]["policy_loss"] = policy_losses[m].detach()
