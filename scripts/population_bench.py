@@ -12,8 +12,8 @@ Rows, each a fresh process timed from start to exit (imports, env and network bu
 - `population M`: `rl-train -m seed=0..M-1 hydra/launcher=population` (per-member throughput = M x steps / s);
 - `population M x2` (`--parallel M`): the same with `hydra.launcher.n_jobs=2`, two populations of M/2 in two
   processes;
-- `population M compiled` (`--compiled`): each population row again with compile=true (on-policy members: the
-  whole minibatch step of all members as one compiled graph);
+- `population M compiled` (`--compiled`): each population row again with compile=true (the members' whole
+  minibatch or gradient step as one compiled graph; the actor-critics' critics' and policy's steps one each);
 - `basic 8`: the same sweep with Hydra's basic launcher (one job after another);
 - `joblib 8 x2`: Hydra's joblib launcher with 2 jobs at a time;
 - `sb3 8 x2`: Stable-Baselines3 (scripts/bench.py's row of the same algorithm, the same RL-Zoo settings) over
