@@ -55,7 +55,7 @@ class CompiledMembersStep:
 
     def _pure_step(self, params: dict[str, torch.Tensor], exp_avg: list[torch.Tensor], exp_avg_sq: list[torch.Tensor],
                    steps: torch.Tensor, lrs: torch.Tensor, active: torch.Tensor, hyper: torch.Tensor,
-                   batch: tuple[torch.Tensor, ...], terms: dict[str, torch.Tensor]) -> tuple[Any, ...]:
+                   batch: Any, terms: dict[str, torch.Tensor]) -> tuple[Any, ...]:
         trained = {n: params[n] for n in self.names}
         frozen = {n: p for n, p in params.items() if n not in trained}
 
@@ -87,8 +87,9 @@ class CompiledMembersStep:
             new_v.append(torch.where(on, v, exp_avg_sq[i]))
         return new_params, new_m, new_v, new_steps, stats
 
-    def step(self, batch: tuple[torch.Tensor, ...], terms: dict[str, torch.Tensor],
-             active: torch.Tensor) -> dict[str, torch.Tensor]:
+    def step(self, batch: Any, terms: dict[str, torch.Tensor], active: torch.Tensor) -> Any:
+        """(`batch`: the stacked tensors the loss takes, `terms` its other inputs; returns the loss's stats, the
+        on-policy members' dict of [members] tensors or the off-policy members' tuple.)"""
         # each member's learning rate per param group, as its schedule set it this update: [groups, members]
         lrs = torch.tensor([[o.param_groups[g]["lr"] for o in self.optimizers]
                             for g in range(len(self.optimizers[0].param_groups))], dtype=torch.float32,
@@ -107,8 +108,7 @@ class CompiledMembersStep:
             self.compile_seconds = time.perf_counter() - started
             logging.getLogger("rlcli").info("compile: the population's first compiled minibatch step took %.1f s",
                                             self.compile_seconds)
-        out: dict[str, torch.Tensor] = stats
-        return out
+        return stats
 
 
 def _stack_adam_states(optimizers: Sequence[FusedAdam], rows: dict[str, list[torch.Tensor]],
