@@ -36,22 +36,30 @@ class BatchRenorm(nn.Module):
             # unbiased variance as x.var(0), written out: torch's strided var kernel is ~8x slower on a CPU
             batch_mean = x.mean(0)
             batch_var = (x - batch_mean).square().sum(0) / (x.shape[0] - 1)
-            # Branchless, so that a compiled step traces it whole: during the warm-up r = 1 and d = 0 leave the
-            # batch statistics exactly as they are (x - 0 * s / 1 = x); after it, the renormalization. The square
-            # root sees 1 during the warm-up, so that a dead unit's zero variance does not put 0 * inf in its grad.
+            mean, var = batch_mean, batch_var
             renorm = self.steps > self.warmup_steps
-            running_std = (running_var + self.eps).sqrt()
-            r = torch.where(renorm, ((batch_var + self.eps).sqrt() / running_std).detach()
-                            .clamp(1 / self.r_max, self.r_max), 1.0)
-            d = torch.where(renorm, ((batch_mean - running_mean) / running_std).detach()
-                            .clamp(-self.d_max, self.d_max), 0.0)
-            mean = batch_mean - d * torch.where(renorm, batch_var, 1.0).sqrt() / r
-            var = batch_var / r.square()
+            if torch.compiler.is_compiling():
+                # a graph has no data-dependent branch: during the warm-up r = 1 and d = 0 leave the batch
+                # statistics exactly as they are (x - 0 * s / 1 = x); the square root sees 1 then, so that a dead
+                # unit's zero variance does not put 0 * inf into its gradient
+                r, d = self._corrections(batch_mean, batch_var)
+                r, d = torch.where(renorm, r, 1.0), torch.where(renorm, d, 0.0)
+                mean, var = batch_mean - d * torch.where(renorm, batch_var, 1.0).sqrt() / r, batch_var / r.square()
+            elif renorm:  # eager: no renormalization work during the warm-up
+                r, d = self._corrections(batch_mean, batch_var)
+                mean, var = batch_mean - d * batch_var.sqrt() / r, batch_var / r.square()
             with torch.no_grad():
                 running_mean += self.momentum * (batch_mean.detach() - running_mean)
                 running_var += self.momentum * (batch_var.detach() - running_var)
                 self.steps += 1
         return self.scale * (x - mean) / (var + self.eps).sqrt() + self.bias
+
+    def _corrections(self, batch_mean: torch.Tensor, batch_var: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Batch Renormalization's r (the std ratio) and d (the mean shift), clipped and not differentiated."""
+        running_std = (self.running_var + self.eps).sqrt()
+        r = ((batch_var + self.eps).sqrt() / running_std).detach().clamp(1 / self.r_max, self.r_max)
+        d = ((batch_mean - self.running_mean) / running_std).detach().clamp(-self.d_max, self.d_max)
+        return r, d
 
     def extra_repr(self) -> str:
         return f"{self.scale.numel()}, momentum={self.momentum}, warmup_steps={self.warmup_steps}"
