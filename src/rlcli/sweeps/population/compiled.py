@@ -1,5 +1,6 @@
-"""`compile=true` for a population of on-policy or value-based members: every member's minibatch (or gradient)
-step (the vectorized loss, its gradients, each member's grad-norm clip and Adam step) as one torch.compile graph.
+"""`compile=true` for a population: every member's optimizer step (the vectorized loss, its gradients, each member's
+grad-norm clip and Adam step) as one torch.compile graph; on-policy and value-based members take one per minibatch
+or gradient step, the actor-critics two (the critics', then the policy's).
 
 The eager population step spends as much time in autograd's and the optimizer's per-call work as in arithmetic
 (PERF notes: 8.4 ms for 8 PPO members against a 5.2 ms hand-written floor). Compiled, the step is a pure function
