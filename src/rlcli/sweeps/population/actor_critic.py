@@ -13,7 +13,7 @@ import torch
 from rlcli.contracts import RunClock
 from rlcli.sweeps.population.compiled import CompiledMembersStep
 from rlcli.sweeps.population.phases import update_phases
-from rlcli.sweeps.population.stacking import MemberCall, clip_limits, stack_weights, vmapped
+from rlcli.sweeps.population.stacking import MemberCall, clip_limits, members_mask, stack_weights, vmapped
 
 
 class ActorCriticPopulation:
@@ -57,9 +57,8 @@ class ActorCriticPopulation:
                 CompiledMembersStep(policy_loss, self.params, self.buffers, self.policy_rows,
                                     [a.policy_optimizer for a in self._algos], limit))
 
-    def members_mask(self, members: Sequence[int]) -> torch.Tensor:
-        """[members] 1.0 for those in `members` (the ones a compiled step steps), 0.0 for the others."""
-        return torch.tensor([float(m in members) for m in range(len(self._algos))], device=self.device)
+    def members_mask(self, stepping: Sequence[int]) -> torch.Tensor:
+        return members_mask(stepping, len(self._algos), self.device)
 
     def critics_frozen(self) -> dict[str, torch.Tensor]:
         """The weights with the critics' detached: the policy's loss through them gives dQ/da, no critic gradients

@@ -27,6 +27,7 @@ from rlcli.sweeps.population.stacking import (
     MemberCall,
     clip_limits,
     drawn_with,
+    members_mask,
     stack_members,
     stack_weights,
     step_members,
@@ -118,8 +119,8 @@ class OffPolicyPopulationUpdate:
                        for m in stepping}
             batch = stack_members(batches, len(algos))
             if self._compiled is not None:
-                active = torch.tensor([float(m in batches) for m in range(len(algos))], device=losses_device)
-                losses, errors, q_means = self._compiled.step(batch, {}, active)
+                losses, errors, q_means = self._compiled.step(batch, {}, members_mask(stepping, len(algos),
+                                                                                      losses_device))
             else:
                 losses, (errors, q_means) = self._losses(self.params, self.buffers, batch)
                 step_members(self.params, losses, self._rows, stepping, limit, [algos[m].optimizer for m in stepping])

@@ -3,7 +3,7 @@ code called over all of them at once, and the stacked gradients handed back to t
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 import torch
@@ -74,6 +74,11 @@ def drawn_with(torch_rngs: list[torch.Tensor], member: int, draw: Callable[[], A
     finally:
         torch_rngs[member] = torch.get_rng_state()
         torch.set_rng_state(outer)
+
+
+def members_mask(stepping: Collection[int], members: int, device: torch.device | str) -> torch.Tensor:
+    """[members] 1.0 for the stepping members, 0.0 for the others (what a compiled step steps)."""
+    return torch.tensor([float(m in stepping) for m in range(members)], device=device)
 
 
 def stack_members(values: dict[int, Any], members: int) -> Any:
