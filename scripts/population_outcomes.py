@@ -23,7 +23,7 @@ from pathlib import Path
 from population_bench import final_returns
 
 RL_TRAIN = str(Path(sys.executable).parent / "rl-train")
-CONTINUOUS = {"sac": [], "tqc": ["algo.use_sde=false"], "td3": [], "ddpg": ["algo.train_freq_unit=step"]}
+CONTINUOUS = {"sac": [], "tqc": ["algo.use_sde=false"], "td3": [], "ddpg": []}
 
 
 def mann_whitney_exact(a: list[float], b: list[float]) -> tuple[float, float]:

@@ -210,12 +210,13 @@ def test_a_population_sweep_writes_what_the_basic_launcher_writes(tmp_path, para
 
 
 def test_what_cannot_batch_runs_one_job_at_a_time_after_a_warning(tmp_path):
-    out = run("-m", "algo=dqn", "algo.train_freq_unit=episode", "algo.train_freq=1", "env=CartPole-v1", "seed=0,1",
+    out = run("-m", "algo=dqn", "actor=gru", "buffer=sequence", "env=CartPoleNoVel-v1", "seed=0,1",
               "train.total_steps=300",
               "algo.learning_starts=100", "train.test_every=300", "train.test_episodes=1", "log.tensorboard=false",
               "log.console=false", "hydra/launcher=population", "hydra.sweep.dir=sw", cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
-    assert ("population launcher: algo.train_freq_unit=episode cannot train in a population yet; c51, dqn and qrdqn"
+    assert ("population launcher: a recurrent Q-network (actor=gru/lstm) cannot train in a population yet; c51, dqn "
+            "and qrdqn"
             in out.stderr + out.stdout)
     for job in ("0", "1"):
         assert '"status": "completed"' in (tmp_path / "sw" / job / "status.json").read_text()

@@ -11,6 +11,7 @@ from conftest import RL_TRAIN
 from test_population import run
 from test_resume import final
 
+from rlcli.collectors.local import CollectStats
 from rlcli.contracts import RunClock
 from rlcli.registry import ConfigError
 from rlcli.run.compose import compose_config
@@ -90,8 +91,12 @@ def test_a_members_first_update_is_its_single_runs_within_float_tolerance(algo):
     assert not torch.equal(first, second)  # the members' rows are their own
 
 
-def test_a_members_rollouts_are_its_single_runs_in_warm_up_and_epsilon_greedy(tmp_path):
-    settings = ["algo=dqn", "algo.exploration_initial_eps=0.5", "algo.exploration_final_eps=0.5"]
+@pytest.mark.parametrize("unit", ["step", "episode"])
+def test_a_members_rollouts_are_its_single_runs_in_warm_up_and_epsilon_greedy(unit, tmp_path):
+    """With algo.train_freq_unit=episode each member collects until its own episodes end (at different steps: the
+    members' rollouts then differ in length), as its single run does."""
+    settings = ["algo=dqn", "algo.exploration_initial_eps=0.5", "algo.exploration_final_eps=0.5",
+                f"algo.train_freq_unit={unit}"]
 
     def components_of(seed: int):
         return prepare(compose_config([*TINY, *settings, f"seed={seed}"]))
@@ -108,26 +113,33 @@ def test_a_members_rollouts_are_its_single_runs_in_warm_up_and_epsilon_greedy(tm
         run_dir = tmp_path / str(seed)
         members.append(Member(Trainer(components, run_dir, state), run_dir, seed, "", {}))
     population = OffPolicyPopulationUpdate([m.trainer.c.algo for m in members], [m.trainer.c.buffer for m in members])
+    steps = []
     for warming_up in (True, False):
         for member in members:
             member.warming_up = warming_up
-        assert all(s is not None for s in collect_together(members, population))
-    for member, single in zip(members, singles, strict=True):
+        stats = collect_together(members, population)
+        assert all(isinstance(s, CollectStats) for s in stats)
+        steps.append([(s.steps, s.transitions) for s in stats])
+    lengths = [len(single) for single in singles]
+    if unit == "step":
+        assert lengths == [32, 32] and steps == [[(16, 16), (16, 16)], [(16, 16), (16, 16)]]
+    else:  # 4 episodes per phase (train_freq=4): the members' phases end at different steps
+        assert steps[0][0][0] != steps[0][1][0] and lengths[0] != lengths[1]
+        assert [sum(t for _, t in member) for member in zip(*steps, strict=True)] == lengths
+    for member, single, length in zip(members, singles, lengths, strict=True):
         mine = member.trainer.c.buffer
-        assert len(mine) == len(single) == 32
+        assert len(mine) == length
         for field in ("obs", "actions", "rewards", "next_obs", "discounts"):
-            assert torch.equal(getattr(mine, field)[:32], getattr(single, field)[:32]), field
+            assert torch.equal(getattr(mine, field)[:length], getattr(single, field)[:length]), field
 
 
 def test_what_an_off_policy_population_cannot_batch_is_one_line():
     def built(*more: str):
         return prepare(compose_config(["env=CartPole-v1", "algo=dqn", *more]))[0]
 
-    for more, said in ((["algo.train_freq_unit=episode"], "algo.train_freq_unit=episode cannot train in a population"),
-                       (["actor=gru", "buffer=sequence", "env=CartPoleNoVel-v1"], "a recurrent Q-network")):
-        c = built(*more)
-        with pytest.raises(ConfigError, match=said):
-            OffPolicyPopulationUpdate([c.algo, c.algo], [c.buffer, c.buffer])
+    c = built("actor=gru", "buffer=sequence", "env=CartPoleNoVel-v1")
+    with pytest.raises(ConfigError, match="a recurrent Q-network"):
+        OffPolicyPopulationUpdate([c.algo, c.algo], [c.buffer, c.buffer])
     sac = prepare(compose_config(["env=Pendulum-v1", "algo=sac"]))[0]
     with pytest.raises(ConfigError, match="SAC cannot train in a population of value-based members: c51, dqn and qrd"):
         OffPolicyPopulationUpdate([sac.algo, sac.algo], [sac.buffer, sac.buffer])

@@ -207,11 +207,7 @@ class DQN:
 
     def population_refusal(self) -> str | None:
         """What keeps this DQN out of a batched population (sweeps/population/offpolicy.py), or None."""
-        if self.recurrent:
-            return "a recurrent Q-network (actor=gru/lstm)"
-        if self.episodes_per_collect:
-            return "algo.train_freq_unit=episode"
-        return None
+        return "a recurrent Q-network (actor=gru/lstm)" if self.recurrent else None
 
     @property
     def compile_enabled(self) -> bool:

@@ -190,8 +190,6 @@ class SAC(BoxActorCritic):
             return "a recurrent actor (actor=gru/lstm)"
         if self.noise_resampling.noise is not None:
             return "gSDE (algo.use_sde=true)"
-        if self.episodes_per_collect:
-            return "algo.train_freq_unit=episode"
         return None
 
     def update(self, buffer: ReplayStorage | SequenceStorage, clock: RunClock) -> dict[str, torch.Tensor]:

@@ -129,7 +129,7 @@ class TD3(BoxActorCritic):
 
     def population_refusal(self) -> str | None:
         """What keeps this member out of a batched population (sweeps/population/twin_delayed.py), or None."""
-        return "algo.train_freq_unit=episode" if self.episodes_per_collect else None
+        return None
 
     def update(self, buffer: ReplayStorage | SequenceStorage, clock: RunClock) -> dict[str, torch.Tensor]:
         if len(buffer) == 0:  # n-step storage holds nothing yet (learning_starts=0, train_freq < n_step)

@@ -5,6 +5,7 @@ collector (collectors/local.py's `observe` / `advance` / `end`)."""
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Sequence
 from typing import cast
@@ -13,6 +14,7 @@ import torch
 
 from rlcli.collectors.env_faults import CollectorError
 from rlcli.collectors.local import Collector, CollectStats
+from rlcli.contracts import OffPolicyLearner
 from rlcli.sweeps.population.kinds import Population
 from rlcli.sweeps.population.members import Member
 
@@ -26,16 +28,20 @@ def collect_together(members: Sequence[Member], population: Population,
     # the local collector, which the launcher checked (collector=ray's workers step their envs themselves)
     collectors = {id(m): cast(Collector, m.trainer.c.collector) for m in rows}
     stats = {id(m): collectors[id(m)].begin(m.trainer.c.learner) for m in rows}
-    steps = rows[0].trainer.c.algo.steps_per_collect
-    for step in range(steps):
+    for step in itertools.count():
+        for member in [m for m in rows if _collected_enough(m, stats[id(m)], step)]:
+            rows.remove(member)
+            collectors[id(member)].end(member.trainer.c.learner)
+        if not rows:
+            break
         started = time.perf_counter()
-        seen = {id(m): collectors[id(m)].observe() for m in rows}  # the failed ones' rows stay zeros
+        seen = {id(m): collectors[id(m)].observe() for m in rows}  # the others' rows (failed, through) stay zeros
         first = next(iter(seen.values()))[0]
         obs = torch.stack([seen[id(m)][0] if id(m) in seen else torch.zeros_like(first) for m in members])
         params, values = population.policy_and_values(obs)
         share = (time.perf_counter() - started) / len(rows)
         for index, member in enumerate(members):
-            if not member.live or id(member) in failed:
+            if id(member) not in seen or id(member) in failed:
                 continue
             algo, collector = member.trainer.c.algo, collectors[id(member)]
             drawn = time.perf_counter()
@@ -52,8 +58,18 @@ def collect_together(members: Sequence[Member], population: Population,
                 failed[id(member)] = error
             member.rng["torch"] = torch.get_rng_state()
         rows = [m for m in rows if id(m) not in failed]
-        if not rows:
-            break
-    for member in rows:
-        collectors[id(member)].end(member.trainer.c.learner)
     return [failed.get(id(m), stats.get(id(m))) for m in members]
+
+
+def _collected_enough(member: Member, stats: CollectStats, step: int) -> bool:
+    """The single run's end of a collect phase (collectors/local.py's `collect`): its steps_per_collect steps, or
+    (an off-policy member with algo.train_freq_unit=episode) its episodes, which members reach at different
+    steps; a member that is through stops stepping while the others go on."""
+    learner = member.trainer.c.learner
+    episodes = learner.algo.episodes_per_collect if isinstance(learner, OffPolicyLearner) else 0
+    if episodes:
+        if len(stats.episode_returns) < episodes:
+            return False
+        stats.steps = step * cast(Collector, member.trainer.c.collector).envs.num_envs
+        return True
+    return step >= learner.algo.steps_per_collect
