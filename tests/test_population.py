@@ -29,7 +29,10 @@ PPO = ["algo=ppo", "algo.n_steps=32", "algo.batch_size=64", "algo.n_epochs=3"]
 TINY = ["env=CartPole-v1", "train.num_envs=4", "train.test_every=256", "train.test_episodes=2",
         "train.stop_reward=null", "log.tensorboard=false", "log.console=false"]
 ALGOS = {"ppo": PPO, "a2c": ["algo=a2c", "algo.n_steps=8"], "pg": ["algo=pg", "algo.n_steps=32", "algo.baseline=true"],
-         "ppo-cnn": [*PPO, "env=PixelGoal-v0"]}  # rlcli's tiny image task: actor=cnn_small
+         "ppo-cnn": [*PPO, "env=PixelGoal-v0"],  # rlcli's tiny image task: actor=cnn_small
+         # gSDE: each member explores with its own matrices, resampled from its own stream every 4 steps
+         "ppo-sde": [*PPO, "env=Pendulum-v1", "algo.use_sde=true", "algo.sde_sample_freq=4"],
+         "a2c-sde": ["algo=a2c", "algo.n_steps=8", "env=Pendulum-v1", "algo.use_sde=true", "algo.sde_sample_freq=4"]}
 
 ALL_BATCHABLE = "a2c, c51, ddpg, dqn, pg, ppo, qrdqn, sac, td3 and tqc"  # the declared kinds, as refusals list them
 
@@ -89,7 +92,11 @@ def test_a_members_first_rollout_is_its_single_runs(algo, tmp_path):
     assert all(s is not None and s.steps == singles[0].mask.shape[0] for s in stats)
     for member, single in zip(members, singles, strict=True):
         mine = member.trainer.c.buffer.flat()
-        assert torch.equal(mine.obs, single.obs) and torch.equal(mine.actions, single.actions)  # the same draws
+        if mine.actions.is_floating_point():  # Box actions: the batched product's rounding (~1e-7) reaches the env
+            assert torch.allclose(mine.obs, single.obs, atol=1e-5) and torch.allclose(mine.actions, single.actions,
+                                                                                     atol=1e-5)
+        else:  # the same draws, bit for bit
+            assert torch.equal(mine.obs, single.obs) and torch.equal(mine.actions, single.actions)
         for field in ("log_probs", "values", "advantages", "returns"):
             assert torch.allclose(getattr(mine, field), getattr(single, field), atol=1e-5), field
 

@@ -91,8 +91,7 @@ class A2C(OneStepUpdate):
                 "learning_rate": torch.tensor(plan.lr)}
 
     def act_on(self, params: torch.Tensor, values: torch.Tensor) -> ActOutput:
-        """`act`'s draw from the policy head's parameters and the values a population computed for all members."""
+        """`act`'s draw from the policy head's parameters and the values a population computed for all members
+        (gSDE's exploration matrices resampled first, when `act` would resample them)."""
+        self.noise_resampling.before_act(params.shape[0], False)
         return self.networks.sampled(params, values)
-
-    def uses_sde(self) -> bool:
-        return self.noise_resampling.noise is not None

@@ -146,12 +146,13 @@ def whole_batch(size: int, device: torch.device | str = "cpu") -> list[list[torc
     return [[torch.arange(size, device=device)]]
 
 
-def refuse_in_population(networks: Any, addons: Sequence[Any], use_sde: bool) -> str | None:
-    """What keeps an on-policy algorithm's update out of a batched population (None: nothing)."""
+def refuse_in_population(networks: Any, addons: Sequence[Any]) -> str | None:
+    """What keeps an on-policy algorithm's update out of a batched population (None: nothing). gSDE batches: its
+    exploration matrices only shape acting, which each member does with its own (`act_on`)."""
     from rlcli.actors.recurrent import RecurrentActorCritic
 
     reasons = [(isinstance(networks, RecurrentActorCritic), "a recurrent actor"),
-               (bool(addons), "algo.policy_loss_addons"), (use_sde, "gSDE (algo.use_sde)")]
+               (bool(addons), "algo.policy_loss_addons")]
     return next((what for bad, what in reasons if bad), None)
 
 
@@ -168,9 +169,6 @@ class OneStepUpdate:
     vf_coef: float
     max_grad_norm: float | None
     _compiled: Any = None  # compile=true: a CompiledStep over minibatch_loss
-
-    def uses_sde(self) -> bool:
-        return False
 
     def enable_compile(self) -> None:
         """compile=true: the one gradient step (MLP or CNN actor, add-ons and gSDE included) as one compiled graph."""
@@ -200,7 +198,7 @@ class OneStepUpdate:
         return self._compiled is not None
 
     def population_refusal(self) -> str | None:
-        return refuse_in_population(self.networks, self.policy_addons, self.uses_sde())
+        return refuse_in_population(self.networks, self.policy_addons)
 
     def begin_update(self, buffer: Any) -> UpdatePlan:
         return UpdatePlan(set_lr(self.optimizer, self.lr_scale), None, buffer.flat())

@@ -160,7 +160,9 @@ class PPO:
         return [list(minibatches(size, self.batch_size, device)) for _ in range(self.n_epochs)]
 
     def act_on(self, params: torch.Tensor, values: torch.Tensor) -> ActOutput:
-        """`act`'s draw from the policy head's parameters and the values a population computed for all members."""
+        """`act`'s draw from the policy head's parameters and the values a population computed for all members
+        (gSDE's exploration matrices resampled first, when `act` would resample them)."""
+        self.noise_resampling.before_act(params.shape[0], False)
         return self.networks.sampled(params, values)
 
     def population_refusal(self) -> str | None:
@@ -168,8 +170,7 @@ class PPO:
                    (self.target_kl is not None, "algo.target_kl (members would end their epochs at different times)"),
                    (bool(self.extra_param_groups(1.0)), f"{type(self).__name__}'s extra networks")]
         own = next((what for bad, what in reasons if bad), None)
-        return own or refuse_in_population(self.networks, self.policy_addons,
-                                           self.noise_resampling.noise is not None)
+        return own or refuse_in_population(self.networks, self.policy_addons)
 
     def end_update(self, plan: UpdatePlan, metrics: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """The update's metrics (the minibatches' means given) and the KL penalty's adaptation."""
