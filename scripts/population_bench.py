@@ -19,8 +19,8 @@ Rows, each a fresh process timed from start to exit (imports, env and network bu
 - `sb3 8 x2`: Stable-Baselines3 (scripts/bench.py's row of the same algorithm, the same RL-Zoo settings) over
   the same seeds, two processes at a time.
 Every row is PPO (or `--algo`'s algorithm) on CartPole-v1 (SAC, TQC, TD3, DDPG: Pendulum-v1) with RL-Zoo's
-settings (conf/tuned/<algo>/<env>.yaml; TQC without gSDE, which populations refuse), no early stop, torch threads
-1; the final test returns of every member are listed, so a faster row that learns less shows.
+settings (conf/tuned/<algo>/<env>.yaml, gSDE and per-episode training included), no early stop, torch threads 1;
+the final test returns of every member are listed, so a faster row that learns less shows.
 """
 
 from __future__ import annotations
@@ -106,8 +106,8 @@ def main() -> None:
     if args.algo in ("a2c", "pg", "td3", "ddpg") and not args.no_sb3:
         parser.error(f"scripts/bench.py has no SB3 row for {args.algo}: add --no-sb3")
     COMMON[:0] = [f"algo={args.algo}"]
-    if args.algo in ("sac", "tqc", "td3", "ddpg"):  # what populations refuse in RL-Zoo's entries: gSDE
-        COMMON[1:2] = ["env=Pendulum-v1", *{"tqc": ["algo.use_sde=false"]}.get(args.algo, [])]
+    if args.algo in ("sac", "tqc", "td3", "ddpg"):
+        COMMON[1] = "env=Pendulum-v1"
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)

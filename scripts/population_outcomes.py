@@ -23,7 +23,7 @@ from pathlib import Path
 from population_bench import final_returns
 
 RL_TRAIN = str(Path(sys.executable).parent / "rl-train")
-CONTINUOUS = {"sac": [], "tqc": ["algo.use_sde=false"], "td3": [], "ddpg": []}
+CONTINUOUS = {"sac", "tqc", "td3", "ddpg"}  # on Pendulum-v1, with RL-Zoo's settings (gSDE, per-episode training)
 
 
 def mann_whitney_exact(a: list[float], b: list[float]) -> tuple[float, float]:
@@ -53,7 +53,7 @@ def main() -> None:
     parser.add_argument("extra", nargs="*", help="overrides for both sweeps (after --)")
     args = parser.parse_args()
     env = "Pendulum-v1" if args.algo in CONTINUOUS else "CartPole-v1"
-    common = [RL_TRAIN, "-m", f"algo={args.algo}", f"env={env}", *CONTINUOUS.get(args.algo, []),
+    common = [RL_TRAIN, "-m", f"algo={args.algo}", f"env={env}",
               f"train.total_steps={args.steps}", "train.stop_reward=null", "log.console=false",
               "log.tensorboard=false", f"seed={','.join(map(str, range(args.seeds)))}", *args.extra]
     with tempfile.TemporaryDirectory() as tmp:

@@ -24,8 +24,11 @@ from rlcli.sweeps.population.twin_delayed import TwinDelayedPopulationUpdate
 TINY = ["env=Pendulum-v1", "train.num_envs=2", "train.test_every=256", "train.test_episodes=1",
         "train.stop_reward=null", "log.tensorboard=false", "log.console=false", "algo.learning_starts=64",
         "algo.batch_size=32", "algo.train_freq=2", "algo.gradient_steps=2", "actor.hidden_sizes=[32,32]"]
-ALGOS = {"sac": ["algo=sac"],  # RL-Zoo's TQC Pendulum entry explores with gSDE, which a population refuses
+ALGOS = {"sac": ["algo=sac"],
          "tqc": ["algo=tqc", "algo.n_quantiles=5", "algo.top_quantiles_to_drop_per_net=1", "algo.use_sde=false"],
+         # gSDE (RL-Zoo's TQC Pendulum entry): each member's own exploration matrices, acting and training
+         "sac-sde": ["algo=sac", "algo.use_sde=true", "algo.sde_sample_freq=2"],
+         "tqc-sde": ["algo=tqc", "algo.n_quantiles=5", "algo.top_quantiles_to_drop_per_net=1", "algo.use_sde=true"],
          "sac-ere": ["algo=sac", "buffer=ere", "buffer.c_min=16"],  # ERE: each member's recency window
          # compile=true: the critics' step and the policy's step of all members, one compiled graph each
          "sac-compiled": ["algo=sac", "compile=true"],
@@ -42,7 +45,7 @@ def filled(algo: str, *more: str):
     return components, torch.get_rng_state()
 
 
-@pytest.mark.parametrize("algo", ["sac", "tqc", "sac-ere", "sac-compiled"])
+@pytest.mark.parametrize("algo", ["sac", "tqc", "sac-ere", "sac-compiled", "sac-sde", "tqc-sde"])
 def test_a_members_first_update_is_its_single_runs_within_float_tolerance(algo):
     members = [filled(algo, "seed=0"),
                filled(algo, "seed=1", "algo.lr=1e-3", "algo.max_grad_norm=0.5", "algo.target_update_interval=2"),
@@ -64,7 +67,7 @@ def test_a_members_first_update_is_its_single_runs_within_float_tolerance(algo):
     assert float(members[0][0].algo.alpha()) != pytest.approx(1.0)  # a learned one moved
 
 
-@pytest.mark.parametrize("algo", ["sac", "td3"])
+@pytest.mark.parametrize("algo", ["sac", "td3", "sac-sde"])
 def test_a_members_rollouts_are_its_single_runs_in_warm_up_and_within_rounding_after(tmp_path, algo):
     def components_of(seed: int):
         return prepare(compose_config([*TINY, *ALGOS[algo], f"seed={seed}"]))
@@ -112,11 +115,9 @@ def test_a_td3_members_first_update_is_its_single_runs_within_float_tolerance(al
 
 
 def test_what_a_soft_actor_critic_population_cannot_batch_is_one_line():
-    for more, said in ((["algo.use_sde=true"], r"gSDE \(algo.use_sde=true\) cannot train in a population yet"),
-                       (["actor=gru", "buffer=sequence"], r"a recurrent actor \(actor=gru/lstm\) cannot train")):
-        c = prepare(compose_config(["env=Pendulum-v1", "algo=sac", *more]))[0]
-        with pytest.raises(ConfigError, match=said):
-            population_update([c.algo, c.algo], [c.buffer, c.buffer])
+    c = prepare(compose_config(["env=Pendulum-v1", "algo=sac", "actor=gru", "buffer=sequence"]))[0]
+    with pytest.raises(ConfigError, match=r"a recurrent actor \(actor=gru/lstm\) cannot train"):
+        population_update([c.algo, c.algo], [c.buffer, c.buffer])
     crossq = prepare(compose_config(["env=Pendulum-v1", "algo=crossq"]))[0]
     with pytest.raises(ConfigError, match=f"CrossQ cannot train in a population yet: {ALL_BATCHABLE} can"):
         population_update([crossq.algo, crossq.algo], [crossq.buffer, crossq.buffer])

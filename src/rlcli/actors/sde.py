@@ -151,10 +151,20 @@ class StateDependentSquashedPolicy(nn.Module):
         self.clip_mean = clip_mean
 
     def forward(self, obs: torch.Tensor, deterministic: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.sample(self.outputs(obs), deterministic)
+
+    def outputs(self, obs: torch.Tensor) -> torch.Tensor:
+        """[..., action_dim + width]: the (clipped) means and the features side by side, what `sample` draws from
+        (a population computes them for all its members at once, then each member samples with its own matrices)."""
         latent = self.body(obs)
         mean = self.mu(latent)
         if self.clip_mean > 0:
             mean = mean.clamp(-self.clip_mean, self.clip_mean)
+        return torch.cat([mean, latent], -1)
+
+    def sample(self, params: torch.Tensor, deterministic: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+        """Squashed actions and their log-probs from `outputs`, explored with the current exploration matrices."""
+        mean, latent = params[..., :self.noise.action_dim], params[..., self.noise.action_dim:]
         if deterministic:
             return torch.tanh(mean), torch.zeros(mean.shape[:-1], device=mean.device)
         u = mean + self.noise.noise(latent)

@@ -171,26 +171,30 @@ class SAC(BoxActorCritic):
         return ActOutput(actions, log_probs, torch.zeros_like(log_probs), carry)
 
     def policy_outputs(self, obs: torch.Tensor) -> torch.Tensor:
-        """Acting's network part (the means and log stds; not gSDE's policy), which a population computes for all
-        members."""
+        """Acting's network part (the means and log stds; gSDE's means and features), which a population computes
+        for all members."""
         policy = self.networks.policy
+        if isinstance(policy, StateDependentSquashedPolicy):
+            return policy.outputs(obs)
         assert isinstance(policy, SquashedGaussianPolicy)
         return policy.net(obs)
 
     def act_on(self, params: torch.Tensor, values: torch.Tensor | None = None, deterministic: bool = False,
                carry: torch.Tensor | None = None) -> ActOutput:
-        """Acting after the policy network (its means and log stds): a population calls it on each member's rows of
-        its batched outputs (`values` is the on-policy family's slot; unused here)."""
-        actions, log_probs = squashed_gaussian(params, deterministic)
+        """Acting after the policy network (`policy_outputs`): a population calls it on each member's rows of its
+        batched outputs (`values` is the on-policy family's slot; unused here). gSDE draws with the member's own
+        exploration matrices, resampled first when `act` would resample them."""
+        policy = self.networks.policy
+        if isinstance(policy, StateDependentSquashedPolicy):
+            self.noise_resampling.before_act(params.shape[0], deterministic)
+            actions, log_probs = policy.sample(params, deterministic)
+        else:
+            actions, log_probs = squashed_gaussian(params, deterministic)
         return ActOutput(actions, log_probs, torch.zeros_like(log_probs), carry)
 
     def population_refusal(self) -> str | None:
         """What keeps this member out of a batched population (sweeps/population/soft_actor_critic.py), or None."""
-        if self.recurrent:
-            return "a recurrent actor (actor=gru/lstm)"
-        if self.noise_resampling.noise is not None:
-            return "gSDE (algo.use_sde=true)"
-        return None
+        return "a recurrent actor (actor=gru/lstm)" if self.recurrent else None
 
     def update(self, buffer: ReplayStorage | SequenceStorage, clock: RunClock) -> dict[str, torch.Tensor]:
         if len(buffer) == 0:  # n-step storage holds nothing yet (learning_starts=0, train_freq < n_step)

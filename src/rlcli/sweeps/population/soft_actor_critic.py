@@ -13,11 +13,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from functools import partial
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, cast, runtime_checkable
 
 import torch
 from torch import nn
 
+from rlcli.actors.sde import StateDependentNoise, StateDependentSquashedPolicy
 from rlcli.algos.entropy import EntropyCoefficient
 from rlcli.contracts import ActOutput
 from rlcli.sweeps.population.actor_critic import ActorCriticPopulation
@@ -25,9 +26,11 @@ from rlcli.sweeps.population.catalog import can_batch
 from rlcli.sweeps.population.phases import check_replay_members
 from rlcli.sweeps.population.stacking import drawn_with, polyak_members, stack_members, step_members
 
+SDE_MATRIX = "policy.noise.eps"  # gSDE's exploration matrices: the members' own while acting, stacked for training
+
 
 def batched_soft_actor_critics() -> str:
-    return f"{can_batch('soft_actor_critic')} (MLP or CNN networks without gSDE, buffer=replay, nstep, per or ere)"
+    return f"{can_batch('soft_actor_critic')} (MLP or CNN networks, buffer=replay, nstep, per or ere)"
 
 
 @runtime_checkable
@@ -74,43 +77,63 @@ class SoftActorCriticPopulationUpdate(ActorCriticPopulation):
         super().__init__(algos, critic_loss="soft_td_loss", actor_loss="actor_loss")
         self.algos: list[BatchableSoftActorCritic] = list(algos)
         self.alpha_rows = {"log_alpha": self.rows["log_alpha"]}
+        self.sde_noises = [_sde_noise(a) for a in self.algos]
+        self.sde = self.sde_noises[0] is not None
+        if self.sde:  # each stepping member's training matrix, copied in at every gradient step (the losses read it)
+            noise = self.sde_noises[0]
+            assert noise is not None
+            self.buffers[SDE_MATRIX] = torch.zeros(len(self.algos), 1, noise.latent_dim, noise.action_dim,
+                                                   device=self.device)
         self._compiled = self.compiled_steps(self._critics_step_loss, self._policy_step_loss)
 
     def _critics_step_loss(self, params: dict[str, torch.Tensor], buffers: dict[str, torch.Tensor],
                            batch: tuple[torch.Tensor, ...], terms: dict[str, torch.Tensor]) -> tuple[torch.Tensor, Any]:
-        losses, errors = self.critic_losses(params, buffers, batch, terms["alpha"], terms["noise"])
+        losses, errors = self.critic_losses(params, buffers, batch, terms["alpha"], *_noise(terms))
         return losses, (losses.detach(), errors)
 
     def _policy_step_loss(self, params: dict[str, torch.Tensor], buffers: dict[str, torch.Tensor],
                           obs: torch.Tensor, terms: dict[str, torch.Tensor]) -> tuple[torch.Tensor, Any]:
         """(The critics are not what this step's optimizers train: the compiled step reads them as they are.)"""
-        losses, log_probs = self.actor_losses(params, buffers, obs, terms["alpha"], terms["noise"])
+        losses, log_probs = self.actor_losses(params, buffers, obs, terms["alpha"], *_noise(terms))
         return losses, (losses.detach(), log_probs)
 
     def gradient_step(self, stepping: list[int], k: int, steps: list[int], storages: Sequence[Any],
                       torch_rngs: list[torch.Tensor], limit: torch.Tensor | None) -> dict[int, dict[str, Any]]:
         algos, params, device = self.algos, self.params, self.device
-        def draw(m: int) -> tuple[Any, torch.Tensor, torch.Tensor]:
-            """In its single run's order: the batch, the next actions' noise, the policy's noise."""
+        def draw(m: int) -> tuple[Any, ...]:
+            """In its single run's order: the batch, then the next actions' noise and the policy's noise (gSDE:
+            one fresh exploration matrix, which is the noise of both)."""
             shape = (algos[m].batch_size, algos[m].action_dim)
             batch = storages[m].sample(algos[m].batch_size, k, steps[m])
+            noise = self.sde_noises[m]
+            if noise is not None:
+                noise.reset_noise()
+                return (batch,)
             return batch, torch.randn(shape, device=device), torch.randn(shape, device=device)
 
         draws = {m: drawn_with(torch_rngs, m, partial(draw, m)) for m in stepping}
         batch = stack_members({m: tuple(d[0]) for m, d in draws.items()}, len(algos))
-        next_noise, noise = (stack_members({m: d[i] for m, d in draws.items()}, len(algos)) for i in (1, 2))
+        if self.sde:
+            with torch.no_grad():
+                for m in stepping:
+                    self.buffers[SDE_MATRIX][m].copy_(cast(StateDependentNoise, self.sde_noises[m]).eps[0])
+            next_noise = noise = {}
+        else:
+            next_noise, noise = ({"noise": stack_members({m: d[i] for m, d in draws.items()}, len(algos))}
+                                 for i in (1, 2))
         alpha = torch.stack([a.alpha() for a in algos])
 
         if self._compiled is not None:  # the same two steps, each of all members one compiled graph
             active = self.members_mask(stepping)
-            critic_losses, errors = self._compiled[0].step(batch, {"alpha": alpha, "noise": next_noise}, active)
-            policy_losses, log_probs = self._compiled[1].step(batch[0], {"alpha": alpha, "noise": noise}, active)
+            critic_losses, errors = self._compiled[0].step(batch, {"alpha": alpha, **next_noise}, active)
+            policy_losses, log_probs = self._compiled[1].step(batch[0], {"alpha": alpha, **noise}, active)
         else:
-            critic_losses, errors = self.critic_losses(params, self.buffers, batch, alpha, next_noise)
+            critic_losses, errors = self.critic_losses(params, self.buffers, batch, alpha, *next_noise.values())
             step_members(params, critic_losses, self.critic_rows, stepping, limit,
                          [algos[m].critic_optimizer for m in stepping])
             # the policy climbs the critics just stepped
-            policy_losses, log_probs = self.actor_losses(self.critics_frozen(), self.buffers, batch[0], alpha, noise)
+            policy_losses, log_probs = self.actor_losses(self.critics_frozen(), self.buffers, batch[0], alpha,
+                                                         *noise.values())
             step_members(params, policy_losses, self.policy_rows, stepping, limit,
                          [algos[m].policy_optimizer for m in stepping])
         learned = [m for m in stepping if algos[m].temperature.learned]
@@ -131,3 +154,14 @@ class SoftActorCriticPopulationUpdate(ActorCriticPopulation):
             out[m] = {"value_loss": critic_losses[m].detach(), "policy_loss": policy_losses[m].detach(),
                       "alpha": alpha[m], "entropy": -log_probs[m].mean()}
         return out
+
+
+def _noise(terms: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...]:
+    """The policy's drawn noise, when there is one (gSDE's noise is the exploration matrix, a buffer)."""
+    return (terms["noise"],) if "noise" in terms else ()
+
+
+def _sde_noise(algo: Any) -> StateDependentNoise | None:
+    """A member's gSDE noise module (None without gSDE)."""
+    policy = algo.networks.policy
+    return policy.noise if isinstance(policy, StateDependentSquashedPolicy) else None
