@@ -4,9 +4,11 @@ Mann-Whitney U test (a permutation test of U over every split of the pooled retu
 
     python scripts/population_outcomes.py --algo sac --steps 10000 --seeds 8
     python scripts/population_outcomes.py --algo ppo --steps 20000 --seeds 8 -- train.num_envs=8
+    python scripts/population_outcomes.py --algo ppo --env Pendulum-v1 --steps 100000   # RL-Zoo's: gSDE
 
 Every run uses the algorithm's RL-Zoo settings on its benchmark env (population_bench.py's choice: CartPole-v1, or
-Pendulum-v1 for the continuous-control algorithms), no early stop; anything after `--` is added to both sweeps.
+Pendulum-v1 for the continuous-control algorithms; `--env` for another), no early stop; anything after `--` is
+added to both sweeps.
 """
 
 from __future__ import annotations
@@ -47,12 +49,13 @@ def mann_whitney_exact(a: list[float], b: list[float]) -> tuple[float, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--algo", default="ppo")
+    parser.add_argument("--env", default=None, help="default: Pendulum-v1 for sac, tqc, td3, ddpg, else CartPole-v1")
     parser.add_argument("--steps", type=int, required=True)
     parser.add_argument("--seeds", type=int, default=8)
     parser.add_argument("--out", type=Path, default=Path("population_outcomes.json"))
     parser.add_argument("extra", nargs="*", help="overrides for both sweeps (after --)")
     args = parser.parse_args()
-    env = "Pendulum-v1" if args.algo in CONTINUOUS else "CartPole-v1"
+    env = args.env or ("Pendulum-v1" if args.algo in CONTINUOUS else "CartPole-v1")
     common = [RL_TRAIN, "-m", f"algo={args.algo}", f"env={env}",
               f"train.total_steps={args.steps}", "train.stop_reward=null", "log.console=false",
               "log.tensorboard=false", f"seed={','.join(map(str, range(args.seeds)))}", *args.extra]

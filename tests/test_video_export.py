@@ -44,15 +44,24 @@ RUNS = {
 }
 
 
+class _TrainedRuns(dict):
+    """RUNS' run directories, each trained the first time a test asks for it: pytest-xdist spreads this module's
+    tests over its workers, and each worker then trains only the runs its own tests read."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__()
+        self.root = root
+
+    def __missing__(self, name: str) -> Path:
+        out = run_cli(*RUNS[name], f"hydra.run.dir={self.root / name}", cwd=self.root)
+        assert out.returncode == 0, out.stderr
+        self[name] = self.root / name
+        return self[name]
+
+
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> dict[str, Path]:
-    root = tmp_path_factory.mktemp("after_training")
-    made = {}
-    for name, args in RUNS.items():
-        out = run_cli(*args, f"hydra.run.dir={root / name}", cwd=root)
-        assert out.returncode == 0, out.stderr
-        made[name] = root / name
-    return made
+    return _TrainedRuns(tmp_path_factory.mktemp("after_training"))
 
 
 def frames_of(path: Path) -> list[np.ndarray]:
