@@ -391,3 +391,37 @@ def test_compiled_population_members_with_rmsprop_are_refused_in_one_line():
     members = [collected(f"seed={s}", "compile=true", algo="a2c")[0] for s in (0, 1)]
     with pytest.raises(ConfigError, match=r"compile=true in a population needs Adam members \(algo.optimizer=adam"):
         PopulationUpdate([c.algo for c in members])
+
+
+def test_the_members_acting_forward_skips_vmap_only_where_it_gives_vmaps_numbers():
+    from functools import partial
+
+    from torch.func import functional_call, vmap
+
+    from rlcli.sweeps.population.acting import MembersForward
+
+    class PoolsTheBatch(torch.nn.Module):  # reads dim 0 as the batch: on [members, envs, ...] it pools members
+        def __init__(self) -> None:
+            super().__init__()
+            self.layer = torch.nn.Linear(3, 2)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.layer(x) - self.layer(x).mean(0)
+
+    torch.manual_seed(0)
+    for make, fast in ((lambda: torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(6, 4), torch.nn.Tanh(),
+                                                    torch.nn.Linear(4, 2)), True),
+                       (PoolsTheBatch, False)):
+        nets = [make() for _ in range(3)]
+        params, buffers = stack_weights(nets)
+        obs = torch.randn(3, 5, 2, 3) if fast else torch.randn(3, 5, 3)
+        alone = torch.stack([net(o) for net, o in zip(nets, obs, strict=True)])
+        batched = vmap(partial(functional_call, nets[0]), in_dims=(0, 0))
+        forward = MembersForward(nets[0], params, nets[0], partial(batched, params))
+        assert forward.swaps is not None  # both are built of linear layers only
+        with torch.no_grad():
+            for _ in range(2):
+                assert torch.allclose(forward(obs), alone, atol=1e-6)
+        assert (forward.swaps is not None) is fast  # the second kept the fast path only where it agreed
+    gaussian = prepare(compose_config(["algo=ppo", "env=Pendulum-v1"]))[0].algo.networks
+    assert MembersForward(gaussian, stack_weights([gaussian])[0], gaussian, print).swaps is None  # its log std

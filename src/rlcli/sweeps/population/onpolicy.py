@@ -23,6 +23,7 @@ from rlcli.batches import RolloutBatch
 from rlcli.buffers.rollout import RolloutBuffer
 from rlcli.contracts import ActOutput, RunClock
 from rlcli.registry import ConfigError
+from rlcli.sweeps.population.acting import MembersForward
 from rlcli.sweeps.population.catalog import can_batch
 from rlcli.sweeps.population.compiled import CompiledMembersStep
 from rlcli.sweeps.population.stacking import clip_limits, drawn_with, stack_weights, step_members, vmapped
@@ -107,7 +108,10 @@ class PopulationUpdate:
             stacked.requires_grad_(True)
         self._module = _MemberLoss(self.algos[0])
         self._losses = vmapped(self._module)
-        self._act = vmapped(_MemberAct(self.algos[0].networks))
+        member_act = _MemberAct(self.algos[0].networks)
+        vmapped_act = vmapped(member_act)
+        self._act = MembersForward(member_act.networks, self.params, member_act,
+                                   lambda obs: vmapped_act(self.params, self.buffers, obs))
         self._rows = {name: [a.networks.get_parameter(name) for a in algos] for name in self.params}
         self._compiled: CompiledMembersStep | None = None
         if all(a.compile_enabled for a in self.algos):  # compile=true is part of the population key: all or none
@@ -119,7 +123,7 @@ class PopulationUpdate:
     @torch.inference_mode()
     def policy_and_values(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """[members, envs, ...] observations -> each member's policy-head parameters and values, one call."""
-        out: tuple[torch.Tensor, torch.Tensor] = self._act(self.params, self.buffers, obs)
+        out: tuple[torch.Tensor, torch.Tensor] = self._act(obs)
         return out
 
     def update(self, active: Sequence[bool], buffers: Sequence[Any], torch_rngs: list[torch.Tensor],
