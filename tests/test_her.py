@@ -1,5 +1,6 @@
 """HER relabeling against a plain reference, the bit-flipping env, and the goal-env plumbing."""
 
+import gymnasium as gym
 import numpy as np
 import pytest
 import torch
@@ -100,3 +101,13 @@ def test_her_buffer_survives_overwriting_older_episodes():
     stored_goals |= {tuple(g) for g in buf.obs[:, buf.goal.desired]}
     for row in batch.obs[:, buf.goal.desired].numpy():
         assert tuple(row) in stored_goals
+
+
+def test_continuous_bit_flipping_flips_every_bit_whose_action_is_positive():
+    env = BitFlippingEnv(n_bits=4, continuous=True)
+    assert env.action_space == gym.spaces.Box(-1.0, 1.0, (4,), np.float32)
+    obs, _ = env.reset(seed=0)
+    before = obs["observation"].copy()
+    obs, *_ = env.step(np.array([0.5, -0.5, 0.0, 1.0], np.float32))
+    np.testing.assert_array_equal(obs["observation"], np.where([True, False, False, True], 1 - before, before))
+    assert BitFlippingEnv(n_bits=4).action_space == gym.spaces.Discrete(4)  # the HER paper's task by default

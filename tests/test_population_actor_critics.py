@@ -30,6 +30,11 @@ ALGOS = {"sac": ["algo=sac"],
          "sac-sde": ["algo=sac", "algo.use_sde=true", "algo.sde_sample_freq=2"],
          "tqc-sde": ["algo=tqc", "algo.n_quantiles=5", "algo.top_quantiles_to_drop_per_net=1", "algo.use_sde=true"],
          "sac-ere": ["algo=sac", "buffer=ere", "buffer.c_min=16"],  # ERE: each member's recency window
+         # HER: each member's own episodes and relabelled goals, on the continuous bit-flipping task
+         "sac-her": ["algo=sac", "env=BitFlipping-v0", "env.kwargs.n_bits=6", "env.kwargs.continuous=true",
+                     "buffer=her"],
+         "td3-her": ["algo=td3", "env=BitFlipping-v0", "env.kwargs.n_bits=6", "env.kwargs.continuous=true",
+                     "buffer=her"],
          # compile=true: the critics' step and the policy's step of all members, one compiled graph each
          "sac-compiled": ["algo=sac", "compile=true"],
          "td3": ["algo=td3", "algo.noise=ornstein_uhlenbeck"],
@@ -45,7 +50,7 @@ def filled(algo: str, *more: str):
     return components, torch.get_rng_state()
 
 
-@pytest.mark.parametrize("algo", ["sac", "tqc", "sac-ere", "sac-compiled", "sac-sde", "tqc-sde"])
+@pytest.mark.parametrize("algo", ["sac", "tqc", "sac-ere", "sac-compiled", "sac-sde", "tqc-sde", "sac-her"])
 def test_a_members_first_update_is_its_single_runs_within_float_tolerance(algo):
     members = [filled(algo, "seed=0"),
                filled(algo, "seed=1", "algo.lr=1e-3", "algo.max_grad_norm=0.5", "algo.target_update_interval=2"),
@@ -98,7 +103,7 @@ def test_a_members_rollouts_are_its_single_runs_in_warm_up_and_within_rounding_a
             assert torch.allclose(ours[4:], theirs[4:], atol=1e-5, rtol=0), field
 
 
-@pytest.mark.parametrize("algo", ["td3", "ddpg", "td3-compiled"])
+@pytest.mark.parametrize("algo", ["td3", "ddpg", "td3-compiled", "td3-her"])
 def test_a_td3_members_first_update_is_its_single_runs_within_float_tolerance(algo):
     members = [filled(algo, "seed=0"),
                filled(algo, "seed=1", "algo.lr=1e-3", "algo.max_grad_norm=0.5", "algo.tau=0.5"),

@@ -2,7 +2,9 @@
 
 State and goal are n bits; action i flips bit i; the reward is -1 until the state equals the goal,
 then 0 and the episode ends; episodes last at most n steps. With n = 15 a random policy almost never
-sees a reward, which is what makes it the standard test of hindsight relabeling.
+sees a reward, which is what makes it the standard test of hindsight relabeling. `continuous=True` (as
+Stable-Baselines3's test env): the actions are n numbers in [-1, 1] and every bit whose number is > 0 flips, a
+goal task for the continuous-action algorithms (SAC, TD3, ...).
 """
 
 from __future__ import annotations
@@ -16,12 +18,13 @@ import numpy as np
 class BitFlippingEnv(gym.Env):
     metadata = {"render_modes": []}
 
-    def __init__(self, n_bits: int = 10, max_steps: int | None = None):
-        self.n_bits = n_bits
+    def __init__(self, n_bits: int = 10, max_steps: int | None = None, continuous: bool = False):
+        self.n_bits, self.continuous = n_bits, continuous
         self.max_steps = n_bits if max_steps is None else max_steps
         bits = gym.spaces.Box(0.0, 1.0, (n_bits,), np.float32)
         self.observation_space = gym.spaces.Dict({"observation": bits, "achieved_goal": bits, "desired_goal": bits})
-        self.action_space = gym.spaces.Discrete(n_bits)
+        self.action_space: gym.spaces.Space = (gym.spaces.Box(-1.0, 1.0, (n_bits,), np.float32) if continuous
+                                               else gym.spaces.Discrete(n_bits))
         self.state = np.zeros(n_bits, np.float32)
         self.goal = np.zeros(n_bits, np.float32)
         self.steps = 0
@@ -39,7 +42,8 @@ class BitFlippingEnv(gym.Env):
         return self._obs(), {}
 
     def step(self, action: Any):
-        self.state[int(action)] = 1.0 - self.state[int(action)]
+        flip = np.asarray(action).reshape(-1) > 0 if self.continuous else int(action)
+        self.state[flip] = 1.0 - self.state[flip]
         self.steps += 1
         reward = float(self.compute_reward(self.state, self.goal, {}))
         terminated = bool(self.compute_terminated(self.state, self.goal, {}))

@@ -22,7 +22,7 @@ from rlcli.contracts import ActOutput, RunClock
 from rlcli.registry import ConfigError
 from rlcli.sweeps.population.catalog import can_batch
 from rlcli.sweeps.population.compiled import CompiledMembersStep
-from rlcli.sweeps.population.phases import VALUE_BASED_STORAGES, check_replay_members, update_phases
+from rlcli.sweeps.population.phases import check_replay_members, update_phases
 from rlcli.sweeps.population.stacking import (
     MemberCall,
     clip_limits,
@@ -66,7 +66,7 @@ def check_batchable(algos: Sequence[Any], storages: Sequence[Any]) -> None:
     if not isinstance(algos[0], BatchableGradientSteps):
         raise ConfigError(f"{type(algos[0]).__name__} cannot train in a population of value-based members: "
                           f"{batched_off_policy()} can")
-    check_replay_members(algos, storages, batched_off_policy(), VALUE_BASED_STORAGES)
+    check_replay_members(algos, storages, batched_off_policy())
 
 
 def batched_off_policy() -> str:

@@ -16,7 +16,7 @@ from rlcli.buffers.replay import ReplayBuffer
 from rlcli.contracts import RunClock
 from rlcli.registry import ConfigError
 
-VALUE_BASED_STORAGES = (ReplayBuffer, HerReplayBuffer)
+REPLAY_STORAGES = (ReplayBuffer, HerReplayBuffer)
 # (the members stepping, k of the phase's steps, every member's step count) -> each stepping member's metrics
 GradientStep = Callable[[list[int], int, list[int]], dict[int, dict[str, torch.Tensor]]]
 
@@ -38,17 +38,15 @@ def update_phases(algos: Sequence[Any], storages: Sequence[Any], active: Sequenc
             for on, clock, log in zip(active, clocks, logs, strict=True)]
 
 
-def check_replay_members(algos: Sequence[Any], storages: Sequence[Any], batchable: str,
-                         storage_kinds: tuple[type, ...] = (ReplayBuffer,)) -> None:
+def check_replay_members(algos: Sequence[Any], storages: Sequence[Any], batchable: str) -> None:
     """One line naming what keeps these members out of a population (the launcher then runs them one by one):
-    the algorithm's own `population_refusal`, or a storage not of `storage_kinds`. Uniform, n-step, prioritized,
+    the algorithm's own `population_refusal`, or a storage not of REPLAY_STORAGES. Uniform, n-step, prioritized,
     ERE and HER replay all draw their batches (HER: its relabelled goals too) from torch's CPU generator, which
-    the population swaps to each member's stream; recurrent networks' sequences cannot batch. HER is tested
-    with the value-based members only (no continuous goal env ships): VALUE_BASED_STORAGES. `batchable`: what
+    the population swaps to each member's stream; recurrent networks' sequences cannot batch. `batchable`: what
     can batch."""
     for algo, storage in zip(algos, storages, strict=True):
         refusal = algo.population_refusal()
         if refusal is not None:
             raise ConfigError(f"{refusal} cannot train in a population yet; {batchable} without it can")
-        if not isinstance(storage, storage_kinds):
+        if not isinstance(storage, REPLAY_STORAGES):
             raise ConfigError(f"{type(storage).__name__} storage cannot train in a population yet; {batchable} can")

@@ -30,7 +30,7 @@ SDE_MATRIX = "policy.noise.eps"  # gSDE's exploration matrices: the members' own
 
 
 def batched_soft_actor_critics() -> str:
-    return f"{can_batch('soft_actor_critic')} (MLP or CNN networks, buffer=replay, nstep, per or ere)"
+    return f"{can_batch('soft_actor_critic')} (MLP or CNN networks, buffer=replay, nstep, per, ere or her)"
 
 
 @runtime_checkable

@@ -26,7 +26,7 @@ from rlcli.sweeps.population.stacking import drawn_with, polyak_members, stack_m
 
 
 def batched_twin_delayed() -> str:
-    return f"{can_batch('twin_delayed')} (MLP or CNN networks, buffer=replay, nstep, per or ere)"
+    return f"{can_batch('twin_delayed')} (MLP or CNN networks, buffer=replay, nstep, per, ere or her)"
 
 
 @runtime_checkable
