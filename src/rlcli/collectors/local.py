@@ -166,10 +166,8 @@ class Collector:
         recurrent network still steps its carry)."""
         algo = learner.algo
         stats = self.begin(learner)
-        episodes = learner.algo.episodes_per_collect if isinstance(learner, OffPolicyLearner) else 0
         for step in itertools.count():
-            if (len(stats.episode_returns) >= episodes) if episodes else step >= algo.steps_per_collect:
-                stats.steps = step * self.envs.num_envs
+            if self.collected_enough(learner, stats, step):
                 break
             t0 = time.perf_counter()
             obs, state = self.observe()
@@ -188,6 +186,15 @@ class Collector:
             learner.buffer.reset()
         self.act_s = self.env_s = self.buffer_s = 0.0
         return CollectStats(steps=learner.algo.steps_per_collect * self.envs.num_envs)
+
+    def collected_enough(self, learner: Learner, stats: CollectStats, step: int) -> bool:
+        """Whether the phase ends before `step`: after algo.steps_per_collect steps, or (off-policy, with
+        `episodes_per_collect`) once that many episodes have ended; then its env steps are set in `stats`."""
+        episodes = learner.algo.episodes_per_collect if isinstance(learner, OffPolicyLearner) else 0
+        if not ((len(stats.episode_returns) >= episodes) if episodes else step >= learner.algo.steps_per_collect):
+            return False
+        stats.steps = step * self.envs.num_envs
+        return True
 
     def observe(self) -> tuple[torch.Tensor, RecurrentState | None]:
         """The observations to act on, normalized (updating the running statistics), and a recurrent carry."""

@@ -14,7 +14,6 @@ import torch
 
 from rlcli.collectors.env_faults import CollectorError
 from rlcli.collectors.local import Collector, CollectStats
-from rlcli.contracts import OffPolicyLearner
 from rlcli.sweeps.population.kinds import Population
 from rlcli.sweeps.population.members import Member
 
@@ -29,7 +28,9 @@ def collect_together(members: Sequence[Member], population: Population,
     collectors = {id(m): cast(Collector, m.trainer.c.collector) for m in rows}
     stats = {id(m): collectors[id(m)].begin(m.trainer.c.learner) for m in rows}
     for step in itertools.count():
-        for member in [m for m in rows if _collected_enough(m, stats[id(m)], step)]:
+        # each member's phase ends where its single run's ends (algo.train_freq_unit=episode: at different steps,
+        # and a member that is through stops stepping while the others go on)
+        for member in [m for m in rows if collectors[id(m)].collected_enough(m.trainer.c.learner, stats[id(m)], step)]:
             rows.remove(member)
             collectors[id(member)].end(member.trainer.c.learner)
         if not rows:
@@ -60,16 +61,3 @@ def collect_together(members: Sequence[Member], population: Population,
         rows = [m for m in rows if id(m) not in failed]
     return [failed.get(id(m), stats.get(id(m))) for m in members]
 
-
-def _collected_enough(member: Member, stats: CollectStats, step: int) -> bool:
-    """The single run's end of a collect phase (collectors/local.py's `collect`): its steps_per_collect steps, or
-    (an off-policy member with algo.train_freq_unit=episode) its episodes, which members reach at different
-    steps; a member that is through stops stepping while the others go on."""
-    learner = member.trainer.c.learner
-    episodes = learner.algo.episodes_per_collect if isinstance(learner, OffPolicyLearner) else 0
-    if episodes:
-        if len(stats.episode_returns) < episodes:
-            return False
-        stats.steps = step * cast(Collector, member.trainer.c.collector).envs.num_envs
-        return True
-    return step >= learner.algo.steps_per_collect
