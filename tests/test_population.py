@@ -30,6 +30,7 @@ TINY = ["env=CartPole-v1", "train.num_envs=4", "train.test_every=256", "train.te
         "train.stop_reward=null", "log.tensorboard=false", "log.console=false"]
 ALGOS = {"ppo": PPO, "a2c": ["algo=a2c", "algo.n_steps=8"], "pg": ["algo=pg", "algo.n_steps=32", "algo.baseline=true"],
          "ppo-cnn": [*PPO, "env=PixelGoal-v0"],  # rlcli's tiny image task: actor=cnn_small
+         "ppo-shared": [*PPO, "actor.shared=true"],  # one body under two names (policy and value)
          # gSDE: each member explores with its own matrices, resampled from its own stream every 4 steps
          "ppo-sde": [*PPO, "env=Pendulum-v1", "algo.use_sde=true", "algo.sde_sample_freq=4"],
          "a2c-sde": ["algo=a2c", "algo.n_steps=8", "env=Pendulum-v1", "algo.use_sde=true", "algo.sde_sample_freq=4"]}
@@ -123,6 +124,12 @@ def test_stacked_weights_are_the_members_own_tensors():
     assert torch.equal(b.weight, torch.full((2, 3), 7.0)) and torch.equal(params["weight"][0], a.weight)
     with pytest.raises(ConfigError, match="differ in the shape of weight"):
         stack_weights([torch.nn.Linear(3, 2), torch.nn.Linear(4, 2)])
+    tied = torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.Linear(3, 3))
+    tied[1].weight = tied[0].weight  # one weight in two modules: a member's swap could not reach both
+    with pytest.raises(ConfigError, match=r"the network ties 0.weight and 1.weight \(one weight in two modules\)"):
+        stack_weights([tied, copy.deepcopy(tied)])
+    shared = torch.nn.Linear(3, 3)  # one module under two names: it can
+    stack_weights([torch.nn.Sequential(shared, shared), copy.deepcopy(torch.nn.Sequential(shared, shared))])
 
 
 @pytest.mark.skipif(not fused_adam_available(), reason="the fused Adam kernel is not in this torch build")

@@ -20,9 +20,24 @@ def stack_weights(modules: Sequence[nn.Module]) -> tuple[dict[str, torch.Tensor]
     views of its row, so its own code (acting, testing, checkpoints, export) reads and writes the shared storage,
     and an in-place step on the stacked tensors updates every member at once."""
     first = modules[0]
+    _refuse_shared_weights(first)
     params = {name: _stack(name, [m.get_parameter(name) for m in modules]) for name, _ in first.named_parameters()}
     buffers = {name: _stack(name, [m.get_buffer(name) for m in modules]) for name, _ in first.named_buffers()}
     return params, buffers
+
+
+def _refuse_shared_weights(module: nn.Module) -> None:
+    """One weight held by two different modules (tied weights) cannot be swapped per member once (see vmapped);
+    one module under two names (a shared body) can."""
+    holders: dict[int, tuple[str, set[int]]] = {}
+    named = [*module.named_parameters(remove_duplicate=False), *module.named_buffers(remove_duplicate=False)]
+    for name, tensor in named:
+        owner = module.get_submodule(name.rpartition(".")[0])
+        first, owners = holders.setdefault(id(tensor), (name, set()))
+        owners.add(id(owner))
+        if len(owners) > 1:
+            raise ConfigError(f"the network ties {first} and {name} (one weight in two modules): it cannot train in a "
+                              "population; one module shared under two names can")
 
 
 def _stack(name: str, tensors: list[torch.Tensor]) -> torch.Tensor:
@@ -41,7 +56,11 @@ def vmapped(module: nn.Module, prefix: str = "networks") -> Callable[..., Any]:
     results, each row computed by the module's own code with that member's weights (`functional_call`)."""
 
     def member(params: dict[str, torch.Tensor], buffers: dict[str, torch.Tensor], *args: Any) -> Any:
-        return functional_call(module, {f"{prefix}.{k}": v for k, v in {**params, **buffers}.items()}, args)
+        # tie_weights=False: a module reached under two names (actor.shared=true's one body for policy and value)
+        # is swapped once, on the object both names hold; torch's tie handling swapped it under each name and
+        # left the batched weights in it. (Weights shared by two different modules are refused by stack_weights.)
+        return functional_call(module, {f"{prefix}.{k}": v for k, v in {**params, **buffers}.items()}, args,
+                               tie_weights=False)
 
     return vmap(member)
 
