@@ -6,6 +6,7 @@ side in one invocation (the target of `hydra/launcher=population`).
     python scripts/population_bench.py --algo dqn --steps 50000 --members 8 --no-sb3  # DQN CartPole's members
     python scripts/population_bench.py --algo sac --steps 20000 --members 1 2 4 8 --no-basic  # SAC Pendulum's
     python scripts/population_bench.py --members 8 --parallel 8 --compiled --no-basic --no-sb3  # compile=true too
+    python scripts/population_bench.py --algo sac --steps 20000 --members 8 --no-basic --no-sb3 --device cuda  # GPU
 
 Rows, each a fresh process timed from start to exit (imports, env and network building, tests, checkpoints):
 - `one seed`: `rl-train` alone, the unit every other row is divided by;
@@ -99,6 +100,9 @@ def main() -> None:
     parser.add_argument("--no-basic", action="store_true", help="skip the basic and joblib launcher rows")
     parser.add_argument("--no-sb3", action="store_true")
     parser.add_argument("--out", type=Path, default=Path("population.json"))
+    parser.add_argument("--keep", type=Path, default=None,
+                        help="run in this directory and keep the runs (their train.log ends with the time account)")
+    parser.add_argument("--device", default="cpu", help="every rlcli row's device= (cpu, cuda, cuda:N)")
     parser.add_argument("--algo", default="ppo",
                         choices=["ppo", "a2c", "pg", "dqn", "qrdqn", "sac", "tqc", "td3", "ddpg"],
                         help="the algorithm of every row (SB3 has rows for ppo, dqn, qrdqn, sac and tqc)")
@@ -106,11 +110,13 @@ def main() -> None:
     if args.algo in ("a2c", "pg", "td3", "ddpg") and not args.no_sb3:
         parser.error(f"scripts/bench.py has no SB3 row for {args.algo}: add --no-sb3")
     COMMON[:0] = [f"algo={args.algo}"]
+    COMMON.append(f"device={args.device}")
     if args.algo in ("sac", "tqc", "td3", "ddpg"):
         COMMON[1] = "env=Pendulum-v1"
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
-        work = Path(tmp)
+        work = Path(tmp) if args.keep is None else args.keep
+        work.mkdir(parents=True, exist_ok=True)
         plan = [lambda: one_seed(work, args.steps)]
         plan += [lambda m=m: rlcli_sweep(work, f"population {m}", m, args.steps, ["hydra/launcher=population"])
                  for m in args.members]
@@ -135,7 +141,8 @@ def main() -> None:
             print(f"  {row['row']:16} {row['seconds']:7.1f} s  returns {row['returns']}", file=sys.stderr, flush=True)
     unit = rows[0]["seconds"]
     env = COMMON[1].removeprefix("env=")
-    print(f"\n{args.algo.upper()} {env} (RL-Zoo settings), {args.steps:,} env steps per run, whole processes\n")
+    print(f"\n{args.algo.upper()} {env} (RL-Zoo settings), {args.steps:,} env steps per run, whole processes, "
+          f"device={args.device}\n")
     print("| row | runs | wall s | x one seed | env steps/s, all runs | per run | final test returns (min / median) |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
     for row in rows:

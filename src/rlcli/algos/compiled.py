@@ -211,6 +211,11 @@ class CompiledStep:
         self.group = [group_of[id(p)] for p in self.params]
         self.max_grad_norm = max_grad_norm
         self.networks, self.updates_buffers = networks, updates_buffers
+        # every tensor of the graph on the parameters' device: on a GPU, CPU hyperparameters and learning rates
+        # made inductor pass host scalars to its kernels, and the launch failed ("CUDA driver error: invalid
+        # argument", seen on an H200 with torch 2.11)
+        self.device = self.params[0].device
+        self.hyper = self.rule.hyper.to(self.device)
         self._step = torch.compile(self._pure_step, dynamic=False)
         self.compile_seconds: float | None = None  # the first call: tracing and compiling (or loading the cache)
 
@@ -239,15 +244,16 @@ class CompiledStep:
     def __call__(self, *args: Any) -> tuple[torch.Tensor, Any]:
         states = [self.rule.state(p) for p in self.params]
         slots = [[s[name] for s in states] for name in self.rule.slots]
-        lrs = torch.tensor([g["lr"] for g in self.optimizer.param_groups], dtype=torch.float32)  # schedules move them
+        lrs = torch.tensor([g["lr"] for g in self.optimizer.param_groups], dtype=torch.float32,  # schedules move them
+                           device=self.device)
         first = self.compile_seconds is None
         started = time.perf_counter()
         with torch.no_grad():
             params = [p.detach() for p in self.params]
             buffers = ({f"networks.{n}": b for n, b in self.networks.named_buffers()} if self.updates_buffers
                        else {})  # read each step: they are the modules' own tensors, updated in place
-            new_params, new_slots, loss, aux = self._step(params, slots, states[0]["step"], lrs, self.rule.hyper,
-                                                          buffers, args)
+            new_params, new_slots, loss, aux = self._step(params, slots, states[0]["step"].to(self.device), lrs,
+                                                          self.hyper, buffers, args)
             torch._foreach_copy_(self.params, new_params)
             for old, new in zip(slots, new_slots, strict=True):
                 torch._foreach_copy_(old, new)

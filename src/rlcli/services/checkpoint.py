@@ -47,11 +47,13 @@ def rng_state() -> dict[str, Any]:
 
 
 def set_rng_state(state: dict[str, Any]) -> None:
+    """`.cpu()`: a checkpoint loaded with map_location=cuda (a GPU run's resume) carries its generator states on the
+    GPU, and torch takes them only as CPU byte tensors."""
     random.setstate(state["python"])
     np.random.set_state(state["numpy"])
-    torch.set_rng_state(state["torch"])
+    torch.set_rng_state(state["torch"].cpu())
     if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
+        torch.cuda.set_rng_state_all([s.cpu() for s in state["cuda"]])
 
 
 def _write_atomic(path: Path, data: bytes) -> None:

@@ -14,6 +14,7 @@ from rlcli.contracts import RunClock
 from rlcli.sweeps.population.compiled import CompiledMembersStep
 from rlcli.sweeps.population.phases import update_phases
 from rlcli.sweeps.population.stacking import MemberCall, clip_limits, members_mask, stack_weights, vmapped
+from rlcli.sweeps.population.streams import Stream
 
 
 class ActorCriticPopulation:
@@ -65,7 +66,7 @@ class ActorCriticPopulation:
         (what `algos.base.frozen` does in a single run)."""
         return {k: v.detach() if k.startswith("critics.") else v for k, v in self.params.items()}
 
-    def update(self, active: Sequence[bool], storages: Sequence[Any], torch_rngs: list[torch.Tensor],
+    def update(self, active: Sequence[bool], storages: Sequence[Any], torch_rngs: list[Stream],
                clocks: Sequence[RunClock | None]) -> list[dict[str, torch.Tensor] | None]:
         """Each active member's update phase (None for the others): as many gradient steps as its single run takes,
         each on a batch from its own storage; its metrics are their means."""
@@ -74,7 +75,7 @@ class ActorCriticPopulation:
             stepping, k, steps, storages, torch_rngs, limit))
 
     def gradient_step(self, stepping: list[int], k: int, steps: list[int], storages: Sequence[Any],
-                      torch_rngs: list[torch.Tensor], limit: torch.Tensor | None) -> dict[int, dict[str, Any]]:
+                      torch_rngs: list[Stream], limit: torch.Tensor | None) -> dict[int, dict[str, Any]]:
         """The stepping members' k-th gradient step of the phase (each member's draws from its own stream): the
         kind's own, in soft_actor_critic.py and twin_delayed.py."""
         raise NotImplementedError

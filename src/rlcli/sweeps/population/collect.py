@@ -14,6 +14,7 @@ import torch
 
 from rlcli.collectors.env_faults import CollectorError
 from rlcli.collectors.local import Collector, CollectStats
+from rlcli.sweeps.population import streams
 from rlcli.sweeps.population.kinds import Population
 from rlcli.sweeps.population.members import Member
 
@@ -46,7 +47,8 @@ def collect_together(members: Sequence[Member], population: Population,
                 continue
             algo, collector = member.trainer.c.algo, collectors[id(member)]
             drawn = time.perf_counter()
-            torch.set_rng_state(member.rng["torch"])  # its acting's draws (and an off-policy warm-up's random actions)
+            # its acting's draws (and an off-policy warm-up's random actions), from its own stream
+            streams.use(streams.of_member(member.rng))
             out = None
             if not member.warming_up:
                 with torch.inference_mode():
@@ -57,7 +59,7 @@ def collect_together(members: Sequence[Member], population: Population,
                                   random_actions=member.warming_up)
             except CollectorError as error:
                 failed[id(member)] = error
-            member.rng["torch"] = torch.get_rng_state()
+            streams.keep(member.rng, streams.current(streams.of_member(member.rng)))
         rows = [m for m in rows if id(m) not in failed]
     return [failed.get(id(m), stats.get(id(m))) for m in members]
 

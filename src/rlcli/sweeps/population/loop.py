@@ -9,6 +9,7 @@ from rlcli.collectors.env_faults import CollectorError
 from rlcli.collectors.local import CollectStats
 from rlcli.run.divergence import Diverged
 from rlcli.run.stop import RunFailed, StoppedBySignal, StopSignals
+from rlcli.sweeps.population import streams
 from rlcli.sweeps.population.collect import collect_together
 from rlcli.sweeps.population.kinds import Population
 from rlcli.sweeps.population.members import Member
@@ -87,14 +88,14 @@ def _after_collect(member: Member, collected: CollectStats | CollectorError | No
 
 def _update(members: list[Member], population: Population) -> None:
     active = [m.live and m.planned is not None for m in members]  # an off-policy member learns once it has warmed up
-    rngs = [m.rng["torch"] for m in members]
+    rngs = [streams.of_member(m.rng) for m in members]
     clocks = [m.planned.clock if m.planned is not None else None for m in members]
     started = time.perf_counter()
     metrics = population.update(active, [m.trainer.c.buffer for m in members], rngs, clocks)
     share = (time.perf_counter() - started) / max(1, sum(active))
     for member, rng, result in zip(members, rngs, metrics, strict=True):
         if member.live:
-            member.rng["torch"] = rng
+            streams.keep(member.rng, rng)
             member.trainer.c.clock.seconds["update"] += share
             member.metrics = result
 

@@ -26,13 +26,13 @@ from rlcli.sweeps.population.phases import check_replay_members, update_phases
 from rlcli.sweeps.population.stacking import (
     MemberCall,
     clip_limits,
-    drawn_with,
     members_mask,
     stack_members,
     stack_weights,
     step_members,
     vmapped,
 )
+from rlcli.sweeps.population.streams import Stream, drawn_with
 
 
 @runtime_checkable
@@ -106,7 +106,7 @@ class OffPolicyPopulationUpdate:
         q = self._q(self.params, self.buffers, obs)
         return q, q.new_zeros(q.shape[:2])
 
-    def update(self, active: Sequence[bool], storages: Sequence[Any], torch_rngs: list[torch.Tensor],
+    def update(self, active: Sequence[bool], storages: Sequence[Any], torch_rngs: list[Stream],
                clocks: Sequence[RunClock | None]) -> list[dict[str, torch.Tensor] | None]:
         """Each active member's update phase (None for the others): its gradient steps on batches from its own
         storage, then its target network and metrics (`finish_update`)."""

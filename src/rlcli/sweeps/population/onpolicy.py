@@ -26,7 +26,8 @@ from rlcli.registry import ConfigError
 from rlcli.sweeps.population.acting import MembersForward
 from rlcli.sweeps.population.catalog import can_batch
 from rlcli.sweeps.population.compiled import CompiledMembersStep
-from rlcli.sweeps.population.stacking import clip_limits, drawn_with, stack_weights, step_members, vmapped
+from rlcli.sweeps.population.stacking import clip_limits, stack_weights, step_members, vmapped
+from rlcli.sweeps.population.streams import Stream, drawn_with
 
 BATCH_FIELDS = 7  # RolloutBatch's tensors for an MLP or CNN actor (obs ... mask); the rest are None here
 
@@ -126,7 +127,7 @@ class PopulationUpdate:
         out: tuple[torch.Tensor, torch.Tensor] = self._act(obs)
         return out
 
-    def update(self, active: Sequence[bool], buffers: Sequence[Any], torch_rngs: list[torch.Tensor],
+    def update(self, active: Sequence[bool], buffers: Sequence[Any], torch_rngs: list[Stream],
                clocks: Sequence[RunClock | None] = ()) -> list[dict[str, torch.Tensor] | None]:
         """One update of every active member (None for the others); `torch_rngs` are the members' torch RNG
         states, used for their minibatch order and advanced as their single runs would advance them. (`clocks`:

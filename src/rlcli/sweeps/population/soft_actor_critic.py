@@ -24,7 +24,8 @@ from rlcli.contracts import ActOutput
 from rlcli.sweeps.population.actor_critic import ActorCriticPopulation
 from rlcli.sweeps.population.catalog import can_batch
 from rlcli.sweeps.population.phases import check_replay_members
-from rlcli.sweeps.population.stacking import drawn_with, polyak_members, stack_members, step_members
+from rlcli.sweeps.population.stacking import polyak_members, stack_members, step_members
+from rlcli.sweeps.population.streams import Stream, drawn_with
 
 SDE_MATRIX = "policy.noise.eps"  # gSDE's exploration matrices: the members' own while acting, stacked for training
 
@@ -98,7 +99,7 @@ class SoftActorCriticPopulationUpdate(ActorCriticPopulation):
         return losses, (losses.detach(), log_probs)
 
     def gradient_step(self, stepping: list[int], k: int, steps: list[int], storages: Sequence[Any],
-                      torch_rngs: list[torch.Tensor], limit: torch.Tensor | None) -> dict[int, dict[str, Any]]:
+                      torch_rngs: list[Stream], limit: torch.Tensor | None) -> dict[int, dict[str, Any]]:
         algos, params, device = self.algos, self.params, self.device
         def draw(m: int) -> tuple[Any, ...]:
             """In its single run's order: the batch, then the next actions' noise and the policy's noise (gSDE:

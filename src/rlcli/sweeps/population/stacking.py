@@ -84,17 +84,6 @@ def hand_gradients(params: dict[str, torch.Tensor], rows: dict[str, list[torch.T
             member_params[m].grad = grad[m]
 
 
-def drawn_with(torch_rngs: list[torch.Tensor], member: int, draw: Callable[[], Any]) -> Any:
-    """`draw()` with the member's torch RNG stream as the global one; the stream is advanced in `torch_rngs`."""
-    outer = torch.get_rng_state()
-    torch.set_rng_state(torch_rngs[member])
-    try:
-        return draw()
-    finally:
-        torch_rngs[member] = torch.get_rng_state()
-        torch.set_rng_state(outer)
-
-
 def members_mask(stepping: Collection[int], members: int, device: torch.device | str) -> torch.Tensor:
     """[members] 1.0 for the stepping members, 0.0 for the others (what a compiled step steps)."""
     return torch.tensor([float(m in stepping) for m in range(members)], device=device)

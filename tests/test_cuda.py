@@ -1,0 +1,161 @@
+"""device=cuda: every algorithm trains, checkpoints, resumes and evaluates on a GPU, and a population's members
+draw their single runs' draws from their own CUDA streams (sweeps/population/streams.py).
+
+CI has no GPU, so every test here is skipped there, by name; on a machine with one, `pytest tests/test_cuda.py`."""
+
+import copy
+import subprocess
+
+import pytest
+import test_population
+import torch
+from conftest import RL_TRAIN, run_cli
+from test_population import DQN, PPO, SAC
+from test_resume import final
+
+from rlcli.contracts import RunClock
+from rlcli.run.compose import compose_config
+from rlcli.run.state import prepare
+from rlcli.run.trainer import Trainer
+from rlcli.services import checkpoint
+from rlcli.sweeps.population import streams
+from rlcli.sweeps.population.collect import collect_together
+from rlcli.sweeps.population.kinds import population_update
+from rlcli.sweeps.population.members import Member
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (CI has none)")
+
+QUIET = ["log.tensorboard=false", "log.console=false", "train.stop_reward=null", "train.test_episodes=2",
+         "train.num_envs=4", "device=cuda"]
+OFF = ["algo.learning_starts=200", "algo.batch_size=32"]
+# every algorithm rlcli ships, and the network kinds and options with their own GPU paths, on tiny budgets
+RUNS = {
+    "ppo": ["algo=ppo", "env=CartPole-v1", "algo.n_steps=64", "algo.batch_size=64"],
+    "ppo-sde": ["algo=ppo", "env=Pendulum-v1", "algo.n_steps=64", "algo.batch_size=64", "algo.use_sde=true"],
+    "ppo-cnn": ["algo=ppo", "env=PixelGoal-v0", "algo.n_steps=64", "algo.batch_size=64"],
+    "ppo-lstm": ["algo=ppo", "env=CartPoleNoVel-v1", "actor=lstm", "algo.n_steps=64", "algo.batch_size=64"],
+    "ppo-compiled": ["algo=ppo", "env=CartPole-v1", "algo.n_steps=64", "algo.batch_size=64", "compile=true"],
+    "ppo_kl": ["algo=ppo_kl", "env=CartPole-v1", "algo.n_steps=64", "algo.batch_size=64"],
+    "maskable_ppo": ["algo=maskable_ppo", "env=ValidMoves-v0", "algo.n_steps=64", "algo.batch_size=64"],
+    "rnd_ppo": ["algo=rnd_ppo", "env=MountainCar-v0", "algo.n_steps=64", "algo.batch_size=64"],
+    "a2c": ["algo=a2c", "env=CartPole-v1"],
+    "pg": ["algo=pg", "env=CartPole-v1", "algo.n_steps=64"],
+    "trpo": ["algo=trpo", "env=CartPole-v1", "algo.n_steps=64", "algo.batch_size=64"],
+    "pqn": ["algo=pqn", "env=CartPole-v1", "algo.n_steps=32"],
+    "dqn": ["algo=dqn", "env=CartPole-v1", *OFF],
+    "dqn-per": ["algo=dqn", "env=CartPole-v1", "buffer=per", *OFF],
+    "dqn-gru": ["algo=dqn", "env=CartPoleNoVel-v1", "actor=gru", "buffer=sequence", *OFF],
+    "qrdqn": ["algo=qrdqn", "env=CartPole-v1", *OFF],
+    "c51": ["algo=c51", "env=CartPole-v1", *OFF],
+    "sac": ["algo=sac", "env=Pendulum-v1", *OFF],
+    "sac-her": ["algo=sac", "env=BitFlipping-v0", "env.kwargs.n_bits=6", "env.kwargs.continuous=true", "buffer=her",
+                *OFF],
+    "sac-compiled": ["algo=sac", "env=Pendulum-v1", "compile=true", *OFF],
+    "tqc": ["algo=tqc", "env=Pendulum-v1", *OFF],
+    "td3": ["algo=td3", "env=Pendulum-v1", *OFF],
+    "ddpg": ["algo=ddpg", "env=Pendulum-v1", "algo.train_freq_unit=step", *OFF],
+    "crossq": ["algo=crossq", "env=Pendulum-v1", *OFF],
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(RUNS))
+def test_every_algorithm_trains_resumes_and_evaluates_on_cuda(name, tmp_path):
+    run_dir = tmp_path / "run"
+    first = run_cli(*RUNS[name], *QUIET, "train.total_steps=512", "train.test_every=256", f"hydra.run.dir={run_dir}",
+                    cwd=tmp_path)
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert "done: " in (run_dir / "train.log").read_text()
+    assert (run_dir / "eval.jsonl").read_text().strip()  # tested (every 256 steps, or at the end of a phase)
+    saved = final(run_dir)
+    assert saved["state"]["env_steps"] >= 512
+    assert all(torch.isfinite(t).all() for t in saved["algo"]["networks"].values() if t.is_floating_point())
+    assert "cuda" in saved["rng"]  # the GPU's generator is saved, so that resume continues its stream
+    resumed = run_cli(f"resume={run_dir}", "train.total_steps=768", cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert final(run_dir)["state"]["env_steps"] >= 768
+    evaluated = subprocess.run([str(RL_TRAIN.parent / "rl-eval"), str(run_dir), "episodes=2"], cwd=tmp_path,
+                               capture_output=True, text=True, timeout=300)
+    assert evaluated.returncode == 0, evaluated.stderr[-3000:]
+
+
+def _stream() -> streams.Stream:
+    """The global generators' states now, the GPU's included (as a member on CUDA keeps them)."""
+    stream = streams.of_member(checkpoint.rng_state())
+    assert isinstance(stream, tuple)  # CUDA is in use: its generator is part of the member's stream
+    return stream
+
+
+def _same(a: streams.Stream, b: streams.Stream) -> bool:
+    return torch.equal(a[0], b[0]) and all(torch.equal(x, y) for x, y in zip(a[1], b[1], strict=True))
+
+
+ON = ["env=CartPole-v1", "train.num_envs=4", "algo.n_steps=32", "algo.batch_size=64", "algo.n_epochs=2",
+      "train.test_every=256", *QUIET]
+ACTOR_CRITIC = ["env=Pendulum-v1", "train.num_envs=2", "algo.learning_starts=64", "algo.batch_size=32",
+                "algo.train_freq=2", "algo.gradient_steps=2", "actor.hidden_sizes=[32,32]", "train.test_every=256",
+                *QUIET]
+UPDATES = {"ppo": (["algo=ppo", *ON], None),
+           "dqn": (["algo=dqn", *ON[:1], *ACTOR_CRITIC[1:]], RunClock(96, 1024, 48)),
+           "sac": (["algo=sac", *ACTOR_CRITIC], RunClock(96, 1024, 48)),
+           "td3": (["algo=td3", *ACTOR_CRITIC], RunClock(96, 1024, 48))}
+
+
+@pytest.mark.parametrize("algo", list(UPDATES))
+def test_a_members_first_update_on_cuda_draws_what_its_single_run_draws(algo):
+    overrides, clock = UPDATES[algo]
+    members = []
+    for more in (["seed=0"], ["seed=1", "algo.lr=1e-3"], ["seed=2", "algo.gamma=0.9"]):
+        components, _ = prepare(compose_config([*overrides, *more]))
+        for _ in range(1 if clock is None else 40):
+            components.collector.collect(components.learner, random_actions=clock is not None)
+        members.append((components, _stream()))
+    singles = []
+    for components, stream in members:
+        alone, its_buffer = copy.deepcopy(components.algo), copy.deepcopy(components.buffer)
+        streams.use(stream)
+        metrics = alone.update(its_buffer, clock if clock is not None else RunClock(128, 1024))
+        singles.append((alone, metrics, _stream()))
+    population = population_update([c.algo for c, _ in members], [c.buffer for c, _ in members])
+    rngs = [stream for _, stream in members]
+    if clock is None:
+        results = population.update([True] * 3, [c.buffer for c, _ in members], rngs)
+    else:
+        results = population.update([True] * 3, [c.buffer for c, _ in members], rngs, [clock] * 3)
+    for (components, _), (alone, metrics, after), result, rng in zip(members, singles, results, rngs, strict=True):
+        assert _same(rng, after)  # its minibatches and noise came from its own CPU and CUDA streams
+        mine, theirs = components.algo.networks.state_dict(), alone.networks.state_dict()
+        for key in mine:  # batched and single GEMMs round differently on a GPU; Adam's first steps are ~lr each
+            assert torch.allclose(mine[key], theirs[key], atol=2e-3, rtol=0), key
+        assert result is not None
+        for key in metrics:
+            assert float(result[key]) == pytest.approx(float(metrics[key]), rel=1e-2, abs=1e-3), key
+
+
+def test_a_members_first_rollout_on_cuda_is_its_single_runs(tmp_path):
+    overrides = ["algo=ppo", *ON]
+    singles = []
+    for seed in (0, 1):
+        components, _ = prepare(compose_config([*overrides, f"seed={seed}"]))
+        components.collector.collect(components.learner, random_actions=False)
+        singles.append(components.buffer.flat())
+    members = []
+    for seed in (0, 1):
+        components, state = prepare(compose_config([*overrides, f"seed={seed}"]))
+        members.append(Member(Trainer(components, tmp_path / str(seed), state), tmp_path / str(seed), seed, "", {}))
+    assert all("cuda" in m.rng for m in members)
+    population = population_update([m.trainer.c.algo for m in members], [m.trainer.c.buffer for m in members])
+    assert all(s is not None for s in collect_together(members, population))
+    for member, single in zip(members, singles, strict=True):
+        mine = member.trainer.c.buffer.flat()
+        # the same CUDA draws through logits equal to rounding: the same actions, so the same observations
+        assert torch.equal(mine.actions.cpu(), single.actions.cpu())
+        assert torch.equal(mine.obs.cpu(), single.obs.cpu())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", [PPO, [*PPO, "compile=true"], DQN, SAC], ids=["ppo", "ppo-compiled", "dqn", "sac"])
+def test_a_population_on_cuda_resumes_after_sigterm_bit_identically(tmp_path, family):
+    """deterministic=true on the GPU too: each member's checkpoint holds its own CUDA stream."""
+    test_population.test_sigterm_then_resume_auto_is_bit_identical_to_an_uninterrupted_population(
+        tmp_path, [*family, "device=cuda"])
