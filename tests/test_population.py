@@ -18,6 +18,7 @@ from rlcli.registry import ConfigError
 from rlcli.run.compose import compose_config
 from rlcli.run.state import prepare
 from rlcli.run.trainer import Trainer
+from rlcli.sweeps.population import streams
 from rlcli.sweeps.population.collect import collect_together
 from rlcli.sweeps.population.kinds import population_update
 from rlcli.sweeps.population.launch import group_jobs, split_for_workers
@@ -111,6 +112,27 @@ def test_a_member_that_has_stopped_is_carried_but_not_stepped():
     after = [c.algo.networks.state_dict() for c, _ in members]
     assert all(torch.equal(before[1][k], after[1][k]) for k in before[1])
     assert any(not torch.equal(before[0][k], after[0][k]) for k in before[0])
+
+
+def test_a_members_stream_draws_from_its_own_state_and_puts_the_global_one_back():
+    """The tuple form is a member's stream on a GPU (its CUDA generators' states beside the CPU one; an empty list
+    here, where torch sees no GPU); tests/test_cuda.py checks it with a GPU's."""
+    member = {"torch": torch.manual_seed(7).get_state(), "cuda": torch.cuda.get_rng_state_all()}
+    torch.manual_seed(0)
+    outer = torch.get_rng_state()
+    for form in (streams.of_member({"torch": member["torch"]}), streams.of_member(member)):
+        rows = [form]
+        drawn = streams.drawn_with(rows, 0, lambda: torch.rand(3))
+        assert torch.equal(torch.get_rng_state(), outer)  # the global stream is as it was
+        torch.set_rng_state(member["torch"])
+        assert torch.equal(drawn, torch.rand(3))  # the member's own draws
+        assert isinstance(rows[0], tuple) == isinstance(form, tuple)
+        advanced = rows[0][0] if isinstance(rows[0], tuple) else rows[0]
+        assert torch.equal(advanced, torch.get_rng_state())  # advanced past them
+        kept = dict(member)
+        streams.keep(kept, rows[0])  # back into the member's RNG states
+        assert torch.equal(kept["torch"], advanced)
+        torch.set_rng_state(outer)
 
 
 def test_stacked_weights_are_the_members_own_tensors():

@@ -48,7 +48,8 @@ def collect_together(members: Sequence[Member], population: Population,
             algo, collector = member.trainer.c.algo, collectors[id(member)]
             drawn = time.perf_counter()
             # its acting's draws (and an off-policy warm-up's random actions), from its own stream
-            streams.use(streams.of_member(member.rng))
+            stream = streams.of_member(member.rng)
+            streams.use(stream)
             out = None
             if not member.warming_up:
                 with torch.inference_mode():
@@ -59,7 +60,7 @@ def collect_together(members: Sequence[Member], population: Population,
                                   random_actions=member.warming_up)
             except CollectorError as error:
                 failed[id(member)] = error
-            streams.keep(member.rng, streams.current(streams.of_member(member.rng)))
+            streams.keep(member.rng, streams.current(stream))
         rows = [m for m in rows if id(m) not in failed]
     return [failed.get(id(m), stats.get(id(m))) for m in members]
 
