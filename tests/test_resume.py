@@ -30,8 +30,6 @@ CASES = {
     "a2c-CartPole": ["algo=a2c", "algo.n_steps=8", "env=CartPole-v1"],
     # gSDE: the noise matrices (saved with the networks) and their resampling every sde_sample_freq steps
     "ppo-Pendulum-sde": ["algo=ppo", "algo.n_steps=32", *PENDULUM, "algo.use_sde=true", "algo.sde_sample_freq=8"],
-    "sac-Pendulum-sde": ["algo=sac", *PENDULUM, *SMALL_OFF_POLICY, "algo.train_freq=8", "algo.gradient_steps=4",
-                         "algo.use_sde=true", "algo.sde_sample_freq=4"],
     "ppo-MatchDigits-multidiscrete": ["algo=ppo", "algo.n_steps=32", "env=gym", "env.id=MatchDigits-v0"],
     "a2c-MatchBits-multibinary": ["algo=a2c", "algo.n_steps=8", "env=gym", "env.id=MatchBits-v0"],
     # the KL coefficient adapts after every update and a schedule moves ent_coef: both must resume exactly
@@ -56,10 +54,11 @@ CASES = {
     "ppo-CartPoleNoVel-lstm": ["algo=ppo", "actor=lstm", "env=CartPoleNoVel-v1", "algo.n_steps=32",
                                "algo.n_epochs=2"],
     # Dict observations with an image, packed as uint8 (actor=combined): on-policy, and SAC's replay with gSDE
+    # (its matrices resampled every 4 steps: the resampling count resumes too)
     "ppo-ImageAndFlag-combined": ["algo=ppo", "env=ImageAndFlag-v0", "algo.n_steps=32", "algo.n_epochs=2"],
     "sac-ImageAndFlag-combined-sde": ["algo=sac", "env=ImageAndFlag-v0", "+env.kwargs.continuous=true",
                                       "train.num_envs=2", *SMALL_OFF_POLICY, "algo.train_freq=8",
-                                      "algo.gradient_steps=2", "algo.use_sde=true"],
+                                      "algo.gradient_steps=2", "algo.use_sde=true", "algo.sde_sample_freq=4"],
     # uint8 pixels in the rollout buffer and a convolutional actor-critic
     "ppo-PixelGoal-cnn": ["algo=ppo", "env=PixelGoal-v0", "algo.n_steps=32", "algo.n_epochs=2"],
     # pixels stored as uint8 in replay, convolutional Q-networks (and their target copy)
@@ -76,7 +75,6 @@ CASES = {
                      "algo.gradient_steps=8", "algo.target_update_interval=256"],
     "dqn-CartPole-per-nstep": ["algo=dqn", "env=CartPole-v1", "train.num_envs=2", "buffer=per", "buffer.n_step=3",
                                *SMALL_OFF_POLICY, "algo.train_freq=16", "algo.gradient_steps=8"],
-    "sac-Pendulum": ["algo=sac", *PENDULUM, *SMALL_OFF_POLICY, "algo.train_freq=8", "algo.gradient_steps=4"],
     # the time feature counts each env's steps: a resume must continue that count mid-episode
     "td3-Pendulum-time-feature": ["algo=td3", *PENDULUM, *SMALL_OFF_POLICY, "algo.train_freq=8",
                                   "env.time_feature=true"],
@@ -98,13 +96,11 @@ CASES = {
     "c51-CartPole-per": ["algo=c51", "env=CartPole-v1", "train.num_envs=2", "buffer=per", *SMALL_OFF_POLICY,
                          "algo.train_freq=16", "algo.gradient_steps=8", "algo.n_atoms=11", "algo.double=true",
                          "algo.target_update_interval=256"],
-    # Batch Renorm running statistics and step counts (buffers of the networks), the policy-delay counter
-    "crossq-Pendulum": ["algo=crossq", *PENDULUM, *SMALL_OFF_POLICY, "algo.critic_hidden_sizes=[32,32]",
-                        "algo.train_freq=8", "algo.gradient_steps=4", "algo.renorm_warmup_steps=256"],
-    # gSDE on CrossQ's renormalized features: the matrices and the Batch Renorm statistics both resume
+    # Batch Renorm running statistics and step counts (buffers of the networks; its warm-up ends mid-run), the
+    # policy-delay counter, and gSDE on CrossQ's renormalized features: matrices and statistics both resume
     "crossq-Pendulum-sde": ["algo=crossq", *PENDULUM, *SMALL_OFF_POLICY, "algo.critic_hidden_sizes=[32,32]",
-                            "algo.train_freq=8", "algo.gradient_steps=4", "algo.use_sde=true",
-                            "algo.sde_sample_freq=4"],
+                            "algo.train_freq=8", "algo.gradient_steps=4", "algo.renorm_warmup_steps=256",
+                            "algo.use_sde=true", "algo.sde_sample_freq=4"],
     "tqc-Pendulum-per": ["algo=tqc", *PENDULUM, "buffer=per", *SMALL_OFF_POLICY, "algo.train_freq=8",
                          "algo.gradient_steps=4", "algo.n_quantiles=5"],
 }
