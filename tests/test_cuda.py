@@ -44,6 +44,7 @@ RUNS = {
     "pqn": ["algo=pqn", "env=CartPole-v1", "algo.n_steps=32"],
     "dqn": ["algo=dqn", "env=CartPole-v1", *OFF],
     "dqn-per": ["algo=dqn", "env=CartPole-v1", "buffer=per", *OFF],
+    "dqn-nstep-host": ["algo=dqn", "env=CartPole-v1", "buffer=nstep", "buffer.storage=cpu", *OFF],  # pending steps
     "dqn-gru": ["algo=dqn", "env=CartPoleNoVel-v1", "actor=gru", "buffer=sequence", *OFF],
     "qrdqn": ["algo=qrdqn", "env=CartPole-v1", *OFF],
     "c51": ["algo=c51", "env=CartPole-v1", *OFF],

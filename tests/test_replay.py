@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from rlcli.buffers.prioritized import PrioritizedReplayBuffer
-from rlcli.buffers.replay import ReplayBuffer
+from rlcli.buffers.replay import ReplayBuffer, pending_on
 from rlcli.buffers.sumtree import SumTree
 from rlcli.schedules import apply_schedules, build_schedules
 
@@ -243,3 +243,20 @@ def test_every_replay_storage_takes_priority_updates():
             assert callable(getattr(factory, method, None)), (name, method)
         params = list(inspect.signature(factory.update_priorities).parameters)
         assert params[1:] == list(inspect.signature(ReplayStorage.update_priorities).parameters)[1:], name
+
+
+def test_a_loaded_buffers_pending_steps_come_back_on_its_storage_device():
+    """A checkpoint read with map_location=cuda put the n-step buffer's unwritten steps on the GPU and a
+    host-storage buffer's next write mixed devices (found on an H200). "meta" stands in for the GPU here."""
+    buf = make(3)
+    for t in range(2):  # two steps per env: pending, not yet written
+        buf.add(torch.full((2, 1), float(t)), torch.zeros(2, dtype=torch.long), np.ones(2), np.ones((2, 1)),
+                np.zeros(2), np.zeros(2), np.ones(2, dtype=bool))
+    state = buf.state_dict()
+    assert len(state["pending"][0]) == 2
+    moved = pending_on(state["pending"], "meta")
+    assert all(x.device.type == "meta" for steps in moved for step in steps for x in step[:2])
+    assert [step[2] for step in moved[0]] == [step[2] for step in state["pending"][0]]  # floats as they were
+    again = make(3)
+    again.load_state_dict(state)
+    assert all(x.device.type == "cpu" for steps in again.pending for step in steps for x in step[:2])

@@ -28,6 +28,13 @@ def identity(x: torch.Tensor) -> torch.Tensor:
     return x
 
 
+def pending_on(pending: list[list[tuple[Any, ...]]], device: torch.device | str) -> list[list[tuple[Any, ...]]]:
+    """Per-env steps not yet written, with their tensors on `device`: a checkpoint loaded with
+    `map_location=<training device>` moves them there, and mixing devices in one `torch.stack` fails."""
+    return [[tuple(x.to(device) if isinstance(x, torch.Tensor) else x for x in step) for step in steps]
+            for steps in pending]
+
+
 def storage_device(
     device: torch.device, nbytes: int, choice: str = "auto", free_bytes: int | None = None
 ) -> torch.device:
@@ -178,7 +185,8 @@ class ReplayBuffer:
                 **{k: getattr(self, k)[:n].clone() for k in ("obs", "next_obs", "actions", "rewards", "discounts")}}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.pos, self.size, self.pending = state["pos"], state["size"], state["pending"]
+        self.pos, self.size = state["pos"], state["size"]
+        self.pending = pending_on(state["pending"], self.storage)
         for k in ("obs", "next_obs", "actions", "rewards", "discounts"):
             getattr(self, k)[: self.size] = state[k].to(self.storage)
 

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from rlcli.batches import SequenceBatch
-from rlcli.buffers.replay import identity
+from rlcli.buffers.replay import identity, pending_on
 from rlcli.contracts import BufferSpec
 from rlcli.registry import BUFFERS, ConfigError, require
 from rlcli.schedules import Schedule
@@ -105,7 +105,8 @@ class SequenceReplayBuffer:
         return {"pos": self.pos, "size": n, "pending": self.pending} | {k: getattr(self, k)[:n].clone() for k in names}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.pos, self.size, self.pending = state["pos"], state["size"], state["pending"]
+        self.pos, self.size = state["pos"], state["size"]
+        self.pending = pending_on(state["pending"], "cpu")  # sequences are assembled in host memory
         for k in ("obs", "actions", "rewards", "terminated", "valid", "starts", "carry0"):
             getattr(self, k)[: self.size] = state[k]
 
