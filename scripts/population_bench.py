@@ -9,7 +9,8 @@ side in one invocation (the target of `hydra/launcher=population`).
     python scripts/population_bench.py --algo sac --steps 20000 --members 8 --no-basic --no-sb3 --device cuda  # GPU
 
 Rows, each a fresh process timed from start to exit (imports, env and network building, tests, checkpoints):
-- `one seed`: `rl-train` alone, the unit every other row is divided by;
+- `one seed`: `rl-train` alone, the unit every other row is divided by (`one seed compiled`, with `--compiled`,
+  the unit of the compiled rows);
 - `population M`: `rl-train -m seed=0..M-1 hydra/launcher=population` (per-member throughput = M x steps / s);
 - `population M x2` (`--parallel M`): the same with `hydra.launcher.n_jobs=2`, two populations of M/2 in two
   processes;
@@ -63,11 +64,13 @@ def rlcli_sweep(work: Path, name: str, seeds: int, steps: int, launcher: list[st
     return {"row": name, "runs": seeds, "seconds": seconds, "returns": final_returns(sweep)}
 
 
-def one_seed(work: Path, steps: int) -> dict[str, Any]:
-    run_dir = work / "one"
-    seconds = timed([RL_TRAIN, *COMMON, f"train.total_steps={steps}", "seed=0", f"hydra.run.dir={run_dir}"], work)
+def one_seed(work: Path, steps: int, compiled: bool = False) -> dict[str, Any]:
+    run_dir = work / ("one compiled" if compiled else "one")
+    seconds = timed([RL_TRAIN, *COMMON, f"train.total_steps={steps}", "seed=0", f"hydra.run.dir={run_dir}",
+                     *(["compile=true"] if compiled else [])], work)
     last = [json.loads(line) for line in (run_dir / "eval.jsonl").read_text().splitlines() if line.strip()][-1]
-    return {"row": "one seed", "runs": 1, "seconds": seconds, "returns": [statistics.mean(last["returns"])]}
+    return {"row": "one seed compiled" if compiled else "one seed", "runs": 1, "seconds": seconds,
+            "returns": [statistics.mean(last["returns"])]}
 
 
 def sb3_pairs(algo: str, seeds: int, steps: int) -> dict[str, Any]:
@@ -118,14 +121,16 @@ def main() -> None:
         work = Path(tmp) if args.keep is None else args.keep
         work.mkdir(parents=True, exist_ok=True)
         plan = [lambda: one_seed(work, args.steps)]
+        if args.compiled:  # first, so that a cut-off run on a lent GPU has the compiled pair
+            plan.append(lambda: one_seed(work, args.steps, compiled=True))
+            plan += [lambda m=m: rlcli_sweep(work, f"population {m} compiled", m, args.steps,
+                                             ["hydra/launcher=population", "compile=true"]) for m in args.members]
         plan += [lambda m=m: rlcli_sweep(work, f"population {m}", m, args.steps, ["hydra/launcher=population"])
                  for m in args.members]
         plan += [lambda m=m: rlcli_sweep(work, f"population {m} x2", m, args.steps,
                                          ["hydra/launcher=population", "hydra.launcher.n_jobs=2"])
                  for m in args.parallel]
         if args.compiled:
-            plan += [lambda m=m: rlcli_sweep(work, f"population {m} compiled", m, args.steps,
-                                             ["hydra/launcher=population", "compile=true"]) for m in args.members]
             plan += [lambda m=m: rlcli_sweep(work, f"population {m} x2 compiled", m, args.steps,
                                              ["hydra/launcher=population", "hydra.launcher.n_jobs=2", "compile=true"])
                      for m in args.parallel]
@@ -139,14 +144,16 @@ def main() -> None:
             row = measure()
             rows.append(row)
             print(f"  {row['row']:16} {row['seconds']:7.1f} s  returns {row['returns']}", file=sys.stderr, flush=True)
-    unit = rows[0]["seconds"]
+    units = {"compiled" in row["row"]: row["seconds"] for row in rows if row["row"].startswith("one seed")}
     env = COMMON[1].removeprefix("env=")
     print(f"\n{args.algo.upper()} {env} (RL-Zoo settings), {args.steps:,} env steps per run, whole processes, "
           f"device={args.device}\n")
-    print("| row | runs | wall s | x one seed | env steps/s, all runs | per run | final test returns (min / median) |")
+    print("| row | runs | wall s | x one seed (compiled: its) | env steps/s, all runs | per run "
+          "| final test returns (min / median) |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
     for row in rows:
         per_run = args.steps / row["seconds"]  # every run trains `steps`, all of them within `seconds`
+        unit = units["compiled" in row["row"]]
         print(f"| {row['row']} | {row['runs']} | {row['seconds']:.1f} | {row['seconds'] / unit:.2f} | "
               f"{per_run * row['runs']:.0f} | {per_run:.0f} | {min(row['returns']):.1f} / "
               f"{statistics.median(row['returns']):.1f} |")
