@@ -260,3 +260,20 @@ def test_a_loaded_buffers_pending_steps_come_back_on_its_storage_device():
     again = make(3)
     again.load_state_dict(state)
     assert all(x.device.type == "cpu" for steps in again.pending for step in steps for x in step[:2])
+
+
+def test_a_ring_that_wraps_mid_write_keeps_the_newest_valid_transitions_in_slot_order():
+    """Writes of several envs at once, reset steps skipped, across the ring's end (a slice or an index)."""
+    num_envs, capacity = 3, 7
+    buf = make(1, num_envs, capacity)
+    trace = simulate(seed=4, num_envs=num_envs, steps=40)
+    kept = []
+    for obs, rewards, next_obs, terminated, done, valid in trace:
+        buf.add(torch.as_tensor(obs).unsqueeze(-1), torch.zeros(num_envs, dtype=torch.long), rewards,
+                next_obs[:, None], terminated, done, valid)
+        kept += [(float(obs[i]), float(rewards[i]), float(next_obs[i])) for i in np.flatnonzero(valid)]
+    assert len(buf) == capacity and len(kept) > 2 * capacity
+    newest = kept[-capacity:]
+    slots = [(buf.pos + j) % capacity for j in range(capacity)]  # oldest first
+    got = [(float(buf.obs[k, 0]), float(buf.rewards[k]), float(buf.next_obs[k, 0])) for k in slots]
+    assert got == newest

@@ -46,8 +46,8 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         self.tree = SumTree(capacity)
         self.max_priority = 1.0
 
-    def _on_write(self, idx: torch.Tensor) -> None:
-        self.tree.update(idx.cpu().numpy(), np.full(idx.shape[0], self.max_priority**self.alpha))
+    def _on_write(self, where: np.ndarray) -> None:
+        self.tree.update(where, np.full(where.shape[0], self.max_priority**self.alpha))
 
     def recent_window(self, step: int, steps: int) -> int:
         """How many of the newest transitions the `step`-th of `steps` gradient steps may sample (ERE)."""

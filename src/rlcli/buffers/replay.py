@@ -113,10 +113,13 @@ class ReplayBuffer:
         """One step of the vector env. `valid` is False for reset steps, which are skipped."""
         obs, actions = obs.to(self.storage), actions.to(self.storage)
         if self.n_step == 1:
-            keep = torch.as_tensor(valid, device=self.storage)
+            keep = np.flatnonzero(valid)
+            if keep.size < len(valid):  # reset steps are skipped: chosen on the host (a boolean mask on a GPU
+                rows = torch.as_tensor(keep, device=self.storage)  # tensor waits for the GPU, once per tensor)
+                obs, actions = obs.index_select(0, rows), actions.index_select(0, rows)
+                rewards, next_obs, terminated = rewards[keep], next_obs[keep], terminated[keep]
             discounts = self.gamma * (1.0 - terminated.astype(np.float32))
-            self._write(obs[keep], actions[keep], self._t(rewards)[keep], self._obs(next_obs)[keep],
-                        self._t(discounts)[keep])
+            self._write(obs, actions, self._t(rewards), self._obs(next_obs), self._t(discounts))
             return
         out: list[tuple[Any, Any, float, Any, float]] = []
         for i in np.flatnonzero(valid):
@@ -145,25 +148,27 @@ class ReplayBuffer:
     def _obs(self, x: Any) -> torch.Tensor:
         return torch.as_tensor(x, dtype=self.obs_dtype, device=self.storage)
 
-    def _write(self, obs, actions, rewards, next_obs, discounts) -> torch.Tensor:
+    def _write(self, obs, actions, rewards, next_obs, discounts) -> None:
         n = obs.shape[0]
         if n == 0:  # every env was on a reset step
-            return torch.empty(0, dtype=torch.long, device=self.storage)
-        idx = (self.pos + torch.arange(n, device=self.storage)) % self.capacity
-        self.obs[idx], self.actions[idx], self.rewards[idx] = obs, actions, rewards
-        self.next_obs[idx], self.discounts[idx] = next_obs, discounts
+            return
+        start = self.pos
+        where = (start + np.arange(n)) % self.capacity
+        # a slice where the ring does not wrap: plain copies, no index tensor to build and send
+        rows = slice(start, start + n) if start + n <= self.capacity else torch.as_tensor(where, device=self.storage)
+        self.obs[rows], self.actions[rows], self.rewards[rows] = obs, actions, rewards
+        self.next_obs[rows], self.discounts[rows] = next_obs, discounts
         self.pos = (self.pos + n) % self.capacity
         self.size = min(self.size + n, self.capacity)
-        self._on_write(idx)
-        return idx
+        self._on_write(where)
 
-    def _on_write(self, idx: torch.Tensor) -> None:
-        """Hook for prioritized replay (new transitions get the maximum priority)."""
+    def _on_write(self, where: np.ndarray) -> None:
+        """Hook for prioritized replay (new transitions get the maximum priority); `where`: their slots."""
 
     def _batch(self, idx: torch.Tensor, weights: torch.Tensor | None = None) -> ReplayBatch:
         """Gather on the storage device; one non-blocking copy per tensor to the training device."""
         idx = idx.to(self.storage)
-        w = torch.ones(idx.shape[0]) if weights is None else weights
+        w = torch.ones(idx.shape[0], device=self.device) if weights is None else weights
 
         def move(x: torch.Tensor) -> torch.Tensor:
             return x.to(self.device, non_blocking=True)
