@@ -202,18 +202,21 @@ class Collector:
         return self.normalizer(self.obs), self._recurrent_state()
 
     def advance(self, learner: Learner, stats: CollectStats, step: int, obs: torch.Tensor,
-                state: RecurrentState | None, out: ActOutput | None, random_actions: bool) -> None:
-        """Step the envs with the acting's output (or random actions) and store the transition."""
+                state: RecurrentState | None, out: ActOutput | None, random_actions: bool,
+                drawn: tuple[torch.Tensor, np.ndarray] | None = None) -> None:
+        """Step the envs with the acting's output (or random actions) and store the transition. `drawn`: the
+        actions and their env form, when the caller already has them (a population moves all its members' env
+        actions to the host at once: one wait for the GPU per step, not one per member)."""
         clock = time.perf_counter
         t0 = clock()
         n_envs = self.envs.num_envs
         if out is not None:
             self.carry = out.carry
-        actions = out.actions if out is not None and not random_actions else None
-        if actions is None:  # torch's generator draws them, so a resume stays exact
-            assert isinstance(learner, OffPolicyLearner), "only off-policy runs warm up with random actions"
-            actions = learner.algo.random_actions(n_envs).to(self.device)
-        env_actions = learner.algo.env_actions(actions).cpu().numpy()
+        if drawn is not None:
+            actions, env_actions = drawn
+        else:
+            actions = self.actions_to_take(learner, out, random_actions)
+            env_actions = learner.algo.env_actions(actions).cpu().numpy()
         t1 = clock()
         try:
             next_obs, rewards, terminated, truncated, infos = self.envs.step(env_actions)
@@ -248,6 +251,14 @@ class Collector:
         self.act_s += t1 - t0
         self.env_s += t2 - t1
         self.buffer_s += t3 - t2
+
+    def actions_to_take(self, learner: Learner, out: ActOutput | None, random_actions: bool) -> torch.Tensor:
+        """The acting's actions, or (an off-policy warm-up) uniformly random ones, drawn from torch's generator so
+        that a resume stays exact."""
+        if out is not None and not random_actions:
+            return out.actions
+        assert isinstance(learner, OffPolicyLearner), "only off-policy runs warm up with random actions"
+        return learner.algo.random_actions(self.envs.num_envs).to(self.device)
 
     def end(self, learner: Learner) -> None:
         """Finish an on-policy rollout (its returns and advantages), and account the phase's time."""

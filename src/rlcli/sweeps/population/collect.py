@@ -1,7 +1,7 @@
 """A population's collect phase: every live member's envs stepped in step with the others, the acting's
 arithmetic done for all members in one call, and each member's actions drawn from its own torch RNG stream
-(the same draws its single run makes), then each member's envs stepped and its storage filled by its own
-collector (collectors/local.py's `observe` / `advance` / `end`)."""
+(the same draws its single run makes), all members' env actions moved to the host at once, then each member's envs
+stepped and its storage filled by its own collector (collectors/local.py's `observe` / `advance` / `end`)."""
 
 from __future__ import annotations
 
@@ -10,10 +10,12 @@ import time
 from collections.abc import Sequence
 from typing import cast
 
+import numpy as np
 import torch
 
 from rlcli.collectors.env_faults import CollectorError
 from rlcli.collectors.local import Collector, CollectStats
+from rlcli.contracts import ActOutput
 from rlcli.sweeps.population import streams
 from rlcli.sweeps.population.kinds import Population
 from rlcli.sweeps.population.members import Member
@@ -42,9 +44,10 @@ def collect_together(members: Sequence[Member], population: Population,
         obs = torch.stack([seen[id(m)][0] if id(m) in seen else torch.zeros_like(first) for m in members])
         params, values = population.policy_and_values(obs)
         share = (time.perf_counter() - started) / len(rows)
-        for index, member in enumerate(members):
-            if id(member) not in seen or id(member) in failed:
-                continue
+        acting = [(index, member) for index, member in enumerate(members) if id(member) in seen]
+        outs: dict[int, ActOutput | None] = {}
+        actions: dict[int, torch.Tensor] = {}
+        for index, member in acting:
             algo, collector = member.trainer.c.algo, collectors[id(member)]
             drawn = time.perf_counter()
             # its acting's draws (and an off-policy warm-up's random actions), from its own stream
@@ -54,13 +57,32 @@ def collect_together(members: Sequence[Member], population: Population,
             if not member.warming_up:
                 with torch.inference_mode():
                     out = algo.act_on(params[index], values[index])  # type: ignore[attr-defined]
+            outs[index] = out
+            actions[index] = collector.actions_to_take(member.trainer.c.learner, out, member.warming_up)
+            streams.keep(member.rng, streams.current(stream))
             collector.act_s += share + time.perf_counter() - drawn
-            try:
-                collector.advance(member.trainer.c.learner, stats[id(member)], step, seen[id(member)][0], None, out,
-                                  random_actions=member.warming_up)
+        moved = time.perf_counter()
+        env_actions = _on_host({index: member.trainer.c.algo.env_actions(actions[index]) for index, member in acting})
+        share = (time.perf_counter() - moved) / len(acting)
+        for index, member in acting:
+            collector = collectors[id(member)]
+            collector.act_s += share
+            try:  # the envs step and the storage fills outside the member's stream: neither draws from torch
+                collector.advance(member.trainer.c.learner, stats[id(member)], step, seen[id(member)][0], None,
+                                  outs[index], random_actions=member.warming_up,
+                                  drawn=(actions[index], env_actions[index]))
             except CollectorError as error:
                 failed[id(member)] = error
-            streams.keep(member.rng, streams.current(stream))
         rows = [m for m in rows if id(m) not in failed]
     return [failed.get(id(m), stats.get(id(m))) for m in members]
 
+
+def _on_host(actions: dict[int, torch.Tensor]) -> dict[int, np.ndarray]:
+    """The members' env actions as numpy arrays; from a GPU in one copy (one wait for the device, not one per
+    member)."""
+    tensors = list(actions.values())
+    if tensors[0].device.type == "cpu":
+        return {index: tensor.numpy() for index, tensor in actions.items()}
+    host = torch.cat(tensors).cpu().numpy()
+    ends = np.cumsum([t.shape[0] for t in tensors])[:-1]
+    return dict(zip(actions, np.split(host, ends), strict=True))
