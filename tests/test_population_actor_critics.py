@@ -103,6 +103,30 @@ def test_a_members_rollouts_are_its_single_runs_in_warm_up_and_within_rounding_a
             assert torch.allclose(ours[4:], theirs[4:], atol=1e-5, rtol=0), field
 
 
+@pytest.mark.parametrize("algo", ["sac", "tqc"])
+def test_members_acting_in_one_call_is_each_members_act_on_bit_for_bit(algo):
+    """The squashed Gaussian of every member in one call (collect.py's ActsInOneCall), each member's draw taken
+    first: the actions its own act_on gives on the same outputs and stream, and the draw is exactly that stream's."""
+    built = [prepare(compose_config([*TINY, *ALGOS[algo], f"seed={seed}"]))[0] for seed in (0, 1, 2)]
+    algos = [c.algo for c in built]
+    population = population_update(algos, [c.buffer for c in built])
+    outputs = torch.randn(3, 2, 2 * algos[0].action_dim)
+    expected, noise = {}, {}
+    for m in (0, 2):  # member 1 is left out (a warming-up member acts at random)
+        torch.manual_seed(10 + m)
+        expected[m] = algos[m].act_on(outputs[m])
+        torch.manual_seed(10 + m)
+        noise[m] = population.acting_noise(m, outputs[m])
+    got = population.act_members(outputs, noise)
+    assert sorted(got) == [0, 2]
+    for m in (0, 2):
+        assert torch.equal(got[m].actions, expected[m].actions)
+        assert torch.allclose(got[m].log_probs, expected[m].log_probs, atol=1e-6, rtol=0)
+    sde_member, _ = prepare(compose_config([*TINY, *ALGOS["sac-sde"]]))
+    sde = population_update([sde_member.algo], [sde_member.buffer])
+    assert sde.acting_noise(0, outputs[0]) is None  # gSDE members act one by one, on their own matrices
+
+
 @pytest.mark.parametrize("algo", ["td3", "ddpg", "td3-compiled", "td3-her"])
 def test_a_td3_members_first_update_is_its_single_runs_within_float_tolerance(algo):
     members = [filled(algo, "seed=0"),

@@ -8,7 +8,7 @@ from __future__ import annotations
 import itertools
 import time
 from collections.abc import Sequence
-from typing import cast
+from typing import Protocol, cast, runtime_checkable
 
 import numpy as np
 import torch
@@ -19,6 +19,16 @@ from rlcli.contracts import ActOutput
 from rlcli.sweeps.population import streams
 from rlcli.sweeps.population.kinds import Population
 from rlcli.sweeps.population.members import Member
+
+
+@runtime_checkable
+class ActsInOneCall(Protocol):
+    """A population whose acting after the network (the distribution's sampling) is one call for all members,
+    each member's draw taken beforehand from its own stream (soft_actor_critic.py's squashed Gaussian)."""
+
+    def acting_noise(self, member: int, outputs: torch.Tensor) -> torch.Tensor | None: ...
+
+    def act_members(self, outputs: torch.Tensor, noise: dict[int, torch.Tensor]) -> dict[int, ActOutput]: ...
 
 
 def collect_together(members: Sequence[Member], population: Population,
@@ -47,6 +57,7 @@ def collect_together(members: Sequence[Member], population: Population,
         acting = [(index, member) for index, member in enumerate(members) if id(member) in seen]
         outs: dict[int, ActOutput | None] = {}
         actions: dict[int, torch.Tensor] = {}
+        noise: dict[int, torch.Tensor] = {}  # members whose draws are acted on in one call, after this loop
         for index, member in acting:
             algo, collector = member.trainer.c.algo, collectors[id(member)]
             drawn = time.perf_counter()
@@ -54,14 +65,23 @@ def collect_together(members: Sequence[Member], population: Population,
             stream = streams.of_member(member.rng)
             streams.use(stream)
             out = None
-            if not member.warming_up:
+            if member.warming_up:
+                actions[index] = collector.actions_to_take(member.trainer.c.learner, None, True)
+            elif isinstance(population, ActsInOneCall) and (
+                    draw := population.acting_noise(index, params[index])) is not None:
+                noise[index] = draw
+            else:
                 with torch.inference_mode():
                     out = algo.act_on(params[index], values[index])  # type: ignore[attr-defined]
+                actions[index] = out.actions
             outs[index] = out
-            actions[index] = collector.actions_to_take(member.trainer.c.learner, out, member.warming_up)
             streams.keep(member.rng, streams.current(stream))
             collector.act_s += share + time.perf_counter() - drawn
         moved = time.perf_counter()
+        if noise:
+            assert isinstance(population, ActsInOneCall)
+            for index, out in population.act_members(params, noise).items():
+                outs[index], actions[index] = out, out.actions
         env_actions = _on_host({index: member.trainer.c.algo.env_actions(actions[index]) for index, member in acting})
         share = (time.perf_counter() - moved) / len(acting)
         for index, member in acting:

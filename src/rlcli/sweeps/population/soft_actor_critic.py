@@ -18,6 +18,7 @@ from typing import Any, Protocol, cast, runtime_checkable
 import torch
 from torch import nn
 
+from rlcli.actors.offpolicy import squashed_gaussian
 from rlcli.actors.sde import StateDependentNoise, StateDependentSquashedPolicy
 from rlcli.algos.entropy import EntropyCoefficient
 from rlcli.contracts import ActOutput
@@ -86,6 +87,26 @@ class SoftActorCriticPopulationUpdate(ActorCriticPopulation):
             self.buffers[SDE_MATRIX] = torch.zeros(len(self.algos), 1, noise.latent_dim, noise.action_dim,
                                                    device=self.device)
         self._compiled = self.compiled_steps(self._critics_step_loss, self._policy_step_loss)
+
+    def acting_noise(self, member: int, outputs: torch.Tensor) -> torch.Tensor | None:
+        """The member's acting draw for its rows of the batched policy outputs, taken from the global generator
+        (the caller swaps the member's stream in): the standard normals its single run's `squashed_gaussian` draws
+        (`randn_like` of the means). None with gSDE: its members act one by one (`act_on`), with their own
+        exploration matrices."""
+        if self.sde:
+            return None
+        means = outputs[..., : outputs.shape[-1] // 2]
+        return torch.randn(means.shape, dtype=means.dtype, device=means.device)
+
+    @torch.inference_mode()
+    def act_members(self, outputs: torch.Tensor, noise: dict[int, torch.Tensor]) -> dict[int, ActOutput]:
+        """The squashed Gaussian's actions of the members in `noise`, in one call over their rows of `outputs`
+        (elementwise: each member's actions are its single run's, bit for bit)."""
+        members = list(noise)
+        rows = outputs if len(members) == outputs.shape[0] else outputs[members]
+        actions, log_probs = squashed_gaussian(rows, False, torch.stack([noise[m] for m in members]))
+        return {m: ActOutput(actions[k], log_probs[k], torch.zeros_like(log_probs[k]), None)
+                for k, m in enumerate(members)}
 
     def _critics_step_loss(self, params: dict[str, torch.Tensor], buffers: dict[str, torch.Tensor],
                            batch: tuple[torch.Tensor, ...], terms: dict[str, torch.Tensor]) -> tuple[torch.Tensor, Any]:
