@@ -100,6 +100,8 @@ def main() -> None:
                         help="population sizes also timed with hydra.launcher.n_jobs=2 (two processes)")
     parser.add_argument("--compiled", action="store_true",
                         help="also time every population row with compile=true (the members' step compiled whole)")
+    parser.add_argument("--no-one-compiled", action="store_true",
+                        help="with --compiled, no compiled one-seed row: compiled rows are divided by the eager one")
     parser.add_argument("--no-basic", action="store_true", help="skip the basic and joblib launcher rows")
     parser.add_argument("--no-sb3", action="store_true")
     parser.add_argument("--out", type=Path, default=Path("population.json"))
@@ -122,7 +124,8 @@ def main() -> None:
         work.mkdir(parents=True, exist_ok=True)
         plan = [lambda: one_seed(work, args.steps)]
         if args.compiled:  # first, so that a cut-off run on a lent GPU has the compiled pair
-            plan.append(lambda: one_seed(work, args.steps, compiled=True))
+            if not args.no_one_compiled:
+                plan.append(lambda: one_seed(work, args.steps, compiled=True))
             plan += [lambda m=m: rlcli_sweep(work, f"population {m} compiled", m, args.steps,
                                              ["hydra/launcher=population", "compile=true"]) for m in args.members]
         plan += [lambda m=m: rlcli_sweep(work, f"population {m}", m, args.steps, ["hydra/launcher=population"])
@@ -153,7 +156,7 @@ def main() -> None:
     print("| --- | --- | --- | --- | --- | --- | --- |")
     for row in rows:
         per_run = args.steps / row["seconds"]  # every run trains `steps`, all of them within `seconds`
-        unit = units["compiled" in row["row"]]
+        unit = units.get("compiled" in row["row"], units[False])
         print(f"| {row['row']} | {row['runs']} | {row['seconds']:.1f} | {row['seconds'] / unit:.2f} | "
               f"{per_run * row['runs']:.0f} | {per_run:.0f} | {min(row['returns']):.1f} / "
               f"{statistics.median(row['returns']):.1f} |")

@@ -7,6 +7,7 @@ import subprocess
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from conftest import RL_TRAIN
@@ -23,6 +24,7 @@ from rlcli.sweeps.population.collect import collect_together
 from rlcli.sweeps.population.kinds import population_update
 from rlcli.sweeps.population.launch import group_jobs, split_for_workers
 from rlcli.sweeps.population.members import Member
+from rlcli.sweeps.population.numpy_stream import NumpyStream
 from rlcli.sweeps.population.onpolicy import PopulationUpdate
 from rlcli.sweeps.population.stacking import stack_weights
 
@@ -133,6 +135,50 @@ def test_a_members_stream_draws_from_its_own_state_and_puts_the_global_one_back(
         streams.keep(kept, rows[0])  # back into the member's RNG states
         assert torch.equal(kept["torch"], advanced)
         torch.set_rng_state(outer)
+
+
+def test_a_members_numpy_stream_is_its_single_runs_across_interleaved_turns():
+    """Each member draws from numpy's global functions in its turns exactly what one process seeded as it draws
+    alone: uniform draws, an odd number of legacy normals (the cached second of a pair survives the other members'
+    turns), a seed call; draws between turns touch no member; get_state in a turn is the member's."""
+    def script(k: int):
+        """The draws a member makes in its k-th turn."""
+        if k == 1:
+            return [np.random.standard_normal(3)]  # odd: the pair's second normal stays cached into turn 2
+        if k == 2:
+            return [np.random.standard_normal(1)]  # that cached normal: the key does not move
+        if k == 3:
+            return [np.random.standard_normal(1)]  # a new pair: its second is cached again
+        if k == 4:
+            np.random.seed(99)
+        return [np.random.rand(2), np.random.standard_normal(2)] if k % 2 else [np.random.rand(4)]
+
+    def alone(seed: int, turns: int):
+        np.random.seed(seed)
+        draws = []
+        for k in range(turns):
+            draws += script(k)
+            draws.append(np.random.get_state()[1][:4].copy())  # what a checkpoint in this turn would save
+        return draws
+
+    turns = 6
+    expected = {seed: alone(seed, turns) for seed in (3, 4)}
+    streams_of = {}
+    for seed in (3, 4):
+        np.random.seed(seed)
+        streams_of[seed] = NumpyStream(np.random.get_state())
+    got = {3: [], 4: []}
+    for k in range(turns):
+        for seed in (3, 4):
+            streams_of[seed].enter()
+            got[seed] += script(k)
+            got[seed].append(np.random.get_state()[1][:4].copy())
+            streams_of[seed].leave()
+            np.random.rand(5)  # between turns: nobody's stream
+    for seed in (3, 4):
+        assert len(got[seed]) == len(expected[seed])
+        for ours, theirs in zip(got[seed], expected[seed], strict=True):
+            np.testing.assert_array_equal(ours, theirs)
 
 
 def test_stacked_weights_are_the_members_own_tensors():

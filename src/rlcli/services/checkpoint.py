@@ -39,8 +39,11 @@ class CheckpointError(ConfigError):
     """A checkpoint that cannot be used; the message is one line naming the file and why."""
 
 
-def rng_state() -> dict[str, Any]:
-    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+def rng_state(numpy: bool = True) -> dict[str, Any]:
+    """(`numpy=False`: without numpy's, which a population's member keeps in its own generator.)"""
+    state = {"python": random.getstate(), "torch": torch.get_rng_state()}
+    if numpy:
+        state["numpy"] = np.random.get_state()
     if torch.cuda.is_available() and torch.cuda.is_initialized():  # type: ignore[no-untyped-call]
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state
@@ -50,7 +53,8 @@ def set_rng_state(state: dict[str, Any]) -> None:
     """`.cpu()`: a checkpoint loaded with map_location=cuda (a GPU run's resume) carries its generator states on the
     GPU, and torch takes them only as CPU byte tensors."""
     random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
+    if "numpy" in state:
+        np.random.set_state(state["numpy"])
     torch.set_rng_state(state["torch"].cpu())
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all([s.cpu() for s in state["cuda"]])

@@ -16,6 +16,7 @@ from rlcli.services import checkpoint
 from rlcli.services.log import RunLogger
 from rlcli.services.tracking import Tracking
 from rlcli.sweeps.jobs import end_record
+from rlcli.sweeps.population.numpy_stream import NumpyStream
 
 
 @dataclass
@@ -37,6 +38,7 @@ class Member:
     live: bool = True  # still training: its rows of the population are stepped
     warming_up: bool = False  # an off-policy member before algo.learning_starts: random actions, no update
     _log_file: logging.FileHandler | None = None
+    _numpy: NumpyStream | None = None  # its numpy stream, from its first turn on (rng's "numpy" until then)
 
     @contextlib.contextmanager
     def turn(self) -> Iterator[None]:
@@ -47,11 +49,15 @@ class Member:
         for handler in others:
             root.removeHandler(handler)
         root.addHandler(self._log_file)
-        checkpoint.set_rng_state(self.rng)
+        if self._numpy is None:
+            self._numpy = NumpyStream(self.rng.pop("numpy"))
+        self._numpy.enter()
+        checkpoint.set_rng_state(self.rng)  # python's and torch's (and CUDA's)
         try:
             yield
         finally:
-            self.rng = checkpoint.rng_state()
+            self.rng = checkpoint.rng_state(numpy=False)
+            self._numpy.leave()
             root.removeHandler(self._log_file)
             for handler in others:
                 root.addHandler(handler)
