@@ -19,15 +19,20 @@ DIAGNOSTICS = frozenset({"explained_variance"})
 
 def check_update(metrics: Mapping[str, Any], parameters: Iterable[torch.Tensor]) -> str | None:
     """What went non-finite in an update (its metrics, else the weights), or None; one host sync in all."""
-    names, flags = [], []
+    names, firsts, flags = [], [], []
     for name, value in metrics.items():
         if name in DIAGNOSTICS:
             continue
         if isinstance(value, torch.Tensor) and value.numel():
             names.append(name)
-            flags.append(torch.isfinite(value.detach().reshape(-1)[0]).reshape(1))
+            firsts.append(value.detach().reshape(-1)[:1])
         elif isinstance(value, float) and not math.isfinite(value):
             return f"non-finite {name} ({value})"
+    if firsts:  # one isfinite over all of them (~3x cheaper than one per metric on a CPU)
+        try:
+            flags.append(torch.isfinite(torch.cat(firsts)))
+        except RuntimeError:  # metrics on more than one device
+            flags.append(torch.cat([torch.isfinite(f).cpu() for f in firsts]))
     floats = [p.detach() for p in parameters if p.is_floating_point() and p.numel()]
     if floats:  # one fused norm per tensor (~0.1 ms for SAC's 340k parameters, 8x cheaper than isfinite on a copy);
         # a norm beyond float32's range (weights ~1e19) counts as divergence too
