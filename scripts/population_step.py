@@ -6,8 +6,9 @@ update time goes as members are added, without the envs, tests and logs of scrip
     python scripts/population_step.py --algo sac --members 8 --device cuda --compiled
 
 Each member is a real run's state (`prepare` on its composed config, seed = its index) whose replay holds
-`--warmup` random transitions; a population `update` is what the population launcher's loop calls once per
-iteration (for RL-Zoo's SAC Pendulum: one gradient step per member). Times are per update, after `--updates`
+`--warmup` random transitions (PPO, A2C: one rollout); a population `update` is what the population launcher's
+loop calls once per iteration (for RL-Zoo's SAC Pendulum: one gradient step per member; for its PPO CartPole:
+20 epochs of one 256-step minibatch). Times are per update, after `--updates`
 untimed ones (a compiled step compiles in those); on CUDA each timing ends with a synchronize.
 """
 
@@ -29,12 +30,15 @@ from rlcli.sweeps.population import streams
 from rlcli.sweeps.population.kinds import population_update
 
 ENVS = {"sac": "Pendulum-v1", "tqc": "Pendulum-v1", "td3": "Pendulum-v1", "ddpg": "Pendulum-v1",
-        "dqn": "CartPole-v1", "qrdqn": "CartPole-v1"}
+        "dqn": "CartPole-v1", "qrdqn": "CartPole-v1", "ppo": "CartPole-v1", "a2c": "CartPole-v1"}
+ON_POLICY = ("ppo", "a2c")
 
 
 def members_of(args: argparse.Namespace, count: int) -> list[tuple[Any, streams.Stream]]:
     overrides = [f"algo={args.algo}", f"env={ENVS[args.algo]}", f"device={args.device}", "log.tensorboard=false",
-                 "log.console=false", f"algo.learning_starts={args.warmup // 2}"]
+                 "log.console=false"]
+    if args.algo not in ON_POLICY:
+        overrides.append(f"algo.learning_starts={args.warmup // 2}")
     if args.hidden:
         overrides.append(f"actor.hidden_sizes=[{','.join(str(h) for h in args.hidden)}]")
     if args.compiled:
@@ -42,7 +46,9 @@ def members_of(args: argparse.Namespace, count: int) -> list[tuple[Any, streams.
     members = []
     for seed in range(count):
         components, _ = prepare(compose_config([*overrides, f"seed={seed}"]))
-        while len(components.buffer) < args.warmup:
+        if args.algo in ON_POLICY:  # one rollout, updated on again and again
+            components.collector.collect(components.learner)
+        while args.algo not in ON_POLICY and len(components.buffer) < args.warmup:
             components.collector.collect(components.learner, random_actions=True)
         members.append((components, streams.of_member(checkpoint.rng_state())))
     return members
