@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from rlcli.algos.offpolicy import gradient_steps_now
+from rlcli.algos.offpolicy import gradient_steps_now, mean_of_steps
 from rlcli.buffers.her import HerReplayBuffer
 from rlcli.buffers.replay import ReplayBuffer
 from rlcli.contracts import RunClock
@@ -34,7 +34,7 @@ def update_phases(algos: Sequence[Any], storages: Sequence[Any], active: Sequenc
         for m, metrics in gradient_step(stepping, k, steps).items():
             for name, value in metrics.items():
                 logs[m].setdefault(name, []).append(value)
-    return [None if not on or clock is None else {k: torch.stack(v).mean() for k, v in log.items()}
+    return [None if not on or clock is None else {k: mean_of_steps(v) for k, v in log.items()}
             for on, clock, log in zip(active, clocks, logs, strict=True)]
 
 

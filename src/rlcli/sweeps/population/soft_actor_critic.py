@@ -87,6 +87,7 @@ class SoftActorCriticPopulationUpdate(ActorCriticPopulation):
             self.buffers[SDE_MATRIX] = torch.zeros(len(self.algos), 1, noise.latent_dim, noise.action_dim,
                                                    device=self.device)
         self._compiled = self.compiled_steps(self._critics_step_loss, self._policy_step_loss)
+        self._target_entropies: torch.Tensor | None = None
 
     def acting_noise(self, member: int, outputs: torch.Tensor) -> torch.Tensor | None:
         """The member's acting draw for its rows of the batched policy outputs, taken from the global generator
@@ -143,7 +144,7 @@ class SoftActorCriticPopulationUpdate(ActorCriticPopulation):
         else:
             next_noise, noise = ({"noise": stack_members({m: d[i] for m, d in draws.items()}, len(algos))}
                                  for i in (1, 2))
-        alpha = torch.stack([a.alpha() for a in algos])
+        alpha = self._alphas()
 
         if self._compiled is not None:  # the same two steps, each of all members one compiled graph
             active = self.members_mask(stepping)
@@ -160,7 +161,9 @@ class SoftActorCriticPopulationUpdate(ActorCriticPopulation):
                          [algos[m].policy_optimizer for m in stepping])
         learned = [m for m in stepping if algos[m].temperature.learned]
         if learned:
-            targets = torch.tensor([a.temperature.target_entropy for a in algos], device=device)
+            if self._target_entropies is None:  # fixed for the run: built once, not sent to the device every step
+                self._target_entropies = torch.tensor([a.temperature.target_entropy for a in algos], device=device)
+            targets = self._target_entropies
             alpha_losses = -(params["log_alpha"].unsqueeze(-1) * (log_probs + targets.unsqueeze(-1))).mean(-1)
             step_members(params, alpha_losses, self.alpha_rows, learned, limit,
                          [algos[m].temperature.optimizer for m in learned])
@@ -171,11 +174,19 @@ class SoftActorCriticPopulationUpdate(ActorCriticPopulation):
                 taus[m] = algos[m].tau
         polyak_members(self.targets, taus)
         out = {}
+        entropy = -log_probs.detach().mean(-1)  # every member's in one reduction
         for m in stepping:
             storages[m].update_priorities(draws[m][0].indices, errors[m])
             out[m] = {"value_loss": critic_losses[m].detach(), "policy_loss": policy_losses[m].detach(),
-                      "alpha": alpha[m], "entropy": -log_probs[m].mean()}
+                      "alpha": alpha[m], "entropy": entropy[m]}
         return out
+
+    def _alphas(self) -> torch.Tensor:
+        """Every member's entropy coefficient, [members]: one exp over the stacked log alphas where all are learned
+        (elementwise: each member's `alpha()` bit for bit), else each member's own."""
+        if all(a.temperature.learned for a in self.algos):
+            return self.params["log_alpha"].detach().exp()
+        return torch.stack([a.alpha() for a in self.algos])
 
 
 def _noise(terms: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...]:
