@@ -36,7 +36,9 @@ ALGOS = {"ppo": PPO, "a2c": ["algo=a2c", "algo.n_steps=8"], "pg": ["algo=pg", "a
          "ppo-shared": [*PPO, "actor.shared=true"],  # one body under two names (policy and value)
          # gSDE: each member explores with its own matrices, resampled from its own stream every 4 steps
          "ppo-sde": [*PPO, "env=Pendulum-v1", "algo.use_sde=true", "algo.sde_sample_freq=4"],
-         "a2c-sde": ["algo=a2c", "algo.n_steps=8", "env=Pendulum-v1", "algo.use_sde=true", "algo.sde_sample_freq=4"]}
+         "a2c-sde": ["algo=a2c", "algo.n_steps=8", "env=Pendulum-v1", "algo.use_sde=true", "algo.sde_sample_freq=4"],
+         # algo.target_kl: each member ends its epochs where its single run does (not drawing the later ones)
+         "ppo-target-kl": [*PPO, "algo.n_epochs=8", "algo.target_kl=0.0001"]}  # members stop after 8, 6, 4
 
 ALL_BATCHABLE = "a2c, c51, ddpg, dqn, pg, ppo, qrdqn, sac, td3 and tqc"  # the declared kinds, as refusals list them
 

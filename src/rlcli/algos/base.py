@@ -206,8 +206,12 @@ class OneStepUpdate:
     def loss_terms(self, plan: UpdatePlan) -> dict[str, float]:
         return {"ent_coef": self.ent_coef, "vf_coef": self.vf_coef}
 
-    def minibatch_order(self, size: int, device: torch.device | str = "cpu") -> list[list[torch.Tensor]]:
-        return whole_batch(size, device)
+    def minibatch_order(self, size: int, device: torch.device | str = "cpu") -> Iterator[list[torch.Tensor]]:
+        return iter(whole_batch(size, device))
+
+    def stops_after_epoch(self, approx_kls: list[torch.Tensor]) -> bool:
+        """One epoch only: nothing to stop early."""
+        return False
 
     def minibatch_loss(self, batch: RolloutBatch, ent_coef: float | torch.Tensor, vf_coef: float | torch.Tensor,
                        ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:

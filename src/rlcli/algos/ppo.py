@@ -142,7 +142,7 @@ class PPO:
                     sums[k] = sums.get(k, 0.0) + v
                 kls.append(stats["approx_kl"])
                 n_minibatches += 1
-            if self.target_kl is not None and torch.stack(kls).mean().item() > 1.5 * self.target_kl:
+            if self.stops_after_epoch(kls):
                 break
         return self.end_update(plan, {k: v / n_minibatches for k, v in sums.items()})
 
@@ -155,9 +155,16 @@ class PPO:
     def loss_terms(self, plan: UpdatePlan) -> dict[str, float | None]:
         return {"clip": plan.clip, "ent_coef": self.ent_coef, "vf_coef": self.vf_coef}
 
-    def minibatch_order(self, size: int, device: torch.device | str = "cpu") -> list[list[torch.Tensor]]:
-        """Every epoch's shuffled minibatches, drawn as the update draws them (for a batched population)."""
-        return [list(minibatches(size, self.batch_size, device)) for _ in range(self.n_epochs)]
+    def minibatch_order(self, size: int, device: torch.device | str = "cpu") -> Iterator[list[torch.Tensor]]:
+        """Every epoch's shuffled minibatches, each drawn as its epoch begins, as the update draws them (for a
+        batched population: an epoch that `stops_after_epoch` skips is never drawn)."""
+        for _ in range(self.n_epochs):
+            yield list(minibatches(size, self.batch_size, device))
+
+    def stops_after_epoch(self, approx_kls: list[torch.Tensor]) -> bool:
+        """algo.target_kl: the update ends after an epoch whose minibatches' mean approximate KL passed 1.5 x the
+        target (SB3's rule); without a target, never (and no wait for the device)."""
+        return self.target_kl is not None and torch.stack(approx_kls).mean().item() > 1.5 * self.target_kl
 
     def act_on(self, params: torch.Tensor, values: torch.Tensor) -> ActOutput:
         """`act`'s draw from the policy head's parameters and the values a population computed for all members
@@ -167,7 +174,6 @@ class PPO:
 
     def population_refusal(self) -> str | None:
         reasons = [(self.kl_coef is not None, "the KL penalty (ppo_kl)"),
-                   (self.target_kl is not None, "algo.target_kl (members would end their epochs at different times)"),
                    (bool(self.extra_param_groups(1.0)), f"{type(self).__name__}'s extra networks")]
         own = next((what for bad, what in reasons if bad), None)
         return own or refuse_in_population(self.networks, self.policy_addons)

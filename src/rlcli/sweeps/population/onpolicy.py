@@ -4,14 +4,15 @@ call.
 The loss is the algorithm's own `minibatch_loss` (one member's code, called through
 `torch.func.functional_call` with the stacked weights and vectorized over members by `vmap`), so a population
 computes what single runs compute. The algorithm gives its update in parts (`begin_update`, `loss_terms`,
-`minibatch_order`, `minibatch_loss`, `end_update`: PPO, A2C, PG); each member keeps its own minibatch order
-(drawn from its own torch RNG stream, as its single run draws it), gradient-norm clip, learning rate and
-optimizer state. Members that have stopped are carried along but not stepped.
+`minibatch_order`, `minibatch_loss`, `stops_after_epoch`, `end_update`: PPO, A2C, PG); each member keeps its own
+minibatch order (drawn from its own torch RNG stream, as its single run draws it), gradient-norm clip, learning
+rate, optimizer state and early stop (algo.target_kl: its epochs end where its single run's would). Members that
+have stopped are carried along but not stepped.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from functools import partial
 from typing import Any, Protocol, cast, runtime_checkable
 
@@ -45,7 +46,9 @@ class BatchableUpdate(Protocol):
 
     def loss_terms(self, plan: UpdatePlan) -> dict[str, float | None]: ...
 
-    def minibatch_order(self, size: int, device: torch.device | str = "cpu") -> list[list[torch.Tensor]]: ...
+    def minibatch_order(self, size: int, device: torch.device | str = "cpu") -> Iterator[list[torch.Tensor]]: ...
+
+    def stops_after_epoch(self, approx_kls: list[torch.Tensor]) -> bool: ...
 
     def minibatch_loss(self, batch: RolloutBatch, **terms: Any) -> tuple[torch.Tensor, dict[str, torch.Tensor]]: ...
 
@@ -142,15 +145,24 @@ class PopulationUpdate:
         self._module.unset_terms = {k: None for k, v in terms.items() if v is None}
         terms = {k: v for k, v in terms.items() if v is not None}
         stacked = tuple(torch.stack([cast(torch.Tensor, p.batch[i]) for p in plans]) for i in range(BATCH_FIELDS))
-        orders = [drawn_with(torch_rngs, m, partial(a.minibatch_order, size, device)) for m, a in enumerate(algos)]
+        # each member's epochs, drawn from its own stream as each begins (an epoch after algo.target_kl stopped
+        # the member is never drawn, as in its single run)
+        orders = [a.minibatch_order(size, device) for a in algos]
         members = torch.arange(len(algos), device=device).unsqueeze(1)
-        stepped = [a.optimizer for a, on in zip(algos, active, strict=True) if on]
         limit = clip_limits([a.max_grad_norm for a in algos], device)
-        stepping = torch.tensor([1.0 if on else 0.0 for on in active], device=device)
+        going = list(active)
         sums: dict[str, torch.Tensor] = {}
-        count = 0
-        for epoch in zip(*orders, strict=True):
-            for chunk in zip(*epoch, strict=True):
+        counts = torch.zeros(len(algos), device=device)
+        while True:
+            epoch = {m: drawn_with(torch_rngs, m, partial(next, orders[m], None)) for m, on in enumerate(going) if on}
+            epoch = {m: chunks for m, chunks in epoch.items() if chunks is not None}
+            if not epoch:
+                break
+            filler = next(iter(epoch.values()))  # the rows of a member not stepping: computed, never applied
+            on = torch.tensor([m in epoch for m in range(len(algos))], device=device)
+            stepping, stepped = on.float(), [algos[m].optimizer for m in epoch]
+            kls: dict[int, list[torch.Tensor]] = {m: [] for m in epoch}
+            for chunk in zip(*(epoch.get(m, filler) for m in range(len(algos))), strict=True):
                 index = torch.stack(chunk)  # [members, minibatch]
                 batch = tuple(x[members, index] for x in stacked)
                 if self._compiled is not None:
@@ -158,12 +170,18 @@ class PopulationUpdate:
                 else:
                     losses, stats = self._losses(self.params, self.buffers, batch, terms)
                     step_members(self.params, losses, self._rows, range(len(algos)), limit, stepped)
-                count += 1
+                counts += stepping
                 for k, v in stats.items():
-                    sums[k] = sums[k] + v if k in sums else v
-        means = {k: (v / count).unbind() for k, v in sums.items()}
+                    sums[k] = torch.where(on, sums[k] + v, sums[k]) if k in sums else torch.where(on, v, 0.0)
+                if "approx_kl" in stats:
+                    for m in kls:
+                        kls[m].append(stats["approx_kl"][m])
+            for m in epoch:
+                going[m] = not algos[m].stops_after_epoch(kls[m])
+        means = {k: (v / counts.clamp(min=1.0)).unbind() for k, v in sums.items()}
         return [a.end_update(p, {k: v[m] for k, v in means.items()}) if on else None
                 for m, (a, p, on) in enumerate(zip(algos, plans, active, strict=True))]
+
 
 def _stacked_terms(terms: list[dict[str, float | None]], device: torch.device) -> dict[str, Any]:
     """Each loss coefficient as a [members] tensor (a value the members all leave None stays None)."""
