@@ -38,9 +38,12 @@ ALGOS = {"ppo": PPO, "a2c": ["algo=a2c", "algo.n_steps=8"], "pg": ["algo=pg", "a
          "ppo-sde": [*PPO, "env=Pendulum-v1", "algo.use_sde=true", "algo.sde_sample_freq=4"],
          "a2c-sde": ["algo=a2c", "algo.n_steps=8", "env=Pendulum-v1", "algo.use_sde=true", "algo.sde_sample_freq=4"],
          # algo.target_kl: each member ends its epochs where its single run does (not drawing the later ones)
-         "ppo-target-kl": [*PPO, "algo.n_epochs=8", "algo.target_kl=0.0001"]}  # members stop after 8, 6, 4
+         "ppo-target-kl": [*PPO, "algo.n_epochs=8", "algo.target_kl=0.0001"],  # members stop after 8, 6, 4
+         # the adaptive KL penalty: each member's own coefficient in its loss, adapted after its own update
+         "ppo-kl": ["algo=ppo_kl", "algo.n_steps=32", "algo.batch_size=64", "algo.n_epochs=3"]}
 
-ALL_BATCHABLE = "a2c, c51, ddpg, dqn, pg, ppo, qrdqn, sac, td3 and tqc"  # the declared kinds, as refusals list them
+# the declared kinds, as refusals list them
+ALL_BATCHABLE = "a2c, c51, ddpg, dqn, pg, ppo, ppo_kl, qrdqn, sac, td3 and tqc"
 
 
 def overrides(algo: str, *more: str) -> list[str]:
@@ -253,11 +256,13 @@ def test_population_refuses_what_it_cannot_batch_in_one_line():
     with pytest.raises(ConfigError, match=f"TRPO cannot train in a population yet: {ALL_BATCHABLE} can"):
         population_update([trpo.algo, trpo.algo], [trpo.buffer, trpo.buffer])
     dqn, _ = prepare(compose_config(["algo=dqn", "env=CartPole-v1"]))
-    with pytest.raises(ConfigError, match=r"DQN cannot train in a population of on-policy members: a2c, pg and ppo \("):
+    with pytest.raises(ConfigError,
+                       match=r"DQN cannot train in a population of on-policy members: a2c, pg, ppo and ppo_kl \("):
         PopulationUpdate([dqn.algo, dqn.algo])
-    kl, _ = prepare(compose_config(["algo=ppo_kl", "env=CartPole-v1"]))
-    with pytest.raises(ConfigError, match="the KL penalty"):
-        PopulationUpdate([kl.algo, kl.algo])
+    gru, _ = prepare(compose_config(["algo=ppo", "env=CartPoleNoVel-v1", "actor=gru"]))
+    with pytest.raises(ConfigError, match="a recurrent actor cannot train in a population yet; a2c, pg, ppo and "
+                                          r"ppo_kl \(MLP or CNN actors\) without it can"):
+        PopulationUpdate([gru.algo, gru.algo])
 
 
 def run(*args: str, cwd: Path) -> subprocess.CompletedProcess:

@@ -153,7 +153,7 @@ class PPO:
         return UpdatePlan(lr, clip, buffer.flat())
 
     def loss_terms(self, plan: UpdatePlan) -> dict[str, float | None]:
-        return {"clip": plan.clip, "ent_coef": self.ent_coef, "vf_coef": self.vf_coef}
+        return {"clip": plan.clip, "ent_coef": self.ent_coef, "vf_coef": self.vf_coef, "kl_coef": self.kl_coef}
 
     def minibatch_order(self, size: int, device: torch.device | str = "cpu") -> Iterator[list[torch.Tensor]]:
         """Every epoch's shuffled minibatches, each drawn as its epoch begins, as the update draws them (for a
@@ -173,8 +173,7 @@ class PPO:
         return self.networks.sampled(params, values)
 
     def population_refusal(self) -> str | None:
-        reasons = [(self.kl_coef is not None, "the KL penalty (ppo_kl)"),
-                   (bool(self.extra_param_groups(1.0)), f"{type(self).__name__}'s extra networks")]
+        reasons = [(bool(self.extra_param_groups(1.0)), f"{type(self).__name__}'s extra networks")]
         own = next((what for bad, what in reasons if bad), None)
         return own or refuse_in_population(self.networks, self.policy_addons)
 
@@ -294,7 +293,8 @@ class PPO:
         self.kl_coef = state.get("kl_coef", self.kl_coef)
 
 
-@ALGOS.register("ppo_kl", spec=AlgoSpec(on_policy=True, action_spaces=ON_POLICY_ACTIONS, compiles=True))
+@ALGOS.register("ppo_kl", spec=AlgoSpec(on_policy=True, action_spaces=ON_POLICY_ACTIONS, compiles=True,
+                                        population="on_policy"))
 class PPOKL(PPO):
     """PPO with the adaptive KL penalty instead of clipping (Schulman et al. 2017, section 4): PPO's machinery,
     with the penalty on and the clip off by default."""
