@@ -91,6 +91,30 @@ def test_a_members_first_update_is_its_single_runs_within_float_tolerance(algo):
     assert not torch.equal(first, second)  # the members' rows are their own
 
 
+@pytest.mark.parametrize("algo", ["dqn", "qrdqn"])
+def test_members_epsilon_greedy_in_one_call_is_each_members_act_on_bit_for_bit(algo):
+    """The epsilon-greedy acting of every member in one call (collect.py's ActsInOneCall), each member's draws
+    taken first from its stream: its own act_on's actions on the same Q-values and stream."""
+    built = [prepare(compose_config([*TINY, *ALGOS[algo], f"seed={seed}"]))[0] for seed in (0, 1, 2)]
+    for components, epsilon in zip(built, (0.5, 0.0, 1.0), strict=True):
+        components.algo.epsilon = epsilon  # each member at its own point of its schedule
+    population = population_update([c.algo for c in built], [c.buffer for c in built])
+    q = torch.randn(3, 4, 2)
+    expected, draws = {}, {}
+    for m in (0, 1, 2):
+        torch.manual_seed(20 + m)
+        expected[m] = built[m].algo.act_on(q[m])
+        after_act = torch.rand(1)
+        torch.manual_seed(20 + m)
+        draws[m] = population.acting_noise(m, q[m])
+        assert torch.equal(torch.rand(1), after_act)  # the same draws from the stream, no more, no fewer
+    got = population.act_members(q, {m: draws[m] for m in (0, 2)})  # member 1 acts on its own (warming up)
+    assert sorted(got) == [0, 2]
+    for m in (0, 2):
+        assert torch.equal(got[m].actions, expected[m].actions)
+    assert torch.equal(got[2].actions, draws[2][1])  # epsilon 1: every env took its random action
+
+
 @pytest.mark.parametrize("unit", ["step", "episode"])
 def test_a_members_rollouts_are_its_single_runs_in_warm_up_and_epsilon_greedy(unit, tmp_path):
     """With algo.train_freq_unit=episode each member collects until its own episodes end (at different steps: the

@@ -8,7 +8,7 @@ from __future__ import annotations
 import itertools
 import time
 from collections.abc import Sequence
-from typing import Protocol, cast, runtime_checkable
+from typing import Any, Protocol, cast, runtime_checkable
 
 import numpy as np
 import torch
@@ -24,11 +24,12 @@ from rlcli.sweeps.population.members import Member
 @runtime_checkable
 class ActsInOneCall(Protocol):
     """A population whose acting after the network (the distribution's sampling) is one call for all members,
-    each member's draw taken beforehand from its own stream (soft_actor_critic.py's squashed Gaussian)."""
+    each member's draws taken beforehand from its own stream (soft_actor_critic.py's squashed Gaussian,
+    offpolicy.py's epsilon-greedy); `acting_noise` gives None where a member must act on its own."""
 
-    def acting_noise(self, member: int, outputs: torch.Tensor) -> torch.Tensor | None: ...
+    def acting_noise(self, member: int, outputs: torch.Tensor) -> Any: ...
 
-    def act_members(self, outputs: torch.Tensor, noise: dict[int, torch.Tensor]) -> dict[int, ActOutput]: ...
+    def act_members(self, outputs: torch.Tensor, noise: dict[int, Any]) -> dict[int, ActOutput]: ...
 
 
 def collect_together(members: Sequence[Member], population: Population,
@@ -57,7 +58,7 @@ def collect_together(members: Sequence[Member], population: Population,
         acting = [(index, member) for index, member in enumerate(members) if id(member) in seen]
         outs: dict[int, ActOutput | None] = {}
         actions: dict[int, torch.Tensor] = {}
-        noise: dict[int, torch.Tensor] = {}  # members whose draws are acted on in one call, after this loop
+        noise: dict[int, Any] = {}  # members whose draws are acted on in one call, after this loop
         for index, member in acting:
             algo, collector = member.trainer.c.algo, collectors[id(member)]
             drawn = time.perf_counter()

@@ -42,6 +42,8 @@ class BatchableGradientSteps(Protocol):
     networks: nn.Module
     optimizer: Any
     max_grad_norm: float | None
+    epsilon: float  # epsilon-greedy's, as the schedule set it for this collect phase
+    n_actions: int
     batch_size: int
     gradient_steps: int  # resolved: -1 is one per transition the collect phase stored
     gradient_updates: int
@@ -105,6 +107,27 @@ class OffPolicyPopulationUpdate:
         """[members, envs, ...] observations -> each member's Q-values (and an empty value slot), one call."""
         q = self._q(self.params, self.buffers, obs)
         return q, q.new_zeros(q.shape[:2])
+
+    def acting_noise(self, member: int, outputs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The member's epsilon-greedy draws for its rows of the batched Q-values, from the global CPU generator
+        (the caller swaps the member's stream in): which envs explore, then their random actions, as
+        `epsilon_greedy` draws them in its single run."""
+        algo, shape = self.algos[member], outputs.shape[:-1]
+        return torch.rand(shape) < algo.epsilon, torch.randint(0, algo.n_actions, shape)
+
+    @torch.inference_mode()
+    def act_members(self, outputs: torch.Tensor, draws: dict[int, tuple[torch.Tensor, torch.Tensor]],
+                    ) -> dict[int, ActOutput]:
+        """The epsilon-greedy actions of the members in `draws`, in one call over their rows of `outputs` (the
+        greedy argmax and the choice are per element: each member's actions are its `act_on`'s, bit for bit)."""
+        members = list(draws)
+        q = outputs if len(members) == outputs.shape[0] else outputs[members]
+        greedy = q.argmax(-1)
+        explore = torch.stack([draws[m][0] for m in members]).to(greedy.device)
+        random = torch.stack([draws[m][1] for m in members]).to(greedy.device)
+        actions = torch.where(explore, random, greedy)
+        zeros = torch.zeros(actions.shape, device=actions.device)
+        return {m: ActOutput(actions[k], zeros[k], zeros[k], None) for k, m in enumerate(members)}
 
     def update(self, active: Sequence[bool], storages: Sequence[Any], torch_rngs: list[Stream],
                clocks: Sequence[RunClock | None]) -> list[dict[str, torch.Tensor] | None]:
