@@ -1,6 +1,7 @@
 """hydra/launcher=population for the actor-critics: SAC and TQC members
 (rlcli/sweeps/population/soft_actor_critic.py), TD3 and DDPG members (rlcli/sweeps/population/twin_delayed.py)."""
 
+import copy
 import subprocess
 
 import pytest
@@ -125,6 +126,27 @@ def test_members_acting_in_one_call_is_each_members_act_on_bit_for_bit(algo):
     sde_member, _ = prepare(compose_config([*TINY, *ALGOS["sac-sde"]]))
     sde = population_update([sde_member.algo], [sde_member.buffer])
     assert sde.acting_noise(0, outputs[0]) is None  # gSDE members act one by one, on their own matrices
+
+
+@pytest.mark.parametrize("algo", ["td3", "ddpg"])
+def test_td3_members_acting_in_one_call_is_each_members_act_on_bit_for_bit(algo):
+    """TD3 / DDPG members' exploration noise drawn first (each from its stream; Ornstein-Uhlenbeck's state
+    stepped once, as act_on steps it), then one call for all: each member's act_on actions."""
+    built = [prepare(compose_config([*TINY, *ALGOS[algo], f"seed={seed}"]))[0] for seed in (0, 1)]
+    twins = [copy.deepcopy(c.algo) for c in built]  # the same noise state, for act_on
+    population = population_update([c.algo for c in built], [c.buffer for c in built])
+    outputs = torch.full((2, 2, twins[0].action_dim), 0.999)  # at the bound: the clamp matters
+    expected, noise = {}, {}
+    for m in (0, 1):
+        torch.manual_seed(30 + m)
+        expected[m] = twins[m].act_on(outputs[m])
+        torch.manual_seed(30 + m)
+        noise[m] = population.acting_noise(m, outputs[m])
+    got = population.act_members(outputs, noise)
+    for m in (0, 1):
+        assert torch.equal(got[m].actions, expected[m].actions)
+        assert not torch.equal(got[m].actions, outputs[m])  # noise was added
+        assert torch.equal(built[m].algo.noise.state, twins[m].noise.state)  # an OU state stepped alike
 
 
 @pytest.mark.parametrize("algo", ["td3", "ddpg", "td3-compiled", "td3-her"])

@@ -45,6 +45,8 @@ class BatchableTwinDelayed(Protocol):
     tau: float
     policy_delay: int
     target_policy_noise: float
+    noise: Any  # the exploration noise (ExplorationNoise: Gaussian, Ornstein-Uhlenbeck or none)
+    noise_scale: float
 
     def policy_outputs(self, obs: torch.Tensor) -> torch.Tensor: ...
 
@@ -71,6 +73,24 @@ class TwinDelayedPopulationUpdate(ActorCriticPopulation):
         super().__init__(algos, critic_loss="critic_loss", actor_loss="actor_loss")
         self.algos: list[BatchableTwinDelayed] = list(algos)
         self._compiled = self.compiled_steps(self._critics_step_loss, self._policy_step_loss)
+
+    def acting_noise(self, member: int, outputs: torch.Tensor) -> torch.Tensor:
+        """The member's exploration noise for its rows of the batched policy actions, drawn as its `act_on` draws
+        it (from the global generator, which the caller swaps to the member's stream; an Ornstein-Uhlenbeck
+        state steps once)."""
+        algo = self.algos[member]
+        noise: torch.Tensor = algo.noise.sample(outputs.shape, algo.noise_scale)
+        return noise
+
+    @torch.inference_mode()
+    def act_members(self, outputs: torch.Tensor, noise: dict[int, torch.Tensor]) -> dict[int, ActOutput]:
+        """The noisy actions of the members in `noise`, in one call over their rows of `outputs` (elementwise:
+        each member's actions are its `act_on`'s, bit for bit)."""
+        members = list(noise)
+        actions = outputs if len(members) == outputs.shape[0] else outputs[members]
+        actions = (actions + torch.stack([noise[m] for m in members]).to(actions.device)).clamp(-1.0, 1.0)
+        zeros = torch.zeros(actions.shape[:2], device=actions.device)
+        return {m: ActOutput(actions[k], zeros[k], zeros[k], None) for k, m in enumerate(members)}
 
     def _critics_step_loss(self, params: dict[str, torch.Tensor], buffers: dict[str, torch.Tensor],
                            batch: tuple[torch.Tensor, ...], terms: dict[str, torch.Tensor]) -> tuple[torch.Tensor, Any]:
