@@ -25,11 +25,12 @@ from rlcli.sweeps.population.members import Member
 class ActsInOneCall(Protocol):
     """A population whose acting after the network (the distribution's sampling) is one call for all members,
     each member's draws taken beforehand from its own stream (soft_actor_critic.py's squashed Gaussian,
-    offpolicy.py's epsilon-greedy); `acting_noise` gives None where a member must act on its own."""
+    offpolicy.py's epsilon-greedy, twin_delayed.py's exploration noise); `acting_noise` gives None where a member
+    must act on its own."""
 
     def acting_noise(self, member: int, outputs: torch.Tensor) -> Any: ...
 
-    def act_members(self, outputs: torch.Tensor, noise: dict[int, Any]) -> dict[int, ActOutput]: ...
+    def act_members(self, outputs: torch.Tensor, draws: dict[int, Any]) -> dict[int, ActOutput]: ...
 
 
 def collect_together(members: Sequence[Member], population: Population,
@@ -58,7 +59,7 @@ def collect_together(members: Sequence[Member], population: Population,
         acting = [(index, member) for index, member in enumerate(members) if id(member) in seen]
         outs: dict[int, ActOutput | None] = {}
         actions: dict[int, torch.Tensor] = {}
-        noise: dict[int, Any] = {}  # members whose draws are acted on in one call, after this loop
+        draws: dict[int, Any] = {}  # members whose draws are acted on in one call, after this loop
         for index, member in acting:
             algo, collector = member.trainer.c.algo, collectors[id(member)]
             drawn = time.perf_counter()
@@ -70,7 +71,7 @@ def collect_together(members: Sequence[Member], population: Population,
                 actions[index] = collector.actions_to_take(member.trainer.c.learner, None, True)
             elif isinstance(population, ActsInOneCall) and (
                     draw := population.acting_noise(index, params[index])) is not None:
-                noise[index] = draw
+                draws[index] = draw
             else:
                 with torch.inference_mode():
                     out = algo.act_on(params[index], values[index])  # type: ignore[attr-defined]
@@ -79,9 +80,9 @@ def collect_together(members: Sequence[Member], population: Population,
             streams.keep(member.rng, streams.current(stream))
             collector.act_s += share + time.perf_counter() - drawn
         moved = time.perf_counter()
-        if noise:
+        if draws:
             assert isinstance(population, ActsInOneCall)
-            for index, out in population.act_members(params, noise).items():
+            for index, out in population.act_members(params, draws).items():
                 outs[index], actions[index] = out, out.actions
         env_actions = _on_host({index: member.trainer.c.algo.env_actions(actions[index]) for index, member in acting})
         share = (time.perf_counter() - moved) / len(acting)
