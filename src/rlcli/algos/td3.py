@@ -122,8 +122,7 @@ class TD3(BoxActorCritic):
         """Acting after the network: the exploration noise on the policy's actions (`values`: the on-policy
         family's slot, unused)."""
         if not deterministic:
-            noise = self.noise.sample(actions.shape, self.noise_scale).to(actions.device)
-            actions = (actions + noise).clamp(-1.0, 1.0)
+            actions = explored(actions, self.noise.sample(actions.shape, self.noise_scale))
         zeros = torch.zeros(actions.shape[0], device=actions.device)
         return ActOutput(actions, zeros, zeros, carry)
 
@@ -208,3 +207,8 @@ class DDPG(TD3):
                  **td3_settings: Any) -> None:
         super().__init__(recipe, action_space, num_envs, num_critics=num_critics, policy_delay=policy_delay,
                          target_policy_noise=target_policy_noise, target_noise_clip=target_noise_clip, **td3_settings)
+
+
+def explored(actions: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
+    """The policy's actions with exploration noise (drawn on the CPU), kept in [-1, 1]."""
+    return (actions + noise.to(actions.device)).clamp(-1.0, 1.0)

@@ -18,6 +18,7 @@ from typing import Any, Protocol, runtime_checkable
 import torch
 from torch import nn
 
+from rlcli.algos.exploration import epsilon_choice, epsilon_draws
 from rlcli.contracts import ActOutput, RunClock
 from rlcli.registry import ConfigError
 from rlcli.sweeps.population.catalog import can_batch
@@ -112,8 +113,8 @@ class OffPolicyPopulationUpdate:
         """The member's epsilon-greedy draws for its rows of the batched Q-values, from the global CPU generator
         (the caller swaps the member's stream in): which envs explore, then their random actions, as
         `epsilon_greedy` draws them in its single run."""
-        algo, shape = self.algos[member], outputs.shape[:-1]
-        return torch.rand(shape) < algo.epsilon, torch.randint(0, algo.n_actions, shape)
+        algo = self.algos[member]
+        return epsilon_draws(outputs.shape[:-1], algo.n_actions, algo.epsilon)
 
     @torch.inference_mode()
     def act_members(self, outputs: torch.Tensor, draws: dict[int, tuple[torch.Tensor, torch.Tensor]],
@@ -122,10 +123,7 @@ class OffPolicyPopulationUpdate:
         greedy argmax and the choice are per element: each member's actions are its `act_on`'s, bit for bit)."""
         members = list(draws)
         q = outputs if len(members) == outputs.shape[0] else outputs[members]
-        greedy = q.argmax(-1)
-        explore = torch.stack([draws[m][0] for m in members]).to(greedy.device)
-        random = torch.stack([draws[m][1] for m in members]).to(greedy.device)
-        actions = torch.where(explore, random, greedy)
+        actions = epsilon_choice(q.argmax(-1), *(torch.stack([draws[m][i] for m in members]) for i in (0, 1)))
         zeros = torch.zeros(actions.shape, device=actions.device)
         return {m: ActOutput(actions[k], zeros[k], zeros[k], None) for k, m in enumerate(members)}
 

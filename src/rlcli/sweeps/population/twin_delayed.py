@@ -18,6 +18,7 @@ from typing import Any, Protocol, runtime_checkable
 import torch
 from torch import nn
 
+from rlcli.algos.td3 import explored
 from rlcli.contracts import ActOutput
 from rlcli.sweeps.population.actor_critic import ActorCriticPopulation
 from rlcli.sweeps.population.catalog import can_batch
@@ -88,7 +89,7 @@ class TwinDelayedPopulationUpdate(ActorCriticPopulation):
         each member's actions are its `act_on`'s, bit for bit)."""
         members = list(noise)
         actions = outputs if len(members) == outputs.shape[0] else outputs[members]
-        actions = (actions + torch.stack([noise[m] for m in members]).to(actions.device)).clamp(-1.0, 1.0)
+        actions = explored(actions, torch.stack([noise[m] for m in members]))
         zeros = torch.zeros(actions.shape[:2], device=actions.device)
         return {m: ActOutput(actions[k], zeros[k], zeros[k], None) for k, m in enumerate(members)}
 
