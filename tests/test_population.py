@@ -434,12 +434,12 @@ def test_the_declared_population_kinds_are_what_batches_and_everything_else_is_r
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("algo", ["ppo", "pg"])
+@pytest.mark.parametrize("algo", ["ppo", "pg", "a2c"])
 def test_a_compiled_population_steps_as_the_eager_one_and_its_members_optimizers_hold_the_result(algo):
     """compile=true members: the population's whole minibatch step (vectorized loss, gradients, each member's clip
-    and Adam) is one compiled graph. After one update its members' weights match the eager population's within
-    float reordering, a member that has stopped is untouched, and each member's own optimizer state (what its
-    checkpoint saves) is what the compiled step wrote."""
+    and optimizer: PPO's and PG's Adam, A2C's RMSprop) is one compiled graph. After one update its members' weights
+    match the eager population's within float reordering, a member that has stopped is untouched, and each member's
+    own optimizer state (what its checkpoint saves) is what the compiled step wrote."""
     def members(*more: str):
         return [collected("seed=0", *more, algo=algo), collected("seed=1", "algo.lr=1e-3", *more, algo=algo),
                 collected("seed=2", "algo.ent_coef=0.01", *more, algo=algo)]
@@ -459,19 +459,26 @@ def test_a_compiled_population_steps_as_the_eager_one_and_its_members_optimizers
             for key in results[0][m]:
                 assert float(results[1][m][key]) == pytest.approx(float(results[0][m][key]), rel=1e-4, abs=1e-6), key
             saved, reference = c.algo.optimizer.state_dict()["state"], e.algo.optimizer.state_dict()["state"]
+            assert saved.keys() == reference.keys() and reference
             for index, state in reference.items():
                 assert float(saved[index]["step"]) == float(state["step"]) > 0
-                torch.testing.assert_close(saved[index]["exp_avg"], state["exp_avg"], rtol=1e-3, atol=1e-6)
+                slots = [k for k in state if k != "step"]
+                assert slots == (["square_avg"] if algo == "a2c" else ["exp_avg", "exp_avg_sq"])
+                for slot in slots:
+                    torch.testing.assert_close(saved[index][slot], state[slot], rtol=1e-3, atol=1e-6)
         else:
             assert results[1][m] is None
             for a, b in zip(untouched.networks.parameters(), c.algo.networks.parameters(), strict=True):
                 assert torch.equal(a, b)
 
 
-def test_compiled_population_members_with_rmsprop_are_refused_in_one_line():
-    """A2C's default RMSprop has no stacked compiled step: the launcher warns and runs the jobs one at a time."""
+def test_compiled_population_members_must_share_their_optimizers_settings():
+    """The compiled step applies one formula to every member's rows: members whose optimizers differ in their fixed
+    settings are refused in one line (the launcher then runs them one at a time)."""
     members = [collected(f"seed={s}", "compile=true", algo="a2c")[0] for s in (0, 1)]
-    with pytest.raises(ConfigError, match=r"compile=true in a population needs Adam members \(algo.optimizer=adam"):
+    for group in members[1].algo.optimizer.param_groups:
+        group["alpha"] = 0.9
+    with pytest.raises(ConfigError, match=r"compile=true in a population needs one optimizer with the same settings"):
         PopulationUpdate([c.algo for c in members])
 
 

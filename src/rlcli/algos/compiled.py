@@ -170,7 +170,12 @@ class _RAdamRule(_TorchLayoutRule):
         return new_params, [new_m, new_v]
 
 
-def _rule_for(optimizer: Any) -> _AdamRule | _RMSpropRule | _RAdamRule:
+OptimizerRule = _AdamRule | _RMSpropRule | _RAdamRule
+
+
+def optimizer_rule(optimizer: Any) -> OptimizerRule:
+    """The optimizer's formula by hand, reading and writing its own state (a population's compiled step applies it
+    to stacked members, sweeps/population/compiled.py)."""
     from rlcli.algos.optim import FusedAdam
     from rlcli.registry import ConfigError
 
@@ -198,7 +203,7 @@ class CompiledStep:
 
     def __init__(self, networks: nn.Module, optimizer: Any, loss: Callable[..., Any],
                  max_grad_norm: float | None, updates_buffers: bool = False) -> None:
-        self.rule = _rule_for(optimizer)
+        self.rule = optimizer_rule(optimizer)
         cache_dir()
         self.module = _Loss(networks, loss)
         self.optimizer = optimizer

@@ -1,11 +1,13 @@
 """`compile=true` for a population: every member's optimizer step (the vectorized loss, its gradients, each member's
-grad-norm clip and Adam step) as one torch.compile graph; on-policy and value-based members take one per minibatch
-or gradient step, the actor-critics two (the critics', then the policy's).
+grad-norm clip and optimizer step) as one torch.compile graph; on-policy and value-based members take one per
+minibatch or gradient step, the actor-critics two (the critics', then the policy's).
 
 The eager population step spends as much time in autograd's and the optimizer's per-call work as in arithmetic
 (PERF notes: 8.4 ms for 8 PPO members against a 5.2 ms hand-written floor). Compiled, the step is a pure function
-of the stacked parameters, the stacked Adam moments and the batch, as `algos/compiled.py` does for one run. The
-members' own optimizers keep their state: their moment tensors become views of the stacked ones (as their
+of the stacked parameters, the stacked optimizer state and the batch, with the single run's optimizer formula
+(`algos/compiled.py`'s rule for Adam, A2C's RMSprop or RAdam) applied to every member's rows at once, each with its
+own learning rate and step count. The members' own optimizers keep their state: their slot tensors become views of
+the stacked ones (as their
 parameters are views of the stacked weights), so checkpoints, `rl-eval`, export and resuming one member alone read
 what they always read. Build it after the members' checkpoints are loaded (a load replaces the tensors).
 """
@@ -19,13 +21,12 @@ from typing import Any
 
 import torch
 
-from rlcli.algos.compiled import cache_dir
-from rlcli.algos.optim import FusedAdam
+from rlcli.algos.compiled import OptimizerRule, cache_dir, optimizer_rule
 from rlcli.registry import ConfigError
 
 
 class CompiledMembersStep:
-    """`step(batch, terms, active)`: one Adam step of every active member on its rows of `batch`; returns the
+    """`step(batch, terms, active)`: one optimizer step of every active member on its rows of `batch`; returns the
     members' [members] loss statistics. `losses(params, buffers, batch, terms) -> (losses [members], stats)` is
     the members' vectorized loss (onpolicy.py's, offpolicy.py's), `params` the stacked weights it reads, `rows`
     each stacked weight's member parameters; those the members' optimizers train are stepped, the rest (a target
@@ -33,13 +34,13 @@ class CompiledMembersStep:
 
     def __init__(self, losses: Callable[..., Any], params: dict[str, torch.Tensor], buffers: dict[str, torch.Tensor],
                  rows: dict[str, list[torch.Tensor]], optimizers: Sequence[Any], limit: torch.Tensor | None) -> None:
-        if not all(isinstance(o, FusedAdam) for o in optimizers):
-            raise ConfigError("compile=true in a population needs Adam members (algo.optimizer=adam, with torch's "
-                              "fused kernel); RMSprop members cannot share the compiled step")
-        settings = {(tuple(g["betas"]), g["eps"]) for o in optimizers for g in o.param_groups}
-        if len(settings) != 1:
-            raise ConfigError("compile=true in a population needs the same Adam betas and eps in every member")
-        (betas, eps), = settings
+        rules = [optimizer_rule(o) for o in optimizers]
+        kinds = {type(o).__name__ for o in optimizers}
+        if len(kinds) != 1 or not all(torch.equal(r.hyper, rules[0].hyper) for r in rules):
+            raise ConfigError(f"compile=true in a population needs one optimizer with the same settings (betas, eps, "
+                              f"alpha) in every member; these members use {', '.join(sorted(kinds))} with different "
+                              "ones")
+        self.rule: OptimizerRule = rules[0]  # its formula; each member's state is read through its own rule
         cache_dir()
         self.losses, self.params, self.buffers, self.limit = losses, params, buffers, limit
         self.optimizers = list(optimizers)
@@ -49,13 +50,13 @@ class CompiledMembersStep:
         self.names = [n for n in params if n in rows and id(rows[n][0]) in group_of]
         self.group = [group_of[id(rows[n][0])] for n in self.names]
         self.device = next(iter(params.values())).device
-        self.hyper = torch.tensor([*betas, eps], dtype=torch.float32, device=self.device)
-        self.exp_avg, self.exp_avg_sq, self.steps = _stack_adam_states(self.optimizers, rows, self.names)
+        self.hyper = self.rule.hyper.to(self.device)
+        self.slots, self.steps = _stack_states(rules, rows, self.names)
         self._step = torch.compile(self._pure_step, dynamic=False)
         self.compile_seconds: float | None = None
 
-    def _pure_step(self, params: dict[str, torch.Tensor], exp_avg: list[torch.Tensor], exp_avg_sq: list[torch.Tensor],
-                   steps: torch.Tensor, lrs: torch.Tensor, active: torch.Tensor, hyper: torch.Tensor,
+    def _pure_step(self, params: dict[str, torch.Tensor], slots: list[list[torch.Tensor]], steps: torch.Tensor,
+                   lrs: torch.Tensor, active: torch.Tensor, hyper: torch.Tensor,
                    batch: Any, terms: dict[str, torch.Tensor]) -> tuple[Any, ...]:
         trained = {n: params[n] for n in self.names}
         frozen = {n: p for n, p in params.items() if n not in trained}
@@ -71,22 +72,17 @@ class CompiledMembersStep:
             norms = torch.stack([torch.linalg.vector_norm(g.reshape(members, -1), dim=1) for g in grads_list])
             scale = torch.clamp(self.limit / (torch.linalg.vector_norm(norms, dim=0) + 1e-6), max=1.0)
             grads_list = [g * scale.view(-1, *([1] * (g.dim() - 1))) for g in grads_list]
-        beta1, beta2, eps = hyper[0], hyper[1], hyper[2]
-        new_steps = steps + active
-        bias1 = 1 - beta1 ** new_steps
-        bias2_sqrt = torch.sqrt(1 - beta2 ** new_steps)
-        new_params, new_m, new_v = [], [], []
+        new_params: list[torch.Tensor] = []
+        new_slots: list[list[torch.Tensor]] = [[] for _ in slots]
         for i, (name, g) in enumerate(zip(self.names, grads_list, strict=True)):
-            shape = (-1, *([1] * (g.dim() - 1)))
+            shape = (-1, *([1] * (g.dim() - 1)))  # a member's step count and learning rate over its rows
             on = active.view(shape) > 0
-            m = torch.lerp(exp_avg[i], g, 1 - beta1)
-            v = exp_avg_sq[i] * beta2 + (1 - beta2) * g * g
-            lr = lrs[self.group[i]]
-            p = params[name] - (lr / bias1).view(shape) * m / (v.sqrt() / bias2_sqrt.view(shape) + eps)
+            (p,), stepped = self.rule.apply([params[name]], [g], [[slot[i]] for slot in slots], steps.view(shape),
+                                            [lrs[self.group[i]].view(shape)], hyper)
             new_params.append(torch.where(on, p, params[name]))  # a member that has stopped is carried, not stepped
-            new_m.append(torch.where(on, m, exp_avg[i]))
-            new_v.append(torch.where(on, v, exp_avg_sq[i]))
-        return new_params, new_m, new_v, new_steps, stats
+            for k, (slot, (value,)) in enumerate(zip(slots, stepped, strict=True)):
+                new_slots[k].append(torch.where(on, value, slot[i]))
+        return new_params, new_slots, steps + active, stats
 
     def step(self, batch: Any, terms: dict[str, torch.Tensor], active: torch.Tensor) -> Any:
         """(`batch`: the stacked tensors the loss takes, `terms` its other inputs; returns the loss's stats, the
@@ -99,11 +95,11 @@ class CompiledMembersStep:
         started = time.perf_counter()
         with torch.no_grad():
             params = {n: p.detach() for n, p in self.params.items()}
-            new_params, new_m, new_v, new_steps, stats = self._step(
-                params, self.exp_avg, self.exp_avg_sq, self.steps[0].clone(), lrs, active, self.hyper, batch, terms)
+            new_params, new_slots, new_steps, stats = self._step(
+                params, self.slots, self.steps[0].to(self.device, copy=True), lrs, active, self.hyper, batch, terms)
             torch._foreach_copy_([self.params[n] for n in self.names], new_params)  # the members' views follow
-            torch._foreach_copy_(self.exp_avg, new_m)
-            torch._foreach_copy_(self.exp_avg_sq, new_v)
+            for old, new in zip(self.slots, new_slots, strict=True):
+                torch._foreach_copy_(old, new)
             self.steps.copy_(new_steps.expand_as(self.steps))
         if first:
             self.compile_seconds = time.perf_counter() - started
@@ -112,24 +108,25 @@ class CompiledMembersStep:
         return stats
 
 
-def _stack_adam_states(optimizers: Sequence[FusedAdam], rows: dict[str, list[torch.Tensor]],
-                       names: list[str]) -> tuple[list[torch.Tensor], list[torch.Tensor], torch.Tensor]:
-    """The members' Adam moments stacked per weight, each member's state now a view of its row (so that its
-    checkpoint saves what the compiled step wrote); and the step counts as one [weights, members] tensor, each
-    member's per-weight step tensor a view of its entry (distinct tensors, as FusedAdam keeps them)."""
-    exp_avg: list[torch.Tensor] = []
-    exp_avg_sq: list[torch.Tensor] = []
-    states = {n: [o._state(p) for o, p in zip(optimizers, rows[n], strict=True)] for n in names}
+def _stack_states(rules: Sequence[OptimizerRule], rows: dict[str, list[torch.Tensor]],
+                  names: list[str]) -> tuple[list[list[torch.Tensor]], torch.Tensor]:
+    """The members' optimizer slots (Adam's moments, RMSprop's square average) stacked per weight, each member's
+    state now a view of its row (so that its checkpoint saves what the compiled step wrote); and the step counts as
+    one [weights, members] tensor, each member's per-weight step tensor a view of its entry (distinct tensors, as
+    the optimizers keep them, and where they keep them: torch.optim's RMSprop on the CPU, FusedAdam on the
+    parameters' device)."""
+    states = {n: [rule.state(p) for rule, p in zip(rules, rows[n], strict=True)] for n in names}
     steps = torch.stack([torch.stack([s["step"] for s in states[n]]) for n in names]).to(torch.float32)
     if not torch.equal(steps, steps[:1].expand_as(steps)):
         raise ConfigError("compile=true in a population: a member's weights have taken different numbers of "
                           "optimizer steps (its checkpoint is not one this population wrote)")
+    slots: list[list[torch.Tensor]] = [[] for _ in rules[0].slots]
     for i, name in enumerate(names):
-        for slot, out in (("exp_avg", exp_avg), ("exp_avg_sq", exp_avg_sq)):
+        for slot, out in zip(rules[0].slots, slots, strict=True):
             stacked = torch.stack([s[slot] for s in states[name]])
             for row, state in enumerate(states[name]):
                 state[slot] = stacked[row]
             out.append(stacked)
         for row, state in enumerate(states[name]):
             state["step"] = steps[i, row]
-    return exp_avg, exp_avg_sq, steps
+    return slots, steps
