@@ -109,10 +109,10 @@ def main() -> None:
                         help="run in this directory and keep the runs (their train.log ends with the time account)")
     parser.add_argument("--device", default="cpu", help="every rlcli row's device= (cpu, cuda, cuda:N)")
     parser.add_argument("--algo", default="ppo",
-                        choices=["ppo", "a2c", "pg", "dqn", "qrdqn", "sac", "tqc", "td3", "ddpg"],
+                        choices=["ppo", "a2c", "pg", "pqn", "dqn", "qrdqn", "sac", "tqc", "td3", "ddpg"],
                         help="the algorithm of every row (SB3 has rows for ppo, dqn, qrdqn, sac and tqc)")
     args = parser.parse_args()
-    if args.algo in ("a2c", "pg", "td3", "ddpg") and not args.no_sb3:
+    if args.algo in ("a2c", "pg", "pqn", "td3", "ddpg") and not args.no_sb3:
         parser.error(f"scripts/bench.py has no SB3 row for {args.algo}: add --no-sb3")
     COMMON[:0] = [f"algo={args.algo}"]
     COMMON.append(f"device={args.device}")

@@ -40,10 +40,16 @@ ALGOS = {"ppo": PPO, "a2c": ["algo=a2c", "algo.n_steps=8"], "pg": ["algo=pg", "a
          # algo.target_kl: each member ends its epochs where its single run does (not drawing the later ones)
          "ppo-target-kl": [*PPO, "algo.n_epochs=8", "algo.target_kl=0.0001"],  # members stop after 8, 6, 4
          # the adaptive KL penalty: each member's own coefficient in its loss, adapted after its own update
-         "ppo-kl": ["algo=ppo_kl", "algo.n_steps=32", "algo.batch_size=64", "algo.n_epochs=3"]}
+         "ppo-kl": ["algo=ppo_kl", "algo.n_steps=32", "algo.batch_size=64", "algo.n_epochs=3"],
+         # PQN: epsilon-greedy acting on a LayerNorm Q-network, Q(lambda) returns, epochs of minibatches, RAdam
+         "pqn": ["algo=pqn", "algo.n_steps=32", "algo.num_minibatches=2", "algo.n_epochs=2",
+                 "algo.exploration_initial_eps=0.3"]}
+# a third member's own loss setting, which the population must batch (PQN's loss has no coefficient: its returns'
+# q_lambda)
+OWN_SETTING = {"pqn": "algo.q_lambda=0.3"}
 
 # the declared kinds, as refusals list them
-ALL_BATCHABLE = "a2c, c51, ddpg, dqn, pg, ppo, ppo_kl, qrdqn, sac, td3 and tqc"
+ALL_BATCHABLE = "a2c, c51, ddpg, dqn, pg, ppo, ppo_kl, pqn, qrdqn, sac, td3 and tqc"
 
 
 def overrides(algo: str, *more: str) -> list[str]:
@@ -63,7 +69,7 @@ def collected(*more: str, algo: str = "ppo"):
 @pytest.mark.parametrize("algo", list(ALGOS))
 def test_a_members_first_update_is_its_single_runs_within_float_tolerance(algo):
     members = [collected("seed=0", algo=algo), collected("seed=1", "algo.lr=1e-3", algo=algo),
-               collected("seed=2", "algo.ent_coef=0.01", "algo.gamma=0.9", algo=algo)]
+               collected("seed=2", OWN_SETTING.get(algo, "algo.ent_coef=0.01"), "algo.gamma=0.9", algo=algo)]
     singles = []
     for components, rng in members:  # each single run's own update, on a copy
         algo = copy.deepcopy(components.algo)
@@ -257,11 +263,11 @@ def test_population_refuses_what_it_cannot_batch_in_one_line():
         population_update([trpo.algo, trpo.algo], [trpo.buffer, trpo.buffer])
     dqn, _ = prepare(compose_config(["algo=dqn", "env=CartPole-v1"]))
     with pytest.raises(ConfigError,
-                       match=r"DQN cannot train in a population of on-policy members: a2c, pg, ppo and ppo_kl \("):
+                       match=r"DQN cannot train in a population of on-policy members: a2c, pg, ppo, ppo_kl and pqn \("):
         PopulationUpdate([dqn.algo, dqn.algo])
     gru, _ = prepare(compose_config(["algo=ppo", "env=CartPoleNoVel-v1", "actor=gru"]))
-    with pytest.raises(ConfigError, match="a recurrent actor cannot train in a population yet; a2c, pg, ppo and "
-                                          r"ppo_kl \(MLP or CNN actors\) without it can"):
+    with pytest.raises(ConfigError, match="a recurrent actor cannot train in a population yet; a2c, pg, ppo, ppo_kl "
+                                          r"and pqn \(MLP or CNN actors\) without it can"):
         PopulationUpdate([gru.algo, gru.algo])
 
 
@@ -434,15 +440,15 @@ def test_the_declared_population_kinds_are_what_batches_and_everything_else_is_r
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("algo", ["ppo", "pg", "a2c"])
+@pytest.mark.parametrize("algo", ["ppo", "pg", "a2c", "pqn"])
 def test_a_compiled_population_steps_as_the_eager_one_and_its_members_optimizers_hold_the_result(algo):
     """compile=true members: the population's whole minibatch step (vectorized loss, gradients, each member's clip
-    and optimizer: PPO's and PG's Adam, A2C's RMSprop) is one compiled graph. After one update its members' weights
-    match the eager population's within float reordering, a member that has stopped is untouched, and each member's
-    own optimizer state (what its checkpoint saves) is what the compiled step wrote."""
+    and optimizer: PPO's and PG's Adam, A2C's RMSprop, PQN's RAdam) is one compiled graph. After one update its
+    members' weights match the eager population's within float reordering, a member that has stopped is untouched,
+    and each member's own optimizer state (what its checkpoint saves) is what the compiled step wrote."""
     def members(*more: str):
         return [collected("seed=0", *more, algo=algo), collected("seed=1", "algo.lr=1e-3", *more, algo=algo),
-                collected("seed=2", "algo.ent_coef=0.01", *more, algo=algo)]
+                collected("seed=2", OWN_SETTING.get(algo, "algo.ent_coef=0.01"), *more, algo=algo)]
 
     eager, compiled = members(), members("compile=true")
     active = [True, True, False]
@@ -463,7 +469,7 @@ def test_a_compiled_population_steps_as_the_eager_one_and_its_members_optimizers
             for index, state in reference.items():
                 assert float(saved[index]["step"]) == float(state["step"]) > 0
                 slots = [k for k in state if k != "step"]
-                assert slots == (["square_avg"] if algo == "a2c" else ["exp_avg", "exp_avg_sq"])
+                assert slots == (["square_avg"] if algo == "a2c" else ["exp_avg", "exp_avg_sq"])  # PQN: RAdam's
                 for slot in slots:
                     torch.testing.assert_close(saved[index][slot], state[slot], rtol=1e-3, atol=1e-6)
         else:
@@ -497,9 +503,17 @@ def test_the_members_acting_forward_skips_vmap_only_where_it_gives_vmaps_numbers
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             return self.layer(x) - self.layer(x).mean(0)
 
+    def layer_normed() -> torch.nn.Module:  # PQN's shape; its own scale and shift per member
+        net = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(6, 4), torch.nn.LayerNorm(4), torch.nn.ReLU(),
+                                  torch.nn.Linear(4, 2))
+        torch.nn.init.normal_(net[2].weight)
+        torch.nn.init.normal_(net[2].bias)
+        return net
+
     torch.manual_seed(0)
     for make, fast in ((lambda: torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(6, 4), torch.nn.Tanh(),
                                                     torch.nn.Linear(4, 2)), True),
+                       (layer_normed, True),
                        (PoolsTheBatch, False)):
         nets = [make() for _ in range(3)]
         params, buffers = stack_weights(nets)
@@ -507,7 +521,7 @@ def test_the_members_acting_forward_skips_vmap_only_where_it_gives_vmaps_numbers
         alone = torch.stack([net(o) for net, o in zip(nets, obs, strict=True)])
         batched = vmap(partial(functional_call, nets[0]), in_dims=(0, 0))
         forward = MembersForward(nets[0], params, nets[0], partial(batched, params))
-        assert forward.swaps is not None  # both are built of linear layers only
+        assert forward.swaps is not None  # all are built of linear layers (and a layer norm) only
         with torch.no_grad():
             for _ in range(2):
                 assert torch.allclose(forward(obs), alone, atol=1e-6)

@@ -10,6 +10,7 @@ It is on-policy-shaped in rlcli's loop: collect a rollout, finish it, update, di
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from typing import Any
 
 import gymnasium as gym
@@ -18,9 +19,10 @@ from torch import nn
 
 from rlcli.actors.layers import _ACTIVATIONS
 from rlcli.actors.offpolicy import NetworkRecipe
-from rlcli.algos.base import Decay, gradient_step, masked_mean, set_lr
+from rlcli.algos.base import Decay, UpdatePlan, gradient_step, masked_mean, set_lr
 from rlcli.algos.compiled import CompiledStep
 from rlcli.algos.exploration import epsilon_greedy, minibatches
+from rlcli.batches import RolloutBatch
 from rlcli.contracts import ActOutput, AlgoSpec, RecurrentState, RolloutStorage, RunClock
 from rlcli.registry import ALGOS, require
 from rlcli.schedules import Schedule, to_zero
@@ -74,10 +76,19 @@ class LayerNormQNetwork(nn.Module):
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         return self.q(obs)
 
+    def policy_and_values(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Acting's arithmetic without the draw: the Q-values and the greedy values (a population computes this for
+        all its members at once, then each member acts on its rows with `PQN.act_on`)."""
+        q = self.q(obs)
+        return q, q.max(-1).values
+
 
 @ALGOS.register("pqn", spec=AlgoSpec(on_policy=True, action_spaces=("Discrete",), networks=("mlp", "cnn"),
-                                     network_kind="recipe", compiles=True))
+                                     network_kind="recipe", compiles=True, population="on_policy"))
 class PQN:
+    """The update is given in the on-policy parts a batched population calls (`begin_update`, `minibatch_order`,
+    `minibatch_loss`, `end_update`; sweeps/population/onpolicy.py), as PPO's is."""
+
     def __init__(
         self,
         recipe: NetworkRecipe,
@@ -129,8 +140,11 @@ class PQN:
 
     @torch.inference_mode()
     def act(self, obs: torch.Tensor, deterministic: bool = False, state: RecurrentState | None = None) -> ActOutput:
-        """Epsilon-greedy actions; `values` are the greedy values max_a Q(s, a), what Q(lambda) bootstraps from."""
-        q = self.networks(obs)
+        return self.act_on(self.networks(obs), deterministic=deterministic)
+
+    def act_on(self, q: torch.Tensor, values: torch.Tensor | None = None, deterministic: bool = False) -> ActOutput:
+        """Epsilon-greedy actions on these Q-values; `values` are the greedy values max_a Q(s, a), what Q(lambda)
+        bootstraps from (recomputed here from `q`: a population passes its batched ones, which are the same)."""
         values, actions = q.max(-1)
         if not deterministic:
             actions = epsilon_greedy(actions, self.n_actions, self.epsilon)
@@ -150,28 +164,52 @@ class PQN:
         buffer.advantages = buffer.returns - buffer.values  # not trained on; kept for a uniform rollout
 
     def update(self, buffer: RolloutStorage, clock: RunClock) -> dict[str, torch.Tensor]:
-        lr = set_lr(self.optimizer, self.lr_scale)
-        batch = buffer.flat()
-        size, device = batch.mask.shape[0], batch.mask.device
-        losses, q_means = [], []
-        for _ in range(self.n_epochs):
-            for idx in minibatches(size, self.minibatch_size, device):
-                args = (batch.obs[idx], batch.actions[idx], batch.returns[idx], batch.mask[idx])
+        plan = self.begin_update(buffer)
+        logged: dict[str, list[torch.Tensor]] = {}
+        for epoch in self.minibatch_order(plan.batch.mask.shape[0], plan.batch.mask.device):
+            for idx in epoch:
+                minibatch = RolloutBatch(*(x[idx] for x in plan.batch[:7]))
                 if self._compiled is not None:
-                    loss, q_mean = self._compiled(*args)
+                    _, stats = self._compiled(minibatch)
                 else:
-                    loss, q_mean = self.minibatch_loss(*args)
+                    loss, stats = self.minibatch_loss(minibatch)
                     gradient_step(self.optimizer, loss, self.networks.parameters(), self.max_grad_norm)
-                losses.append(loss.detach())
-                q_means.append(q_mean)
-        return {"value_loss": torch.stack(losses).mean(), "q_mean": torch.stack(q_means).mean(),
-                "epsilon": torch.tensor(self.epsilon), "learning_rate": torch.tensor(lr)}
+                for key, value in stats.items():
+                    logged.setdefault(key, []).append(value)
+        return self.end_update(plan, {k: torch.stack(v).mean() for k, v in logged.items()})
 
-    def minibatch_loss(self, obs: torch.Tensor, actions: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor,
-                       ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Q(s, a) regressed onto the Q(lambda) returns; (the loss, the mean Q to log)."""
-        q = self.networks(obs).gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
-        return masked_mean((q - returns).square(), mask), masked_mean(q.detach(), mask)
+    # the update's parts, which a population calls for all its members at once
+    def begin_update(self, buffer: RolloutStorage) -> UpdatePlan:
+        """This update's learning rate (the schedule's) and flat rollout."""
+        return UpdatePlan(set_lr(self.optimizer, self.lr_scale), None, buffer.flat())
+
+    def loss_terms(self, plan: UpdatePlan) -> dict[str, float | None]:
+        return {}  # the loss has no coefficients: gamma and q_lambda shaped the returns already
+
+    def minibatch_order(self, size: int, device: torch.device | str = "cpu") -> Iterator[list[torch.Tensor]]:
+        """Every epoch's shuffled minibatches, each drawn as its epoch begins."""
+        for _ in range(self.n_epochs):
+            yield list(minibatches(size, self.minibatch_size, device))
+
+    def stops_after_epoch(self, approx_kls: list[torch.Tensor]) -> bool:
+        return False  # every epoch runs
+
+    def minibatch_loss(self, batch: RolloutBatch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """Q(s, a) regressed onto the Q(lambda) returns; (the loss, what to log: it and the mean Q)."""
+        q = self.networks(batch.obs).gather(-1, batch.actions.long().unsqueeze(-1)).squeeze(-1)
+        loss = masked_mean((q - batch.returns).square(), batch.mask)
+        return loss, {"value_loss": loss.detach(), "q_mean": masked_mean(q.detach(), batch.mask)}
+
+    def end_update(self, plan: UpdatePlan, metrics: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """The update's metrics (the minibatches' means given) and the acting's epsilon."""
+        return {**metrics, "epsilon": torch.tensor(self.epsilon), "learning_rate": torch.tensor(plan.lr)}
+
+    @property
+    def compile_enabled(self) -> bool:
+        return self._compiled is not None
+
+    def population_refusal(self) -> str | None:
+        return None  # an MLP or CNN Q-network (algo=pqn has no recurrent one)
 
     def enable_compile(self) -> None:
         """compile=true: the minibatch loss, its gradients, the clip and RAdam as one graph."""

@@ -24,7 +24,7 @@ from rlcli.run import lock as run_lock
 BATCHABLE = ("lr", "lr_pi", "lr_v", "gamma", "gae_lambda", "ent_coef", "vf_coef", "clip_range", "max_grad_norm",
              "tau", "target_update_interval", "exploration_fraction", "exploration_initial_eps",
              "exploration_final_eps", "ent_coef_init", "target_entropy", "noise_std", "target_kl",
-             "kl_coef", "kl_target")
+             "kl_coef", "kl_target", "q_lambda")
 
 
 def check_launcher_options(max_members: Any, n_jobs: Any) -> None:
