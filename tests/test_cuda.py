@@ -97,6 +97,7 @@ ACTOR_CRITIC = ["env=Pendulum-v1", "train.num_envs=2", "algo.learning_starts=64"
                 "algo.train_freq=2", "algo.gradient_steps=2", "actor.hidden_sizes=[32,32]", "train.test_every=256",
                 *QUIET]
 UPDATES = {"ppo": (["algo=ppo", *ON], None),
+           "pqn": (["algo=pqn", "algo.num_minibatches=2", *(o for o in ON if "batch_size" not in o)], None),
            "dqn": (["algo=dqn", *ON[:1], *ACTOR_CRITIC[1:]], RunClock(96, 1024, 48)),
            "sac": (["algo=sac", *ACTOR_CRITIC], RunClock(96, 1024, 48)),
            "td3": (["algo=td3", *ACTOR_CRITIC], RunClock(96, 1024, 48))}

@@ -528,3 +528,39 @@ def test_the_members_acting_forward_skips_vmap_only_where_it_gives_vmaps_numbers
         assert (forward.swaps is not None) is fast  # the second kept the fast path only where it agreed
     gaussian = prepare(compose_config(["algo=ppo", "env=Pendulum-v1"]))[0].algo.networks
     assert MembersForward(gaussian, stack_weights([gaussian])[0], gaussian, print).swaps is None  # its log std
+
+
+# each kind's acting: a categorical and a gSDE Gaussian policy, PQN's and DQN's greedy Q, SAC's squashed mean, TD3's
+TESTED = {"ppo": overrides("ppo"), "ppo-sde": overrides("ppo-sde"), "pqn": overrides("pqn"),
+          "dqn": [*TINY, "algo=dqn", "algo.learning_starts=64"],
+          "sac": ["algo=sac", "env=Pendulum-v1", *TINY[1:], "actor.hidden_sizes=[32,32]"],
+          "td3": ["algo=td3", "env=Pendulum-v1", *TINY[1:], "actor.hidden_sizes=[32,32]"]}
+
+
+@pytest.mark.parametrize("algo", list(TESTED))
+def test_due_members_test_together_as_each_would_alone(algo, tmp_path):
+    """The members due a test phase run their test episodes in step (one forward for all members per step): each
+    gets the episodes its own test phase would give; a member not due runs none."""
+    from rlcli.collectors.testing import evaluate
+    from rlcli.run.evaluation import test_seed
+    from rlcli.sweeps.population.testing import test_together
+
+    members = []
+    for seed in (0, 1, 2):
+        components, state = prepare(compose_config([*TESTED[algo], f"seed={seed}"]))
+        run_dir = tmp_path / str(seed)
+        members.append(Member(Trainer(components, run_dir, state), run_dir, seed, "", {}))
+    population = population_update([m.trainer.c.algo for m in members], [m.trainer.c.buffer for m in members])
+    tested = test_together(members, [True, False, True], population)
+    assert sorted(tested) == [0, 2]
+    for index in (0, 2):
+        c, state = members[index].trainer.c, members[index].trainer.state
+        alone = evaluate(c.test_envs, c.algo, c.algo.networks.normalizer, c.device, seed=test_seed(c, state),
+                         obs_dtype=c.obs_dtype)
+        assert np.array_equal(tested[index].lengths, alone.lengths)
+        if algo in ("ppo", "pqn", "dqn"):  # discrete actions: the same argmax, the same episodes
+            assert np.array_equal(tested[index].returns, alone.returns)
+        else:  # Box actions: the batched product's rounding (~1e-7) reaches the env
+            np.testing.assert_allclose(tested[index].returns, alone.returns, rtol=1e-4)
+        assert c.clock.seconds["test"] > 0
+    assert members[1].trainer.c.clock.seconds["test"] == 0

@@ -90,8 +90,8 @@ class A2C(OneStepUpdate):
         return {**metrics, "explained_variance": explained_variance(batch.values, batch.returns, batch.mask),
                 "learning_rate": torch.tensor(plan.lr)}
 
-    def act_on(self, params: torch.Tensor, values: torch.Tensor) -> ActOutput:
+    def act_on(self, params: torch.Tensor, values: torch.Tensor, deterministic: bool = False) -> ActOutput:
         """`act`'s draw from the policy head's parameters and the values a population computed for all members
         (gSDE's exploration matrices resampled first, when `act` would resample them)."""
-        self.noise_resampling.before_act(params.shape[0], False)
-        return self.networks.sampled(params, values)
+        self.noise_resampling.before_act(params.shape[0], deterministic)
+        return self.networks.sampled(params, values, deterministic)

@@ -29,6 +29,38 @@ class TestStats:
 FrameSink = Callable[[int, np.ndarray], None]
 
 
+class TestEpisodes:
+    """One episode in each of `envs` (env i reset with seed `seed + i`), stepped with the actions the caller
+    chose: `evaluate`'s loop, which a population also runs for all its members' test envs at once, acting for all
+    of them in one call (sweeps/population/testing.py). `frames(i, frame)`: see `evaluate`."""
+
+    def __init__(self, envs: VectorEnv, seed: int, frames: FrameSink | None = None) -> None:
+        self.envs, self.frames = envs, frames
+        n = envs.num_envs
+        self.returns, self.lengths = np.zeros(n), np.zeros(n, dtype=np.int64)
+        self.finished = np.zeros(n, dtype=bool)
+        self.obs, self.infos = envs.reset(seed=seed)
+        if frames is not None:
+            _pass_frames(envs, self.finished, frames)
+
+    @property
+    def done(self) -> bool:
+        return bool(self.finished.all())
+
+    def step(self, env_actions: np.ndarray) -> None:
+        self.obs, _, _, _, self.infos = self.envs.step(env_actions)
+        if self.frames is not None:
+            _pass_frames(self.envs, self.finished, self.frames)
+        if "_episode" in self.infos:
+            first = self.infos["_episode"] & ~self.finished
+            self.returns[first] = self.infos["episode"]["r"][first]
+            self.lengths[first] = self.infos["episode"]["l"][first]
+            self.finished |= first
+
+    def stats(self) -> TestStats:
+        return TestStats(self.returns, self.lengths)
+
+
 def evaluate(envs: VectorEnv, algo: Algorithm, normalizer: RunningNorm, device: torch.device, seed: int,
              obs_dtype: torch.dtype = torch.float32, carry_size: int = 0, deterministic: bool = True,
              frames: FrameSink | None = None, masks: bool = False) -> TestStats:
@@ -37,35 +69,24 @@ def evaluate(envs: VectorEnv, algo: Algorithm, normalizer: RunningNorm, device: 
     first observation to the last (the envs must render rgb_array). `masks`: the algorithm acts among the
     valid actions that the envs' infos give (AlgoSpec.action_masks)."""
     n = envs.num_envs
-    returns, lengths = np.zeros(n), np.zeros(n, dtype=np.int64)
-    finished = np.zeros(n, dtype=bool)
     n_actions = mask_width(envs.single_action_space) if masks else 0
-    obs, infos = envs.reset(seed=seed)
-    if frames is not None:
-        _pass_frames(envs, finished, frames)
+    episodes = TestEpisodes(envs, seed, frames)
     # one episode per env: a fresh carry at the first step, never reset after it
     state = (RecurrentState(torch.zeros(n, carry_size, device=device), torch.ones(n, device=device))
              if carry_size else None)
-    while not finished.all():
+    while not episodes.done:
         with torch.inference_mode():
-            x = normalizer(torch.as_tensor(obs, dtype=obs_dtype, device=device))
+            x = normalizer(torch.as_tensor(episodes.obs, dtype=obs_dtype, device=device))
             if masks:
-                mask = torch.as_tensor(masks_from_infos(infos, n, n_actions), device=device)
+                mask = torch.as_tensor(masks_from_infos(episodes.infos, n, n_actions), device=device)
                 out = cast(MaskedPolicy, algo).act_masked(x, mask, deterministic=deterministic)
             else:
                 out = algo.act(x, deterministic=deterministic, state=state)
         if state is not None:
             assert out.carry is not None
             state = RecurrentState(out.carry, torch.zeros(n, device=device))
-        obs, _, _, _, infos = envs.step(algo.env_actions(out.actions).cpu().numpy())
-        if frames is not None:
-            _pass_frames(envs, finished, frames)
-        if "_episode" in infos:
-            first = infos["_episode"] & ~finished
-            returns[first] = infos["episode"]["r"][first]
-            lengths[first] = infos["episode"]["l"][first]
-            finished |= first
-    return TestStats(returns, lengths)
+        episodes.step(algo.env_actions(out.actions).cpu().numpy())
+    return episodes.stats()
 
 
 def _pass_frames(envs: VectorEnv, finished: np.ndarray, frames: FrameSink) -> None:

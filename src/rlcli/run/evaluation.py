@@ -10,12 +10,19 @@ from rlcli.run.state import TrainState, save_best
 from rlcli.services.log import RunLogger, fmt_return
 
 
-def test_phase(c: Components, state: TrainState, run_dir: Path, log: RunLogger) -> TestStats:
+def test_seed(c: Components, state: TrainState) -> int:
+    """The seed of the next test phase's envs (env i: this + i), its own per phase."""
+    return int(c.cfg.seed) + 100_003 * (state.tests + 1)
+
+
+def test_phase(c: Components, state: TrainState, run_dir: Path, log: RunLogger,
+               result: TestStats | None = None) -> TestStats:
     """One episode per test env (env i from a seed of its own per phase), the counters and best.pt updated, and
-    every episode's return and length recorded (eval.jsonl, TensorBoard)."""
-    result = evaluate(c.test_envs, c.algo, c.algo.networks.normalizer, c.device,
-                      seed=int(c.cfg.seed) + 100_003 * (state.tests + 1), obs_dtype=c.obs_dtype,
-                      carry_size=c.carry_size, masks=c.spec.action_masks)
+    every episode's return and length recorded (eval.jsonl, TensorBoard). `result`: the episodes, when the caller
+    ran them (a population runs its members' test episodes together, sweeps/population/testing.py)."""
+    if result is None:
+        result = evaluate(c.test_envs, c.algo, c.algo.networks.normalizer, c.device, seed=test_seed(c, state),
+                          obs_dtype=c.obs_dtype, carry_size=c.carry_size, masks=c.spec.action_masks)
     state.tests += 1
     state.last_test_return = result.mean_return
     best = state.best_test_return

@@ -19,6 +19,7 @@ from typing import Any, Literal, NamedTuple, NoReturn
 
 from rlcli.collectors.env_faults import CollectorError, EnvError
 from rlcli.collectors.local import CollectStats
+from rlcli.collectors.testing import TestStats
 from rlcli.contracts import Learner, OnPolicyLearner, RunClock
 from rlcli.envs import library_noise
 from rlcli.run import lock as run_lock
@@ -119,10 +120,12 @@ class Trainer:
             return f"env {self.c.cfg.env.id} {error} at env step {self.state.env_steps + error.step:,}"
         return str(error)
 
-    def after_update(self, it: Iteration, log: RunLogger, tracking: Tracking | None) -> bool:
-        """Test, video, log, a stop, a signal, a checkpoint: everything after an iteration's update. True: stop."""
+    def after_update(self, it: Iteration, log: RunLogger, tracking: Tracking | None,
+                     tested: TestStats | None = None) -> bool:
+        """Test, video, log, a stop, a signal, a checkpoint: everything after an iteration's update. True: stop.
+        `tested`: this iteration's test episodes, when the caller ran them (a population's members, together)."""
         state = self.state
-        self._test_phase(it, log)
+        self._test_phase(it, log, tested)
         video_phase(self.c, state, it, self.run_dir, log)
         log_phase(self.c, state, it, log, self._tb_every)
         if it.stop is not None and not it.last_phase:  # at the budget's end it is simply the end
@@ -235,12 +238,17 @@ class Trainer:
         it.last_phase = state.env_steps >= s.total_steps
         return True
 
-    def _test_phase(self, it: Iteration, log: RunLogger) -> None:
-        c, state, every = self.c, self.state, self.c.settings.test_every
-        if not (crossed(state.env_steps, it.previous, every) or (it.last_phase and every > 0)):
+    def test_due(self, it: Iteration) -> bool:
+        """Whether this iteration ends with a test phase (known once `record_update` has run)."""
+        every = self.c.settings.test_every
+        return crossed(self.state.env_steps, it.previous, every) or (it.last_phase and every > 0)
+
+    def _test_phase(self, it: Iteration, log: RunLogger, tested: TestStats | None = None) -> None:
+        c, state = self.c, self.state
+        if not self.test_due(it):
             return
         with c.clock("test"):
-            result = test_phase(c, state, self.run_dir, log)
+            result = test_phase(c, state, self.run_dir, log, tested)
         requested = self.callbacks.after_test(self.context, result)  # every callback sees every test
         last = state.last_test_return
         reached = c.stop_reward is not None and last is not None and last >= c.stop_reward

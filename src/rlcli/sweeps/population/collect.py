@@ -86,7 +86,7 @@ def collect_together(members: Sequence[Member], population: Population,
             assert one_call is not None
             for index, out in one_call.act_members(params, draws).items():
                 outs[index], actions[index] = out, out.actions
-        env_actions = _on_host({index: member.trainer.c.algo.env_actions(actions[index]) for index, member in acting})
+        env_actions = on_host({index: member.trainer.c.algo.env_actions(actions[index]) for index, member in acting})
         share = (time.perf_counter() - moved) / len(acting)
         for index, member in acting:
             collector = collectors[id(member)]
@@ -101,7 +101,7 @@ def collect_together(members: Sequence[Member], population: Population,
     return [failed.get(id(m), stats.get(id(m))) for m in members]
 
 
-def _on_host(actions: dict[int, torch.Tensor]) -> dict[int, np.ndarray]:
+def on_host(actions: dict[int, torch.Tensor]) -> dict[int, np.ndarray]:
     """The members' env actions as numpy arrays; from a GPU in one copy (one wait for the device, not one per
     member)."""
     tensors = list(actions.values())

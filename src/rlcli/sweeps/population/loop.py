@@ -1,5 +1,6 @@
-"""The population's loop: each member collects, then one batched update for all, then each member's own test,
-logs, stop and checkpoint steps: the single run's loop (trainer.py) with its update shared."""
+"""The population's loop: each member collects, then one batched update for all, then the due members' test
+episodes together, then each member's own logs, stop and checkpoint steps: the single run's loop (trainer.py) with
+its update and its tests' acting shared."""
 
 from __future__ import annotations
 
@@ -7,12 +8,14 @@ import time
 
 from rlcli.collectors.env_faults import CollectorError
 from rlcli.collectors.local import CollectStats
+from rlcli.collectors.testing import TestStats
 from rlcli.run.divergence import Diverged
 from rlcli.run.stop import RunFailed, StoppedBySignal, StopSignals
 from rlcli.sweeps.population import streams
 from rlcli.sweeps.population.collect import collect_together
 from rlcli.sweeps.population.kinds import Population
 from rlcli.sweeps.population.members import Member
+from rlcli.sweeps.population.testing import test_together
 
 
 def train_population(members: list[Member], population: Population) -> int | None:
@@ -34,9 +37,17 @@ def train_population(members: list[Member], population: Population) -> int | Non
                     with member.turn():
                         _after_collect(member, collected)
             _update(members, population)
+            going = []  # the members whose iteration goes on (not rolled back, failed or stopped)
             for member in [m for m in members if m.live]:
                 with member.turn():
-                    _after_update(member)
+                    if _record_update(member):
+                        going.append(member)
+            due = [m in going and m.it is not None and m.trainer.test_due(m.it) for m in members]
+            tested = test_together(members, due, population)
+            for index, member in enumerate(members):
+                if member in going:
+                    with member.turn():
+                        _after_update(member, tested.get(index))
             waiting.credit()
             if signals.received is not None:  # Ctrl-C / SIGTERM: every live member saved at this same step
                 for member in [m for m in members if m.live]:
@@ -101,14 +112,27 @@ def _update(members: list[Member], population: Population) -> None:
             member.metrics = result
 
 
-def _after_update(member: Member) -> None:
+def _record_update(member: Member) -> bool:
+    """The member's update checked and counted; False: it rolled back to its last good checkpoint (it collects again
+    from there) or ended."""
     trainer, it, log = member.trainer, member.it, member.log
     assert it is not None and log is not None
     try:
-        if not trainer.record_update(it, member.planned, member.metrics, log):
-            return  # rolled back to its last good checkpoint: it collects again from there
+        return trainer.record_update(it, member.planned, member.metrics, log)
+    except (CollectorError, Diverged) as error:
+        _fail(member, error)
+    except RunFailed as failed:
+        member.end(failed)
+    return False
+
+
+def _after_update(member: Member, tested: TestStats | None) -> None:
+    """Its test (`tested`: the episodes it ran with the others), logs, stop and checkpoint steps."""
+    trainer, it, log = member.trainer, member.it, member.log
+    assert it is not None and log is not None
+    try:
         total = trainer.c.settings.total_steps
-        if trainer.after_update(it, log, member.tracking) or trainer.state.env_steps >= total:
+        if trainer.after_update(it, log, member.tracking, tested) or trainer.state.env_steps >= total:
             trainer.finish(log, member.tracking)
             member.end()
     except (CollectorError, Diverged) as error:
