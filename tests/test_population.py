@@ -49,7 +49,7 @@ ALGOS = {"ppo": PPO, "a2c": ["algo=a2c", "algo.n_steps=8"], "pg": ["algo=pg", "a
 OWN_SETTING = {"pqn": "algo.q_lambda=0.3"}
 
 # the declared kinds, as refusals list them
-ALL_BATCHABLE = "a2c, c51, ddpg, dqn, pg, ppo, ppo_kl, pqn, qrdqn, sac, td3 and tqc"
+ALL_BATCHABLE = "a2c, c51, crossq, ddpg, dqn, pg, ppo, ppo_kl, pqn, qrdqn, sac, td3 and tqc"
 
 
 def overrides(algo: str, *more: str) -> list[str]:
@@ -344,10 +344,17 @@ TD3 = ["algo=td3", "env=Pendulum-v1", "algo.learning_starts=300", "algo.batch_si
        "algo.gradient_steps=3", "algo.noise=ornstein_uhlenbeck", "actor.hidden_sizes=[32,32]"]
 
 
+# CrossQ's: each member's batch-renorm statistics and policy delay, stopped after its first critic steps
+# (renormalizing from its 100th on, after the resume)
+CROSSQ = ["algo=crossq", "env=Pendulum-v1", "algo.learning_starts=100", "algo.batch_size=32", "algo.train_freq=4",
+          "algo.gradient_steps=3", "algo.critic_hidden_sizes=[32,32]", "actor.hidden_sizes=[32,32]",
+          "algo.renorm_warmup_steps=100"]
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("family", [PPO, [*PPO, "compile=true"], [*ALGOS["a2c"], "compile=true"], ALGOS["pqn"], DQN,
-                                    SAC, TD3],
-                         ids=["ppo", "ppo-compiled", "a2c-compiled", "pqn", "dqn", "sac", "td3"])
+                                    SAC, TD3, CROSSQ],
+                         ids=["ppo", "ppo-compiled", "a2c-compiled", "pqn", "dqn", "sac", "td3", "crossq"])
 def test_sigterm_then_resume_auto_is_bit_identical_to_an_uninterrupted_population(tmp_path, family):
     tiny = [a for a in TINY if not (a.startswith("env=") and any(f.startswith("env=") for f in family))]
     args = [str(RL_TRAIN), "-m", *family, *tiny, "seed=0,1", "train.total_steps=2048", "train.checkpoint_every=256",

@@ -38,10 +38,11 @@ class BatchRenorm(nn.Module):
             batch_var = (x - batch_mean).square().sum(0) / (x.shape[0] - 1)
             mean, var = batch_mean, batch_var
             renorm = self.steps > self.warmup_steps
-            if torch.compiler.is_compiling():
-                # a graph has no data-dependent branch: during the warm-up r = 1 and d = 0 leave the batch
-                # statistics exactly as they are (x - 0 * s / 1 = x); the square root sees 1 then, so that a dead
-                # unit's zero variance does not put 0 * inf into its gradient
+            if torch.compiler.is_compiling() or torch._C._functorch.is_functorch_wrapped_tensor(x):
+                # a graph (or vmap over a population's members, each at its own step) has no data-dependent branch:
+                # during the warm-up r = 1 and d = 0 leave the batch statistics exactly as they are
+                # (x - 0 * s / 1 = x); the square root sees 1 then, so that a dead unit's zero variance does not put
+                # 0 * inf into its gradient
                 r, d = self._corrections(batch_mean, batch_var)
                 r, d = torch.where(renorm, r, 1.0), torch.where(renorm, d, 0.0)
                 mean, var = batch_mean - d * torch.where(renorm, batch_var, 1.0).sqrt() / r, batch_var / r.square()

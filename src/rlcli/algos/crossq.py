@@ -91,7 +91,8 @@ class CrossQNetworks(nn.Module):
         return torch.stack([critic(x).squeeze(-1) for critic in self.critics])
 
 
-@ALGOS.register("crossq", spec=AlgoSpec(on_policy=False, action_spaces=("Box",), networks=("mlp",), compiles=True))
+@ALGOS.register("crossq", spec=AlgoSpec(on_policy=False, action_spaces=("Box",), networks=("mlp",), compiles=True,
+                                        population="cross_q"))
 class CrossQ(BoxActorCritic):
     ent_coef = FixedEntropyCoefficient()  # algo.schedules.ent_coef, with a fixed algo.ent_coef
 
@@ -170,6 +171,26 @@ class CrossQ(BoxActorCritic):
         self.noise_resampling.before_act(obs.shape[0], deterministic)
         actions, log_probs = self.networks.sample(obs, deterministic)  # eval mode: running stats
         return ActOutput(actions, log_probs, torch.zeros_like(log_probs))
+
+    def policy_outputs(self, obs: torch.Tensor) -> torch.Tensor:
+        """Acting's network part (the means and log stds, from the running statistics), which a population computes
+        for all members."""
+        return self.networks.policy(obs)
+
+    def act_on(self, params: torch.Tensor, values: torch.Tensor | None = None, deterministic: bool = False,
+               carry: torch.Tensor | None = None) -> ActOutput:
+        """Acting after the policy network (`policy_outputs`): a population calls it on each member's rows of its
+        batched outputs (`values` is the on-policy family's slot; unused here)."""
+        actions, log_probs = squashed_gaussian(params, deterministic)
+        return ActOutput(actions, log_probs, torch.zeros_like(log_probs), carry)
+
+    def population_refusal(self) -> str | None:
+        """What keeps this member out of a batched population (sweeps/population/cross_q.py), or None."""
+        if isinstance(self.networks.policy, StateDependentSquashedPolicy):
+            return "CrossQ with gSDE (algo.use_sde=true)"
+        if self._compiled is not None:  # its steps update the batch-renorm statistics inside the graph
+            return "CrossQ with compile=true"
+        return None
 
     def critic_loss(self, batch: Any, alpha: torch.Tensor,
                     noise: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:

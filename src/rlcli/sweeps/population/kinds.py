@@ -1,6 +1,6 @@
 """Which batched update a population's algorithm takes, as its registered spec declares (`AlgoSpec.population`): the
-on-policy family's, the value-based off-policy one's, the soft actor-critics' or the deterministic ones'; anything
-else is refused in one line naming what can batch (sweeps/population/catalog.py)."""
+on-policy family's, the value-based off-policy one's, the soft actor-critics', CrossQ's or the deterministic ones';
+anything else is refused in one line naming what can batch (sweeps/population/catalog.py)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from typing import Any
 
 from rlcli.registry import ConfigError
 from rlcli.sweeps.population.catalog import can_batch, declared_kind
+from rlcli.sweeps.population.cross_q import CrossQPopulationUpdate
 from rlcli.sweeps.population.offpolicy import OffPolicyPopulationUpdate
 from rlcli.sweeps.population.onpolicy import PopulationUpdate
 from rlcli.sweeps.population.soft_actor_critic import SoftActorCriticPopulationUpdate
@@ -32,4 +33,6 @@ def population_update(algos: Sequence[Any], storages: Sequence[Any]) -> Populati
         return SoftActorCriticPopulationUpdate(algos, storages)
     if kind == "twin_delayed":
         return TwinDelayedPopulationUpdate(algos, storages)
+    if kind == "cross_q":
+        return CrossQPopulationUpdate(algos, storages)
     raise ConfigError(f"{type(algos[0]).__name__} cannot train in a population yet: {can_batch()} can")

@@ -74,9 +74,11 @@ class SoftActorCriticPopulationUpdate(ActorCriticPopulation):
     """SAC and TQC members as one population: ActorCriticPopulation's acting and update phases around this kind's
     gradient step."""
 
+    critic_loss_name, actor_loss_name = "soft_td_loss", "actor_loss"  # the algorithm's losses the steps vectorize
+
     def __init__(self, algos: Sequence[Any], storages: Sequence[Any]) -> None:
-        check_replay_members(algos, storages, batched_soft_actor_critics())
-        super().__init__(algos, critic_loss="soft_td_loss", actor_loss="actor_loss")
+        check_replay_members(algos, storages, self.batchable())
+        super().__init__(algos, critic_loss=self.critic_loss_name, actor_loss=self.actor_loss_name)
         self.algos: list[BatchableSoftActorCritic] = list(algos)
         self.alpha_rows = {"log_alpha": self.rows["log_alpha"]}
         self.sde_noises = [_sde_noise(a) for a in self.algos]
@@ -88,6 +90,10 @@ class SoftActorCriticPopulationUpdate(ActorCriticPopulation):
                                                    device=self.device)
         self._compiled = self.compiled_steps(self._critics_step_loss, self._policy_step_loss)
         self._target_entropies: torch.Tensor | None = None
+
+    @staticmethod
+    def batchable() -> str:
+        return batched_soft_actor_critics()
 
     def acting_noise(self, member: int, outputs: torch.Tensor) -> torch.Tensor | None:
         """The member's acting draw for its rows of the batched policy outputs, taken from the global generator
@@ -159,14 +165,7 @@ class SoftActorCriticPopulationUpdate(ActorCriticPopulation):
                                                          *noise.values())
             step_members(params, policy_losses, self.policy_rows, stepping, limit,
                          [algos[m].policy_optimizer for m in stepping])
-        learned = [m for m in stepping if algos[m].temperature.learned]
-        if learned:
-            if self._target_entropies is None:  # fixed for the run: built once, not sent to the device every step
-                self._target_entropies = torch.tensor([a.temperature.target_entropy for a in algos], device=device)
-            targets = self._target_entropies
-            alpha_losses = -(params["log_alpha"].unsqueeze(-1) * (log_probs + targets.unsqueeze(-1))).mean(-1)
-            step_members(params, alpha_losses, self.alpha_rows, learned, limit,
-                         [algos[m].temperature.optimizer for m in learned])
+        self.temperature_step(stepping, log_probs, limit)
         taus = [0.0] * len(algos)
         for m in stepping:  # each member's Polyak update at its own interval and tau
             algos[m].gradient_updates += 1
@@ -180,6 +179,20 @@ class SoftActorCriticPopulationUpdate(ActorCriticPopulation):
             out[m] = {"value_loss": critic_losses[m].detach(), "policy_loss": policy_losses[m].detach(),
                       "alpha": alpha[m], "entropy": entropy[m]}
         return out
+
+    def temperature_step(self, stepping: list[int], log_probs: torch.Tensor, limit: torch.Tensor | None) -> None:
+        """The entropy coefficient's step of each stepping member that learns it, toward its own target entropy
+        (`EntropyCoefficient.step`'s loss, all members' in one backward)."""
+        algos = self.algos
+        learned = [m for m in stepping if algos[m].temperature.learned]
+        if not learned:
+            return
+        if self._target_entropies is None:  # fixed for the run: built once, not sent to the device every step
+            self._target_entropies = torch.tensor([a.temperature.target_entropy for a in algos], device=self.device)
+        targets = self._target_entropies
+        alpha_losses = -(self.params["log_alpha"].unsqueeze(-1) * (log_probs + targets.unsqueeze(-1))).mean(-1)
+        step_members(self.params, alpha_losses, self.alpha_rows, learned, limit,
+                     [algos[m].temperature.optimizer for m in learned])
 
     def _alphas(self) -> torch.Tensor:
         """Every member's entropy coefficient, [members]: one exp over the stacked log alphas where all are learned
