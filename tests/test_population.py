@@ -418,13 +418,15 @@ def test_the_declared_population_kinds_are_what_batches_and_everything_else_is_r
     the declared ones."""
     from rlcli.registry import ALGOS
     from rlcli.sweeps.population.catalog import can_batch
+    from rlcli.sweeps.population.cross_q import BatchableCrossQ
     from rlcli.sweeps.population.offpolicy import BatchableGradientSteps
     from rlcli.sweeps.population.onpolicy import BatchableUpdate
     from rlcli.sweeps.population.soft_actor_critic import BatchableSoftActorCritic
     from rlcli.sweeps.population.twin_delayed import BatchableTwinDelayed
 
     shapes = {"on_policy": BatchableUpdate, "value_based": BatchableGradientSteps,
-              "soft_actor_critic": BatchableSoftActorCritic, "twin_delayed": BatchableTwinDelayed}
+              "soft_actor_critic": BatchableSoftActorCritic, "twin_delayed": BatchableTwinDelayed,
+              "cross_q": BatchableCrossQ}
     built_in = [n for n in ALGOS.names() if ALGOS.get(n).__module__.startswith("rlcli.")]
     declared = [n for n in built_in if ALGOS.spec(n).population is not None]
     assert can_batch() == f"{', '.join(declared[:-1])} and {declared[-1]}"

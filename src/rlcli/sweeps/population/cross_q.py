@@ -16,11 +16,14 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator, Sequence
 from functools import partial
-from typing import Any
+from typing import Any, Protocol, cast, runtime_checkable
 
 import torch
+from torch import nn
 
 from rlcli.algos.crossq import training_mode
+from rlcli.algos.entropy import EntropyCoefficient
+from rlcli.contracts import ActOutput
 from rlcli.sweeps.population.catalog import can_batch
 from rlcli.sweeps.population.soft_actor_critic import SoftActorCriticPopulationUpdate
 from rlcli.sweeps.population.stacking import stack_members, step_members
@@ -29,6 +32,40 @@ from rlcli.sweeps.population.streams import Stream, drawn_with
 
 def batched_cross_q() -> str:
     return f"{can_batch('cross_q')} (MLP networks, buffer=replay, nstep, per, ere or her)"
+
+
+@runtime_checkable
+class BatchableCrossQ(Protocol):
+    """CrossQ as a population steps it: SAC's acting and temperature, CrossQ's joint critic loss and policy delay."""
+
+    networks: nn.Module
+    policy_optimizer: Any
+    critic_optimizer: Any
+    temperature: EntropyCoefficient
+    action_dim: int
+    max_grad_norm: float | None
+    batch_size: int
+    gradient_steps: int
+    gradient_updates: int
+    policy_delay: int
+
+    def alpha(self) -> torch.Tensor: ...
+
+    def policy_outputs(self, obs: torch.Tensor) -> torch.Tensor: ...
+
+    def act_on(self, params: torch.Tensor, values: torch.Tensor | None = None, deterministic: bool = False,
+               carry: torch.Tensor | None = None) -> ActOutput: ...
+
+    def critic_loss(self, batch: Any, alpha: torch.Tensor,
+                    noise: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]: ...
+
+    def policy_loss(self, obs: torch.Tensor, alpha: torch.Tensor,
+                    noise: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]: ...
+
+    def population_refusal(self) -> str | None: ...
+
+    @property
+    def compile_enabled(self) -> bool: ...
 
 
 class CrossQPopulationUpdate(SoftActorCriticPopulationUpdate):
@@ -42,9 +79,9 @@ class CrossQPopulationUpdate(SoftActorCriticPopulationUpdate):
 
     def gradient_step(self, stepping: list[int], k: int, steps: list[int], storages: Sequence[Any],
                       torch_rngs: list[Stream], limit: torch.Tensor | None) -> dict[int, dict[str, Any]]:
-        algos, params = self.algos, self.params
+        algos, params = cast(list[BatchableCrossQ], self.algos), self.params
         networks: Any = algos[0].networks  # the module the vectorized calls run (each member's weights swapped in)
-        delayed = [m for m in stepping if (algos[m].gradient_updates + 1) % algos[m].policy_delay == 0]  # type: ignore[attr-defined]
+        delayed = [m for m in stepping if (algos[m].gradient_updates + 1) % algos[m].policy_delay == 0]
 
         def draw(m: int) -> tuple[Any, ...]:
             """In its single run's order: the batch, the next actions' noise, then (on a delayed step) the policy's."""
