@@ -246,3 +246,19 @@ def test_compiled_crossq_steps_match_eager_steps_from_the_same_state(gsde, tmp_p
     weights = sum(p.numel() for p in eager.networks.parameters())
     assert flat_gradient_weights < 0.05 * 3 * weights  # measured: 610 of 3 x 11,003 (1.8%)
     assert all(step.compile_seconds is not None for step in compiled._compiled)
+
+
+def test_a_process_compiles_many_configurations_not_just_torchs_eight(monkeypatch):
+    """Each distinct configuration of a compiled step is another graph of the same function; torch keeps 8 per
+    function and runs the 9th eagerly (a basic-launcher sweep of 10 compile=true jobs differing in max_grad_norm
+    ran its last two eagerly). Building a compiled step makes room for many."""
+    import torch._dynamo.config as dynamo
+
+    from rlcli.algos.compiled import ACCUMULATED_RECOMPILE_LIMIT, RECOMPILE_LIMIT
+
+    monkeypatch.setattr(dynamo, "recompile_limit", 8)
+    monkeypatch.setattr(dynamo, "accumulated_recompile_limit", 256)
+    components, _ = prepare(compose_config(["algo=ppo", "env=CartPole-v1", "compile=true"]))
+    assert components.algo._compiled is not None
+    assert dynamo.recompile_limit == RECOMPILE_LIMIT >= 64
+    assert dynamo.accumulated_recompile_limit == ACCUMULATED_RECOMPILE_LIMIT

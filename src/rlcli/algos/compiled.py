@@ -38,6 +38,24 @@ def cache_dir() -> Path:
     return path
 
 
+# dynamo's graphs per compiled function (and over all functions) that one process may hold: see before_compiling
+RECOMPILE_LIMIT, ACCUMULATED_RECOMPILE_LIMIT = 256, 4096
+
+
+def before_compiling() -> Path:
+    """Set up a process for rlcli's compiled steps: the on-disk cache (`cache_dir`), and room for many graphs of one
+    step function. Every compiled step of a kind runs one Python function (`CompiledStep._pure_step`, a population's
+    `CompiledMembersStep._pure_step`), and each distinct configuration (shapes, clip, optimizer groups, deterministic
+    mode) is another graph of it. Torch keeps 8 per function, then runs the function eagerly from there on, with one
+    warning: a basic-launcher sweep of 10 compile=true jobs differing in algo.max_grad_norm ran its 9th and 10th jobs
+    eagerly (measured here, 2026-11-26). Returns the cache directory."""
+    import torch._dynamo.config as dynamo
+
+    dynamo.recompile_limit = max(dynamo.recompile_limit, RECOMPILE_LIMIT)
+    dynamo.accumulated_recompile_limit = max(dynamo.accumulated_recompile_limit, ACCUMULATED_RECOMPILE_LIMIT)
+    return cache_dir()
+
+
 def _is_torch_default(path: str) -> bool:
     """torch's inductor sets TORCHINDUCTOR_CACHE_DIR to its per-user temp folder whenever it first asks for a
     cache (building torch.optim.RMSprop does): that is not a user's choice."""
@@ -204,7 +222,7 @@ class CompiledStep:
     def __init__(self, networks: nn.Module, optimizer: Any, loss: Callable[..., Any],
                  max_grad_norm: float | None, updates_buffers: bool = False) -> None:
         self.rule = optimizer_rule(optimizer)
-        cache_dir()
+        before_compiling()
         self.module = _Loss(networks, loss)
         self.optimizer = optimizer
         group_of = {id(p): i for i, g in enumerate(optimizer.param_groups) for p in g["params"]}

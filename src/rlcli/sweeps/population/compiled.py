@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from rlcli.algos.compiled import OptimizerRule, cache_dir, optimizer_rule
+from rlcli.algos.compiled import OptimizerRule, before_compiling, optimizer_rule
 from rlcli.registry import ConfigError
 
 
@@ -41,7 +41,7 @@ class CompiledMembersStep:
                               f"alpha) in every member; these members use {', '.join(sorted(kinds))} with different "
                               "ones")
         self.rule: OptimizerRule = rules[0]  # its formula; each member's state is read through its own rule
-        cache_dir()
+        before_compiling()
         self.losses, self.params, self.buffers, self.limit = losses, params, buffers, limit
         self.optimizers = list(optimizers)
         # each weight's param group (the same in every member: lr_pi / lr_v split the networks the same way)
