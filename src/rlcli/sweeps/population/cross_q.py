@@ -19,13 +19,10 @@ from functools import partial
 from typing import Any, Protocol, cast, runtime_checkable
 
 import torch
-from torch import nn
 
 from rlcli.algos.crossq import training_mode
-from rlcli.algos.entropy import EntropyCoefficient
-from rlcli.contracts import ActOutput
 from rlcli.sweeps.population.catalog import can_batch
-from rlcli.sweeps.population.soft_actor_critic import SoftActorCriticPopulationUpdate
+from rlcli.sweeps.population.soft_actor_critic import SoftActorCriticMembers, SoftActorCriticPopulationUpdate
 from rlcli.sweeps.population.stacking import stack_members, step_members
 from rlcli.sweeps.population.streams import Stream, drawn_with
 
@@ -35,37 +32,16 @@ def batched_cross_q() -> str:
 
 
 @runtime_checkable
-class BatchableCrossQ(Protocol):
+class BatchableCrossQ(SoftActorCriticMembers, Protocol):
     """CrossQ as a population steps it: SAC's acting and temperature, CrossQ's joint critic loss and policy delay."""
 
-    networks: nn.Module
-    policy_optimizer: Any
-    critic_optimizer: Any
-    temperature: EntropyCoefficient
-    action_dim: int
-    max_grad_norm: float | None
-    batch_size: int
-    gradient_steps: int
-    gradient_updates: int
     policy_delay: int
-
-    def alpha(self) -> torch.Tensor: ...
-
-    def policy_outputs(self, obs: torch.Tensor) -> torch.Tensor: ...
-
-    def act_on(self, params: torch.Tensor, values: torch.Tensor | None = None, deterministic: bool = False,
-               carry: torch.Tensor | None = None) -> ActOutput: ...
 
     def critic_loss(self, batch: Any, alpha: torch.Tensor,
                     noise: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]: ...
 
     def policy_loss(self, obs: torch.Tensor, alpha: torch.Tensor,
                     noise: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]: ...
-
-    def population_refusal(self) -> str | None: ...
-
-    @property
-    def compile_enabled(self) -> bool: ...
 
 
 class CrossQPopulationUpdate(SoftActorCriticPopulationUpdate):

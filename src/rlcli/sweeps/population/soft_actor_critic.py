@@ -36,8 +36,9 @@ def batched_soft_actor_critics() -> str:
 
 
 @runtime_checkable
-class BatchableSoftActorCritic(Protocol):
-    """An entropy-regularized actor-critic whose gradient steps a population can take for many members at once."""
+class SoftActorCriticMembers(Protocol):
+    """What the entropy-regularized actor-critics' populations (this one, cross_q.py's) read of every member: its
+    optimizers and temperature, its squashed-Gaussian acting, its batch and step counts."""
 
     networks: nn.Module
     policy_optimizer: Any
@@ -48,8 +49,6 @@ class BatchableSoftActorCritic(Protocol):
     batch_size: int
     gradient_steps: int  # resolved: -1 is one per transition the collect phase stored
     gradient_updates: int
-    tau: float
-    target_update_interval: int
 
     def alpha(self) -> torch.Tensor: ...
 
@@ -58,16 +57,25 @@ class BatchableSoftActorCritic(Protocol):
     def act_on(self, params: torch.Tensor, values: torch.Tensor | None = None, deterministic: bool = False,
                carry: torch.Tensor | None = None) -> ActOutput: ...
 
+    def population_refusal(self) -> str | None: ...
+
+    @property
+    def compile_enabled(self) -> bool: ...
+
+
+@runtime_checkable
+class BatchableSoftActorCritic(SoftActorCriticMembers, Protocol):
+    """An entropy-regularized actor-critic with target critics (SAC, TQC) whose gradient steps a population can take
+    for many members at once."""
+
+    tau: float
+    target_update_interval: int
+
     def soft_td_loss(self, batch: Any, alpha: torch.Tensor,
                      noise: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]: ...
 
     def actor_loss(self, obs: torch.Tensor, alpha: torch.Tensor,
                    noise: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]: ...
-
-    def population_refusal(self) -> str | None: ...
-
-    @property
-    def compile_enabled(self) -> bool: ...
 
 
 class SoftActorCriticPopulationUpdate(ActorCriticPopulation):
