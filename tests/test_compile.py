@@ -248,17 +248,18 @@ def test_compiled_crossq_steps_match_eager_steps_from_the_same_state(gsde, tmp_p
     assert all(step.compile_seconds is not None for step in compiled._compiled)
 
 
-def test_a_process_compiles_many_configurations_not_just_torchs_eight(monkeypatch):
+def test_a_process_compiles_many_configurations_not_just_torchs_eight():
     """Each distinct configuration of a compiled step is another graph of the same function; torch keeps 8 per
     function and runs the 9th eagerly (a basic-launcher sweep of 10 compile=true jobs differing in max_grad_norm
-    ran its last two eagerly). Building a compiled step makes room for many."""
+    ran its last two eagerly). Building a compiled step makes room for many. (torch's own `patch` puts its limits
+    back after; pytest's monkeypatch would delete them from torch's config module, for every later test.)"""
     import torch._dynamo.config as dynamo
 
     from rlcli.algos.compiled import ACCUMULATED_RECOMPILE_LIMIT, RECOMPILE_LIMIT
 
-    monkeypatch.setattr(dynamo, "recompile_limit", 8)
-    monkeypatch.setattr(dynamo, "accumulated_recompile_limit", 256)
-    components, _ = prepare(compose_config(["algo=ppo", "env=CartPole-v1", "compile=true"]))
-    assert components.algo._compiled is not None
-    assert dynamo.recompile_limit == RECOMPILE_LIMIT >= 64
-    assert dynamo.accumulated_recompile_limit == ACCUMULATED_RECOMPILE_LIMIT
+    with dynamo.patch(recompile_limit=8, accumulated_recompile_limit=256):
+        components, _ = prepare(compose_config(["algo=ppo", "env=CartPole-v1", "compile=true"]))
+        assert components.algo._compiled is not None
+        assert dynamo.recompile_limit == RECOMPILE_LIMIT >= 64
+        assert dynamo.accumulated_recompile_limit == ACCUMULATED_RECOMPILE_LIMIT
+    assert dynamo.recompile_limit >= 8  # still there for the next test

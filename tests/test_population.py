@@ -352,9 +352,8 @@ CROSSQ = ["algo=crossq", "env=Pendulum-v1", "algo.learning_starts=100", "algo.ba
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("family", [PPO, [*PPO, "compile=true"], [*ALGOS["a2c"], "compile=true"], ALGOS["pqn"], DQN,
-                                    SAC, TD3, CROSSQ],
-                         ids=["ppo", "ppo-compiled", "a2c-compiled", "pqn", "dqn", "sac", "td3", "crossq"])
+@pytest.mark.parametrize("family", [PPO, [*PPO, "compile=true"], ALGOS["pqn"], DQN, SAC, TD3, CROSSQ],
+                         ids=["ppo", "ppo-compiled", "pqn", "dqn", "sac", "td3", "crossq"])
 def test_sigterm_then_resume_auto_is_bit_identical_to_an_uninterrupted_population(tmp_path, family):
     tiny = [a for a in TINY if not (a.startswith("env=") and any(f.startswith("env=") for f in family))]
     args = [str(RL_TRAIN), "-m", *family, *tiny, "seed=0,1", "train.total_steps=2048", "train.checkpoint_every=256",
