@@ -102,6 +102,9 @@ def main() -> None:
                         help="also time every population row with compile=true (the members' step compiled whole)")
     parser.add_argument("--no-one-compiled", action="store_true",
                         help="with --compiled, no compiled one-seed row: compiled rows are divided by the eager one")
+    parser.add_argument("--no-eager", action="store_true",
+                        help="with --compiled, no eager population rows (a lent GPU's minutes: one seed and the "
+                             "compiled populations only)")
     parser.add_argument("--no-basic", action="store_true", help="skip the basic and joblib launcher rows")
     parser.add_argument("--no-sb3", action="store_true")
     parser.add_argument("--out", type=Path, default=Path("population.json"))
@@ -112,6 +115,8 @@ def main() -> None:
                         choices=["ppo", "a2c", "pg", "pqn", "dqn", "qrdqn", "sac", "tqc", "td3", "ddpg"],
                         help="the algorithm of every row (SB3 has rows for ppo, dqn, qrdqn, sac and tqc)")
     args = parser.parse_args()
+    if args.no_eager and not args.compiled:
+        parser.error("--no-eager leaves only the compiled rows: add --compiled")
     if args.algo in ("a2c", "pg", "pqn", "td3", "ddpg") and not args.no_sb3:
         parser.error(f"scripts/bench.py has no SB3 row for {args.algo}: add --no-sb3")
     COMMON[:0] = [f"algo={args.algo}"]
@@ -128,11 +133,12 @@ def main() -> None:
                 plan.append(lambda: one_seed(work, args.steps, compiled=True))
             plan += [lambda m=m: rlcli_sweep(work, f"population {m} compiled", m, args.steps,
                                              ["hydra/launcher=population", "compile=true"]) for m in args.members]
-        plan += [lambda m=m: rlcli_sweep(work, f"population {m}", m, args.steps, ["hydra/launcher=population"])
-                 for m in args.members]
-        plan += [lambda m=m: rlcli_sweep(work, f"population {m} x2", m, args.steps,
-                                         ["hydra/launcher=population", "hydra.launcher.n_jobs=2"])
-                 for m in args.parallel]
+        if not (args.compiled and args.no_eager):
+            plan += [lambda m=m: rlcli_sweep(work, f"population {m}", m, args.steps, ["hydra/launcher=population"])
+                     for m in args.members]
+            plan += [lambda m=m: rlcli_sweep(work, f"population {m} x2", m, args.steps,
+                                             ["hydra/launcher=population", "hydra.launcher.n_jobs=2"])
+                     for m in args.parallel]
         if args.compiled:
             plan += [lambda m=m: rlcli_sweep(work, f"population {m} x2 compiled", m, args.steps,
                                              ["hydra/launcher=population", "hydra.launcher.n_jobs=2", "compile=true"])

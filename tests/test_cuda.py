@@ -10,7 +10,7 @@ import pytest
 import test_population
 import torch
 from conftest import RL_TRAIN, run_cli
-from test_population import DQN, PPO, SAC
+from test_population import ALGOS, CROSSQ, DQN, PPO, SAC, TESTED
 from test_resume import final
 
 from rlcli.contracts import RunClock
@@ -156,8 +156,18 @@ def test_a_members_first_rollout_on_cuda_is_its_single_runs(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("family", [PPO, [*PPO, "compile=true"], DQN, SAC], ids=["ppo", "ppo-compiled", "dqn", "sac"])
+@pytest.mark.parametrize("family", [PPO, [*PPO, "compile=true"], ["algo=a2c", "algo.n_steps=8", "compile=true"],
+                                    ALGOS["pqn"], DQN, SAC, CROSSQ],
+                         ids=["ppo", "ppo-compiled", "a2c-compiled", "pqn", "dqn", "sac", "crossq"])
 def test_a_population_on_cuda_resumes_after_sigterm_bit_identically(tmp_path, family):
     """deterministic=true on the GPU too: each member's checkpoint holds its own CUDA stream."""
     test_population.test_sigterm_then_resume_auto_is_bit_identical_to_an_uninterrupted_population(
         tmp_path, [*family, "device=cuda"])
+
+
+@pytest.mark.parametrize("algo", list(TESTED))
+def test_due_members_on_cuda_test_together_as_each_would_alone(algo, tmp_path):
+    """One forward for all due members per test step on the GPU: each member's episodes are its own test phase's
+    (Box actions within the batched products' rounding, which a GPU's kernels may order differently)."""
+    test_population.check_testing_together([*TESTED[algo], "device=cuda"], discrete=algo in ("ppo", "pqn", "dqn"),
+                                           tmp_path=tmp_path, rtol=1e-3)

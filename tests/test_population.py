@@ -550,13 +550,18 @@ TESTED = {"ppo": overrides("ppo"), "ppo-sde": overrides("ppo-sde"), "pqn": overr
 def test_due_members_test_together_as_each_would_alone(algo, tmp_path):
     """The members due a test phase run their test episodes in step (one forward for all members per step): each
     gets the episodes its own test phase would give; a member not due runs none."""
+    check_testing_together(TESTED[algo], discrete=algo in ("ppo", "pqn", "dqn"), tmp_path=tmp_path)
+
+
+def check_testing_together(overrides: list[str], discrete: bool, tmp_path, rtol: float = 1e-4) -> None:
+    """test_due_members_test_together_as_each_would_alone's check, for one kind's overrides (test_cuda.py's too)."""
     from rlcli.collectors.testing import evaluate
     from rlcli.run.evaluation import test_seed
     from rlcli.sweeps.population.testing import test_together
 
     members = []
     for seed in (0, 1, 2):
-        components, state = prepare(compose_config([*TESTED[algo], f"seed={seed}"]))
+        components, state = prepare(compose_config([*overrides, f"seed={seed}"]))
         run_dir = tmp_path / str(seed)
         members.append(Member(Trainer(components, run_dir, state), run_dir, seed, "", {}))
     population = population_update([m.trainer.c.algo for m in members], [m.trainer.c.buffer for m in members])
@@ -567,9 +572,9 @@ def test_due_members_test_together_as_each_would_alone(algo, tmp_path):
         alone = evaluate(c.test_envs, c.algo, c.algo.networks.normalizer, c.device, seed=test_seed(c, state),
                          obs_dtype=c.obs_dtype)
         assert np.array_equal(tested[index].lengths, alone.lengths)
-        if algo in ("ppo", "pqn", "dqn"):  # discrete actions: the same argmax, the same episodes
+        if discrete:  # the same argmax, the same episodes
             assert np.array_equal(tested[index].returns, alone.returns)
         else:  # Box actions: the batched product's rounding (~1e-7) reaches the env
-            np.testing.assert_allclose(tested[index].returns, alone.returns, rtol=1e-4)
+            np.testing.assert_allclose(tested[index].returns, alone.returns, rtol=rtol)
         assert c.clock.seconds["test"] > 0
     assert members[1].trainer.c.clock.seconds["test"] == 0
