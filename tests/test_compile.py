@@ -263,3 +263,23 @@ def test_a_process_compiles_many_configurations_not_just_torchs_eight():
         assert dynamo.recompile_limit == RECOMPILE_LIMIT >= 64
         assert dynamo.accumulated_recompile_limit == ACCUMULATED_RECOMPILE_LIMIT
     assert dynamo.recompile_limit >= 8  # still there for the next test
+
+
+def test_deterministic_runs_set_torchs_flag_without_importing_the_compiler_and_compiled_ones_set_inductors():
+    """deterministic=true used to cost every run 1.2 s of start-up: torch.use_deterministic_algorithms imports
+    torch._inductor (and torch._dynamo) to set a flag only compiled code reads. An eager run sets torch's flag
+    alone; a compiled step sets inductor's from it, as torch's call would have."""
+    import subprocess
+    import sys
+
+    code = ("import sys, torch\n"
+            "from rlcli.run.compose import compose_config\n"
+            "from rlcli.run.state import prepare\n"
+            "prepare(compose_config(['algo=ppo', 'deterministic=true']))\n"
+            "print(torch.are_deterministic_algorithms_enabled(), 'torch._dynamo' in sys.modules)\n"
+            "prepare(compose_config(['algo=ppo', 'deterministic=true', 'compile=true']))\n"
+            "import torch._inductor.config as inductor\n"
+            "print(inductor.deterministic)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.split() == ["True", "False", "True"]

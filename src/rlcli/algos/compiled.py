@@ -48,9 +48,13 @@ def before_compiling() -> Path:
     `CompiledMembersStep._pure_step`), and each distinct configuration (shapes, clip, optimizer groups, deterministic
     mode) is another graph of it. Torch keeps 8 per function, then runs the function eagerly from there on, with one
     warning: a basic-launcher sweep of 10 compile=true jobs differing in algo.max_grad_norm ran its 9th and 10th jobs
-    eagerly (measured here, 2026-11-26). Returns the cache directory."""
+    eagerly (measured here, 2026-11-26). Inductor's deterministic flag follows torch's. Returns the cache
+    directory."""
     import torch._dynamo.config as dynamo
+    import torch._inductor.config as inductor
 
+    # what torch.use_deterministic_algorithms would have set (services/runtime.set_deterministic leaves it to here)
+    inductor.deterministic = torch.are_deterministic_algorithms_enabled()
     dynamo.recompile_limit = max(dynamo.recompile_limit, RECOMPILE_LIMIT)
     dynamo.accumulated_recompile_limit = max(dynamo.accumulated_recompile_limit, ACCUMULATED_RECOMPILE_LIMIT)
     return cache_dir()

@@ -44,8 +44,20 @@ def configure_torch(threads: int, deterministic: bool) -> None:
         torch.set_num_threads(threads)
     if deterministic:
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-        torch.use_deterministic_algorithms(True)
+        set_deterministic(True)
         torch.backends.cudnn.benchmark = False
+
+
+def set_deterministic(mode: bool) -> None:
+    """torch's deterministic-algorithms flag. `torch.use_deterministic_algorithms` sets inductor's flag too, and to
+    reach it imports torch._inductor and torch._dynamo: 1.2 s of every deterministic=true run's start-up here, for
+    a flag only compiled code reads. Compiled steps set inductor's flag themselves from this one
+    (algos/compiled.before_compiling); a torch without the C setter takes the public call."""
+    setter = getattr(torch._C, "_set_deterministic_algorithms", None)
+    if setter is None:
+        torch.use_deterministic_algorithms(mode)
+    else:
+        setter(mode, warn_only=False)
 
 
 def seconds_since_process_start() -> float | None:
