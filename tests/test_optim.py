@@ -1,9 +1,10 @@
-"""FusedAdam is torch.optim.Adam(fused=True), step for step, and shares its state_dict layout."""
+"""FusedAdam is torch.optim.Adam(fused=True) and RMSprop is torch.optim.RMSprop, step for step, each sharing its
+state_dict layout."""
 
 import torch
 from torch import nn
 
-from rlcli.algos.optim import FusedAdam
+from rlcli.algos.optim import FusedAdam, RMSprop
 
 
 def _net(seed: int) -> nn.Module:
@@ -56,3 +57,56 @@ def test_state_dict_round_trips_both_ways():
         assert torch.equal(a, b)
     for a, b in zip(ref2.parameters(), ours.parameters(), strict=True):
         assert torch.equal(a, b)
+
+
+def test_rmsprop_matches_torchs_exactly_with_a2cs_settings():
+    ours, ref = _net(0), _net(0)
+    groups = lambda n: [{"params": list(n[0].parameters()), "lr": 7e-4, "base_lr": 7e-4},  # noqa: E731
+                        {"params": list(n[2].parameters()), "lr": 1e-3}]
+    opt_ours = RMSprop(groups(ours), alpha=0.99, eps=1e-5)
+    opt_ref = torch.optim.RMSprop(groups(ref), alpha=0.99, eps=1e-5)
+    _train(ours, opt_ours, 25, lr_at=lambda i: 7e-4 * (1 - i / 25))
+    _train(ref, opt_ref, 25, lr_at=lambda i: 7e-4 * (1 - i / 25))
+    for a, b in zip(ours.parameters(), ref.parameters(), strict=True):
+        assert torch.equal(a, b)
+    for key, state in opt_ref.state_dict()["state"].items():
+        mine = opt_ours.state_dict()["state"][key]
+        assert float(mine["step"]) == float(state["step"]) == 25 and mine["step"].device.type == "cpu"
+        assert torch.equal(mine["square_avg"], state["square_avg"])
+    assert opt_ours.state_dict()["param_groups"][0]["base_lr"] == 7e-4  # a group's own keys are saved
+
+
+def test_rmsprop_state_dict_round_trips_both_ways():
+    ours, ref = _net(1), _net(1)
+    opt_ours, opt_ref = RMSprop(ours.parameters(), lr=1e-2), torch.optim.RMSprop(ref.parameters(), lr=1e-2)
+    _train(ours, opt_ours, 5)
+    _train(ref, opt_ref, 5)
+    ours2, ref2 = _net(9), _net(9)
+    ours2.load_state_dict(ref.state_dict())
+    ref2.load_state_dict(ours.state_dict())
+    opt_ours2 = RMSprop(ours2.parameters(), lr=1e-2)
+    opt_ours2.load_state_dict(opt_ref.state_dict())  # an older checkpoint, written by torch's RMSprop
+    opt_ref2 = torch.optim.RMSprop(ref2.parameters(), lr=1e-2)
+    opt_ref2.load_state_dict(opt_ours.state_dict())
+    for optimizer in (opt_ours2, opt_ref2, opt_ours):
+        _train(ours2 if optimizer is opt_ours2 else ref2 if optimizer is opt_ref2 else ours, optimizer, 5)
+    for a, b, c in zip(ours2.parameters(), ref2.parameters(), ours.parameters(), strict=True):
+        assert torch.equal(a, c) and torch.equal(b, c)
+
+
+def test_building_a2c_does_not_import_torchs_compiler():
+    """torch.optim's optimizers import torch._dynamo at their first call (1.1 s of start-up); A2C's RMSprop and
+    every Adam in rlcli are its own."""
+    import subprocess
+    import sys
+
+    code = ("import sys\n"
+            "from rlcli.run.compose import compose_config\n"
+            "from rlcli.run.state import prepare\n"
+            "c, _ = prepare(compose_config(['algo=a2c']))\n"
+            "c.collector.collect(c.learner)\n"
+            "c.algo.update(c.buffer, c.clock)\n"
+            "print(type(c.algo.optimizer).__module__, 'torch._dynamo' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.split() == ["rlcli.algos.optim", "False"]

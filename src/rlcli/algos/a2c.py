@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 
@@ -21,6 +21,7 @@ from rlcli.algos.base import (
     param_groups,
 )
 from rlcli.algos.losses import policy_gradient_terms, squared_value_loss
+from rlcli.algos.optim import RMSprop
 from rlcli.batches import RolloutBatch
 from rlcli.contracts import ON_POLICY_ACTIONS, ActOutput, AlgoSpec, RecurrentState, RolloutStorage
 from rlcli.registry import ALGOS
@@ -64,7 +65,7 @@ class A2C(OneStepUpdate):
         self.schedulable: tuple[str, ...] = ("lr_scale", "ent_coef", "vf_coef", "gamma", "gae_lambda", "max_grad_norm")
         groups = param_groups(networks, lr, lr_pi, lr_v)
         if optimizer == "rmsprop":  # SB3's (TF-like) settings, which A2C's published results use
-            self.optimizer: torch.optim.Optimizer = torch.optim.RMSprop(groups, alpha=0.99, eps=1e-5)
+            self.optimizer: Any = RMSprop(groups, alpha=0.99, eps=1e-5)
         else:
             self.optimizer = adam(groups, eps=1e-5)
 

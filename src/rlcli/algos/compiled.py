@@ -117,7 +117,7 @@ class _TorchLayoutRule:
     """A rule whose state is a torch.optim optimizer's own (per parameter: a float32 step and the slots)."""
 
     slots: tuple[str, ...]
-    optimizer: torch.optim.Optimizer
+    optimizer: Any  # torch.optim's, or rlcli's RMSprop of the same layout (algos/optim.py)
 
     def state(self, p: torch.Tensor) -> dict[str, torch.Tensor]:
         """p's state, made as the optimizer's own first step makes it, so that the eager path and checkpoints
@@ -131,11 +131,12 @@ class _TorchLayoutRule:
 
 
 class _RMSpropRule(_TorchLayoutRule):
-    """torch.optim.RMSprop without momentum or centering (A2C's, SB3's TF-like settings), by hand."""
+    """RMSprop without momentum or centering (A2C's, SB3's TF-like settings), by hand: torch.optim.RMSprop's
+    formula and state, which rlcli's RMSprop (algos/optim.py) shares."""
 
     slots = ("square_avg",)
 
-    def __init__(self, optimizer: torch.optim.RMSprop) -> None:
+    def __init__(self, optimizer: Any) -> None:  # torch.optim.RMSprop or rlcli's (algos/optim.py)
         from rlcli.registry import ConfigError
 
         group = optimizer.param_groups[0]
@@ -198,12 +199,12 @@ OptimizerRule = _AdamRule | _RMSpropRule | _RAdamRule
 def optimizer_rule(optimizer: Any) -> OptimizerRule:
     """The optimizer's formula by hand, reading and writing its own state (a population's compiled step applies it
     to stacked members, sweeps/population/compiled.py)."""
-    from rlcli.algos.optim import FusedAdam
+    from rlcli.algos.optim import FusedAdam, RMSprop
     from rlcli.registry import ConfigError
 
     if isinstance(optimizer, FusedAdam):
         return _AdamRule(optimizer)
-    if isinstance(optimizer, torch.optim.RMSprop):
+    if isinstance(optimizer, (torch.optim.RMSprop, RMSprop)):
         return _RMSpropRule(optimizer)
     if isinstance(optimizer, torch.optim.RAdam):
         return _RAdamRule(optimizer)

@@ -1,15 +1,15 @@
-"""Adam as one fused kernel call per step, without torch.optim's per-step Python machinery.
+"""Adam as one fused kernel call per step, and A2C's RMSprop, without torch.optim's per-step Python machinery.
 
 torch.optim.Adam(fused=True) runs the same kernel (`torch._fused_adam_`), but its `step` wraps it
 in about 170 us of Python (hooks, grouping, dynamo guards) — a tenth of a small PPO minibatch step
-on a CPU — and the first optimizer call imports torch._dynamo (about 1.3 s of start-up). This class
-keeps the update bit-identical to torch.optim.Adam(fused=True) (a test checks it) and uses the same
-state_dict layout, so checkpoints load in either. Only what rlcli uses: no weight decay, amsgrad or
-maximize.
+on a CPU — and the first optimizer call imports torch._dynamo (about 1.3 s of start-up). These classes
+keep the update bit-identical to torch.optim.Adam(fused=True) and torch.optim.RMSprop (tests check it) and use
+the same state_dict layout, so checkpoints load in either. Only what rlcli uses: no weight decay, amsgrad or
+maximize; RMSprop without momentum or centering.
 """
-
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -18,6 +18,11 @@ import torch
 # What torch.optim.Adam keeps in each param group: saved too, so that it can load our checkpoints.
 TORCH_GROUP_KEYS = {"weight_decay": 0.0, "amsgrad": False, "maximize": False, "foreach": None, "capturable": False,
                     "differentiable": False, "fused": True, "decoupled_weight_decay": False}
+
+
+# torch.optim.RMSprop's group keys beyond rlcli's (the ones our RMSprop keeps: lr, alpha, eps and the settings it
+# refuses to change, which algos/compiled.py's rule reads)
+TORCH_RMSPROP_GROUP_KEYS = {"capturable": False, "foreach": None, "differentiable": False}
 
 
 def fused_adam_available() -> bool:
@@ -38,12 +43,7 @@ class FusedAdam:
         self.state: dict[torch.Tensor, dict[str, torch.Tensor]] = {}
 
     def zero_grad(self, set_to_none: bool = True) -> None:
-        for group in self.param_groups:
-            for p in group["params"]:
-                if set_to_none:
-                    p.grad = None
-                elif p.grad is not None:
-                    p.grad.zero_()
+        zero_grads(self.param_groups, set_to_none)
 
     def _state(self, p: torch.Tensor) -> dict[str, torch.Tensor]:
         state = self.state.get(p)
@@ -70,41 +70,112 @@ class FusedAdam:
                 amsgrad=False, maximize=False,
             )
 
-    # torch.optim's layout: {"state": {index: {...}}, "param_groups": [{..., "params": [indices]}]}
     def state_dict(self) -> dict[str, Any]:
-        index: dict[int, int] = {}
-        groups = []
-        for group in self.param_groups:
-            ids = []
-            for p in group["params"]:
-                index.setdefault(id(p), len(index))
-                ids.append(index[id(p)])
-            groups.append({**TORCH_GROUP_KEYS, **{k: v for k, v in group.items() if k != "params"}, "params": ids})
-        state = {}
-        for group in self.param_groups:
-            for p in group["params"]:
-                if p in self.state:
-                    state[index[id(p)]] = {k: v.clone() for k, v in self.state[p].items()}
-        return {"state": state, "param_groups": groups}
+        return layout_state_dict(self.param_groups, self.state, TORCH_GROUP_KEYS)
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        saved_groups = state_dict["param_groups"]
-        if len(saved_groups) != len(self.param_groups) or any(
-                len(s["params"]) != len(g["params"]) for s, g in zip(saved_groups, self.param_groups, strict=True)):
-            raise ValueError("the saved optimizer state does not match this optimizer's parameter groups")
-        self.state = {}
-        for saved, group in zip(saved_groups, self.param_groups, strict=True):
-            for key, value in saved.items():
-                if key != "params" and key not in TORCH_GROUP_KEYS:
-                    group[key] = tuple(value) if key == "betas" else value
-            for i, p in zip(saved["params"], group["params"], strict=True):
-                entry = state_dict["state"].get(i, state_dict["state"].get(str(i)))
-                if entry is not None:
-                    self.state[p] = {
-                        "step": torch.as_tensor(entry["step"], dtype=torch.float32).to(p.device).clone(),
-                        "exp_avg": entry["exp_avg"].to(device=p.device, dtype=p.dtype).clone(),
-                        "exp_avg_sq": entry["exp_avg_sq"].to(device=p.device, dtype=p.dtype).clone(),
-                    }
+        self.state = load_layout(self.param_groups, state_dict, TORCH_GROUP_KEYS, ("exp_avg", "exp_avg_sq"),
+                                 step_on_cpu=False)
+
+
+class RMSprop:
+    """torch.optim.RMSprop without momentum, centering or weight decay (A2C's, SB3's TF-like settings), step for
+    step as torch computes it on the CPU, with the same state_dict layout. torch.optim's optimizers import
+    torch._dynamo at their first call (1.1 s of an A2C run's start-up here) and wrap each step in their
+    per-step Python machinery; a test holds this one to torch's numbers bit for bit."""
+
+    def __init__(self, params: Iterable[Any], lr: float = 1e-2, alpha: float = 0.99, eps: float = 1e-8) -> None:
+        params = list(params)
+        groups = params if params and isinstance(params[0], dict) else [{"params": params}]
+        self.defaults = {"lr": lr, "alpha": alpha, "eps": eps, "momentum": 0, "centered": False,
+                         "weight_decay": 0, "maximize": False}
+        self.param_groups: list[dict[str, Any]] = [{**self.defaults, **g, "params": list(g["params"])}
+                                                   for g in groups]
+        self.state: defaultdict[torch.Tensor, dict[str, torch.Tensor]] = defaultdict(dict)
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        zero_grads(self.param_groups, set_to_none)
+
+    def _state(self, p: torch.Tensor) -> dict[str, torch.Tensor]:
+        state = self.state[p]
+        if not state:  # as torch.optim.RMSprop (not capturable): a float32 step counter on the CPU
+            state["step"] = torch.zeros((), dtype=torch.float32)
+            state["square_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+        return state
+
+    @torch.no_grad()
+    def step(self) -> None:
+        for group in self.param_groups:
+            params = [p for p in group["params"] if p.grad is not None]
+            if not params:
+                continue
+            states = [self._state(p) for p in params]
+            grads = [p.grad for p in params]
+            square_avgs = [s["square_avg"] for s in states]
+            torch._foreach_add_([s["step"] for s in states], 1)
+            alpha = group["alpha"]
+            torch._foreach_mul_(square_avgs, alpha)
+            torch._foreach_addcmul_(square_avgs, grads, grads, value=1 - alpha)
+            avg = torch._foreach_sqrt(square_avgs)
+            torch._foreach_add_(avg, group["eps"])
+            torch._foreach_addcdiv_(params, grads, avg, value=-group["lr"])
+
+    def state_dict(self) -> dict[str, Any]:
+        return layout_state_dict(self.param_groups, self.state, TORCH_RMSPROP_GROUP_KEYS)
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.state = defaultdict(dict, load_layout(self.param_groups, state_dict, TORCH_RMSPROP_GROUP_KEYS,
+                                                   ("square_avg",), step_on_cpu=True))
+
+
+def zero_grads(param_groups: list[dict[str, Any]], set_to_none: bool) -> None:
+    for group in param_groups:
+        for p in group["params"]:
+            if set_to_none:
+                p.grad = None
+            elif p.grad is not None:
+                p.grad.zero_()
+
+
+# torch.optim's layout: {"state": {index: {...}}, "param_groups": [{..., "params": [indices]}]}
+def layout_state_dict(param_groups: list[dict[str, Any]], state: dict[torch.Tensor, dict[str, torch.Tensor]],
+                      torch_keys: dict[str, Any]) -> dict[str, Any]:
+    """An optimizer's state as torch.optim saves it (`torch_keys`: the group keys torch saves that we do not use),
+    so that torch's optimizer of the same kind loads it."""
+    index: dict[int, int] = {}
+    groups = []
+    for group in param_groups:
+        ids = []
+        for p in group["params"]:
+            index.setdefault(id(p), len(index))
+            ids.append(index[id(p)])
+        groups.append({**torch_keys, **{k: v for k, v in group.items() if k != "params"}, "params": ids})
+    saved = {index[id(p)]: {k: v.clone() for k, v in state[p].items()}
+             for group in param_groups for p in group["params"] if p in state and state[p]}
+    return {"state": saved, "param_groups": groups}
+
+
+def load_layout(param_groups: list[dict[str, Any]], state_dict: dict[str, Any], torch_keys: dict[str, Any],
+                slots: tuple[str, ...], step_on_cpu: bool) -> dict[torch.Tensor, dict[str, torch.Tensor]]:
+    """The per-parameter state in a torch.optim-layout state_dict (ours or torch's), with the saved group settings
+    written into `param_groups`. Each step counter goes where its optimizer keeps it: on the CPU (torch's RMSprop)
+    or on the parameter's device (fused Adam)."""
+    saved_groups = state_dict["param_groups"]
+    if len(saved_groups) != len(param_groups) or any(
+            len(s["params"]) != len(g["params"]) for s, g in zip(saved_groups, param_groups, strict=True)):
+        raise ValueError("the saved optimizer state does not match this optimizer's parameter groups")
+    state: dict[torch.Tensor, dict[str, torch.Tensor]] = {}
+    for saved, group in zip(saved_groups, param_groups, strict=True):
+        for key, value in saved.items():
+            if key != "params" and key not in torch_keys:
+                group[key] = tuple(value) if key == "betas" else value
+        for i, p in zip(saved["params"], group["params"], strict=True):
+            entry = state_dict["state"].get(i, state_dict["state"].get(str(i)))
+            if entry is not None:
+                step = torch.as_tensor(entry["step"], dtype=torch.float32)
+                state[p] = {"step": (step if step_on_cpu else step.to(p.device)).clone(),
+                            **{slot: entry[slot].to(device=p.device, dtype=p.dtype).clone() for slot in slots}}
+    return state
 
 
 def step_together(optimizers: Sequence[Any]) -> None:
