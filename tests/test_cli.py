@@ -123,6 +123,9 @@ BAD_INPUT = [
      "algo.batch_size=5000"),
     (["algo=dqn", "algo.gradient_steps=-2"], "algo.gradient_steps=-2", "or -1"),
     (["algo=td3", "env=Pendulum-v1", "algo.noise=pink"], "algo.noise='pink'", "gaussian, ornstein_uhlenbeck"),
+    # tuned follows algo and env: a value naming no shipped file was skipped silently, true/false stopped in Hydra
+    (["tuned=true"], "tuned=true: the tuned settings follow algo and env by themselves", "~tuned"),
+    (["tuned=ppo/CartPole"], "unknown tuned 'ppo/CartPole' (did you mean 'ppo/CartPole-v1'?)", "a2c/CartPole-v1"),
 ]
 
 

@@ -67,6 +67,8 @@ def check_group_choices(args: list[str]) -> None:
     for arg in args:
         key, sep, value = arg.partition("=")
         key = key.lstrip("+~")
+        if sep and key == "tuned" and not arg.startswith("~"):
+            check_tuned_choice(value, known.setdefault(key, group_options(key, search_path)))
         if sep and key in GROUPS:
             if key not in known:
                 known[key] = group_options(key, search_path)
@@ -79,6 +81,18 @@ def check_group_choices(args: list[str]) -> None:
                     f"unknown {key} '{value}'{did_you_mean(value, options)}; choose from: {', '.join(options)}"
                     + ("; any other gymnasium id: env=gym env.id=<id>" if key == "env" else "")
                 )
+
+
+def check_tuned_choice(value: str, options: list[str]) -> None:
+    """`tuned` is an optional group that algo and env choose (conf/tuned/<algo>/<env>.yaml): a value that names no
+    file there would be skipped without a word, and true/false/null stop Hydra with a message about its types."""
+    if value in options:
+        return
+    if value.lower() in ("true", "false", "null", "none", "yes", "no", "on", "off", "0", "1", ""):
+        raise ConfigError(f"tuned={value}: the tuned settings follow algo and env by themselves "
+                          f"(conf/tuned/<algo>/<env>.yaml, where one is shipped); to train without them: ~tuned")
+    raise ConfigError(f"unknown tuned '{value}'{did_you_mean(value, options)}; choose from: {', '.join(options)} "
+                      f"(or ~tuned for none)")
 
 
 def _is_gymnasium_id(value: str) -> bool:

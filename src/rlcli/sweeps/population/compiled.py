@@ -113,7 +113,7 @@ def _stack_states(rules: Sequence[OptimizerRule], rows: dict[str, list[torch.Ten
     """The members' optimizer slots (Adam's moments, RMSprop's square average) stacked per weight, each member's
     state now a view of its row (so that its checkpoint saves what the compiled step wrote); and the step counts as
     one [weights, members] tensor, each member's per-weight step tensor a view of its entry (distinct tensors, as
-    the optimizers keep them, and where they keep them: torch.optim's RMSprop on the CPU, FusedAdam on the
+    the optimizers keep them, and where they keep them: RMSprop's (torch's layout) on the CPU, FusedAdam's on the
     parameters' device)."""
     states = {n: [rule.state(p) for rule, p in zip(rules, rows[n], strict=True)] for n in names}
     steps = torch.stack([torch.stack([s["step"] for s in states[n]]) for n in names]).to(torch.float32)
