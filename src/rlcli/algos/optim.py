@@ -7,6 +7,7 @@ keep the update bit-identical to torch.optim.Adam(fused=True) and torch.optim.RM
 the same state_dict layout, so checkpoints load in either. Only what rlcli uses: no weight decay, amsgrad or
 maximize; RMSprop without momentum or centering.
 """
+
 from __future__ import annotations
 
 from collections import defaultdict

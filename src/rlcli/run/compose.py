@@ -67,11 +67,11 @@ def check_group_choices(args: list[str]) -> None:
     for arg in args:
         key, sep, value = arg.partition("=")
         key = key.lstrip("+~")
+        if sep and (key in GROUPS or key == "tuned") and key not in known:
+            known[key] = group_options(key, search_path)
         if sep and key == "tuned" and not arg.startswith("~"):
-            check_tuned_choice(value, known.setdefault(key, group_options(key, search_path)))
+            check_tuned_choice(value, known[key])
         if sep and key in GROUPS:
-            if key not in known:
-                known[key] = group_options(key, search_path)
             options = known[key]
             if value not in options:
                 if key == "env" and _is_gymnasium_id(value):
