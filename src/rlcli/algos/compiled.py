@@ -117,7 +117,7 @@ class _TorchLayoutRule:
     """A rule whose state is a torch.optim optimizer's own (per parameter: a float32 step and the slots)."""
 
     slots: tuple[str, ...]
-    optimizer: Any  # torch.optim's, or rlcli's RMSprop of the same layout (algos/optim.py)
+    optimizer: Any  # torch.optim's, or rlcli's RMSprop or RAdam of the same layout (algos/optim.py)
 
     def state(self, p: torch.Tensor) -> dict[str, torch.Tensor]:
         """p's state, made as the optimizer's own first step makes it, so that the eager path and checkpoints
@@ -163,7 +163,7 @@ class _RAdamRule(_TorchLayoutRule):
 
     slots = ("exp_avg", "exp_avg_sq")
 
-    def __init__(self, optimizer: torch.optim.RAdam) -> None:
+    def __init__(self, optimizer: Any) -> None:
         from rlcli.registry import ConfigError
 
         group = optimizer.param_groups[0]
@@ -199,14 +199,14 @@ OptimizerRule = _AdamRule | _RMSpropRule | _RAdamRule
 def optimizer_rule(optimizer: Any) -> OptimizerRule:
     """The optimizer's formula by hand, reading and writing its own state (a population's compiled step applies it
     to stacked members, sweeps/population/compiled.py)."""
-    from rlcli.algos.optim import FusedAdam, RMSprop
+    from rlcli.algos.optim import FusedAdam, RAdam, RMSprop
     from rlcli.registry import ConfigError
 
     if isinstance(optimizer, FusedAdam):
         return _AdamRule(optimizer)
     if isinstance(optimizer, (torch.optim.RMSprop, RMSprop)):
         return _RMSpropRule(optimizer)
-    if isinstance(optimizer, torch.optim.RAdam):
+    if isinstance(optimizer, (torch.optim.RAdam, RAdam)):
         return _RAdamRule(optimizer)
     # the step reads and writes FusedAdam's (or RMSprop's) state layout
     raise ConfigError("compile=true needs torch's fused Adam kernel, which this torch build lacks")

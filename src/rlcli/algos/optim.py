@@ -1,11 +1,12 @@
-"""Adam as one fused kernel call per step, and A2C's RMSprop, without torch.optim's per-step Python machinery.
+"""Adam as one fused kernel call per step, A2C's RMSprop and PQN's RAdam, without torch.optim's per-step Python
+machinery.
 
 torch.optim.Adam(fused=True) runs the same kernel (`torch._fused_adam_`), but its `step` wraps it
 in about 170 us of Python (hooks, grouping, dynamo guards) — a tenth of a small PPO minibatch step
 on a CPU — and the first optimizer call imports torch._dynamo (about 1.3 s of start-up). These classes
-keep the update bit-identical to torch.optim.Adam(fused=True) and torch.optim.RMSprop (tests check it) and use
-the same state_dict layout, so checkpoints load in either. Only what rlcli uses: no weight decay, amsgrad or
-maximize; RMSprop without momentum or centering.
+keep the update bit-identical to torch.optim.Adam(fused=True), torch.optim.RMSprop and torch.optim.RAdam on the
+CPU (tests check it) and use the same state_dict layout, so checkpoints load in either. Only what rlcli uses: no
+weight decay, amsgrad or maximize; RMSprop without momentum or centering.
 """
 
 from __future__ import annotations
@@ -24,6 +25,9 @@ TORCH_GROUP_KEYS = {"weight_decay": 0.0, "amsgrad": False, "maximize": False, "f
 # torch.optim.RMSprop's group keys beyond rlcli's (the ones our RMSprop keeps: lr, alpha, eps and the settings it
 # refuses to change, which algos/compiled.py's rule reads)
 TORCH_RMSPROP_GROUP_KEYS = {"capturable": False, "foreach": None, "differentiable": False}
+
+# torch.optim.RAdam's group keys beyond lr, betas, eps and the ones our RAdam refuses to change
+TORCH_RADAM_GROUP_KEYS = {"foreach": None, "capturable": False, "differentiable": False}
 
 
 def fused_adam_available() -> bool:
@@ -127,6 +131,67 @@ class RMSprop:
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.state = defaultdict(dict, load_layout(self.param_groups, state_dict, TORCH_RMSPROP_GROUP_KEYS,
                                                    ("square_avg",), step_on_cpu=True))
+
+
+class RAdam:
+    """torch.optim.RAdam without weight decay (PQN's, as CleanRL's), operation for operation as torch computes it
+    on the CPU (its single-tensor path; on a GPU torch takes a multi-tensor path whose rounding may differ), with
+    the same state_dict layout. As RMSprop above: torch's optimizer would import torch._dynamo at its first call
+    (1.1 s of a PQN run's start-up) and wrap each step in its Python machinery."""
+
+    def __init__(self, params: Iterable[Any], lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
+                 eps: float = 1e-8) -> None:
+        params = list(params)
+        groups = params if params and isinstance(params[0], dict) else [{"params": params}]
+        self.defaults = {"lr": lr, "betas": tuple(betas), "eps": eps, "weight_decay": 0, "maximize": False,
+                         "decoupled_weight_decay": False}
+        self.param_groups: list[dict[str, Any]] = [{**self.defaults, **g, "params": list(g["params"])}
+                                                   for g in groups]
+        self.state: defaultdict[torch.Tensor, dict[str, torch.Tensor]] = defaultdict(dict)
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        zero_grads(self.param_groups, set_to_none)
+
+    def _state(self, p: torch.Tensor) -> dict[str, torch.Tensor]:
+        state = self.state[p]
+        if not state:  # as torch.optim.RAdam (not capturable): a float32 step counter on the CPU
+            state["step"] = torch.tensor(0.0, dtype=torch.float32)
+            state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+            state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+        return state
+
+    @torch.no_grad()
+    def step(self) -> None:
+        for group in self.param_groups:
+            beta1, beta2 = group["betas"]
+            lr, eps = group["lr"], group["eps"]
+            rho_inf = 2 / (1 - beta2) - 1  # the approximated SMA's longest length
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                grad, state = p.grad, self._state(p)
+                exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]
+                state["step"] += 1
+                step = state["step"].item()  # torch's scalars below are Python floats, as here
+                exp_avg.lerp_(grad, 1 - beta1)
+                exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+                bias_correction1 = 1 - beta1**step
+                bias_correction2 = 1 - beta2**step
+                bias_corrected_exp_avg = exp_avg / bias_correction1
+                rho_t = rho_inf - 2 * step * (beta2**step) / bias_correction2
+                if rho_t > 5.0:  # the variance is tractable: the rectified adaptive step
+                    adaptive_lr = (bias_correction2**0.5) / exp_avg_sq.sqrt().add_(eps)
+                    rect = ((rho_t - 4) * (rho_t - 2) * rho_inf / ((rho_inf - 4) * (rho_inf - 2) * rho_t)) ** 0.5
+                    p.add_(bias_corrected_exp_avg * lr * adaptive_lr * rect, alpha=-1.0)
+                else:  # the first steps: bias-corrected momentum alone
+                    p.add_(bias_corrected_exp_avg * lr, alpha=-1.0)
+
+    def state_dict(self) -> dict[str, Any]:
+        return layout_state_dict(self.param_groups, self.state, TORCH_RADAM_GROUP_KEYS)
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.state = defaultdict(dict, load_layout(self.param_groups, state_dict, TORCH_RADAM_GROUP_KEYS,
+                                                   ("exp_avg", "exp_avg_sq"), step_on_cpu=True))
 
 
 def zero_grads(param_groups: list[dict[str, Any]], set_to_none: bool) -> None:

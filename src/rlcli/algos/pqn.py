@@ -22,6 +22,7 @@ from rlcli.actors.offpolicy import NetworkRecipe
 from rlcli.algos.base import Decay, UpdatePlan, gradient_step, masked_mean, set_lr
 from rlcli.algos.compiled import CompiledStep
 from rlcli.algos.exploration import epsilon_greedy, minibatches
+from rlcli.algos.optim import RAdam
 from rlcli.batches import RolloutBatch
 from rlcli.contracts import ActOutput, AlgoSpec, RecurrentState, RolloutStorage, RunClock
 from rlcli.registry import ALGOS, require
@@ -124,7 +125,7 @@ class PQN:
         self.n_actions = int(action_space.n)  # type: ignore[attr-defined]
         self.networks = LayerNormQNetwork(recipe, self.n_actions)
         # RAdam, as CleanRL's PQN: no warm-up of the learning rate needed without a target network
-        self.optimizer = torch.optim.RAdam([{"params": self.networks.parameters(), "lr": lr, "base_lr": lr}])
+        self.optimizer = RAdam([{"params": self.networks.parameters(), "lr": lr, "base_lr": lr}])
         self.n_steps, self.n_epochs = n_steps, n_epochs
         self.steps_per_collect = n_steps
         self.minibatch_size = rollout // num_minibatches
