@@ -13,6 +13,7 @@ import torch
 from conftest import RL_TRAIN
 from test_resume import assert_equal_state, final
 
+from rlcli.algos.compiled import FAST_TANH_VARIABLE
 from rlcli.algos.optim import FusedAdam, fused_adam_available, step_together
 from rlcli.contracts import RunClock
 from rlcli.registry import ConfigError
@@ -450,11 +451,14 @@ def test_the_declared_population_kinds_are_what_batches_and_everything_else_is_r
 
 @pytest.mark.slow
 @pytest.mark.parametrize("algo", ["ppo", "pg", "a2c", "pqn"])
-def test_a_compiled_population_steps_as_the_eager_one_and_its_members_optimizers_hold_the_result(algo):
+def test_a_compiled_population_steps_as_the_eager_one_and_its_members_optimizers_hold_the_result(algo, monkeypatch):
     """compile=true members: the population's whole minibatch step (vectorized loss, gradients, each member's clip
     and optimizer: PPO's and PG's Adam, A2C's RMSprop, PQN's RAdam) is one compiled graph. After one update its
     members' weights match the eager population's within float reordering, a member that has stopped is untouched,
-    and each member's own optimizer state (what its checkpoint saves) is what the compiled step wrote."""
+    and each member's own optimizer state (what its checkpoint saves) is what the compiled step wrote. Compiled with
+    torch's tanh: compile=true's fast one (within 2e-7 of it) moved one PG weight of 4,096 by 1.08e-5, past the
+    bound for reordering alone."""
+    monkeypatch.setenv(FAST_TANH_VARIABLE, "0")
     def members(*more: str):
         return [collected("seed=0", *more, algo=algo), collected("seed=1", "algo.lr=1e-3", *more, algo=algo),
                 collected("seed=2", OWN_SETTING.get(algo, "algo.ent_coef=0.01"), *more, algo=algo)]
