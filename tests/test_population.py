@@ -1,6 +1,8 @@
 """hydra/launcher=population: a sweep's seeds trained as one batched population (rlcli/sweeps/population/)."""
 
 import copy
+import json
+import os
 import re
 import signal
 import subprocess
@@ -381,6 +383,64 @@ def test_sigterm_then_resume_auto_is_bit_identical_to_an_uninterrupted_populatio
         assert a["state"]["env_steps"] == b["state"]["env_steps"] == 2048
         assert_equal_state(a["algo"], b["algo"], "algo")  # weights, Adam state, counters
         assert_equal_state(a["buffer"], b["buffer"], "buffer")
+
+
+@pytest.mark.slow
+def test_sigterm_stops_populations_in_worker_processes_with_checkpoints_then_resume_auto_is_exact(tmp_path):
+    """hydra.launcher.n_jobs=2: a SIGTERM to rl-train goes on to both worker processes, whose populations stop at
+    their next safe point with every member's checkpoint (before, joblib was interrupted, killed the workers, and
+    their members' records said "running"); resume=auto then ends where one uninterrupted process ends."""
+    args = [str(RL_TRAIN), "-m", *PPO, *TINY, "seed=0,1,2,3", "train.total_steps=2048", "train.checkpoint_every=256",
+            "deterministic=true", "hydra/launcher=population"]
+    straight = subprocess.run([*args, "hydra.sweep.dir=straight"], cwd=tmp_path, capture_output=True, text=True,
+                              timeout=600)
+    assert straight.returncode == 0, straight.stderr[-3000:]
+    two = [*args, "hydra.launcher.n_jobs=2", "hydra.sweep.dir=stopped"]
+    proc = subprocess.Popen(two, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 180
+    while not all((tmp_path / "stopped" / job / "checkpoints" / "latest").exists() for job in "0123"):
+        assert proc.poll() is None and time.time() < deadline, proc.communicate()
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signal.SIGTERM, err[-3000:]
+    assert "during start-up" not in err and err.count("rl-train: SIGTERM: stopped at") == 4, err[-3000:]
+    for job in "0123":
+        assert json.loads((tmp_path / "stopped" / job / "status.json").read_text())["status"] == "interrupted"
+    stopped_at = [final(tmp_path / "stopped" / job)["state"]["env_steps"] for job in "0123"]
+    # a worker's two members saved at the same step (the halves: jobs 0, 1 and jobs 2, 3), before the end
+    assert stopped_at[0] == stopped_at[1] and stopped_at[2] == stopped_at[3] and max(stopped_at) < 2048, stopped_at
+    resumed = subprocess.run([*two, "resume=auto"], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    for job in "0123":
+        a, b = final(tmp_path / "straight" / job), final(tmp_path / "stopped" / job)
+        assert a["state"]["env_steps"] == b["state"]["env_steps"] == 2048
+        assert_equal_state(a["algo"], b["algo"], "algo")
+
+
+def test_a_signal_repeated_within_the_echo_window_is_one_signal(monkeypatch):
+    """A population worker gets a terminal's Ctrl-C from its process group and again from the launcher: the repeat
+    is the same stop (a checkpoint first); another signal, or the same one after the window, is a second stop."""
+    from rlcli.run.stop import StopNow, StopSignals
+
+    monkeypatch.setattr(StopSignals, "echo_seconds", 0.5)
+    for repeat, pause, stops_now in ((signal.SIGTERM, 0.0, False), (signal.SIGINT, 0.0, True),
+                                     (signal.SIGTERM, 0.6, True)):
+        signals = StopSignals()
+        restore = signals.catch()
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(pause)
+            if stops_now:
+                with pytest.raises(StopNow):
+                    os.kill(os.getpid(), repeat)
+                    time.sleep(0.05)  # the handler runs between bytecodes
+            else:
+                os.kill(os.getpid(), repeat)
+                time.sleep(0.05)
+        finally:
+            restore()
+        assert signals.received == signal.SIGTERM
 
 
 def test_the_outcome_scripts_exact_mann_whitney_test_matches_counts_by_hand():

@@ -10,7 +10,7 @@ import signal
 import sys
 from typing import Any
 
-from rlcli.run.stop import StopNow
+from rlcli.run.stop import StopNow, stopped_during_start_up
 
 
 def print_version(program: str, args: list[str] | None = None) -> bool:
@@ -82,8 +82,7 @@ def train() -> None:
         if received["signum"] is None and not isinstance(error, KeyboardInterrupt):
             raise
         signum = received["signum"] or int(signal.SIGINT)
-        print(f"rl-train: {signal.Signals(signum).name} during start-up: stopped before training began, nothing "
-              "was trained (a run directory it made starts fresh with rl-train resume=<it>)", file=sys.stderr)
+        print(stopped_during_start_up(signum), file=sys.stderr)
         raise SystemExit(128 + signum) from None
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import signal
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -34,11 +35,23 @@ class StopNow(KeyboardInterrupt):
         self.signum = signum
 
 
+def stopped_during_start_up(signum: int) -> str:
+    """The line rl-train prints when a signal stops it before training began."""
+    return (f"rl-train: {signal.Signals(signum).name} during start-up: stopped before training began, nothing was "
+            "trained (a run directory it made starts fresh with rl-train resume=<it>)")
+
+
 class StopSignals:
     """`received` is the first SIGINT / SIGTERM since `catch()` (None: none yet); a second raises StopNow."""
 
+    # A repeat of the first signal within this many seconds is the same signal delivered twice, not a second one:
+    # a population launcher's worker process (sweeps/population/launch.py sets it there) gets a terminal's Ctrl-C
+    # from its process group and again from the launcher, which passes every signal on. 0 elsewhere.
+    echo_seconds: float = 0.0
+
     def __init__(self) -> None:
         self.received: int | None = None
+        self._first_at = 0.0
 
     def catch(self) -> Callable[[], None]:
         """Install the handlers; returns what puts the previous ones back. Not on the main thread (some launchers),
@@ -46,8 +59,10 @@ class StopSignals:
 
         def handler(signum: int, frame: Any) -> None:
             if self.received is not None:
+                if signum == self.received and time.monotonic() - self._first_at < self.echo_seconds:
+                    return
                 raise StopNow(signum)
-            self.received = signum
+            self.received, self._first_at = signum, time.monotonic()
 
         previous = {}
         for sig in (signal.SIGINT, signal.SIGTERM):

@@ -9,8 +9,13 @@ update does not cover) runs its jobs one after another in this process, after a 
 
 from __future__ import annotations
 
+import contextlib
+import multiprocessing
+import os
+import signal
+import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +23,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from rlcli.registry import ConfigError
 from rlcli.run import lock as run_lock
+from rlcli.run.stop import stopped_during_start_up
 
 # algo.<key> values that may differ inside one population (each member's optimizer, losses, GAE, exploration and
 # target network use its own). Not reward_scale: the vectorized losses read it from the first member's algorithm.
@@ -95,12 +101,54 @@ def launch(hydra_context: Any, config: DictConfig, job_overrides: Sequence[Seque
         from joblib import Parallel, delayed
 
         state = Singleton.get_state()
-        outcomes = Parallel(n_jobs=n_jobs, backend="loky")(
-            delayed(_run_population_in_worker)(hydra_context, [configs[i] for i in group], state) for group in groups)
+        with signals_passed_on() as received:
+            try:
+                outcomes = Parallel(n_jobs=n_jobs, backend="loky")(
+                    delayed(_run_population_in_worker)(hydra_context, [configs[i] for i in group], state)
+                    for group in groups)
+            except Exception:
+                if received["signum"] is None:
+                    raise
+                # a worker that the signal reached before its handlers were set (its first second) died of it
+                outcomes = [([], received["signum"])]
     stopped_by = next((signum for _, signum in outcomes if signum is not None), None)
     if stopped_by is not None:
+        if not any(returns for returns, _ in outcomes):  # every worker stopped while it set up: say it once
+            print(stopped_during_start_up(stopped_by), file=sys.stderr)
         raise SystemExit(128 + stopped_by)
     return [ret for returns, _ in outcomes for ret in returns]
+
+
+@contextlib.contextmanager
+def signals_passed_on() -> Iterator[dict[str, int | None]]:
+    """While worker processes train the populations, Ctrl-C and SIGTERM in this process go on to them: each
+    population stops at its next safe point with its members' checkpoints, as it does in one process, and this
+    process then exits with 128 + the signal. (Without this the signal interrupted joblib here, which killed the
+    workers: their members' latest training was lost and their status records said "running".) The first signal is
+    kept in the yielded dict."""
+    received: dict[str, int | None] = {"signum": None}
+
+    def pass_on(signum: int, frame: Any) -> None:
+        if received["signum"] is None:
+            received["signum"] = signum
+        for worker in multiprocessing.active_children():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(worker.pid, signum)  # type: ignore[arg-type]
+
+    previous = {}
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(ValueError):  # not the main thread: signals are left alone
+            previous[sig] = signal.signal(sig, pass_on)
+    try:
+        yield received
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+# a worker's repeat of its first signal this soon after it is that signal again (its process group's, then the
+# launcher's), not a second one (run/stop.py)
+SIGNAL_ECHO_SECONDS = 1.0
 
 
 def _run_population_in_worker(hydra_context: Any, configs: list[DictConfig], singleton_state: Any,
@@ -108,9 +156,28 @@ def _run_population_in_worker(hydra_context: Any, configs: list[DictConfig], sin
     from hydra.core.singleton import Singleton
     from hydra.core.utils import setup_globals
 
-    setup_globals()
-    Singleton.set_state(singleton_state)
-    return run_population(hydra_context, configs)
+    from rlcli.run.stop import StopSignals
+
+    StopSignals.echo_seconds = SIGNAL_ECHO_SECONDS
+    received: dict[str, int | None] = {"signum": None}
+
+    def during_start_up(signum: int, frame: Any) -> None:  # before the population's loop catches signals itself
+        if received["signum"] is None:
+            received["signum"] = signum
+            raise KeyboardInterrupt
+
+    previous = {sig: signal.signal(sig, during_start_up) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        setup_globals()
+        Singleton.set_state(singleton_state)
+        return run_population(hydra_context, configs)
+    except KeyboardInterrupt:
+        if received["signum"] is None:
+            raise
+        return [], received["signum"]  # stopped before training began: nothing of it to save
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
 
 
 def run_population(hydra_context: Any, configs: list[DictConfig]) -> tuple[list[Any], int | None]:
