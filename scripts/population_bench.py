@@ -11,7 +11,8 @@ side in one invocation (the target of `hydra/launcher=population`).
 Rows, each a fresh process timed from start to exit (imports, env and network building, tests, checkpoints):
 - `one seed`: `rl-train` alone, the unit every other row is divided by (`one seed compiled`, with `--compiled`,
   the unit of the compiled rows);
-- `population M`: `rl-train -m seed=0..M-1 hydra/launcher=population` (per-member throughput = M x steps / s);
+- `population M`: `rl-train -m seed=0..M-1 hydra/launcher=population hydra.launcher.n_jobs=1` (per-member
+  throughput = M x steps / s);
 - `population M x2` (`--parallel M`): the same with `hydra.launcher.n_jobs=2`, two populations of M/2 in two
   processes;
 - `population M compiled` (`--compiled`): each population row again with compile=true (the members' whole
@@ -39,6 +40,8 @@ from typing import Any
 
 RL_TRAIN = str(Path(sys.executable).parent / "rl-train")
 COMMON = ["env=CartPole-v1", "train.stop_reward=null", "log.console=false", "log.tensorboard=false"]
+# the `population M` rows: one process (n_jobs=auto would split it into one per core)
+ONE_PROCESS = ["hydra/launcher=population", "hydra.launcher.n_jobs=1"]
 
 
 def timed(cmd: list[str], cwd: Path) -> float:
@@ -132,9 +135,9 @@ def main() -> None:
             if not args.no_one_compiled:
                 plan.append(lambda: one_seed(work, args.steps, compiled=True))
             plan += [lambda m=m: rlcli_sweep(work, f"population {m} compiled", m, args.steps,
-                                             ["hydra/launcher=population", "compile=true"]) for m in args.members]
+                                             [*ONE_PROCESS, "compile=true"]) for m in args.members]
         if not (args.compiled and args.no_eager):
-            plan += [lambda m=m: rlcli_sweep(work, f"population {m}", m, args.steps, ["hydra/launcher=population"])
+            plan += [lambda m=m: rlcli_sweep(work, f"population {m}", m, args.steps, ONE_PROCESS)
                      for m in args.members]
             plan += [lambda m=m: rlcli_sweep(work, f"population {m} x2", m, args.steps,
                                              ["hydra/launcher=population", "hydra.launcher.n_jobs=2"])

@@ -64,7 +64,8 @@ def main() -> None:
         started = time.perf_counter()
         procs = {name: subprocess.Popen([*common, *launcher, f"hydra.sweep.dir={work / name}"], cwd=work,
                                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-                 for name, launcher in (("population", ["hydra/launcher=population"]), ("single runs", []))}
+                 for name, launcher in (("population", ["hydra/launcher=population", "hydra.launcher.n_jobs=1"]),
+                                                ("single runs", []))}
         for name, proc in procs.items():
             _, err = proc.communicate()
             if proc.returncode != 0:

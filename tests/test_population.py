@@ -6,6 +6,7 @@ import os
 import re
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -278,7 +279,8 @@ def run(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run([str(RL_TRAIN), *args], cwd=cwd, capture_output=True, text=True, timeout=600)
 
 
-@pytest.mark.parametrize("parallel", [[], ["hydra.launcher.n_jobs=2"]], ids=["one-process", "n_jobs=2"])
+@pytest.mark.parametrize("parallel", [["hydra.launcher.n_jobs=1"], ["hydra.launcher.n_jobs=2"]],
+                         ids=["one-process", "n_jobs=2"])
 def test_a_population_sweep_writes_what_the_basic_launcher_writes(tmp_path, parallel):
     args = ["-m", *PPO, *TINY, "seed=0,1,2", "train.total_steps=512"]
     population = run(*args, "hydra/launcher=population", *parallel, "hydra.sweep.dir=pop", cwd=tmp_path)
@@ -311,7 +313,8 @@ def test_what_cannot_batch_runs_one_job_at_a_time_after_a_warning(tmp_path):
     out = run("-m", "algo=dqn", "actor=gru", "buffer=sequence", "env=CartPoleNoVel-v1", "seed=0,1",
               "train.total_steps=300",
               "algo.learning_starts=100", "train.test_every=300", "train.test_episodes=1", "log.tensorboard=false",
-              "log.console=false", "hydra/launcher=population", "hydra.sweep.dir=sw", cwd=tmp_path)
+              "log.console=false", "hydra/launcher=population", "hydra.launcher.n_jobs=1", "hydra.sweep.dir=sw",
+              cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
     assert ("population launcher: a recurrent Q-network (actor=gru/lstm) cannot train in a population yet; c51, dqn "
             "and qrdqn"
@@ -320,8 +323,32 @@ def test_what_cannot_batch_runs_one_job_at_a_time_after_a_warning(tmp_path):
         assert '"status": "completed"' in (tmp_path / "sw" / job / "status.json").read_text()
 
 
+def test_n_jobs_auto_is_one_process_per_core_on_a_cpu_and_one_on_a_gpu(monkeypatch, capsys):
+    from omegaconf import OmegaConf
+
+    from rlcli.sweeps.population.launch import workers_for
+
+    def jobs(count: int, **settings):
+        return [OmegaConf.create({"device": "cpu", "torch_threads": 1, **settings}) for _ in range(count)]
+
+    assert workers_for(3, jobs(8), cores=2) == 3  # a number is the user's
+    assert workers_for("auto", jobs(8), cores=2) == 2
+    assert workers_for("auto", jobs(8), cores=16) == 8  # at most one per job
+    assert workers_for("auto", jobs(8), cores=1) == 1
+    assert workers_for("auto", jobs(8, torch_threads=2), cores=4) == 2  # each process's threads count
+    assert workers_for("auto", jobs(8, device="cuda"), cores=16) == 1  # the members share the GPU in one process
+    assert workers_for("auto", jobs(1), cores=16) == 1
+    assert capsys.readouterr().err == ""
+    monkeypatch.setitem(sys.modules, "joblib", None)  # the base install, without the sweep extra
+    assert workers_for("auto", jobs(8), cores=2) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("rl-train: hydra.launcher.n_jobs=auto: the populations train in this one process; 2 "
+                          "processes (one per core) need joblib: pip install -e '.[sweep]'") and err.count("\n") == 1
+
+
 def test_bad_launcher_options_are_one_line(tmp_path):
-    for bad, said in (("hydra.launcher.n_jobs=0", "hydra.launcher.n_jobs=0 must be an integer >= 1"),
+    for bad, said in (("hydra.launcher.n_jobs=0", "hydra.launcher.n_jobs=0 must be auto or an integer >= 1"),
+                      ("hydra.launcher.n_jobs=all", "hydra.launcher.n_jobs='all' must be auto or an integer >= 1"),
                       ("hydra.launcher.max_members=0", "hydra.launcher.max_members=0 must be an integer >= 1"),
                       ("hydra.launcher.max_members=abc", "hydra.launcher.max_members=abc: Value 'abc' of type 'str' "
                                                          "could not be converted to Integer"),
@@ -360,7 +387,7 @@ CROSSQ = ["algo=crossq", "env=Pendulum-v1", "algo.learning_starts=100", "algo.ba
 def test_sigterm_then_resume_auto_is_bit_identical_to_an_uninterrupted_population(tmp_path, family):
     tiny = [a for a in TINY if not (a.startswith("env=") and any(f.startswith("env=") for f in family))]
     args = [str(RL_TRAIN), "-m", *family, *tiny, "seed=0,1", "train.total_steps=2048", "train.checkpoint_every=256",
-            "deterministic=true", "hydra/launcher=population"]
+            "deterministic=true", "hydra/launcher=population", "hydra.launcher.n_jobs=1"]
     straight = subprocess.run([*args, "hydra.sweep.dir=straight"], cwd=tmp_path, capture_output=True, text=True,
                               timeout=600)
     assert straight.returncode == 0, straight.stderr[-3000:]
@@ -391,11 +418,11 @@ def test_sigterm_stops_populations_in_worker_processes_with_checkpoints_then_res
     their next safe point with every member's checkpoint (before, joblib was interrupted, killed the workers, and
     their members' records said "running"); resume=auto then ends where one uninterrupted process ends."""
     args = [str(RL_TRAIN), "-m", *PPO, *TINY, "seed=0,1,2,3", "train.total_steps=2048", "train.checkpoint_every=256",
-            "deterministic=true", "hydra/launcher=population"]
+            "deterministic=true", "hydra/launcher=population", "hydra.launcher.n_jobs=1"]
     straight = subprocess.run([*args, "hydra.sweep.dir=straight"], cwd=tmp_path, capture_output=True, text=True,
                               timeout=600)
     assert straight.returncode == 0, straight.stderr[-3000:]
-    two = [*args, "hydra.launcher.n_jobs=2", "hydra.sweep.dir=stopped"]
+    two = [*args[:-1], "hydra.launcher.n_jobs=2", "hydra.sweep.dir=stopped"]
     proc = subprocess.Popen(two, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 180
     while not all((tmp_path / "stopped" / job / "checkpoints" / "latest").exists() for job in "0123"):

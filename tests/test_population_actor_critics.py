@@ -236,7 +236,7 @@ def test_what_a_soft_actor_critic_population_cannot_batch_is_one_line():
 @pytest.mark.parametrize("algo", ["sac", "td3"])
 def test_an_actor_critic_population_sweep_writes_what_the_basic_launcher_writes(tmp_path, algo):
     args = ["-m", *TINY, *ALGOS[algo], "seed=0,1", "algo.lr=1e-3,3e-4", "train.total_steps=256"]
-    population = run(*args, "hydra/launcher=population", "hydra.sweep.dir=pop", cwd=tmp_path)
+    population = run(*args, "hydra/launcher=population", "hydra.launcher.n_jobs=1", "hydra.sweep.dir=pop", cwd=tmp_path)
     assert population.returncode == 0, population.stderr[-3000:]
     assert "cannot train in a population" not in population.stdout + population.stderr
     basic = run(*args, "hydra.sweep.dir=basic", cwd=tmp_path)

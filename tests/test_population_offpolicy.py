@@ -173,7 +173,7 @@ def test_what_an_off_policy_population_cannot_batch_is_one_line():
 def test_a_dqn_population_sweep_writes_what_the_basic_launcher_writes(algo, tmp_path):
     tiny = [a for a in TINY if not a.startswith("env=")] if algo == "dqn-her" else TINY  # one env= on a command line
     args = ["-m", *tiny, *ALGOS[algo], "seed=0,1,2", "algo.lr=1e-3,3e-4", "train.total_steps=256"]
-    population = run(*args, "hydra/launcher=population", "hydra.sweep.dir=pop", cwd=tmp_path)
+    population = run(*args, "hydra/launcher=population", "hydra.launcher.n_jobs=1", "hydra.sweep.dir=pop", cwd=tmp_path)
     assert population.returncode == 0, population.stderr[-3000:]
     assert "cannot train in a population" not in population.stdout + population.stderr
     basic = run(*args, "hydra.sweep.dir=basic", cwd=tmp_path)

@@ -16,7 +16,9 @@ from omegaconf import DictConfig
 class PopulationLauncherConf:
     _target_: str = "hydra_plugins.rlcli_population_launcher.population_launcher.PopulationLauncher"
     max_members: int = 64  # jobs per population; more start another population after it
-    n_jobs: int = 1  # populations trained at once, each in its own process (a big population is split)
+    # populations trained at once, each in its own process (a big population is split); auto: on a CPU one per
+    # core (and at most one per job), on a GPU one
+    n_jobs: Any = "auto"
 
 
 ConfigStore.instance().store(group="hydra/launcher", name="population", node=PopulationLauncherConf,
@@ -24,7 +26,7 @@ ConfigStore.instance().store(group="hydra/launcher", name="population", node=Pop
 
 
 class PopulationLauncher(Launcher):
-    def __init__(self, max_members: int = 64, n_jobs: int = 1) -> None:
+    def __init__(self, max_members: int = 64, n_jobs: int | str = "auto") -> None:
         from rlcli.sweeps.population.launch import check_launcher_options
 
         check_launcher_options(max_members, n_jobs)  # rl-train checked them before Hydra started

@@ -36,9 +36,11 @@ BATCHABLE = ("lr", "lr_pi", "lr_v", "gamma", "gae_lambda", "ent_coef", "vf_coef"
 def check_launcher_options(max_members: Any, n_jobs: Any) -> None:
     if not isinstance(max_members, int) or isinstance(max_members, bool) or max_members < 1:
         raise ConfigError(f"hydra.launcher.max_members={max_members!r} must be an integer >= 1 (jobs per population)")
+    if n_jobs == "auto":
+        return
     if not isinstance(n_jobs, int) or isinstance(n_jobs, bool) or n_jobs < 1:
-        raise ConfigError(f"hydra.launcher.n_jobs={n_jobs!r} must be an integer >= 1 (populations trained at once, "
-                          "each in its own process)")
+        raise ConfigError(f"hydra.launcher.n_jobs={n_jobs!r} must be auto or an integer >= 1 (populations trained at "
+                          "once, each in its own process)")
     if n_jobs > 1:
         try:
             import joblib  # noqa: F401
@@ -81,14 +83,52 @@ def split_for_workers(groups: list[list[int]], n_jobs: int) -> list[list[int]]:
     return sorted(groups, key=lambda g: g[0])
 
 
+def usable_cores() -> int:
+    """The CPU cores this process may run on (its affinity, which a container or `taskset` narrows)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def workers_for(n_jobs: int | str, configs: Sequence[DictConfig], cores: int | None = None) -> int:
+    """`n_jobs=auto`: on a CPU, one process per core (per `torch_threads` cores), at most one per job: on 2 cores,
+    8 PPO CartPole seeds took 50-53 s as two populations of 4 against 72-80 s as one (scripts/population_bench.py,
+    2026-11-26); with as many cores as seeds each seed is a process of its own. On a GPU, one: the members share
+    the device in one batched population. Without joblib (the `sweep` extra), one, said in one line."""
+    if n_jobs != "auto":
+        return int(n_jobs)
+    if any(not _on_cpu(str(cfg.get("device", "auto"))) for cfg in configs):
+        return 1
+    threads = max(int(configs[0].get("torch_threads", 1) or 1), 1)
+    workers = min((cores or usable_cores()) // threads, len(configs))
+    if workers < 2:
+        return 1
+    try:
+        import joblib  # noqa: F401
+    except ImportError:
+        print(f"rl-train: hydra.launcher.n_jobs=auto: the populations train in this one process; {workers} processes "
+              "(one per core) need joblib: pip install -e '.[sweep]'", file=sys.stderr)
+        return 1
+    return workers
+
+
+def _on_cpu(device: str) -> bool:
+    if device == "auto":
+        import torch
+
+        return not torch.cuda.is_available()
+    return device == "cpu"
+
+
 def launch(hydra_context: Any, config: DictConfig, job_overrides: Sequence[Sequence[str]], initial_job_idx: int,
-           max_members: int, n_jobs: int = 1) -> list[Any]:
+           max_members: int, n_jobs: int | str = "auto") -> list[Any]:
     configs = []
     for offset, overrides in enumerate(job_overrides):
         sweep_config = hydra_context.config_loader.load_sweep_config(config, list(overrides))
         with open_dict(sweep_config):
             sweep_config.hydra.job.id = sweep_config.hydra.job.num = initial_job_idx + offset
         configs.append(sweep_config)
+    n_jobs = workers_for(n_jobs, configs)
     groups = split_for_workers(group_jobs(configs, max_members), n_jobs)
     if n_jobs == 1:
         outcomes = []
