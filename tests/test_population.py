@@ -336,6 +336,8 @@ def test_n_jobs_auto_is_one_process_per_core_on_a_cpu_and_one_on_a_gpu(monkeypat
     assert workers_for("auto", jobs(8), cores=16) == 8  # at most one per job
     assert workers_for("auto", jobs(8), cores=1) == 1
     assert workers_for("auto", jobs(8, torch_threads=2), cores=4) == 2  # each process's threads count
+    assert workers_for("auto", jobs(8, torch_threads=0), cores=4) == 1  # 0: torch's default, every core
+    assert workers_for("auto", jobs(8), cores=16, memory=3 * 2**30 + 1) == 3  # a GiB of available memory each
     assert workers_for("auto", jobs(8, device="cuda"), cores=16) == 1  # the members share the GPU in one process
     assert workers_for("auto", jobs(1), cores=16) == 1
     assert capsys.readouterr().err == ""

@@ -90,17 +90,38 @@ def usable_cores() -> int:
     return os.cpu_count() or 1
 
 
-def workers_for(n_jobs: int | str, configs: Sequence[DictConfig], cores: int | None = None) -> int:
-    """`n_jobs=auto`: on a CPU, one process per core (per `torch_threads` cores), at most one per job: on 2 cores,
-    8 PPO CartPole seeds took 50-53 s as two populations of 4 against 72-80 s as one (scripts/population_bench.py,
-    2026-11-26); with as many cores as seeds each seed is a process of its own. On a GPU, one: the members share
-    the device in one batched population. Without joblib (the `sweep` extra), one, said in one line."""
+def available_memory() -> int | None:
+    """Bytes of memory available to new processes (Linux's MemAvailable); None where it cannot be read."""
+    try:
+        lines = Path("/proc/meminfo").read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        if line.startswith("MemAvailable:"):
+            return int(line.split()[1]) * 1024
+    return None
+
+
+# what one worker process is allowed for `n_jobs=auto` (a 4-member PPO CartPole population peaked at 0.29 GB)
+MEMORY_PER_WORKER = 2**30
+
+
+def workers_for(n_jobs: int | str, configs: Sequence[DictConfig], cores: int | None = None,
+                memory: int | None = None) -> int:
+    """`n_jobs=auto`: on a CPU, one process per core (per `torch_threads` cores; torch_threads=0 takes them all),
+    at most one per job and one per GiB of available memory: on 2 cores, 8 PPO CartPole seeds took 50-53 s as two
+    populations of 4 against 72-80 s as one (scripts/population_bench.py, 2026-11-26); with as many cores as seeds
+    each seed is a process of its own. On a GPU, one: the members share the device in one batched population.
+    Without joblib (the `sweep` extra), one, said in one line."""
     if n_jobs != "auto":
         return int(n_jobs)
     if any(not _on_cpu(str(cfg.get("device", "auto"))) for cfg in configs):
         return 1
-    threads = max(int(configs[0].get("torch_threads", 1) or 1), 1)
-    workers = min((cores or usable_cores()) // threads, len(configs))
+    cores = cores or usable_cores()
+    threads = int(configs[0].get("torch_threads", 1))
+    memory = memory if memory is not None else available_memory()
+    workers = min(cores // threads if threads > 0 else 1, len(configs),
+                  memory // MEMORY_PER_WORKER if memory is not None else len(configs))
     if workers < 2:
         return 1
     try:
