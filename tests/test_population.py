@@ -447,6 +447,48 @@ def test_sigterm_stops_populations_in_worker_processes_with_checkpoints_then_res
         assert_equal_state(a["algo"], b["algo"], "algo")
 
 
+def _worker_pids(parent: int) -> list[int]:
+    """The population workers (joblib's loky processes) that `parent` started, from /proc."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            command = (entry / "cmdline").read_bytes().decode(errors="replace")
+        except (OSError, IndexError, ValueError):
+            continue
+        if ppid == parent and "LokyProcess" in command:
+            pids.append(int(entry.name))
+    return pids
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="finds the worker processes through /proc")
+def test_a_killed_worker_process_is_one_line_and_resume_auto_finishes_every_member(tmp_path):
+    """kill -9 on one worker (what the out-of-memory killer does): joblib stops the other worker too; rl-train says
+    so in one line (it was a joblib traceback) and exits 1, and resume=auto takes every member to its end."""
+    args = [str(RL_TRAIN), "-m", *PPO, *TINY, "seed=0,1,2,3", "train.total_steps=8192", "train.checkpoint_every=256",
+            "hydra/launcher=population", "hydra.launcher.n_jobs=2", "hydra.sweep.dir=sweep"]
+    proc = subprocess.Popen(args, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 180
+    while not all((tmp_path / "sweep" / job / "checkpoints" / "latest").exists() for job in "0123"):
+        assert proc.poll() is None and time.time() < deadline, proc.communicate()
+        time.sleep(0.05)
+    workers = _worker_pids(proc.pid)
+    assert len(workers) == 2, workers
+    os.kill(workers[0], signal.SIGKILL)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 1, err[-3000:]
+    assert "Traceback" not in err and err.strip().splitlines()[-1].startswith(
+        "rl-train: a population worker process was killed (SIGKILL(-9))"), err[-3000:]
+    resumed = subprocess.run([*args, "resume=auto"], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    for job in "0123":
+        record = json.loads((tmp_path / "sweep" / job / "status.json").read_text())
+        assert record["status"] == "completed" and record["env_steps"] == 8192, record
+
+
 def test_a_signal_repeated_within_the_echo_window_is_one_signal(monkeypatch):
     """A population worker gets a terminal's Ctrl-C from its process group and again from the launcher: the repeat
     is the same stop (a checkpoint first); another signal, or the same one after the window, is a second stop."""

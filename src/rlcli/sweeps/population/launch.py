@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import multiprocessing
 import os
+import re
 import signal
 import sys
 import time
@@ -167,8 +168,11 @@ def launch(hydra_context: Any, config: DictConfig, job_overrides: Sequence[Seque
                 outcomes = Parallel(n_jobs=n_jobs, backend="loky")(
                     delayed(_run_population_in_worker)(hydra_context, [configs[i] for i in group], state)
                     for group in groups)
-            except Exception:
+            except Exception as error:
                 if received["signum"] is None:
+                    if type(error).__name__ == "TerminatedWorkerError":  # joblib's: a worker was killed
+                        print(worker_died(error, str(config.hydra.sweep.dir)), file=sys.stderr)
+                        raise SystemExit(1) from None
                     raise
                 # a worker that the signal reached before its handlers were set (its first second) died of it
                 outcomes = [([], received["signum"])]
@@ -178,6 +182,16 @@ def launch(hydra_context: Any, config: DictConfig, job_overrides: Sequence[Seque
             print(stopped_during_start_up(stopped_by), file=sys.stderr)
         raise SystemExit(128 + stopped_by)
     return [ret for returns, _ in outcomes for ret in returns]
+
+
+def worker_died(error: Exception, sweep_dir: str) -> str:
+    """One line for a worker process killed from outside (the kernel's out-of-memory killer, `kill -9`): joblib
+    then stops the other workers too, so every member stops where it was, as a killed single run does."""
+    codes = re.search(r"exit codes of the workers are \{(.*?)\}", str(error))
+    how = f" ({codes.group(1)})" if codes else ""
+    return (f"rl-train: a population worker process was killed{how}, by the system for memory or by a signal, "
+            "and the other workers were stopped with it; every member goes on from its last checkpoint with the same "
+            f"command and hydra.sweep.dir={sweep_dir} resume=auto (hydra.launcher.n_jobs=1: one process)")
 
 
 @contextlib.contextmanager
