@@ -489,6 +489,37 @@ def test_a_killed_worker_process_is_one_line_and_resume_auto_finishes_every_memb
         assert record["status"] == "completed" and record["env_steps"] == 8192, record
 
 
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="finds the worker processes through /proc")
+def test_workers_whose_launcher_was_killed_stop_with_checkpoints_and_exit(tmp_path):
+    """kill -9 on rl-train: its workers notice within a second, stop as on SIGTERM (every member's checkpoint,
+    records `interrupted`) and exit, instead of training on unseen and holding their members' run locks; resume=auto
+    then takes every member to its end."""
+    args = [str(RL_TRAIN), "-m", *PPO, *TINY, "seed=0,1,2,3", "train.total_steps=16384", "train.checkpoint_every=256",
+            "hydra/launcher=population", "hydra.launcher.n_jobs=2", "hydra.sweep.dir=sweep"]
+    proc = subprocess.Popen(args, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 180
+    while not all((tmp_path / "sweep" / job / "checkpoints" / "latest").exists() for job in "0123"):
+        assert proc.poll() is None and time.time() < deadline
+        time.sleep(0.05)
+    workers = _worker_pids(proc.pid)
+    assert len(workers) == 2, workers
+    proc.kill()
+    proc.wait(timeout=30)
+    deadline = time.time() + 60
+    while any(Path(f"/proc/{pid}").exists() for pid in workers):
+        assert time.time() < deadline, "the orphaned workers are still running"
+        time.sleep(0.1)
+    for job in "0123":
+        record = json.loads((tmp_path / "sweep" / job / "status.json").read_text())
+        assert record["status"] == "interrupted", record
+    resumed = subprocess.run([*args, "resume=auto"], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    for job in "0123":
+        record = json.loads((tmp_path / "sweep" / job / "status.json").read_text())
+        assert record["status"] == "completed" and record["env_steps"] == 16384, record
+
+
 def test_a_signal_repeated_within_the_echo_window_is_one_signal(monkeypatch):
     """A population worker gets a terminal's Ctrl-C from its process group and again from the launcher: the repeat
     is the same stop (a checkpoint first); another signal, or the same one after the window, is a second stop."""

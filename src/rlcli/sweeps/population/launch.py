@@ -15,6 +15,7 @@ import os
 import re
 import signal
 import sys
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -226,6 +227,26 @@ def signals_passed_on() -> Iterator[dict[str, int | None]]:
 SIGNAL_ECHO_SECONDS = 1.0
 
 
+_watching: list[int] = []  # the launcher process a worker watches (one watch per worker process, which joblib reuses)
+
+
+def stop_when_orphaned(every: float = 1.0) -> None:
+    """In a worker: when the launcher process is gone (`kill -9` on rl-train), SIGTERM to this worker, whose
+    population then stops as on Ctrl-C, with its members' checkpoints, instead of training on where nobody sees
+    it (and holding its members' run locks against the `resume=auto` that follows)."""
+    if _watching:
+        return
+    launcher = os.getppid()
+    _watching.append(launcher)
+
+    def watch() -> None:
+        while os.getppid() == launcher:
+            time.sleep(every)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, name="rlcli-launcher-watch", daemon=True).start()
+
+
 def _run_population_in_worker(hydra_context: Any, configs: list[DictConfig], singleton_state: Any,
                               ) -> tuple[list[Any], int | None]:
     from hydra.core.singleton import Singleton
@@ -234,6 +255,7 @@ def _run_population_in_worker(hydra_context: Any, configs: list[DictConfig], sin
     from rlcli.run.stop import StopSignals
 
     StopSignals.echo_seconds = SIGNAL_ECHO_SECONDS
+    stop_when_orphaned()
     received: dict[str, int | None] = {"signum": None}
 
     def during_start_up(signum: int, frame: Any) -> None:  # before the population's loop catches signals itself
@@ -253,6 +275,10 @@ def _run_population_in_worker(hydra_context: Any, configs: list[DictConfig], sin
     finally:
         for sig, old in previous.items():
             signal.signal(sig, old)
+        if os.getppid() != _watching[0]:  # orphaned: nobody takes the result, and an idle worker would linger
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(128 + signal.SIGTERM)
 
 
 def run_population(hydra_context: Any, configs: list[DictConfig]) -> tuple[list[Any], int | None]:
