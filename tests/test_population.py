@@ -326,7 +326,7 @@ def test_what_cannot_batch_runs_one_job_at_a_time_after_a_warning(tmp_path):
 def test_n_jobs_auto_is_one_process_per_core_on_a_cpu_and_one_on_a_gpu(monkeypatch, capsys):
     from omegaconf import OmegaConf
 
-    from rlcli.sweeps.population.launch import workers_for
+    from rlcli.sweeps.population.workers import workers_for
 
     def jobs(count: int, **settings):
         return [OmegaConf.create({"device": "cpu", "torch_threads": 1, **settings}) for _ in range(count)]
