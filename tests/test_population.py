@@ -447,6 +447,31 @@ def test_sigterm_stops_populations_in_worker_processes_with_checkpoints_then_res
         assert_equal_state(a["algo"], b["algo"], "algo")
 
 
+@pytest.mark.slow
+def test_a_stopped_parallel_sweep_starts_none_of_its_waiting_populations(tmp_path):
+    """Three populations (n_epochs 3, 4, 5; seeds 0, 1) on two workers: the third waits for a worker. A SIGTERM
+    stops the two that train, and the third never starts (it trained to its end after the stop before: joblib
+    handed it to a worker that had stopped); resume=auto then trains all six members to their end."""
+    args = [str(RL_TRAIN), "-m", *PPO, *TINY, "algo.n_epochs=3,4,5", "seed=0,1", "train.total_steps=8192",
+            "train.checkpoint_every=256", "hydra/launcher=population", "hydra.launcher.n_jobs=2",
+            "hydra.sweep.dir=sweep"]
+    proc = subprocess.Popen(args, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 180
+    while not all((tmp_path / "sweep" / job / "checkpoints" / "latest").exists() for job in "0123"):
+        assert proc.poll() is None and time.time() < deadline, proc.communicate()
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signal.SIGTERM, err[-3000:]
+    assert not any((tmp_path / "sweep" / job).exists() for job in "45"), sorted(p.name for p in
+                                                                               (tmp_path / "sweep").iterdir())
+    resumed = subprocess.run([*args, "resume=auto"], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    for job in "012345":
+        record = json.loads((tmp_path / "sweep" / job / "status.json").read_text())
+        assert record["status"] == "completed" and record["env_steps"] == 8192, record
+
+
 def _worker_pids(parent: int) -> list[int]:
     """The population workers (joblib's loky processes) that `parent` started, from /proc."""
     pids = []

@@ -133,6 +133,9 @@ def _run_population_in_worker(hydra_context: Any, configs: list[DictConfig], sin
 
     StopSignals.echo_seconds = workers.SIGNAL_ECHO_SECONDS
     workers.stop_when_orphaned()
+    workers.keep_stops_between_populations()
+    if workers.stopped_by() is not None:  # the sweep was stopped before joblib handed this population over
+        return [], workers.stopped_by()
     received: dict[str, int | None] = {"signum": None}
 
     def during_start_up(signum: int, frame: Any) -> None:  # before the population's loop catches signals itself
@@ -144,10 +147,13 @@ def _run_population_in_worker(hydra_context: Any, configs: list[DictConfig], sin
     try:
         setup_globals()
         Singleton.set_state(singleton_state)
-        return run_population(hydra_context, configs)
+        returns, signum = run_population(hydra_context, configs)
+        workers.remember_stop(signum)
+        return returns, signum
     except KeyboardInterrupt:
         if received["signum"] is None:
             raise
+        workers.remember_stop(received["signum"])
         return [], received["signum"]  # stopped before training began: nothing of it to save
     finally:
         for sig, old in previous.items():

@@ -127,6 +127,31 @@ def orphaned() -> bool:
     return bool(_watching) and os.getppid() != _watching[0]
 
 
+# in a worker: the signal that stopped the sweep (a population it trained stopped on it, or it came between
+# populations); the populations joblib hands this worker afterwards return at once, untrained
+_stopped_by: dict[str, int | None] = {"signum": None}
+
+
+def keep_stops_between_populations() -> None:
+    """In a worker, between populations: a signal is the stop of the populations still to come (joblib's default
+    handlers would let SIGTERM kill the idle worker, and SIGINT raise inside joblib's loop)."""
+    def remember(signum: int, frame: Any) -> None:
+        if _stopped_by["signum"] is None:
+            _stopped_by["signum"] = signum
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, remember)
+
+
+def stopped_by() -> int | None:
+    return _stopped_by["signum"]
+
+
+def remember_stop(signum: int | None) -> None:
+    if signum is not None and _stopped_by["signum"] is None:
+        _stopped_by["signum"] = signum
+
+
 def stop_when_orphaned(every: float = 1.0) -> None:
     """In a worker: when the launcher process is gone (`kill -9` on rl-train), SIGTERM to this worker, whose
     population then stops as on Ctrl-C, with its members' checkpoints, instead of training on where nobody sees
