@@ -414,6 +414,14 @@ def test_sigterm_then_resume_auto_is_bit_identical_to_an_uninterrupted_populatio
         assert_equal_state(a["buffer"], b["buffer"], "buffer")
 
 
+def _wait_until_saved(proc: subprocess.Popen, sweep: Path, jobs: str = "0123") -> None:
+    """Until each of `jobs` in the sweep that `proc` runs has a checkpoint (at most 180 s; `proc` still running)."""
+    deadline = time.time() + 180
+    while not all((sweep / job / "checkpoints" / "latest").exists() for job in jobs):
+        assert proc.poll() is None and time.time() < deadline, proc.communicate()
+        time.sleep(0.05)
+
+
 @pytest.mark.slow
 def test_sigterm_stops_populations_in_worker_processes_with_checkpoints_then_resume_auto_is_exact(tmp_path):
     """hydra.launcher.n_jobs=2: a SIGTERM to rl-train goes on to both worker processes, whose populations stop at
@@ -426,10 +434,7 @@ def test_sigterm_stops_populations_in_worker_processes_with_checkpoints_then_res
     assert straight.returncode == 0, straight.stderr[-3000:]
     two = [*args[:-1], "hydra.launcher.n_jobs=2", "hydra.sweep.dir=stopped"]
     proc = subprocess.Popen(two, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + 180
-    while not all((tmp_path / "stopped" / job / "checkpoints" / "latest").exists() for job in "0123"):
-        assert proc.poll() is None and time.time() < deadline, proc.communicate()
-        time.sleep(0.05)
+    _wait_until_saved(proc, tmp_path / "stopped")
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 128 + signal.SIGTERM, err[-3000:]
@@ -456,10 +461,7 @@ def test_a_stopped_parallel_sweep_starts_none_of_its_waiting_populations(tmp_pat
             "train.checkpoint_every=256", "hydra/launcher=population", "hydra.launcher.n_jobs=2",
             "hydra.sweep.dir=sweep"]
     proc = subprocess.Popen(args, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + 180
-    while not all((tmp_path / "sweep" / job / "checkpoints" / "latest").exists() for job in "0123"):
-        assert proc.poll() is None and time.time() < deadline, proc.communicate()
-        time.sleep(0.05)
+    _wait_until_saved(proc, tmp_path / "sweep")
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 128 + signal.SIGTERM, err[-3000:]
@@ -496,10 +498,7 @@ def test_a_killed_worker_process_is_one_line_and_resume_auto_finishes_every_memb
     args = [str(RL_TRAIN), "-m", *PPO, *TINY, "seed=0,1,2,3", "train.total_steps=8192", "train.checkpoint_every=256",
             "hydra/launcher=population", "hydra.launcher.n_jobs=2", "hydra.sweep.dir=sweep"]
     proc = subprocess.Popen(args, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + 180
-    while not all((tmp_path / "sweep" / job / "checkpoints" / "latest").exists() for job in "0123"):
-        assert proc.poll() is None and time.time() < deadline, proc.communicate()
-        time.sleep(0.05)
+    _wait_until_saved(proc, tmp_path / "sweep")
     workers = _worker_pids(proc.pid)
     assert len(workers) == 2, workers
     os.kill(workers[0], signal.SIGKILL)
@@ -523,10 +522,7 @@ def test_workers_whose_launcher_was_killed_stop_with_checkpoints_and_exit(tmp_pa
     args = [str(RL_TRAIN), "-m", *PPO, *TINY, "seed=0,1,2,3", "train.total_steps=16384", "train.checkpoint_every=256",
             "hydra/launcher=population", "hydra.launcher.n_jobs=2", "hydra.sweep.dir=sweep"]
     proc = subprocess.Popen(args, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.time() + 180
-    while not all((tmp_path / "sweep" / job / "checkpoints" / "latest").exists() for job in "0123"):
-        assert proc.poll() is None and time.time() < deadline
-        time.sleep(0.05)
+    _wait_until_saved(proc, tmp_path / "sweep")
     workers = _worker_pids(proc.pid)
     assert len(workers) == 2, workers
     proc.kill()

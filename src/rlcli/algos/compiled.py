@@ -225,7 +225,7 @@ def optimizer_rule(optimizer: Any) -> OptimizerRule:
         return _RMSpropRule(optimizer)
     if isinstance(optimizer, (torch.optim.RAdam, RAdam)):
         return _RAdamRule(optimizer)
-    # the step reads and writes FusedAdam's (or RMSprop's) state layout
+    # the step reads and writes FusedAdam's (or the torch-layout RMSprop's and RAdam's) state
     raise ConfigError("compile=true needs torch's fused Adam kernel, which this torch build lacks")
 
 
