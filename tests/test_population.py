@@ -490,6 +490,26 @@ def _worker_pids(parent: int) -> list[int]:
     return pids
 
 
+def kill_a_worker_then_expect_one_line(proc: subprocess.Popen, what: str) -> None:
+    """kill -9 on one of `proc`'s two workers: `proc` (rl-train) then ends with exit 1 and one last line, no
+    traceback."""
+    workers = _worker_pids(proc.pid)
+    assert len(workers) == 2, workers
+    os.kill(workers[0], signal.SIGKILL)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 1, err[-3000:]
+    assert "Traceback" not in err and err.strip().splitlines()[-1].startswith(
+        f"rl-train: a {what} worker process was killed (SIGKILL(-9))"), err[-3000:]
+
+
+def _wait_until_gone(pids: list[int]) -> None:
+    """Until none of the processes `pids` runs (at most 60 s)."""
+    deadline = time.time() + 60
+    while any(Path(f"/proc/{pid}").exists() for pid in pids):
+        assert time.time() < deadline, "the orphaned workers are still running"
+        time.sleep(0.1)
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="finds the worker processes through /proc")
 def test_a_killed_worker_process_is_one_line_and_resume_auto_finishes_every_member(tmp_path):
@@ -499,13 +519,7 @@ def test_a_killed_worker_process_is_one_line_and_resume_auto_finishes_every_memb
             "hydra/launcher=population", "hydra.launcher.n_jobs=2", "hydra.sweep.dir=sweep"]
     proc = subprocess.Popen(args, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     _wait_until_saved(proc, tmp_path / "sweep")
-    workers = _worker_pids(proc.pid)
-    assert len(workers) == 2, workers
-    os.kill(workers[0], signal.SIGKILL)
-    _, err = proc.communicate(timeout=120)
-    assert proc.returncode == 1, err[-3000:]
-    assert "Traceback" not in err and err.strip().splitlines()[-1].startswith(
-        "rl-train: a population worker process was killed (SIGKILL(-9))"), err[-3000:]
+    kill_a_worker_then_expect_one_line(proc, "population")
     resumed = subprocess.run([*args, "resume=auto"], cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     for job in "0123":
@@ -527,10 +541,7 @@ def test_workers_whose_launcher_was_killed_stop_with_checkpoints_and_exit(tmp_pa
     assert len(workers) == 2, workers
     proc.kill()
     proc.wait(timeout=30)
-    deadline = time.time() + 60
-    while any(Path(f"/proc/{pid}").exists() for pid in workers):
-        assert time.time() < deadline, "the orphaned workers are still running"
-        time.sleep(0.1)
+    _wait_until_gone(workers)
     for job in "0123":
         record = json.loads((tmp_path / "sweep" / job / "status.json").read_text())
         assert record["status"] == "interrupted", record

@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 from conftest import RL_TRAIN, ray_cluster_on_localhost
+from test_population import _wait_until_gone, _wait_until_saved, _worker_pids, kill_a_worker_then_expect_one_line
+from test_resume import assert_equal_state, final
 
 PLUGINS = str(Path(__file__).parent / "plugins")
 TINY = ["train.total_steps=1000", "train.test_every=500", "train.test_episodes=2", "train.num_envs=2",
@@ -109,6 +111,76 @@ def test_killed_sweep_is_finished_with_resume_auto(tmp_path):
     after = statuses(tmp_path / "sw")
     assert after[0]["ended"] == ended_0  # not run again
     assert all(after[i]["status"] == "completed" and after[i]["env_steps"] >= 6000 for i in (0, 1, 2))
+
+
+JOBLIB_JOBS = ["algo.n_steps=16", "algo.batch_size=32", "algo.n_epochs=2", "train.num_envs=2", "train.total_steps=8192",
+               "train.checkpoint_every=256", "train.test_every=4096", "train.test_episodes=2", "train.stop_reward=null",
+               "log.tensorboard=false", "log.console=false", "deterministic=true", "hydra/launcher=joblib",
+               "hydra.launcher.n_jobs=2"]
+
+
+@pytest.mark.slow
+def test_sigterm_stops_a_joblib_sweep_with_checkpoints_and_resume_auto_finishes_it_exactly(tmp_path):
+    """hydra/launcher=joblib, 3 jobs on 2 workers: a SIGTERM to rl-train goes on to the workers. The two running jobs
+    stop at their next safe point with a checkpoint and `interrupted` records, the third does not start, and rl-train
+    says how to finish (before: joblib killed the workers, every record said "running", no checkpoint since the last
+    periodic one, and the line was "nothing was trained"). resume=auto then ends job 0 where an uninterrupted run
+    ends, bit for bit."""
+    args = [str(RL_TRAIN), "-m", "seed=0,1,2", *JOBLIB_JOBS, "hydra.sweep.dir=sw"]
+    proc = subprocess.Popen(args, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    _wait_until_saved(proc, tmp_path / "sw", "01")
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signal.SIGTERM, err[-3000:]
+    lines = [line for line in err.splitlines() if line.startswith("rl-train:") and "warning" not in line]
+    assert "during start-up" not in err and "Traceback" not in err, err[-3000:]
+    assert sum("SIGTERM: stopped at" in line for line in lines) == 2, lines
+    assert lines[-1].startswith("rl-train: SIGTERM: the sweep stopped") and "resume=auto" in lines[-1], lines
+    jobs = statuses(tmp_path / "sw")
+    for job in (0, 1):
+        assert jobs[job]["status"] == "interrupted", jobs[job]
+        assert 0 < final(tmp_path / "sw" / str(job))["state"]["env_steps"] < 8192
+    assert jobs[2]["status"] == "interrupted" and "not started" in jobs[2]["error"], jobs[2]
+    assert not (tmp_path / "sw" / "2" / "checkpoints").exists()
+
+    resumed = subprocess.run([*args, "resume=auto"], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    jobs = statuses(tmp_path / "sw")
+    assert all(jobs[i]["status"] == "completed" and jobs[i]["env_steps"] == 8192 for i in (0, 1, 2)), jobs
+    straight = subprocess.run([str(RL_TRAIN), "-m", "seed=0", *JOBLIB_JOBS, "hydra.sweep.dir=straight"], cwd=tmp_path,
+                              capture_output=True, text=True, timeout=600)
+    assert straight.returncode == 0, straight.stderr[-3000:]
+    assert_equal_state(final(tmp_path / "straight" / "0")["algo"], final(tmp_path / "sw" / "0")["algo"],
+                       "algo")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="finds the worker processes through /proc")
+def test_a_killed_joblib_worker_is_one_line_and_a_killed_launcher_stops_its_workers(tmp_path):
+    """kill -9 on a joblib worker (the out-of-memory killer): one line naming resume=auto, exit 1 (it was joblib's
+    TerminatedWorkerError traceback). kill -9 on rl-train: its workers stop within seconds with their checkpoints
+    (records `interrupted`) and exit, releasing their jobs' run locks. resume=auto finishes both sweeps."""
+    args = [str(RL_TRAIN), "-m", "seed=0,1", *JOBLIB_JOBS]
+    proc = subprocess.Popen([*args, "hydra.sweep.dir=a"], cwd=tmp_path, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    _wait_until_saved(proc, tmp_path / "a", "01")
+    kill_a_worker_then_expect_one_line(proc, "job")
+
+    proc = subprocess.Popen([*args, "hydra.sweep.dir=b"], cwd=tmp_path, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    _wait_until_saved(proc, tmp_path / "b", "01")
+    workers = _worker_pids(proc.pid)
+    assert len(workers) == 2, workers
+    proc.kill()
+    proc.wait(timeout=30)
+    _wait_until_gone(workers)
+    assert [r["status"] for r in statuses(tmp_path / "b").values()] == ["interrupted"] * 2
+    for sweep in "ab":
+        resumed = subprocess.run([*args, f"hydra.sweep.dir={sweep}", "resume=auto"], cwd=tmp_path,
+                                 capture_output=True, text=True, timeout=600)
+        assert resumed.returncode == 0, resumed.stderr[-3000:]
+        jobs = statuses(tmp_path / sweep)
+        assert all(jobs[i]["status"] == "completed" and jobs[i]["env_steps"] == 8192 for i in (0, 1)), jobs
 
 
 @pytest.mark.slow

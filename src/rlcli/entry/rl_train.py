@@ -103,9 +103,14 @@ def _hydra_entry(cfg: DictConfig) -> Any:
     run_dir = Path(hydra_cfg.runtime.output_dir)
     if hydra_cfg.mode == RunMode.MULTIRUN:
         from rlcli.sweeps.jobs import run_job
+        from rlcli.sweeps.parallel_jobs import STOPPABLE_TARGET, run_job_stoppably
         from rlcli.sweeps.tuning import trial_reporter
 
-        return run_job(cfg, run_dir, int(hydra_cfg.job.num), list(hydra_cfg.overrides.task), trial_reporter)
+        job_num, overrides = int(hydra_cfg.job.num), list(hydra_cfg.overrides.task)
+        if hydra_cfg.launcher.get("_target_") == STOPPABLE_TARGET:  # hydra/launcher=joblib
+            return run_job_stoppably(lambda may_train: run_job(cfg, run_dir, job_num, overrides, trial_reporter,
+                                                               may_train), run_dir, job_num, overrides)
+        return run_job(cfg, run_dir, job_num, overrides, trial_reporter)
     if _FROM_PYTHON:  # Hydra would print the run's exceptions and exit: they go back to the caller instead
         try:
             _FROM_PYTHON["trainer"] = trainer = _single_run(cfg, hydra_cfg, run_dir)
@@ -189,8 +194,9 @@ def run_from_python(argv: list[str], callbacks: Sequence[Any] = ()) -> Any:
     return trainer
 
 
-def precheck_sweep(args: list[str]) -> None:
-    """`-m`: check every job's config (each swept value, each end of a search space) before launching."""
+def precheck_sweep(args: list[str]) -> str:
+    """`-m`: check every job's config (each swept value, each end of a search space) before launching. Returns
+    the launcher's `_target_`."""
     from hydra import compose, initialize_config_dir
 
     from rlcli.sweeps.jobs import probe_combinations, search_space_probes
@@ -232,12 +238,23 @@ def precheck_sweep(args: list[str]) -> None:
             continue  # a job already built but for a valid seed: building it again checks nothing new
         precheck(combo)
         built.add(rest)
+    return str(launcher.get("_target_", ""))
 
 
 def _plain_seed(combo: list[str]) -> bool:
     """The combo's seed is a plain integer in numpy's range (what build.py's check accepts)."""
     seeds = [value_of(a) for a in combo if key_of(a) == "seed"]
     return bool(seeds) and seeds[-1].isascii() and seeds[-1].isdigit() and int(seeds[-1]) < 2**32
+
+
+def with_stoppable_joblib(args: list[str], launcher: str) -> list[str]:
+    """`hydra/launcher=joblib` runs as rlcli's subclass of Hydra's plugin (sweeps/parallel_jobs.py: Ctrl-C and
+    SIGTERM stop its workers' jobs with their checkpoints); every option of the plugin stays."""
+    from rlcli.sweeps.parallel_jobs import JOBLIB_TARGET, STOPPABLE_TARGET
+
+    if launcher != JOBLIB_TARGET:
+        return args
+    return [*args, f"hydra.launcher._target_={STOPPABLE_TARGET}"]
 
 
 def lock_existing_run_dir(args: list[str]) -> None:
@@ -276,8 +293,9 @@ def main(argv: list[str] | None = None) -> None:
     try:
         check_argument_style(args, "rl-train", HYDRA_FLAGS, HYDRA_FLAGS_WITH_VALUE, group_with_option)
         if multirun:
-            precheck_sweep([a for a in args if not a.startswith("-")])
+            launcher = precheck_sweep([a for a in args if not a.startswith("-")])
             check_writable(args, multirun=True)
+            args = with_stoppable_joblib(args, launcher)
         else:
             args = resume_args(args)
             lock_existing_run_dir(args)

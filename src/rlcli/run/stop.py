@@ -45,13 +45,13 @@ class StopSignals:
     """`received` is the first SIGINT / SIGTERM since `catch()` (None: none yet); a second raises StopNow."""
 
     # A repeat of the first signal within this many seconds is the same signal delivered twice, not a second one:
-    # a population launcher's worker process (sweeps/population/launch.py sets it there) gets a terminal's Ctrl-C
-    # from its process group and again from the launcher, which passes every signal on. 0 elsewhere.
+    # a launcher's worker process (sweeps/worker_processes.py's users set it there) gets a terminal's Ctrl-C from its
+    # process group and again from the launcher, which passes every signal on. 0 elsewhere.
     echo_seconds: float = 0.0
 
     def __init__(self) -> None:
         self.received: int | None = None
-        self._first_at = 0.0
+        self.first_at = 0.0  # when `received` came (time.monotonic)
 
     def catch(self) -> Callable[[], None]:
         """Install the handlers; returns what puts the previous ones back. Not on the main thread (some launchers),
@@ -59,10 +59,10 @@ class StopSignals:
 
         def handler(signum: int, frame: Any) -> None:
             if self.received is not None:
-                if signum == self.received and time.monotonic() - self._first_at < self.echo_seconds:
+                if signum == self.received and time.monotonic() - self.first_at < self.echo_seconds:
                     return
                 raise StopNow(signum)
-            self.received, self._first_at = signum, time.monotonic()
+            self.received, self.first_at = signum, time.monotonic()
 
         previous = {}
         for sig in (signal.SIGINT, signal.SIGTERM):

@@ -58,8 +58,11 @@ def _say(text: str) -> None:
 
 
 def run_job(cfg: DictConfig, run_dir: Path, job_num: int, overrides: list[str],
-            test_hook_factory: Callable[[DictConfig], Any] | None = None) -> dict[str, Any]:
-    """Run one job of a sweep and return its status record (never raises for a failed job)."""
+            test_hook_factory: Callable[[DictConfig], Any] | None = None,
+            may_train: Callable[[Any], bool] | None = None) -> dict[str, Any]:
+    """Run one job of a sweep and return its status record (never raises for a failed job). `may_train(signals)`,
+    given the built trainer's StopSignals, says whether it still trains (parallel_jobs.py: not after the sweep's
+    stop)."""
     from rlcli.run import lock as run_lock
 
     shown = " ".join(o for o in overrides if not o.startswith(("sweep.trial", "resume=", "hydra.")))
@@ -69,13 +72,14 @@ def run_job(cfg: DictConfig, run_dir: Path, job_num: int, overrides: list[str],
         _say(f"[job {job_num}] {shown}: {error}")
         return {"job": job_num, "overrides": list(overrides), "status": "failed", "error": str(error)}
     try:
-        return _run_locked_job(cfg, run_dir, job_num, overrides, shown, test_hook_factory)
+        return _run_locked_job(cfg, run_dir, job_num, overrides, shown, test_hook_factory, may_train)
     finally:
         run_lock.release(run_dir)
 
 
 def _run_locked_job(cfg: DictConfig, run_dir: Path, job_num: int, overrides: list[str], shown: str,
-                    test_hook_factory: Callable[[DictConfig], Any] | None) -> dict[str, Any]:
+                    test_hook_factory: Callable[[DictConfig], Any] | None,
+                    may_train: Callable[[Any], bool] | None = None) -> dict[str, Any]:
     job_started = time.perf_counter()
     record = start_record(cfg, run_dir, job_num, overrides, shown)
     if record["status"] in DONE:
@@ -83,6 +87,11 @@ def _run_locked_job(cfg: DictConfig, run_dir: Path, job_num: int, overrides: lis
     trainer = None
     try:
         trainer = job_trainer(cfg, run_dir, job_num, overrides, job_started, test_hook_factory)
+        if may_train is not None and not may_train(trainer.signals):  # the sweep was stopped while it set up
+            trainer.close()
+            record.update(status="interrupted", error="stopped before training began", ended=time.time())
+            write_status(run_dir, record)
+            return record
         trainer.run()
     except BaseException as error:
         return end_record(record, run_dir, job_num, shown, error=error)

@@ -22,6 +22,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from rlcli.registry import ConfigError
 from rlcli.run import lock as run_lock
 from rlcli.run.stop import stopped_during_start_up
+from rlcli.sweeps import worker_processes
 from rlcli.sweeps.population import workers
 
 # algo.<key> values that may differ inside one population (each member's optimizer, losses, GAE, exploration and
@@ -103,7 +104,7 @@ def launch(hydra_context: Any, config: DictConfig, job_overrides: Sequence[Seque
         from joblib import Parallel, delayed
 
         state = Singleton.get_state()
-        with workers.signals_passed_on() as received:
+        with worker_processes.signals_passed_on() as received:
             try:
                 outcomes = Parallel(n_jobs=n_jobs, backend="loky")(
                     delayed(_run_population_in_worker)(hydra_context, [configs[i] for i in group], state)
@@ -111,7 +112,7 @@ def launch(hydra_context: Any, config: DictConfig, job_overrides: Sequence[Seque
             except Exception as error:
                 if received["signum"] is None:
                     if type(error).__name__ == "TerminatedWorkerError":  # joblib's: a worker was killed
-                        print(workers.worker_died(error, str(config.hydra.sweep.dir)), file=sys.stderr)
+                        print(worker_processes.worker_died(error, str(config.hydra.sweep.dir)), file=sys.stderr)
                         raise SystemExit(1) from None
                     raise
                 # a worker that the signal reached before its handlers were set (its first second) died of it
@@ -131,11 +132,11 @@ def _run_population_in_worker(hydra_context: Any, configs: list[DictConfig], sin
 
     from rlcli.run.stop import StopSignals
 
-    StopSignals.echo_seconds = workers.SIGNAL_ECHO_SECONDS
-    workers.stop_when_orphaned()
-    workers.keep_stops_between_populations()
-    if workers.stopped_by() is not None:  # the sweep was stopped before joblib handed this population over
-        return [], workers.stopped_by()
+    StopSignals.echo_seconds = worker_processes.SIGNAL_ECHO_SECONDS
+    worker_processes.stop_when_orphaned()
+    worker_processes.keep_stops_between_jobs()
+    if worker_processes.stopped_by() is not None:  # the sweep was stopped before joblib handed this population over
+        return [], worker_processes.stopped_by()
     received: dict[str, int | None] = {"signum": None}
 
     def during_start_up(signum: int, frame: Any) -> None:  # before the population's loop catches signals itself
@@ -148,17 +149,17 @@ def _run_population_in_worker(hydra_context: Any, configs: list[DictConfig], sin
         setup_globals()
         Singleton.set_state(singleton_state)
         returns, signum = run_population(hydra_context, configs)
-        workers.remember_stop(signum)
+        worker_processes.remember_stop(signum)
         return returns, signum
     except KeyboardInterrupt:
         if received["signum"] is None:
             raise
-        workers.remember_stop(received["signum"])
+        worker_processes.remember_stop(received["signum"])
         return [], received["signum"]  # stopped before training began: nothing of it to save
     finally:
         for sig, old in previous.items():
             signal.signal(sig, old)
-        if workers.orphaned():  # nobody takes the result, and an idle worker would linger
+        if worker_processes.orphaned():  # nobody takes the result, and an idle worker would linger
             sys.stdout.flush()
             sys.stderr.flush()
             os._exit(128 + signal.SIGTERM)
