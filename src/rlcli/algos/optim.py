@@ -37,14 +37,8 @@ def fused_adam_available() -> bool:
 class FusedAdam:
     def __init__(self, params: Iterable[Any], lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
                  eps: float = 1e-8) -> None:
-        params = list(params)
-        groups = params if params and isinstance(params[0], dict) else [{"params": params}]
         self.defaults = {"lr": lr, "betas": tuple(betas), "eps": eps}
-        self.param_groups: list[dict[str, Any]] = []
-        for group in groups:
-            entry = {**self.defaults, **group}
-            entry["params"] = list(group["params"])
-            self.param_groups.append(entry)
+        self.param_groups = groups_with_defaults(params, self.defaults)
         self.state: dict[torch.Tensor, dict[str, torch.Tensor]] = {}
 
     def zero_grad(self, set_to_none: bool = True) -> None:
@@ -90,12 +84,9 @@ class RMSprop:
     per-step Python machinery; a test holds this one to torch's numbers bit for bit."""
 
     def __init__(self, params: Iterable[Any], lr: float = 1e-2, alpha: float = 0.99, eps: float = 1e-8) -> None:
-        params = list(params)
-        groups = params if params and isinstance(params[0], dict) else [{"params": params}]
         self.defaults = {"lr": lr, "alpha": alpha, "eps": eps, "momentum": 0, "centered": False,
                          "weight_decay": 0, "maximize": False}
-        self.param_groups: list[dict[str, Any]] = [{**self.defaults, **g, "params": list(g["params"])}
-                                                   for g in groups]
+        self.param_groups = groups_with_defaults(params, self.defaults)
         self.state: defaultdict[torch.Tensor, dict[str, torch.Tensor]] = defaultdict(dict)
 
     def zero_grad(self, set_to_none: bool = True) -> None:
@@ -141,12 +132,9 @@ class RAdam:
 
     def __init__(self, params: Iterable[Any], lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
                  eps: float = 1e-8) -> None:
-        params = list(params)
-        groups = params if params and isinstance(params[0], dict) else [{"params": params}]
         self.defaults = {"lr": lr, "betas": tuple(betas), "eps": eps, "weight_decay": 0, "maximize": False,
                          "decoupled_weight_decay": False}
-        self.param_groups: list[dict[str, Any]] = [{**self.defaults, **g, "params": list(g["params"])}
-                                                   for g in groups]
+        self.param_groups = groups_with_defaults(params, self.defaults)
         self.state: defaultdict[torch.Tensor, dict[str, torch.Tensor]] = defaultdict(dict)
 
     def zero_grad(self, set_to_none: bool = True) -> None:
@@ -192,6 +180,14 @@ class RAdam:
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.state = defaultdict(dict, load_layout(self.param_groups, state_dict, TORCH_RADAM_GROUP_KEYS,
                                                    ("exp_avg", "exp_avg_sq"), step_on_cpu=True))
+
+
+def groups_with_defaults(params: Iterable[Any], defaults: dict[str, Any]) -> list[dict[str, Any]]:
+    """torch.optim's parameter groups: a plain list of parameters is one group, and each group's settings default
+    to the optimizer's."""
+    params = list(params)
+    groups = params if params and isinstance(params[0], dict) else [{"params": params}]
+    return [{**defaults, **group, "params": list(group["params"])} for group in groups]
 
 
 def zero_grads(param_groups: list[dict[str, Any]], set_to_none: bool) -> None:
