@@ -205,8 +205,9 @@ def test_optuna_sweeper_runs_trials_over_seeds(cli, tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.usefixtures("ray_exclusive")  # its `ray stop --force` would stop another test's Ray
-def test_ray_cluster_on_localhost_runs_a_sweep(tmp_path):
-    """A one-node Ray cluster on 127.0.0.1 (loopback only), a 2-job sweep on it, then `ray stop`."""
+def test_ray_cluster_on_localhost_runs_a_sweep_and_stops_it_on_sigterm(tmp_path):
+    """A one-node Ray cluster on 127.0.0.1 (loopback only), a 2-job sweep on it, a 3-job sweep stopped by SIGTERM
+    and finished with resume=auto, then `ray stop`."""
     with ray_cluster_on_localhost() as (port, env):
         out = subprocess.run(
             [str(RL_TRAIN), "-m", "seed=0,1", *TINY, "hydra/launcher=ray_cluster",
@@ -217,3 +218,26 @@ def test_ray_cluster_on_localhost_runs_a_sweep(tmp_path):
         assert f"Connecting to existing Ray cluster at address: 127.0.0.1:{port}" in out.stderr
         jobs = statuses(tmp_path / "ry")
         assert [jobs[i]["status"] for i in (0, 1)] == ["completed", "completed"]
+
+        # SIGTERM to rl-train: 3 jobs on 2 CPUs, the third waiting. rl-train cancels the tasks, which the running jobs
+        # take as a Ctrl-C (a checkpoint at their next safe point, records `interrupted`); the waiting one never
+        # starts. (rl-train died of the signal before, and Ray then killed its tasks: no checkpoint since the last
+        # periodic one, records `running`.) resume=auto finishes all three.
+        ray_jobs = [str(RL_TRAIN), "-m", "seed=0,1,2", *[a for a in JOBLIB_JOBS if "hydra.launcher" not in a],
+                    "hydra/launcher=ray_cluster", f"hydra.launcher.ray.init.address=127.0.0.1:{port}",
+                    f"hydra.sweep.dir={tmp_path / 'stopped'}"]
+        proc = subprocess.Popen(ray_jobs, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                env=env)
+        _wait_until_saved(proc, tmp_path / "stopped", "01")
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode == 128 + signal.SIGTERM, err[-3000:]
+        assert "Traceback" not in err and "rl-train: SIGTERM: the sweep stopped" in err, err[-3000:]
+        jobs = statuses(tmp_path / "stopped")
+        assert sorted(jobs) == [0, 1] and all(jobs[i]["status"] == "interrupted" for i in (0, 1)), jobs
+        assert all(0 < final(tmp_path / "stopped" / str(i))["state"]["env_steps"] < 8192 for i in (0, 1))
+        resumed = subprocess.run([*ray_jobs, "resume=auto"], cwd=tmp_path, capture_output=True, text=True,
+                                 env=env, timeout=600)
+        assert resumed.returncode == 0, resumed.stderr[-3000:]
+        jobs = statuses(tmp_path / "stopped")
+        assert all(jobs[i]["status"] == "completed" and jobs[i]["env_steps"] == 8192 for i in (0, 1, 2)), jobs

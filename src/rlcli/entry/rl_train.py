@@ -104,12 +104,15 @@ def _hydra_entry(cfg: DictConfig) -> Any:
     if hydra_cfg.mode == RunMode.MULTIRUN:
         from rlcli.sweeps.jobs import run_job
         from rlcli.sweeps.parallel_jobs import STOPPABLE_TARGET, run_job_stoppably
+        from rlcli.sweeps.ray_jobs import STOPPABLE_RAY_TARGET
         from rlcli.sweeps.tuning import trial_reporter
 
         job_num, overrides = int(hydra_cfg.job.num), list(hydra_cfg.overrides.task)
-        if hydra_cfg.launcher.get("_target_") == STOPPABLE_TARGET:  # hydra/launcher=joblib
+        target = hydra_cfg.launcher.get("_target_")
+        if target in (STOPPABLE_TARGET, STOPPABLE_RAY_TARGET):  # hydra/launcher=joblib, ray, ray_cluster
             return run_job_stoppably(lambda may_train: run_job(cfg, run_dir, job_num, overrides, trial_reporter,
-                                                               may_train), run_dir, job_num, overrides)
+                                                               may_train), run_dir, job_num, overrides,
+                                     in_ray_task=target == STOPPABLE_RAY_TARGET)
         return run_job(cfg, run_dir, job_num, overrides, trial_reporter)
     if _FROM_PYTHON:  # Hydra would print the run's exceptions and exit: they go back to the caller instead
         try:
@@ -247,14 +250,15 @@ def _plain_seed(combo: list[str]) -> bool:
     return bool(seeds) and seeds[-1].isascii() and seeds[-1].isdigit() and int(seeds[-1]) < 2**32
 
 
-def with_stoppable_joblib(args: list[str], launcher: str) -> list[str]:
-    """`hydra/launcher=joblib` runs as rlcli's subclass of Hydra's plugin (sweeps/parallel_jobs.py: Ctrl-C and
-    SIGTERM stop its workers' jobs with their checkpoints); every option of the plugin stays."""
+def with_stoppable_launcher(args: list[str], launcher: str) -> list[str]:
+    """`hydra/launcher=joblib` and `ray` (`ray_cluster`) run as rlcli's subclasses of Hydra's plugins
+    (sweeps/parallel_jobs.py, sweeps/ray_jobs.py: Ctrl-C and SIGTERM stop their jobs with checkpoints, and the
+    waiting jobs do not start); every option of the plugin stays."""
     from rlcli.sweeps.parallel_jobs import JOBLIB_TARGET, STOPPABLE_TARGET
+    from rlcli.sweeps.ray_jobs import RAY_TARGET, STOPPABLE_RAY_TARGET
 
-    if launcher != JOBLIB_TARGET:
-        return args
-    return [*args, f"hydra.launcher._target_={STOPPABLE_TARGET}"]
+    ours = {JOBLIB_TARGET: STOPPABLE_TARGET, RAY_TARGET: STOPPABLE_RAY_TARGET}.get(launcher)
+    return args if ours is None else [*args, f"hydra.launcher._target_={ours}"]
 
 
 def lock_existing_run_dir(args: list[str]) -> None:
@@ -295,7 +299,7 @@ def main(argv: list[str] | None = None) -> None:
         if multirun:
             launcher = precheck_sweep([a for a in args if not a.startswith("-")])
             check_writable(args, multirun=True)
-            args = with_stoppable_joblib(args, launcher)
+            args = with_stoppable_launcher(args, launcher)
         else:
             args = resume_args(args)
             lock_existing_run_dir(args)

@@ -13,7 +13,7 @@ import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from rlcli.run.stop import StopSignals
 from rlcli.sweeps import worker_processes
@@ -36,38 +36,55 @@ def launch_stoppably(launch: Callable[[], Any], sweep_dir: str) -> Any:
                     raise SystemExit(1) from None
                 raise
             returns = None  # a worker the signal reached before its handlers were set (its first second) died of it
-    signum = received["signum"]
-    if signum is None:
+    if received["signum"] is None:
         return returns
+    exit_stopped_sweep(received["signum"], sweep_dir)
+
+
+def exit_stopped_sweep(signum: int, sweep_dir: str) -> NoReturn:
+    """rl-train's last line after a signal stopped a parallel sweep, once its running jobs have saved; exit code
+    128 + the signal, as a stopped single run's."""
     print(f"rl-train: {signal.Signals(signum).name}: the sweep stopped; its running jobs saved checkpoints and its "
           f"waiting jobs did not start; finish it with the same command plus hydra.sweep.dir={sweep_dir} resume=auto",
           file=sys.stderr)
     raise SystemExit(128 + signum)
 
 
-def run_job_stoppably(run: Callable[[Callable[[StopSignals], bool]], dict[str, Any]], run_dir: Path,
-                      job_num: int, overrides: list[str]) -> dict[str, Any]:
-    """One job of a joblib sweep, `run(may_train)` being sweeps/jobs.run_job. In a worker process: a signal that
-    stopped the sweep before this job was handed over leaves it untrained (recorded `interrupted`, so that
-    resume=auto starts it); one during its set-up goes to its trainer, which stops at its first safe point; and
-    the job's stop returns its record instead of ending the worker. With `n_jobs=1` (rl-train's own process) only
-    the first holds: rl-train then stops as the basic launcher does."""
-    worker = worker_processes.in_worker_process()
-    if worker:
+def run_job_stoppably(run: Callable[[Callable[[StopSignals], bool] | None], dict[str, Any]], run_dir: Path,
+                      job_num: int, overrides: list[str], in_ray_task: bool = False) -> dict[str, Any]:
+    """One job of a joblib or Ray sweep, `run(may_train)` being sweeps/jobs.run_job.
+
+    In a joblib worker process: a signal that stopped the sweep before this job was handed over leaves it
+    untrained (recorded `interrupted`, so that resume=auto starts it); one during its set-up goes to its trainer,
+    which stops at its first safe point; and the job's stop returns its record instead of ending the worker. With
+    `n_jobs=1` (rl-train's own process) only the first holds: rl-train then stops as the basic launcher does.
+
+    In a Ray task (`in_ray_task`), the cancel (ray_jobs.py) comes as SIGINT: during training the trainer stops with
+    its checkpoint, during set-up it is a KeyboardInterrupt; either way the record says `interrupted` and the task
+    returns (Ray reuses its worker process, which keeps nothing of the stop)."""
+    worker = in_ray_task or worker_processes.in_worker_process()
+    if worker and not in_ray_task:
         StopSignals.echo_seconds = worker_processes.SIGNAL_ECHO_SECONDS
         worker_processes.stop_when_orphaned()
         worker_processes.keep_stops_between_jobs()
+    from rlcli.sweeps.jobs import read_status
+
     try:
+        if in_ray_task:
+            return run(None)
         if worker_processes.stopped_by() is not None:
             return _not_started(run_dir, job_num, overrides, worker_processes.stopped_by())
         return run(worker_processes.adopt)
+    except KeyboardInterrupt:
+        if not in_ray_task:
+            raise
+        return _stopped_in_set_up(run_dir, job_num, overrides)
     except SystemExit as stop:
         code = stop.code if isinstance(stop.code, int) else 1
         if not worker or code <= 128:
             raise
-        worker_processes.remember_stop(code - 128)  # the trainer saved a checkpoint, the record says interrupted
-        from rlcli.sweeps.jobs import read_status
-
+        if not in_ray_task:
+            worker_processes.remember_stop(code - 128)  # the trainer saved a checkpoint, the record says interrupted
         return read_status(run_dir) or {"job": job_num, "overrides": overrides, "status": "interrupted"}
     finally:
         worker_processes.release_adopted()
@@ -75,6 +92,16 @@ def run_job_stoppably(run: Callable[[Callable[[StopSignals], bool]], dict[str, A
             sys.stdout.flush()
             sys.stderr.flush()
             os._exit(128 + signal.SIGTERM)
+
+
+def _stopped_in_set_up(run_dir: Path, job_num: int, overrides: list[str]) -> dict[str, Any]:
+    from rlcli.sweeps.jobs import read_status, write_status
+
+    record = read_status(run_dir) or {"job": job_num, "overrides": overrides}
+    if record.get("status") == "running":  # its set-up began; nothing was trained since
+        record.update(status="interrupted", error="stopped before training began")
+        write_status(run_dir, record)
+    return record
 
 
 def _not_started(run_dir: Path, job_num: int, overrides: list[str], signum: int | None) -> dict[str, Any]:
