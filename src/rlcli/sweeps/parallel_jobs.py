@@ -1,6 +1,7 @@
 """Sweep jobs in the joblib launcher's worker processes (`hydra/launcher=joblib`, which rl-train runs through
 hydra_plugins/rlcli_joblib_launcher): Ctrl-C or SIGTERM stops the sweep as it stops the basic launcher's, every
-running job at its next safe point with its checkpoint, and no waiting job starts.
+running job at its next safe point with its checkpoint, and no waiting job starts. The job side
+(`run_job_stoppably`) serves the Ray launcher's tasks too (ray_jobs.py has its launch).
 
 Before, the signal interrupted joblib in rl-train, which killed the workers: their jobs lost all their training
 since their last checkpoint (by default, all of it), their records said `running`, and rl-train said that nothing
