@@ -9,7 +9,6 @@ was trained."""
 
 from __future__ import annotations
 
-import os
 import signal
 import sys
 from collections.abc import Callable
@@ -65,9 +64,7 @@ def run_job_stoppably(run: Callable[[Callable[[StopSignals], bool] | None], dict
     returns (Ray reuses its worker process, which keeps nothing of the stop)."""
     worker = in_ray_task or worker_processes.in_worker_process()
     if worker and not in_ray_task:
-        StopSignals.echo_seconds = worker_processes.SIGNAL_ECHO_SECONDS
-        worker_processes.stop_when_orphaned()
-        worker_processes.keep_stops_between_jobs()
+        worker_processes.set_up_worker()
     from rlcli.sweeps.jobs import read_status
 
     try:
@@ -89,10 +86,8 @@ def run_job_stoppably(run: Callable[[Callable[[StopSignals], bool] | None], dict
         return read_status(run_dir) or {"job": job_num, "overrides": overrides, "status": "interrupted"}
     finally:
         worker_processes.release_adopted()
-        if worker and worker_processes.orphaned():  # nobody takes the result, and an idle worker would linger
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os._exit(128 + signal.SIGTERM)
+        if worker:
+            worker_processes.exit_if_orphaned()
 
 
 def _stopped_in_set_up(run_dir: Path, job_num: int, overrides: list[str]) -> dict[str, Any]:

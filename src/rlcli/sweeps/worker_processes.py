@@ -10,6 +10,7 @@ import multiprocessing
 import os
 import re
 import signal
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -133,3 +134,20 @@ def stop_when_orphaned(every: float = 1.0) -> None:
         os.kill(os.getpid(), signal.SIGTERM)
 
     threading.Thread(target=watch, name="rlcli-launcher-watch", daemon=True).start()
+
+
+def set_up_worker() -> None:
+    """In a worker, before each job or population it is handed: a repeated signal within the echo window is one
+    signal, the launcher is watched, and signals between jobs are kept as the stop of those to come."""
+    StopSignals.echo_seconds = SIGNAL_ECHO_SECONDS
+    stop_when_orphaned()
+    keep_stops_between_jobs()
+
+
+def exit_if_orphaned() -> None:
+    """In a worker, after a job or population: when the launcher is gone nobody takes the result, and an idle
+    worker would linger in joblib's pool; it exits."""
+    if orphaned():
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(128 + signal.SIGTERM)

@@ -9,7 +9,6 @@ update does not cover) runs its jobs one after another in this process, after a 
 
 from __future__ import annotations
 
-import os
 import signal
 import sys
 import time
@@ -130,11 +129,7 @@ def _run_population_in_worker(hydra_context: Any, configs: list[DictConfig], sin
     from hydra.core.singleton import Singleton
     from hydra.core.utils import setup_globals
 
-    from rlcli.run.stop import StopSignals
-
-    StopSignals.echo_seconds = worker_processes.SIGNAL_ECHO_SECONDS
-    worker_processes.stop_when_orphaned()
-    worker_processes.keep_stops_between_jobs()
+    worker_processes.set_up_worker()
     if worker_processes.stopped_by() is not None:  # the sweep was stopped before joblib handed this population over
         return [], worker_processes.stopped_by()
     received: dict[str, int | None] = {"signum": None}
@@ -159,10 +154,7 @@ def _run_population_in_worker(hydra_context: Any, configs: list[DictConfig], sin
     finally:
         for sig, old in previous.items():
             signal.signal(sig, old)
-        if worker_processes.orphaned():  # nobody takes the result, and an idle worker would linger
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os._exit(128 + signal.SIGTERM)
+        worker_processes.exit_if_orphaned()
 
 
 def run_population(hydra_context: Any, configs: list[DictConfig]) -> tuple[list[Any], int | None]:
