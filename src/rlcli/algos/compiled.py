@@ -77,6 +77,22 @@ def use_fast_tanh() -> None:
 FAST_TANH_VARIABLE = "TORCHINDUCTOR_CPP_USE_DECOMPOSE_TANH"
 
 
+def compiled_lazily(function: Callable[..., Any]) -> Callable[..., Any]:
+    """`torch.compile(function)`, set up at its first call: building a compiled step then costs nothing, so that
+    rl-train's pre-check of a compile=true sweep (which builds a job's components and discards them) does not
+    import torch's compiler stack (dynamo, inductor, sympy: 2.1 s of the sweep's start-up here, before any job
+    began)."""
+    compiled: list[Callable[..., Any]] = []
+
+    def call(*args: Any) -> Any:
+        if not compiled:
+            before_compiling()
+            compiled.append(torch.compile(function, dynamic=False))
+        return compiled[0](*args)
+
+    return call
+
+
 def _is_torch_default(path: str) -> bool:
     """torch's inductor sets TORCHINDUCTOR_CACHE_DIR to its per-user temp folder whenever it first asks for a
     cache (building torch.optim.RMSprop does): that is not a user's choice."""
@@ -244,7 +260,6 @@ class CompiledStep:
     def __init__(self, networks: nn.Module, optimizer: Any, loss: Callable[..., Any],
                  max_grad_norm: float | None, updates_buffers: bool = False) -> None:
         self.rule = optimizer_rule(optimizer)
-        before_compiling()
         self.module = _Loss(networks, loss)
         self.optimizer = optimizer
         group_of = {id(p): i for i, g in enumerate(optimizer.param_groups) for p in g["params"]}
@@ -261,7 +276,7 @@ class CompiledStep:
         # argument", seen on an H200 with torch 2.11)
         self.device = self.params[0].device
         self.hyper = self.rule.hyper.to(self.device)
-        self._step = torch.compile(self._pure_step, dynamic=False)
+        self._step = compiled_lazily(self._pure_step)
         self.compile_seconds: float | None = None  # the first call: tracing and compiling (or loading the cache)
 
     def __deepcopy__(self, memo: dict[int, Any]) -> CompiledStep:

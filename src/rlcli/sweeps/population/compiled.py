@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from rlcli.algos.compiled import OptimizerRule, before_compiling, optimizer_rule
+from rlcli.algos.compiled import OptimizerRule, compiled_lazily, optimizer_rule
 from rlcli.registry import ConfigError
 
 
@@ -41,7 +41,6 @@ class CompiledMembersStep:
                               f"alpha) in every member; these members use {', '.join(sorted(kinds))} with different "
                               "ones")
         self.rule: OptimizerRule = rules[0]  # its formula; each member's state is read through its own rule
-        before_compiling()
         self.losses, self.params, self.buffers, self.limit = losses, params, buffers, limit
         self.optimizers = list(optimizers)
         # each weight's param group (the same in every member: lr_pi / lr_v split the networks the same way)
@@ -52,7 +51,7 @@ class CompiledMembersStep:
         self.device = next(iter(params.values())).device
         self.hyper = self.rule.hyper.to(self.device)
         self.slots, self.steps = _stack_states(rules, rows, self.names)
-        self._step = torch.compile(self._pure_step, dynamic=False)
+        self._step = compiled_lazily(self._pure_step)
         self.compile_seconds: float | None = None
 
     def _pure_step(self, params: dict[str, torch.Tensor], slots: list[list[torch.Tensor]], steps: torch.Tensor,
