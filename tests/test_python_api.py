@@ -42,8 +42,12 @@ def test_notebook_train_cartpole_to_475_then_load_predict_evaluate_export(tmp_pa
     assert json.loads((run.run_dir / "eval" / "best.json").read_text())["returns"] == evaluation.returns
     path = rlcli.export(policy, "torchscript")
     assert path == run.run_dir / "export" / "best.pt" and path.with_suffix(".json").is_file()
+    # recording changes nothing: the episode is the one evaluate plays unrecorded. (Not evaluation's first: that one
+    # was acted on in a batch of 5 envs, and a batch's matrix products may round differently from one env's; on an
+    # AVX-512 CPU that flipped a near-tie action here, 372 against 500.)
     watched = rlcli.evaluate(policy, episodes=1, video=True, video_format="gif")
-    assert watched.returns == evaluation.returns[:1] and len(watched.videos) == 1 and watched.videos[0].is_file()
+    unrecorded = rlcli.evaluate(policy, episodes=1)
+    assert watched.returns == unrecorded.returns and len(watched.videos) == 1 and watched.videos[0].is_file()
 
 
 class StopAt(rlcli.Callback):
