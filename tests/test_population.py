@@ -474,9 +474,10 @@ def test_a_stopped_parallel_sweep_starts_none_of_its_waiting_populations(tmp_pat
         assert record["status"] == "completed" and record["env_steps"] == 8192, record
 
 
-def _worker_pids(parent: int) -> list[int]:
-    """The population workers (joblib's loky processes) that `parent` started, from /proc."""
-    pids = []
+def _worker_pids(parent: int, with_server: bool = False) -> list[int]:
+    """The worker processes that `parent` (rl-train) started, from /proc: joblib's loky processes (its children),
+    or the population launcher's, which its fork server (its child) forks (`with_server`: that server)."""
+    processes = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -485,9 +486,13 @@ def _worker_pids(parent: int) -> list[int]:
             command = (entry / "cmdline").read_bytes().decode(errors="replace")
         except (OSError, IndexError, ValueError):
             continue
-        if ppid == parent and "LokyProcess" in command:
-            pids.append(int(entry.name))
-    return pids
+        processes[int(entry.name)] = (ppid, command)
+    servers = {pid for pid, (ppid, command) in processes.items()
+               if ppid == parent and "multiprocessing.forkserver" in command}
+    if with_server:
+        return sorted(servers)
+    return [pid for pid, (ppid, command) in processes.items()
+            if (ppid == parent and "LokyProcess" in command) or ppid in servers]
 
 
 def kill_a_worker_then_expect_one_line(proc: subprocess.Popen, what: str) -> None:
@@ -537,11 +542,11 @@ def test_workers_whose_launcher_was_killed_stop_with_checkpoints_and_exit(tmp_pa
             "hydra/launcher=population", "hydra.launcher.n_jobs=2", "hydra.sweep.dir=sweep"]
     proc = subprocess.Popen(args, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     _wait_until_saved(proc, tmp_path / "sweep")
-    workers = _worker_pids(proc.pid)
-    assert len(workers) == 2, workers
+    workers, server = _worker_pids(proc.pid), _worker_pids(proc.pid, with_server=True)
+    assert len(workers) == 2 and len(server) == 1, (workers, server)
     proc.kill()
     proc.wait(timeout=30)
-    _wait_until_gone(workers)
+    _wait_until_gone(workers + server)  # the fork server exits with rl-train too
     for job in "0123":
         record = json.loads((tmp_path / "sweep" / job / "status.json").read_text())
         assert record["status"] == "interrupted", record
@@ -776,3 +781,57 @@ def check_testing_together(overrides: list[str], discrete: bool, tmp_path, rtol:
             np.testing.assert_allclose(tested[index].returns, alone.returns, rtol=rtol)
         assert c.clock.seconds["test"] > 0
     assert members[1].trainer.c.clock.seconds["test"] == 0
+
+
+def test_the_launcher_takes_the_sweepers_check_compositions_instead_of_composing_each_job_again():
+    """Hydra's sweeper composes each job to check the batch, then the launcher asks again: the second request of
+    the same overrides takes the first composition's copy (as it was composed, whatever the check did to its own),
+    a third composes anew, and another master config is another key."""
+    from omegaconf import OmegaConf
+
+    from rlcli.sweeps.population.launch import compose_each_job_once
+
+    class Loader:
+        calls: list = []
+
+        def load_sweep_config(self, master_config, sweep_overrides):
+            self.calls.append(list(sweep_overrides))
+            return OmegaConf.create({"seed": int(sweep_overrides[0].split("=")[1]), "hydra": {"job": {"id": None}}})
+
+    loader, master, other = Loader(), OmegaConf.create({}), OmegaConf.create({})
+    compose_each_job_once(loader)
+    compose_each_job_once(loader)  # a second setup does not wrap it twice
+    checked = loader.load_sweep_config(master, ["seed=1"])
+    checked.hydra.job.id = "changed by the check"
+    launched = loader.load_sweep_config(master_config=master, sweep_overrides=["seed=1"])
+    assert launched is not checked and launched.seed == 1 and launched.hydra.job.id is None
+    assert Loader.calls == [["seed=1"]]
+    loader.load_sweep_config(master, ["seed=1"])
+    loader.load_sweep_config(other, ["seed=1"])
+    assert Loader.calls == [["seed=1"]] * 3
+
+
+def test_population_workers_start_early_only_where_a_sweep_will_start_them(monkeypatch):
+    """rl-train starts the workers' fork server before checking the sweep only for hydra/launcher=population that
+    will run worker processes (n_jobs > 1, or auto on a CPU with 2+ cores), preloading torch's compiler only for
+    compile=true."""
+    from rlcli.entry import rl_train
+    from rlcli.sweeps.population import workers
+
+    started: list[bool] = []
+    monkeypatch.setattr(workers, "start_worker_server", lambda compiled: started.append(compiled))
+    monkeypatch.setattr(workers, "usable_cores", lambda: 2)
+    for args, expected in ((["seed=0,1", "hydra/launcher=population"], [False]),
+                           (["seed=0,1", "hydra/launcher=population", "compile=true"], [True]),
+                           (["seed=0,1", "hydra/launcher=population", "hydra.launcher.n_jobs=1"], []),
+                           (["seed=0,1", "hydra/launcher=population", "hydra.launcher.n_jobs=3"], [False]),
+                           (["seed=0,1", "hydra/launcher=population", "device=cuda"], []),
+                           (["seed=0,1", "hydra/launcher=joblib"], []),
+                           (["seed=0,1"], [])):
+        started.clear()
+        rl_train.start_population_workers_early(["-m", *args])
+        assert started == expected, args
+    monkeypatch.setattr(workers, "usable_cores", lambda: 1)
+    started.clear()
+    rl_train.start_population_workers_early(["-m", "seed=0,1", "hydra/launcher=population"])
+    assert started == []

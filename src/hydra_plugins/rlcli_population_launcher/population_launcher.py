@@ -35,7 +35,10 @@ class PopulationLauncher(Launcher):
         self.hydra_context: Any = None
 
     def setup(self, *, hydra_context: Any, task_function: Any, config: DictConfig) -> None:
+        from rlcli.sweeps.population.launch import compose_each_job_once
+
         self.config, self.hydra_context = config, hydra_context  # the task is rlcli's own: rl-train's function unused
+        compose_each_job_once(hydra_context.config_loader)  # the sweeper's check composes them first
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
         from rlcli.sweeps.population.launch import launch

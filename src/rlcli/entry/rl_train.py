@@ -250,6 +250,18 @@ def _plain_seed(combo: list[str]) -> bool:
     return bool(seeds) and seeds[-1].isascii() and seeds[-1].isdigit() and int(seeds[-1]) < 2**32
 
 
+def start_population_workers_early(args: list[str]) -> None:
+    """`hydra/launcher=population` that will likely train in worker processes: their fork server starts now, and
+    imports what they need while this process checks the sweep (sweeps/population/workers.start_worker_server)."""
+    chosen = {key_of(a): value_of(a) for a in args if "=" in a}
+    if chosen.get("hydra/launcher") != "population":
+        return
+    from rlcli.sweeps.population import workers
+
+    if workers.may_start_early(chosen.get("hydra.launcher.n_jobs", "auto"), chosen.get("device", "auto")):
+        workers.start_worker_server(chosen.get("compile", "false").lower() == "true")
+
+
 def with_stoppable_launcher(args: list[str], launcher: str) -> list[str]:
     """`hydra/launcher=joblib` and `ray` (`ray_cluster`) run as rlcli's subclasses of Hydra's plugins
     (sweeps/parallel_jobs.py, sweeps/ray_jobs.py: Ctrl-C and SIGTERM stop their jobs with checkpoints, and the
@@ -297,6 +309,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         check_argument_style(args, "rl-train", HYDRA_FLAGS, HYDRA_FLAGS_WITH_VALUE, group_with_option)
         if multirun:
+            start_population_workers_early(args)
             launcher = precheck_sweep([a for a in args if not a.startswith("-")])
             check_writable(args, multirun=True)
             args = with_stoppable_launcher(args, launcher)

@@ -13,7 +13,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from rlcli.run.stop import StopSignals
@@ -66,12 +66,22 @@ def signals_passed_on() -> Iterator[dict[str, int | None]]:
 SIGNAL_ECHO_SECONDS = 1.0
 
 
-_watching: list[int] = []  # the launcher process a worker watches (one watch per worker process, which joblib reuses)
+_watching: list[Callable[[], bool]] = []  # whether the launcher is gone (one watch per worker process, reused)
 
 
 def orphaned() -> bool:
     """In a worker that `stop_when_orphaned` set up: whether its launcher process is gone."""
-    return bool(_watching) and os.getppid() != _watching[0]
+    return bool(_watching) and _watching[0]()
+
+
+def launcher_gone_check() -> Callable[[], bool]:
+    """How a worker tells that the launcher (rl-train) is gone. joblib's loky workers are its children: their
+    parent changes. The population launcher's are forked by a fork server, rl-train's child, which outlives rl-train
+    while they run (they hold its liveness pipe): multiprocessing's pipe from rl-train ends instead."""
+    parent, launcher = multiprocessing.parent_process(), os.getppid()
+    if parent is not None and parent.pid != launcher:  # forked by the server: rl-train is its parent's parent
+        return lambda: not parent.is_alive()
+    return lambda: os.getppid() != launcher
 
 
 # in a worker: the signal that stopped the sweep (a job or population it trained stopped on it, or it came between
@@ -125,11 +135,11 @@ def stop_when_orphaned(every: float = 1.0) -> None:
     (and holding its run locks against the `resume=auto` that follows)."""
     if _watching:
         return
-    launcher = os.getppid()
-    _watching.append(launcher)
+    gone = launcher_gone_check()
+    _watching.append(gone)
 
     def watch() -> None:
-        while os.getppid() == launcher:
+        while not gone():
             time.sleep(every)
         os.kill(os.getpid(), signal.SIGTERM)
 
