@@ -835,3 +835,7 @@ def test_population_workers_start_early_only_where_a_sweep_will_start_them(monke
     started.clear()
     rl_train.start_population_workers_early(["-m", "seed=0,1", "hydra/launcher=population"])
     assert started == []
+    monkeypatch.setattr(workers, "usable_cores", lambda: 2)
+    monkeypatch.setitem(sys.modules, "joblib", None)  # the base install: no worker processes
+    rl_train.start_population_workers_early(["-m", "seed=0,1", "hydra/launcher=population"])
+    assert started == []

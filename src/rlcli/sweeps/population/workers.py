@@ -85,8 +85,10 @@ def start_worker_server(compiled: bool) -> None:
     rl-train checks and composes the sweep's jobs, and every worker starts with its imports done. (Started
     with joblib's own `loky` method, each worker imported torch, rlcli and, for compile=true, torch's compiler
     itself after rl-train's checks: 3-6 s of a 50 s sweep of 8 PPO CartPole seeds here, before any member
-    stepped.) The server forks only from a clean process, so the workers are as fresh as loky's; it exits with
-    rl-train. No-op where the platform has no fork server (the workers then start as joblib starts them)."""
+    stepped.) The server is a new process that has only imported (no threads, nothing run), so the workers
+    forked from it start as clean as loky's; like any multiprocessing start method but fork, each imports the
+    main script (rl-train's, which does nothing on import). It exits with rl-train. No-op where the platform
+    has no fork server (the workers then start as joblib starts them)."""
     if "forkserver" not in multiprocessing.get_all_start_methods():
         return
     from multiprocessing import forkserver
@@ -110,6 +112,10 @@ def worker_context(compiled: bool) -> Any:
 def may_start_early(n_jobs: str, device: str) -> bool:
     """From rl-train's arguments (`hydra.launcher.n_jobs`, `device`): whether the sweep will likely start worker
     processes (`workers_for`), so that their server is worth starting before the sweep is checked."""
+    import importlib.util
+
+    if importlib.util.find_spec("joblib") is None:  # without it the populations train in rl-train's process
+        return False
     if n_jobs == "auto":
         return usable_cores() >= 2 and not device.startswith("cuda")
     return n_jobs.isdigit() and int(n_jobs) > 1
