@@ -402,6 +402,7 @@ def test_sigterm_then_resume_auto_is_bit_identical_to_an_uninterrupted_populatio
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 128 + signal.SIGTERM, err[-3000:]
+    assert err.count("resume=auto (this job alone: rl-train resume=") == 2, err[-3000:]  # each member's line
     stopped_at = [final(tmp_path / "stopped" / job)["state"]["env_steps"] for job in ("0", "1")]
     assert stopped_at[0] == stopped_at[1] and 0 < stopped_at[0] < 2048  # both saved at the same safe point
     resumed = subprocess.run([*args, "hydra.sweep.dir=stopped", "resume=auto"], cwd=tmp_path, capture_output=True,

@@ -260,8 +260,13 @@ class Trainer:
             return
         self._save()
         name = signal.Signals(self.signals.received).name
-        stopped = (f"{name}: stopped at {self.state.env_steps:,} env steps with a checkpoint saved; "
-                   f"resume with: rl-train resume={self.run_dir}")
+        stopped = f"{name}: stopped at {self.state.env_steps:,} env steps with a checkpoint saved; "
+        sweep_dir = self.options.sweep_group
+        if sweep_dir is None:
+            stopped += f"resume with: rl-train resume={self.run_dir}"
+        else:  # resuming this job alone would leave the sweep's other jobs (waiting, stopped) where they are
+            stopped += (f"finish the sweep with the same command plus hydra.sweep.dir={sweep_dir} resume=auto "
+                        f"(this job alone: rl-train resume={self.run_dir})")
         log.message(stopped)
         if not log.show_console:  # log.console=false: stderr still says why the run ended, and how on
             print(f"rl-train: {stopped}", file=sys.stderr)
