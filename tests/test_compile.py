@@ -40,6 +40,26 @@ def eager_and_compiled_copies(algo):
     return copy.deepcopy(algo), compiled
 
 
+def assert_weights_one_step_apart(eager: torch.nn.Module, compiled: torch.nn.Module,
+                                  grads: dict[str, torch.Tensor], lr: float, atol: float) -> int:
+    """After one step each from the same state: the weights agree within `atol`, but for those whose gradient is
+    nonzero and yet zero up to rounding (under 1e-6 of the tensor's largest), where Adam turns a tiny gradient of
+    either sign into a full step of lr: those may differ by that step (an exact zero, a dead unit's, is the same
+    step in both). Parameters without a gradient (a target network, SAC's temperature) must be untouched.
+    Returns how many weights had such a flat gradient, which the caller bounds."""
+    flat_gradient_weights = 0
+    for (name, a), b in zip(eager.named_parameters(), compiled.parameters(), strict=True):
+        if name not in grads:
+            assert torch.equal(a, b), name
+            continue
+        g = grads[name].abs()
+        flat = (g > 0) & (g <= 1e-6 * g.max())
+        flat_gradient_weights += int(flat.sum())
+        torch.testing.assert_close(b[~flat], a[~flat], rtol=0, atol=atol, msg=name)
+        assert ((a - b)[flat].abs() <= 1.5 * lr).all(), name
+    return flat_gradient_weights
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("tanh", ["torch's", "fast"])
 def test_compiled_update_matches_eager_after_2k_steps(tmp_path, monkeypatch, tanh: str):
@@ -137,16 +157,7 @@ def test_compiled_dqn_steps_match_eager_steps_from_the_same_state(algo, tmp_path
         torch.testing.assert_close(errors_b, errors_a, rtol=1e-5, atol=1e-5)
         for key, value in metrics_a.items():
             torch.testing.assert_close(metrics_b[key], value, rtol=1e-5, atol=1e-6, msg=key)
-        for (name, a), b in zip(one.networks.named_parameters(), other.networks.parameters(), strict=True):
-            if name not in grads:  # the target network: read, not trained
-                assert torch.equal(a, b), name
-                continue
-            # a gradient that is zero up to rounding may take a full Adam step of either sign (see CrossQ's test)
-            g = grads[name].abs()
-            flat = (g > 0) & (g <= 1e-6 * g.max())  # (an exact zero, a dead unit's, is the same step in both)
-            flat_gradient_weights += int(flat.sum())
-            torch.testing.assert_close(b[~flat], a[~flat], rtol=0, atol=1e-6, msg=name)
-            assert ((a - b)[flat].abs() <= 1.5 * lr).all(), name
+        flat_gradient_weights += assert_weights_one_step_apart(one.networks, other.networks, grads, lr, atol=1e-6)
         other.networks.load_state_dict(one.networks.state_dict())
         other.optimizer.load_state_dict(one.optimizer.state_dict())
     weights = sum(p.numel() for p in eager.networks.q.parameters())
@@ -311,14 +322,9 @@ def test_compiled_crossq_steps_match_eager_steps_from_the_same_state(gsde, tmp_p
         torch.testing.assert_close(errors_b, errors_a, rtol=1e-5, atol=1e-5)
         for (name, a), b in zip(eager.networks.named_buffers(), compiled.networks.buffers(), strict=True):
             torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6, msg=name)
-        for (name, a), b in zip(eager.networks.named_parameters(), compiled.networks.parameters(), strict=True):
-            if name not in grads:  # log_alpha: the temperature's own eager step
-                assert torch.equal(a, b), name
-                continue
-            flat = grads[name].abs() <= 1e-6 * grads[name].abs().max()
-            flat_gradient_weights += int(flat.sum())
-            torch.testing.assert_close(b[~flat], a[~flat], rtol=0, atol=1e-5, msg=name)
-            assert ((a - b)[flat].abs() <= 1.5 * lr).all(), name
+        # log_alpha has no gradient here: the temperature's own eager step
+        flat_gradient_weights += assert_weights_one_step_apart(eager.networks, compiled.networks, grads, lr,
+                                                               atol=1e-5)
         compiled.networks.load_state_dict(eager.networks.state_dict())
         for opt in ("critic_optimizer", "policy_optimizer"):
             getattr(compiled, opt).load_state_dict(getattr(eager, opt).state_dict())

@@ -1,13 +1,11 @@
 """Every shipped config composes, names a registered component, and passes the config checks."""
 
-from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_dir
-from omegaconf import OmegaConf
 
 from rlcli.registry import ACTORS, ALGOS, BUFFERS, ENVS
-from rlcli.run.build import build, check_config
+from rlcli.run.build import check_config
 from rlcli.run.compose import conf_dir, group_options
 
 REGISTRIES = {"env": ENVS, "algo": ALGOS, "actor": ACTORS, "buffer": BUFFERS}
@@ -28,24 +26,7 @@ def test_every_group_option_composes_and_is_registered(group, option):
     check_config(cfg)
 
 
-TUNED = sorted(Path(conf_dir(), "tuned").rglob("*.yaml"))
-
-
-def tuned_pair(path: Path) -> tuple[str, str]:
-    """conf/tuned/<algo>/<env>.yaml -> (algo, env); env ids may hold a slash (dqn/ALE/Pong-v5.yaml)."""
-    algo, *env = path.relative_to(Path(conf_dir(), "tuned")).with_suffix("").parts
-    return algo, "/".join(env)
-
-
-@pytest.mark.parametrize("path", TUNED, ids=lambda p: "/".join(tuned_pair(p)))
-def test_every_tuned_file_applies_and_builds(path, tmp_path):
-    algo, env = tuned_pair(path)
-    cfg = composed(f"algo={algo}", f"env={env}", "log.console=false", "log.tensorboard=false")
-    raw = OmegaConf.load(path)
-    for section in ("algo", "train", "env", "actor", "buffer"):
-        for key, value in (raw.get(section) or {}).items():
-            assert cfg[section][key] == value, f"{path}: {section}.{key} not applied"
-    build(cfg).close()  # builds envs, networks, algorithm and buffer: every tuned value is valid
+# every tuned file applying and building: tests/test_benchmark_envs.py (its nested keys checked too)
 
 
 def test_ppo_cartpole_tuned_is_rl_zoo_exactly():

@@ -125,9 +125,12 @@ def test_qrdqn_loss_against_a_plain_computation():
 
 @pytest.mark.slow
 def test_qrdqn_learns_cartpole(tmp_path):
-    """RL-Zoo's tuned QR-DQN CartPole config; it reached 500 at 30,208 env steps (seed 0) when measured."""
-    out = run_cli("algo=qrdqn", "env=CartPole-v1", "log.console=false", f"hydra.run.dir={tmp_path / 'run'}",
-                  cwd=tmp_path)
+    """RL-Zoo's tuned QR-DQN CartPole config (50k steps), tested every 2,500 steps so that the run stops soon after
+    it reaches 475. Measured 2026-11-27, seeds 0-3 reached 500 at 27,648, 15,104, 5,120 and 37,632 env steps
+    (seed 1: 22 s here against 80 s for seed 0 tested every 10k); seed 2 looks lucky, so seed 1. On another CPU
+    the run may take another path (rounding), and has the whole 50k budget to learn."""
+    out = run_cli("algo=qrdqn", "env=CartPole-v1", "seed=1", "train.test_every=2500", "log.console=false",
+                  f"hydra.run.dir={tmp_path / 'run'}", cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     import json
 
