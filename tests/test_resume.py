@@ -109,8 +109,8 @@ CASES = {
 
 def budget(case: str) -> list[str]:
     """2,048 steps: the SIGTERM comes once the first checkpoint (512) is written, so the resumed part holds a test
-    phase (1,024), periodic checkpoints and, off-policy, 1,500 steps of updates past learning_starts (4,096 took
-    twice the time in CI, 561 s over the cases on 2 cores)."""
+    phase (1,024), periodic checkpoints and, off-policy, 1,500 steps of updates past learning_starts. (At 4,096 the
+    cases took 561 s in CI on 2 cores; at 2,048, 520 s on a spell when the other tests ran 15% slower.)"""
     return [*CASES[case], "train.total_steps=2048", *CADENCE, *QUIET]
 
 
