@@ -78,9 +78,10 @@ class A2C(OneStepUpdate):
         finish_with_gae(self.networks.value, buffer, last_obs, state, self.gamma, self.gae_lambda)
 
     def minibatch_loss(self, batch: RolloutBatch, ent_coef: float | torch.Tensor, vf_coef: float | torch.Tensor,
-                       addon_coefs: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+                       addon_coefs: torch.Tensor | None = None, evaluated: tuple[torch.Tensor, ...] | None = None,
+                       ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         policy_loss, entropy_mean, values, addon_logs = policy_gradient_terms(
-            self.networks, batch, self.policy_addons, self.normalize_advantage, addon_coefs)
+            self.networks, batch, self.policy_addons, self.normalize_advantage, addon_coefs, evaluated)
         value_loss = squared_value_loss(values, batch.returns, batch.mask)
         loss = policy_loss - ent_coef * entropy_mean + vf_coef * value_loss
         return loss, {"policy_loss": policy_loss.detach(), "value_loss": value_loss.detach(),

@@ -213,7 +213,12 @@ class OneStepUpdate:
         """One epoch only: nothing to stop early."""
         return False
 
+    def evaluate_minibatch(self, batch: RolloutBatch) -> tuple[torch.Tensor, ...]:
+        """The part of the loss that reads the networks: the batch's log-probs, entropies and values."""
+        return tuple(evaluate_batch(self.networks, batch))
+
     def minibatch_loss(self, batch: RolloutBatch, ent_coef: float | torch.Tensor, vf_coef: float | torch.Tensor,
+                       addon_coefs: torch.Tensor | None = None, evaluated: tuple[torch.Tensor, ...] | None = None,
                        ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         raise NotImplementedError
 

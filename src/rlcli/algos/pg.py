@@ -80,10 +80,11 @@ class PolicyGradient(OneStepUpdate):
         finish_with_gae(self.value, buffer, last_obs, state, self.gamma, self.gae_lambda)
 
     def minibatch_loss(self, batch: RolloutBatch, ent_coef: float | torch.Tensor, vf_coef: float | torch.Tensor,
-                       addon_coefs: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+                       addon_coefs: torch.Tensor | None = None, evaluated: tuple[torch.Tensor, ...] | None = None,
+                       ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """The advantages are G - b(s) (b = 0 without a baseline, and then no value loss)."""
         policy_loss, entropy_mean, values, addon_logs = policy_gradient_terms(
-            self.networks, batch, self.policy_addons, self.normalize_advantage, addon_coefs)
+            self.networks, batch, self.policy_addons, self.normalize_advantage, addon_coefs, evaluated)
         loss = policy_loss - ent_coef * entropy_mean
         stats = {"policy_loss": policy_loss.detach(), "entropy": entropy_mean.detach()}
         if self.baseline:

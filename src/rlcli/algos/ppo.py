@@ -220,15 +220,17 @@ class PPO:
     def minibatch_loss(self, batch: RolloutBatch, clip: float | torch.Tensor | None,
                        ent_coef: float | torch.Tensor | None = None, vf_coef: float | torch.Tensor | None = None,
                        kl_coef: float | torch.Tensor | None = None, aux_noise: torch.Tensor | None = None,
-                       addon_coefs: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+                       addon_coefs: torch.Tensor | None = None, evaluated: tuple[torch.Tensor, ...] | None = None,
+                       ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """The loss of one minibatch and what to log (the coefficients default to the algorithm's own;
         `aux_noise`, `addon_coefs`: the auxiliary loss's draws and the add-ons' coefficients, which a compiled step
-        takes as arguments)."""
+        takes as arguments; `evaluated`: the networks' outputs on the batch, which a population computes for all
+        its members before their losses)."""
         ent_coef = self.ent_coef if ent_coef is None else ent_coef
         vf_coef = self.vf_coef if vf_coef is None else vf_coef
         kl_coef = self.kl_coef if kl_coef is None else kl_coef
         mask = batch.mask
-        log_probs, entropy, values = evaluate_batch(self.networks, batch)
+        log_probs, entropy, values = evaluate_batch(self.networks, batch) if evaluated is None else evaluated
         advantages = batch.advantages
         if self.normalize_advantage and advantages.numel() > 1:
             advantages = normalize_masked(advantages, mask)
@@ -253,6 +255,10 @@ class PPO:
             with torch.no_grad():
                 stats["clip_fraction"] = masked_mean(((ratio - 1).abs() > clip).float(), mask)
         return loss, stats
+
+    def evaluate_minibatch(self, batch: RolloutBatch) -> tuple[torch.Tensor, ...]:
+        """The part of the loss that reads the networks: the batch's log-probs, entropies and values."""
+        return tuple(evaluate_batch(self.networks, batch))
 
     def extra_param_groups(self, lr: float) -> list[dict[str, Any]]:
         """Optimizer groups beyond the actor's (rnd_ppo's predictor); none for plain PPO."""

@@ -195,9 +195,16 @@ class PQN:
     def stops_after_epoch(self, approx_kls: list[torch.Tensor]) -> bool:
         return False  # every epoch runs
 
-    def minibatch_loss(self, batch: RolloutBatch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """Q(s, a) regressed onto the Q(lambda) returns; (the loss, what to log: it and the mean Q)."""
-        q = self.networks(batch.obs).gather(-1, batch.actions.long().unsqueeze(-1)).squeeze(-1)
+    def evaluate_minibatch(self, batch: RolloutBatch) -> tuple[torch.Tensor, ...]:
+        """The part of the loss that reads the network: every action's Q-value at the batch's states."""
+        return (self.networks(batch.obs),)
+
+    def minibatch_loss(self, batch: RolloutBatch, evaluated: tuple[torch.Tensor, ...] | None = None,
+                       ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """Q(s, a) regressed onto the Q(lambda) returns; (the loss, what to log: it and the mean Q).
+        `evaluated`: `evaluate_minibatch`'s Q-values, when the caller computed them."""
+        (q_all,) = self.evaluate_minibatch(batch) if evaluated is None else evaluated
+        q = q_all.gather(-1, batch.actions.long().unsqueeze(-1)).squeeze(-1)
         loss = masked_mean((q - batch.returns).square(), batch.mask)
         return loss, {"value_loss": loss.detach(), "q_mean": masked_mean(q.detach(), batch.mask)}
 
