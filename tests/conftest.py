@@ -8,6 +8,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+import forked_cli
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
@@ -15,9 +16,9 @@ RL_TRAIN = Path(sys.executable).parent / "rl-train"
 
 
 def run_cli(*args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
-    """Run `rl-train` as a user would, in `cwd`, and capture what it printed."""
-    env = dict(os.environ, HYDRA_FULL_ERROR="0")
-    return subprocess.run([str(RL_TRAIN), *args], cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env)
+    """Run `rl-train` as a user would, in `cwd`, and capture what it printed (a process forked from one that
+    imported rlcli already, where it can be: tests/forked_cli.py)."""
+    return forked_cli.run(args, cwd, timeout=timeout, env=dict(os.environ, HYDRA_FULL_ERROR="0"))
 
 
 @pytest.fixture

@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+import forked_cli
 import numpy as np
 import pytest
 import torch
@@ -48,6 +49,7 @@ ALGOS = {"ppo": PPO, "a2c": ["algo=a2c", "algo.n_steps=8"], "pg": ["algo=pg", "a
          # PQN: epsilon-greedy acting on a LayerNorm Q-network, Q(lambda) returns, epochs of minibatches, RAdam
          "pqn": ["algo=pqn", "algo.n_steps=32", "algo.num_minibatches=2", "algo.n_epochs=2",
                  "algo.exploration_initial_eps=0.3"]}
+LINEAR_NETWORKS = ("ppo", "a2c", "pg", "ppo-shared", "ppo-target-kl", "ppo-kl", "pqn")
 # a third member's own loss setting, which the population must batch (PQN's loss has no coefficient: its returns'
 # q_lambda)
 OWN_SETTING = {"pqn": "algo.q_lambda=0.3"}
@@ -76,15 +78,16 @@ def test_a_members_first_update_is_its_single_runs_within_float_tolerance(algo):
                collected("seed=2", OWN_SETTING.get(algo, "algo.ent_coef=0.01"), "algo.gamma=0.9", algo=algo)]
     singles = []
     for components, rng in members:  # each single run's own update, on a copy
-        algo = copy.deepcopy(components.algo)
+        single = copy.deepcopy(components.algo)
         torch.set_rng_state(rng)
-        singles.append((algo, algo.update(components.buffer, RunClock(128, 1024)), torch.get_rng_state()))
+        singles.append((single, single.update(components.buffer, RunClock(128, 1024)), torch.get_rng_state()))
     population = PopulationUpdate([c.algo for c, _ in members])
     rngs = [rng for _, rng in members]
     results = population.update([True] * 3, [c.buffer for c, _ in members], rngs)
-    for (components, _), (algo, metrics, rng_after), result, rng in zip(members, singles, results, rngs, strict=True):
+    for (components, _), (single, metrics, rng_after), result, rng in zip(members, singles, results, rngs,
+                                                                          strict=True):
         assert torch.equal(rng, rng_after)  # the member's RNG stream advanced exactly as its single run's
-        for mine, theirs in zip(components.algo.networks.parameters(), algo.networks.parameters(), strict=True):
+        for mine, theirs in zip(components.algo.networks.parameters(), single.networks.parameters(), strict=True):
             assert torch.allclose(mine, theirs, atol=1e-6, rtol=0)
         assert result is not None
         assert set(result) == set(metrics)
@@ -93,6 +96,9 @@ def test_a_members_first_update_is_its_single_runs_within_float_tolerance(algo):
     # the members learned different things: their rows are not shared by mistake
     first, second = (next(c.algo.networks.parameters()) for c, _ in members[:2])
     assert not torch.equal(first, second)
+    # networks of linear layers (and layer norms) evaluate the members' minibatch in one batched product per layer,
+    # vmap's numbers; the others (a Gaussian's log std, a convolution) through vmap
+    assert (population._evaluate.swaps is not None) is (algo in LINEAR_NETWORKS)
 
 
 @pytest.mark.parametrize("algo", list(ALGOS))
@@ -276,7 +282,7 @@ def test_population_refuses_what_it_cannot_batch_in_one_line():
 
 
 def run(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([str(RL_TRAIN), *args], cwd=cwd, capture_output=True, text=True, timeout=600)
+    return forked_cli.run(args, cwd, timeout=600)  # (a sweep, -m, is a process of its own)
 
 
 @pytest.mark.parametrize("parallel", [["hydra.launcher.n_jobs=1"], ["hydra.launcher.n_jobs=2"]],

@@ -8,10 +8,10 @@ import subprocess
 import time
 from pathlib import Path
 
+import forked_cli
 import numpy as np
 import pytest
 import torch
-from conftest import RL_TRAIN
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from rlcli.registry import ALGOS
@@ -119,16 +119,15 @@ def test_every_algorithm_has_an_exact_resume_case():
     assert set(ALGOS.names()) <= set(group_options("algo"))  # and ships a config
 
 
-def start(args: list[str], cwd: Path) -> subprocess.Popen:
-    return subprocess.Popen([str(RL_TRAIN), *args], cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+def start(args: list[str], cwd: Path) -> subprocess.Popen | forked_cli.ForkedRun:
+    return forked_cli.start(args, cwd)
 
 
 def run(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([str(RL_TRAIN), *args], cwd=cwd, capture_output=True, text=True, timeout=600)
+    return forked_cli.run(args, cwd, timeout=600)
 
 
-def wait_for_checkpoint(run_dir: Path, proc: subprocess.Popen, timeout: float = 120) -> None:
+def wait_for_checkpoint(run_dir: Path, proc: subprocess.Popen | forked_cli.ForkedRun, timeout: float = 120) -> None:
     deadline = time.time() + timeout
     while not (run_dir / "checkpoints" / "latest").exists():
         assert proc.poll() is None, proc.communicate()
