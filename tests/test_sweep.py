@@ -117,22 +117,25 @@ def test_killed_sweep_is_finished_with_resume_auto(tmp_path):
 def test_sigterm_to_a_basic_sweep_names_resume_auto_which_finishes_every_job(tmp_path):
     """The basic launcher runs jobs one after another: a SIGTERM stops job 0 with its checkpoint and job 1 never
     starts. The job's line names the sweep's resume (before, only `rl-train resume=<job 0's dir>`, which finishes
-    job 0 and never runs job 1)."""
+    job 0 and never runs job 1), with the sweep's own directory where a nested hydra.sweep.subdir puts the jobs
+    deeper (it named the job's parent)."""
     args = [str(RL_TRAIN), "-m", "seed=0,1", "algo.n_steps=16", "algo.batch_size=32", "algo.n_epochs=2",
             "train.num_envs=2", "train.total_steps=6000", "train.checkpoint_every=300", "train.test_every=3000",
-            "train.test_episodes=2", "train.stop_reward=null", "log.tensorboard=false", "hydra.sweep.dir=sw"]
+            "train.test_episodes=2", "train.stop_reward=null", "log.tensorboard=false", "hydra.sweep.dir=sw",
+            "hydra.sweep.subdir=jobs/${hydra.job.num}"]
+    jobs_dir = tmp_path / "sw" / "jobs"
     proc = subprocess.Popen(args, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    _wait_until_saved(proc, tmp_path / "sw", "0")
+    _wait_until_saved(proc, jobs_dir, "0")
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 128 + signal.SIGTERM, err[-3000:]
     line = next(line for line in err.splitlines() if "SIGTERM: stopped at" in line)
     assert f"hydra.sweep.dir={tmp_path / 'sw'} resume=auto" in line, line
-    assert f"this job alone: rl-train resume={tmp_path / 'sw' / '0'}" in line, line
-    assert statuses(tmp_path / "sw")[0]["status"] == "interrupted" and not (tmp_path / "sw" / "1").exists()
+    assert f"this job alone: rl-train resume={jobs_dir / '0'}" in line, line
+    assert statuses(jobs_dir)[0]["status"] == "interrupted" and not (jobs_dir / "1").exists()
     resumed = subprocess.run([*args, "resume=auto"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    jobs = statuses(tmp_path / "sw")
+    jobs = statuses(jobs_dir)
     assert all(jobs[i]["status"] == "completed" and jobs[i]["env_steps"] >= 6000 for i in (0, 1)), jobs
 
 

@@ -128,11 +128,21 @@ def job_trainer(cfg: DictConfig, run_dir: Path, job_num: int, overrides: list[st
     pruner = test_hook_factory(cfg) if test_hook_factory is not None else None
     options = TrainerOptions(
         console="lines" if cfg.log.console else "off", console_prefix=f"[job {job_num}] ",
-        sweep_group=str(run_dir.parent),  # tracked runs: one MLflow tag / W&B group per sweep
+        sweep_group=sweep_dir_of(run_dir),  # tracked runs: one MLflow tag / W&B group per sweep
         job_started=job_started, typed_keys={o.split("=", 1)[0].lstrip("+~") for o in overrides},
         callbacks=[pruner] if pruner is not None else [],
     )
     return Trainer(components, run_dir, state, options)
+
+
+def sweep_dir_of(run_dir: Path) -> str:
+    """The sweep's directory (hydra.sweep.dir, as an absolute path), which `resume=auto` takes: a job's directory
+    sits under it, one level down by default but deeper with a nested hydra.sweep.subdir."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if HydraConfig.initialized():
+        return os.path.abspath(str(HydraConfig.get().sweep.dir))
+    return str(run_dir.parent)
 
 
 def end_record(record: dict[str, Any], run_dir: Path, job_num: int, shown: str, trainer: Any = None,
