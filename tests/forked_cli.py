@@ -8,8 +8,9 @@ forked run is still a process of its own: its own pid, arguments, working direct
 it); it enters at the console script's function (`rlcli.entry.cli:train`, `evaluate`, `report`) and ends as the
 interpreter would (threads joined, atexit functions run, streams flushed).
 
-What stays a real subprocess: sweeps (`-m`: their launchers start processes of their own), Ray, and runs given an
-environment that differs from the server's in anything but FORKABLE_ENV (a variable read at import would be missed);
+A sweep (`-m`) forks too; its launcher's own worker processes (joblib's, the population launcher's fork server)
+start as they would from rl-train. What stays a real subprocess: anything with Ray, and runs given an environment
+that differs from the server's in anything but FORKABLE_ENV (a variable read at import would be missed);
 `RLCLI_TESTS_REAL_PROCESSES=1` makes every run one (to check that both give the same results).
 """
 
@@ -54,7 +55,7 @@ def _context() -> Any:
 def forkable(args: Sequence[str], env: dict[str, str]) -> bool:
     if os.environ.get("RLCLI_TESTS_REAL_PROCESSES") == "1" or sys.platform != "linux":
         return False
-    if any(a in ("-m", "--multirun") or "ray" in a for a in args):
+    if any("ray" in a for a in args):
         return False
     _context()
     base = _server["env"]

@@ -394,13 +394,11 @@ CROSSQ = ["algo=crossq", "env=Pendulum-v1", "algo.learning_starts=100", "algo.ba
                          ids=["ppo", "ppo-compiled", "pqn", "dqn", "sac", "td3", "crossq"])
 def test_sigterm_then_resume_auto_is_bit_identical_to_an_uninterrupted_population(tmp_path, family):
     tiny = [a for a in TINY if not (a.startswith("env=") and any(f.startswith("env=") for f in family))]
-    args = [str(RL_TRAIN), "-m", *family, *tiny, "seed=0,1", "train.total_steps=2048", "train.checkpoint_every=256",
+    args = ["-m", *family, *tiny, "seed=0,1", "train.total_steps=2048", "train.checkpoint_every=256",
             "deterministic=true", "hydra/launcher=population", "hydra.launcher.n_jobs=1"]
-    straight = subprocess.run([*args, "hydra.sweep.dir=straight"], cwd=tmp_path, capture_output=True, text=True,
-                              timeout=600)
+    straight = forked_cli.run([*args, "hydra.sweep.dir=straight"], tmp_path)
     assert straight.returncode == 0, straight.stderr[-3000:]
-    proc = subprocess.Popen([*args, "hydra.sweep.dir=stopped"], cwd=tmp_path, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = forked_cli.start([*args, "hydra.sweep.dir=stopped"], tmp_path)
     deadline = time.time() + 120
     while not (tmp_path / "stopped" / "1" / "checkpoints" / "latest").exists():
         assert proc.poll() is None and time.time() < deadline, proc.communicate()
@@ -411,8 +409,7 @@ def test_sigterm_then_resume_auto_is_bit_identical_to_an_uninterrupted_populatio
     assert err.count("resume=auto (this job alone: rl-train resume=") == 2, err[-3000:]  # each member's line
     stopped_at = [final(tmp_path / "stopped" / job)["state"]["env_steps"] for job in ("0", "1")]
     assert stopped_at[0] == stopped_at[1] and 0 < stopped_at[0] < 2048  # both saved at the same safe point
-    resumed = subprocess.run([*args, "hydra.sweep.dir=stopped", "resume=auto"], cwd=tmp_path, capture_output=True,
-                             text=True, timeout=600)
+    resumed = forked_cli.run([*args, "hydra.sweep.dir=stopped", "resume=auto"], tmp_path)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     for job in ("0", "1"):
         a, b = final(tmp_path / "straight" / job), final(tmp_path / "stopped" / job)
