@@ -230,7 +230,7 @@ class PPO:
         vf_coef = self.vf_coef if vf_coef is None else vf_coef
         kl_coef = self.kl_coef if kl_coef is None else kl_coef
         mask = batch.mask
-        log_probs, entropy, values = evaluate_batch(self.networks, batch) if evaluated is None else evaluated
+        log_probs, entropy, values = self.evaluate_minibatch(batch) if evaluated is None else evaluated
         advantages = batch.advantages
         if self.normalize_advantage and advantages.numel() > 1:
             advantages = normalize_masked(advantages, mask)
