@@ -99,6 +99,9 @@ def test_a_members_first_update_is_its_single_runs_within_float_tolerance(algo):
     # networks of linear layers (and layer norms) evaluate the members' minibatch in one batched product per layer,
     # vmap's numbers; the others (a Gaussian's log std, a convolution) through vmap
     assert (population._evaluate.swaps is not None) is (algo in LINEAR_NETWORKS)
+    # and every family's loss runs on the members' stacked rows with per-member means, which the first call checked
+    # against vmap bit for bit (losses, logs and gradients)
+    assert population._losses_given.direct is True
 
 
 @pytest.mark.parametrize("algo", list(ALGOS))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator, Sequence
+from contextvars import ContextVar
 from typing import Any, Literal, NamedTuple
 
 import torch
@@ -65,7 +66,26 @@ def gradient_step(
     optimizer.step()
 
 
+_MEMBERS_FIRST: ContextVar[bool] = ContextVar("members_first", default=False)
+
+
+@contextlib.contextmanager
+def members_first() -> Iterator[None]:
+    """Within it, a loss's tensors carry a leading members axis ([members, batch, ...], a population's minibatches)
+    and each mean is each member's own, kept as [members, 1] so that it broadcasts against the members' rows and
+    their coefficients ([members, 1]). A population's eager step calls the algorithms' own losses this way instead of
+    under vmap (sweeps/population/onpolicy.py), which checks that both give the same numbers."""
+    token = _MEMBERS_FIRST.set(True)
+    try:
+        yield
+    finally:
+        _MEMBERS_FIRST.reset(token)
+
+
 def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    if _MEMBERS_FIRST.get():
+        dims = tuple(range(1, mask.dim()))
+        return (x * mask).sum(dims, keepdim=True) / mask.sum(dims, keepdim=True).clamp_min(1.0)
     return (x * mask).sum() / mask.sum().clamp_min(1.0)
 
 

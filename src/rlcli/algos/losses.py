@@ -39,7 +39,7 @@ def squared_value_loss(values: torch.Tensor, returns: torch.Tensor, mask: torch.
         assert old_values is not None, "value clipping needs the rollout's values"
         clipped = old_values + (values - old_values).clamp(-clip_vf, clip_vf)
         value_error = torch.maximum(value_error, (clipped - returns).square())
-    if value_error.dim() > 1:
+    if value_error.dim() > mask.dim():
         value_error = value_error.sum(-1)
     return masked_mean(value_error, mask)
 

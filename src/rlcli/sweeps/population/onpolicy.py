@@ -4,7 +4,8 @@ call.
 The loss is the algorithm's own `minibatch_loss`, so a population computes what single runs compute. Eager, the
 part of it that reads the networks (`evaluate_minibatch`) runs for all members at once as one batched product per
 layer (acting.py's MembersForward; vmap over `functional_call` where the networks have other weights), and the rest
-is vectorized over members by `vmap`; compiled (compiled.py), the whole loss goes through `functional_call` with the
+is the same `minibatch_loss` called on the members' stacked rows with per-member means (members_loss.py; vmap where
+that does not give vmap's numbers); compiled (compiled.py), the whole loss goes through `functional_call` with the
 stacked weights under `vmap`. The algorithm gives its update in parts (`begin_update`, `loss_terms`,
 `minibatch_order`, `minibatch_loss`, `stops_after_epoch`, `end_update`: PPO, A2C, PG); each member keeps its own
 minibatch order (drawn from its own torch RNG stream, as its single run draws it), gradient-norm clip, learning
@@ -30,6 +31,7 @@ from rlcli.registry import ConfigError
 from rlcli.sweeps.population.acting import MembersForward
 from rlcli.sweeps.population.catalog import can_batch
 from rlcli.sweeps.population.compiled import CompiledMembersStep
+from rlcli.sweeps.population.members_loss import MembersLoss
 from rlcli.sweeps.population.stacking import clip_limits, stack_weights, step_members, vmapped
 from rlcli.sweeps.population.streams import Stream, drawn_with
 
@@ -142,7 +144,7 @@ class PopulationUpdate:
         vmapped_evaluate = vmapped(member_evaluate)
         self._evaluate = MembersForward(member_evaluate.networks, self.params, member_evaluate,
                                         lambda batch: vmapped_evaluate(self.params, self.buffers, batch))
-        self._losses_given = vmap(self._loss_given)
+        self._losses_given = MembersLoss(self._loss_given, vmap(self._loss_given))
         self._compiled: CompiledMembersStep | None = None
         if all(a.compile_enabled for a in self.algos):  # compile=true is part of the population key: all or none
             self._compiled = CompiledMembersStep(self._losses, self.params, self.buffers, self._rows,
