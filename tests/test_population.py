@@ -318,6 +318,31 @@ def test_a_population_sweep_writes_what_the_basic_launcher_writes(tmp_path, para
     assert evaluated.returncode == 0, evaluated.stderr
 
 
+def test_a_diverging_member_is_handled_as_its_single_run_and_the_others_train_on(tmp_path):
+    """train.on_nonfinite=skip in a population: the member whose learning rate jumps to 1e30 has its updates undone
+    at the steps its single run's are, then fails as it does (its own line), while the other member completes with
+    its single run's test returns. (An undone update loads the member's optimizer state anew: the stacked state
+    follows it, tests/test_stacked_adam.py.)"""
+    args = ["-m", *PPO, *TINY, "train.total_steps=1024", "train.on_nonfinite=skip", "train.max_nonfinite=2",
+            "algo.schedules.lr=step:0.0003:1e30:0.5,step:0.0003:0.0003:0.5"]
+    population = run(*args, "hydra/launcher=population", "hydra.launcher.n_jobs=1", "hydra.sweep.dir=pop", cwd=tmp_path)
+    basic = run(*args, "hydra.sweep.dir=basic", cwd=tmp_path)
+    assert population.returncode == basic.returncode == 1
+    assert "job 0 failed: non-finite update result" in population.stdout + population.stderr
+
+    def undone(sweep: str) -> list[str]:
+        log = (tmp_path / sweep / "0" / "train.log").read_text()
+        return re.findall(r"after the update at ([\d,]+) env steps: the update was undone", log)
+
+    assert undone("pop") == undone("basic") and len(undone("pop")) == 2
+    for sweep in ("pop", "basic"):
+        assert json.loads((tmp_path / sweep / "0" / "status.json").read_text())["status"] == "failed"
+        assert json.loads((tmp_path / sweep / "1" / "status.json").read_text())["status"] == "completed"
+    returns = [[line.split('"returns"')[1] for line in (tmp_path / sweep / "1" / "eval.jsonl").read_text().splitlines()]
+               for sweep in ("pop", "basic")]
+    assert returns[0] == returns[1] and len(returns[0]) == 4
+
+
 def test_what_cannot_batch_runs_one_job_at_a_time_after_a_warning(tmp_path):
     out = run("-m", "algo=dqn", "actor=gru", "buffer=sequence", "env=CartPoleNoVel-v1", "seed=0,1",
               "train.total_steps=300",

@@ -9,7 +9,8 @@ of the stacked parameters, the stacked optimizer state and the batch, with the s
 own learning rate and step count. The members' own optimizers keep their state: their slot tensors become views of
 the stacked ones (as their
 parameters are views of the stacked weights), so checkpoints, `rl-eval`, export and resuming one member alone read
-what they always read. Build it after the members' checkpoints are loaded (a load replaces the tensors).
+what they always read; a member's optimizer loaded anew (its checkpoint at resume, on_nonfinite=skip or
+rollback) has its state stacked again before the next step (optimizer_states.py).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import torch
 
 from rlcli.algos.compiled import OptimizerRule, compiled_lazily, optimizer_rule
 from rlcli.registry import ConfigError
+from rlcli.sweeps.population.optimizer_states import StackedStates
 
 
 class CompiledMembersStep:
@@ -50,7 +52,7 @@ class CompiledMembersStep:
         self.group = [group_of[id(rows[n][0])] for n in self.names]
         self.device = next(iter(params.values())).device
         self.hyper = self.rule.hyper.to(self.device)
-        self.slots, self.steps = _stack_states(rules, rows, self.names)
+        self.states = StackedStates(self.optimizers, rows, self.names)  # stacked again after a member's load
         self._step = compiled_lazily(self._pure_step)
         self.compile_seconds: float | None = None
 
@@ -90,42 +92,21 @@ class CompiledMembersStep:
         lrs = torch.tensor([[o.param_groups[g]["lr"] for o in self.optimizers]
                             for g in range(len(self.optimizers[0].param_groups))], dtype=torch.float32,
                            device=self.device)
+        self.states.refresh()  # a member's optimizer loaded anew (on_nonfinite=skip or rollback): its state joins
         first = self.compile_seconds is None
         started = time.perf_counter()
         with torch.no_grad():
             params = {n: p.detach() for n, p in self.params.items()}
             new_params, new_slots, new_steps, stats = self._step(
-                params, self.slots, self.steps[0].to(self.device, copy=True), lrs, active, self.hyper, batch, terms)
+                params, self.states.slots, self.states.steps[0].to(self.device, copy=True), lrs, active, self.hyper,
+                batch, terms)
             torch._foreach_copy_([self.params[n] for n in self.names], new_params)  # the members' views follow
-            for old, new in zip(self.slots, new_slots, strict=True):
+            for old, new in zip(self.states.slots, new_slots, strict=True):
                 torch._foreach_copy_(old, new)
-            self.steps.copy_(new_steps.expand_as(self.steps))
+            self.states.steps.copy_(new_steps.expand_as(self.states.steps))
         if first:
             self.compile_seconds = time.perf_counter() - started
             logging.getLogger("rlcli").info("compile: the population's first compiled minibatch step took %.1f s",
                                             self.compile_seconds)
         return stats
 
-
-def _stack_states(rules: Sequence[OptimizerRule], rows: dict[str, list[torch.Tensor]],
-                  names: list[str]) -> tuple[list[list[torch.Tensor]], torch.Tensor]:
-    """The members' optimizer slots (Adam's moments, RMSprop's square average) stacked per weight, each member's
-    state now a view of its row (so that its checkpoint saves what the compiled step wrote); and the step counts as
-    one [weights, members] tensor, each member's per-weight step tensor a view of its entry (distinct tensors, as
-    the optimizers keep them, and where they keep them: RMSprop's (torch's layout) on the CPU, FusedAdam's on the
-    parameters' device)."""
-    states = {n: [rule.state(p) for rule, p in zip(rules, rows[n], strict=True)] for n in names}
-    steps = torch.stack([torch.stack([s["step"] for s in states[n]]) for n in names]).to(torch.float32)
-    if not torch.equal(steps, steps[:1].expand_as(steps)):
-        raise ConfigError("compile=true in a population: a member's weights have taken different numbers of "
-                          "optimizer steps (its checkpoint is not one this population wrote)")
-    slots: list[list[torch.Tensor]] = [[] for _ in rules[0].slots]
-    for i, name in enumerate(names):
-        for slot, out in zip(rules[0].slots, slots, strict=True):
-            stacked = torch.stack([s[slot] for s in states[name]])
-            for row, state in enumerate(states[name]):
-                state[slot] = stacked[row]
-            out.append(stacked)
-        for row, state in enumerate(states[name]):
-            state["step"] = steps[i, row]
-    return slots, steps

@@ -32,6 +32,7 @@ from rlcli.sweeps.population.acting import MembersForward
 from rlcli.sweeps.population.catalog import can_batch
 from rlcli.sweeps.population.compiled import CompiledMembersStep
 from rlcli.sweeps.population.members_loss import MembersLoss
+from rlcli.sweeps.population.optimizer_states import StackedAdam
 from rlcli.sweeps.population.stacking import clip_limits, stack_weights, step_members, vmapped
 from rlcli.sweeps.population.streams import Stream, drawn_with
 
@@ -146,11 +147,14 @@ class PopulationUpdate:
                                         lambda batch: vmapped_evaluate(self.params, self.buffers, batch))
         self._losses_given = MembersLoss(self._loss_given, vmap(self._loss_given))
         self._compiled: CompiledMembersStep | None = None
+        self._stacked_adam: StackedAdam | None = None
         if all(a.compile_enabled for a in self.algos):  # compile=true is part of the population key: all or none
             self._compiled = CompiledMembersStep(self._losses, self.params, self.buffers, self._rows,
                                                  [a.optimizer for a in self.algos],
                                                  clip_limits([a.max_grad_norm for a in self.algos],
                                                              next(iter(self.params.values())).device))
+        elif StackedAdam.fits([a.optimizer for a in self.algos]):
+            self._stacked_adam = StackedAdam(self.params, self._rows, [a.optimizer for a in self.algos])
 
     @torch.inference_mode()
     def policy_and_values(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -178,14 +182,16 @@ class PopulationUpdate:
         terms = _stacked_terms([a.loss_terms(p) for a, p in zip(algos, plans, strict=True)], device)
         self._module.unset_terms = {k: None for k, v in terms.items() if v is None}
         terms = {k: v for k, v in terms.items() if v is not None}
-        stacked = tuple(torch.stack([cast(torch.Tensor, p.batch[i]) for p in plans]) for i in range(BATCH_FIELDS))
+        # each field as one [members x size, ...] tensor: a minibatch is one index_select per field
+        flat = tuple(torch.cat([cast(torch.Tensor, p.batch[i]) for p in plans]) for i in range(BATCH_FIELDS))
         # each member's epochs, drawn from its own stream as each begins (an epoch after algo.target_kl stopped
         # the member is never drawn, as in its single run)
         orders = [a.minibatch_order(size, device) for a in algos]
-        members = torch.arange(len(algos), device=device).unsqueeze(1)
+        offsets = torch.arange(len(algos), device=device).unsqueeze(1) * size  # each member's first row in `flat`
         limit = clip_limits([a.max_grad_norm for a in algos], device)
         going = list(active)
-        sums: dict[str, torch.Tensor] = {}
+        names: list[str] = []
+        sums: torch.Tensor | None = None  # [stats, members]: each stepping member's sums of its minibatches' logs
         counts = torch.zeros(len(algos), device=device)
         while True:
             epoch = {m: drawn_with(torch_rngs, m, partial(next, orders[m], None)) for m, on in enumerate(going) if on}
@@ -195,24 +201,24 @@ class PopulationUpdate:
             filler = next(iter(epoch.values()))  # the rows of a member not stepping: computed, never applied
             on = torch.tensor([m in epoch for m in range(len(algos))], device=device)
             stepping, stepped = on.float(), [algos[m].optimizer for m in epoch]
-            kls: dict[int, list[torch.Tensor]] = {m: [] for m in epoch}
+            kls: list[torch.Tensor] = []  # the epoch's minibatches' [members] approximate KLs
             for chunk in zip(*(epoch.get(m, filler) for m in range(len(algos))), strict=True):
-                index = torch.stack(chunk)  # [members, minibatch]
-                batch = tuple(x[members, index] for x in stacked)
+                rows = (torch.stack(chunk) + offsets).reshape(-1)  # [members x minibatch] rows of `flat`
+                batch = tuple(x.index_select(0, rows).reshape(len(algos), -1, *x.shape[1:]) for x in flat)
                 if self._compiled is not None:
                     stats = self._compiled.step(batch, terms, stepping)
                 else:
                     losses, stats = self._losses_given(batch, self._evaluate(batch), terms)
-                    step_members(self.params, losses, self._rows, range(len(algos)), limit, stepped)
+                    step_members(self.params, losses, self._rows, list(epoch), limit, stepped, self._stacked_adam)
                 counts += stepping
-                for k, v in stats.items():
-                    sums[k] = torch.where(on, sums[k] + v, sums[k]) if k in sums else torch.where(on, v, 0.0)
+                names, values = list(stats), torch.stack(list(stats.values()))  # [stats, members]
+                sums = torch.where(on, sums + values, sums) if sums is not None else torch.where(on, values, 0.0)
                 if "approx_kl" in stats:
-                    for m in kls:
-                        kls[m].append(stats["approx_kl"][m])
+                    kls.append(stats["approx_kl"])
+            per_member = torch.stack(kls, 1).unbind() if kls else [torch.zeros(0)] * len(algos)
             for m in epoch:
-                going[m] = not algos[m].stops_after_epoch(kls[m])
-        means = {k: (v / counts.clamp(min=1.0)).unbind() for k, v in sums.items()}
+                going[m] = not algos[m].stops_after_epoch(list(per_member[m].unbind()))
+        means = dict(zip(names, (sums / counts.clamp(min=1.0)).unbind(), strict=True)) if sums is not None else {}
         return [a.end_update(p, {k: v[m] for k, v in means.items()}) if on else None
                 for m, (a, p, on) in enumerate(zip(algos, plans, active, strict=True))]
 
