@@ -27,6 +27,7 @@ import sys
 import tempfile
 import threading
 import traceback
+import weakref
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -107,6 +108,8 @@ class ForkedRun:
         self.args = [str(BIN / program), *args]
         self._dir = tempfile.mkdtemp(prefix="rl-train-")
         self._out, self._err = os.path.join(self._dir, "stdout"), os.path.join(self._dir, "stderr")
+        # the output files go with this object (or at the tests' exit), read or not
+        weakref.finalize(self, shutil.rmtree, self._dir, True)
         self._output: tuple[str, str] | None = None
         self._process = _context().Process(target=_child, daemon=False,
                                            args=(program, list(args), str(cwd), env, self._out, self._err))
