@@ -77,3 +77,19 @@ def test_a_loss_that_does_not_reduce_per_member_keeps_vmap():
     assert torch.equal(losses, expected) and torch.equal(stats["error"], expected_stats["error"])
     again, _ = members_loss(batch, evaluated, terms)
     assert torch.equal(again, expected)
+
+
+def _one_members_shapes_only(batch, evaluated, terms):
+    (target, mask), (prediction,) = batch, evaluated
+    error = masked_mean((prediction - target).square(), mask)
+    flat = prediction.view(32)  # one member's [32] rows: the stacked [members, 32] cannot take this view
+    return terms["coef"] * error + flat.mean(), {"error": error.detach()}
+
+
+def test_a_loss_that_fails_on_the_stacked_rows_keeps_vmap():
+    batch, evaluated, terms = _inputs()
+    vmapped = vmap(_one_members_shapes_only)
+    members_loss = MembersLoss(_one_members_shapes_only, vmapped)
+    losses, _ = members_loss(batch, evaluated, terms)
+    assert members_loss.direct is False
+    assert torch.equal(losses, vmapped(batch, evaluated, terms)[0])

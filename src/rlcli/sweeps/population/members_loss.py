@@ -32,11 +32,15 @@ class MembersLoss:
                  terms: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         if self.direct is False:
             return self.vmapped_loss(batch, evaluated, terms)
-        fast = self._direct(batch, evaluated, terms)
         if self.direct is None:
+            try:
+                fast = self._direct(batch, evaluated, terms)
+            except (RuntimeError, IndexError, ValueError):  # a loss written for one member's shapes only: vmap's
+                fast = None  # (a real fault in the loss shows again under vmap, just below)
             slow = self.vmapped_loss(batch, evaluated, terms)
             self.direct = fast is not None and _same(fast, slow, evaluated)
             return fast if self.direct and fast is not None else slow
+        fast = self._direct(batch, evaluated, terms)
         if fast is None:  # a loss that no longer reduces per member (its shapes changed): vmap from here on
             self.direct = False
             return self.vmapped_loss(batch, evaluated, terms)
