@@ -178,6 +178,22 @@ def test_compiled_ppo_variants_match_eager(algo, tmp_path):
         torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-4, msg=name)
 
 
+def test_the_shared_losses_compile_into_one_graph():
+    """The losses every compiled on-policy step calls trace without a graph break (fullgraph raises on one): a
+    ContextVar read in masked_mean (the members' mode) once broke a compiled PPO update into a graph per mean,
+    58.6 ms per update against 15.7 ms."""
+    from rlcli.algos.base import masked_mean, normalize_masked
+    from rlcli.algos.losses import clipped_surrogate_loss, squared_value_loss
+
+    def loss(advantages, ratio, values, returns, mask):
+        advantages = normalize_masked(advantages, mask)
+        return (clipped_surrogate_loss(advantages, ratio, 0.2, mask) + squared_value_loss(values, returns, mask)
+                + masked_mean(ratio, mask))
+
+    args = (torch.randn(16), torch.rand(16) + 0.5, torch.randn(16), torch.randn(16), torch.ones(16))
+    torch.testing.assert_close(torch.compile(loss, fullgraph=True)(*args), loss(*args))
+
+
 OWN_OPTIMIZER_ARGS = {
     "pqn": ["algo=pqn", "env=CartPole-v1", "algo.n_steps=32", *ARGS[3:]],
     "rnd_ppo": ["algo=rnd_ppo", "env=MountainCar-v0", "train.num_envs=4", "algo.n_steps=32", "algo.batch_size=64",
