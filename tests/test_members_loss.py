@@ -3,6 +3,7 @@ call's check against vmap that keeps it only where the two agree bit for bit."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 from torch.func import vmap
 
@@ -67,18 +68,6 @@ def test_a_loss_of_per_member_means_runs_on_the_stacked_rows_with_vmaps_numbers(
     assert len(calls) == 1  # later calls do not go through vmap
 
 
-def test_a_loss_that_does_not_reduce_per_member_keeps_vmap():
-    batch, evaluated, terms = _inputs()
-    vmapped = vmap(_reduces_over_everything)
-    members_loss = MembersLoss(_reduces_over_everything, vmapped)
-    losses, stats = members_loss(batch, evaluated, terms)
-    assert members_loss.direct is False
-    expected, expected_stats = vmapped(batch, evaluated, terms)
-    assert torch.equal(losses, expected) and torch.equal(stats["error"], expected_stats["error"])
-    again, _ = members_loss(batch, evaluated, terms)
-    assert torch.equal(again, expected)
-
-
 def _one_members_shapes_only(batch, evaluated, terms):
     (target, mask), (prediction,) = batch, evaluated
     error = masked_mean((prediction - target).square(), mask)
@@ -86,10 +75,15 @@ def _one_members_shapes_only(batch, evaluated, terms):
     return terms["coef"] * error + flat.mean(), {"error": error.detach()}
 
 
-def test_a_loss_that_fails_on_the_stacked_rows_keeps_vmap():
+@pytest.mark.parametrize("loss", [_reduces_over_everything, _one_members_shapes_only],
+                         ids=["not-per-member-means", "fails-on-stacked-rows"])
+def test_a_loss_that_does_not_reduce_per_member_keeps_vmap(loss):
     batch, evaluated, terms = _inputs()
-    vmapped = vmap(_one_members_shapes_only)
-    members_loss = MembersLoss(_one_members_shapes_only, vmapped)
-    losses, _ = members_loss(batch, evaluated, terms)
+    vmapped = vmap(loss)
+    members_loss = MembersLoss(loss, vmapped)
+    losses, stats = members_loss(batch, evaluated, terms)
     assert members_loss.direct is False
-    assert torch.equal(losses, vmapped(batch, evaluated, terms)[0])
+    expected, expected_stats = vmapped(batch, evaluated, terms)
+    assert torch.equal(losses, expected) and torch.equal(stats["error"], expected_stats["error"])
+    again, _ = members_loss(batch, evaluated, terms)
+    assert torch.equal(again, expected)

@@ -92,7 +92,7 @@ class CompiledMembersStep:
         lrs = torch.tensor([[o.param_groups[g]["lr"] for o in self.optimizers]
                             for g in range(len(self.optimizers[0].param_groups))], dtype=torch.float32,
                            device=self.device)
-        self.states.refresh()  # a member's optimizer loaded anew (on_nonfinite=skip or rollback): its state joins
+        self.states.refresh()  # a member's optimizer loaded anew since (on_nonfinite=skip, rollback): restacked
         first = self.compile_seconds is None
         started = time.perf_counter()
         with torch.no_grad():

@@ -3,7 +3,7 @@ are views of the stacked weights): what the compiled step (compiled.py) and the 
 (`StackedAdam`) update, and what each member's checkpoint saves.
 
 A load into a member's optimizer (its checkpoint at resume, on_nonfinite=skip's snapshot, a rollback) replaces its
-state tensors; `StackedAdam` then stacks the states again before its next step.
+state tensors; `StackedStates.refresh`, which both stacked steps call first, then stacks the states again.
 """
 
 from __future__ import annotations

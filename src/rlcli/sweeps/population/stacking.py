@@ -4,7 +4,7 @@ code called over all of them at once, and the stacked gradients handed back to t
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -13,6 +13,9 @@ from torch.func import functional_call, vmap
 from rlcli.algos.optim import step_together
 from rlcli.batches import ReplayBatch
 from rlcli.registry import ConfigError
+
+if TYPE_CHECKING:
+    from rlcli.sweeps.population.optimizer_states import StackedAdam
 
 
 def stack_weights(modules: Sequence[nn.Module]) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
@@ -112,12 +115,11 @@ def clip_members(params: dict[str, torch.Tensor], limit: torch.Tensor) -> None:
 
 def step_members(params: dict[str, torch.Tensor], losses: torch.Tensor, rows: dict[str, list[torch.Tensor]],
                  stepping: Sequence[int], limit: torch.Tensor | None, optimizers: Sequence[Any],
-                 stacked_adam: Any = None) -> None:
+                 stacked_adam: StackedAdam | None = None) -> None:
     """A single run's `gradient_step` for every stepping member at once: backward through all members' losses
     (independent, so each row's gradient is its own loss's), each member's clip over the gradients of `rows` (the
-    part this optimizer trains), then one Adam step over the stacked weights (`stacked_adam`, an
-    optimizer_states.StackedAdam, where the members can share it) or the members' own optimizers in one fused
-    call."""
+    part this optimizer trains), then one Adam step over the stacked weights (`stacked_adam`, where the members can
+    share it) or the members' own optimizers in one fused call."""
     for stacked in params.values():
         stacked.grad = None
     torch.autograd.backward(losses.sum())
