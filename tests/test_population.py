@@ -722,6 +722,42 @@ def test_a_compiled_population_steps_as_the_eager_one_and_its_members_optimizers
                 assert torch.equal(a, b)
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+def test_a_members_optimizer_loaded_anew_is_where_its_next_step_starts(compiled, monkeypatch):
+    """train.on_nonfinite=skip (and rollback) load a member's state anew, which replaces its optimizer's state
+    tensors. The population's stacked optimizer state (the compiled step's, the eager StackedAdam's) is read from the
+    member again before the next step: after an update, a load of the state before it, and one more update, each
+    member's weights and Adam state are its single run's (within float reordering), step counts exactly."""
+    monkeypatch.setenv(FAST_TANH_VARIABLE, "0")
+    more = ["compile=true"] if compiled else []
+    members = [collected("seed=0", *more), collected("seed=1", *more)]
+    algos, buffers, rngs = [c.algo for c, _ in members], [c.buffer for c, _ in members], [r for _, r in members]
+    singles = [copy.deepcopy(a) for a in algos]
+    population = PopulationUpdate(algos)
+    assert (population._compiled is not None) is compiled and (population._stacked_adam is None) is compiled
+    population.update([True, True], buffers, rngs)
+    snapshot = copy.deepcopy(algos[1].state_dict())  # what on_nonfinite=skip keeps before an update
+    population.update([True, True], buffers, rngs)
+    algos[1].load_state_dict(snapshot)  # the update undone
+    population.update([True, True], buffers, rngs)
+    for m, (single, (components, rng)) in enumerate(zip(singles, members, strict=True)):
+        torch.set_rng_state(rng)  # the member's stream as it began: its single run draws the same minibatches
+        single.update(components.buffer, RunClock(128, 1024))
+        kept = copy.deepcopy(single.state_dict())
+        single.update(components.buffer, RunClock(128, 1024))
+        if m == 1:
+            single.load_state_dict(kept)
+        single.update(components.buffer, RunClock(128, 1024))
+        for mine, theirs in zip(algos[m].networks.parameters(), single.networks.parameters(), strict=True):
+            torch.testing.assert_close(mine, theirs, rtol=0, atol=1e-5)
+        saved, reference = algos[m].optimizer.state_dict()["state"], single.optimizer.state_dict()["state"]
+        for index, state in reference.items():
+            assert float(saved[index]["step"]) == float(state["step"]) == (2 if m == 1 else 3) * 6  # 3 epochs of 2
+            for slot in ("exp_avg", "exp_avg_sq"):
+                torch.testing.assert_close(saved[index][slot], state[slot], rtol=1e-3, atol=1e-6)
+
+
 def test_compiled_population_members_must_share_their_optimizers_settings():
     """The compiled step applies one formula to every member's rows: members whose optimizers differ in their fixed
     settings are refused in one line (the launcher then runs them one at a time)."""
