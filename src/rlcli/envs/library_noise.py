@@ -8,7 +8,6 @@ train.log once; any other MuJoCo warning is still shown, once per distinct text.
 from __future__ import annotations
 
 import logging
-import sys
 
 logger = logging.getLogger("rlcli")
 
@@ -26,7 +25,9 @@ def _on_mujoco_warning(message: str) -> None:
     if any(known in text for known in KNOWN):
         _pending.append(text)
     else:
-        print(f"rl-train: warning: mujoco: {text}", file=sys.stderr)
+        from rlcli.services.log import say
+
+        say(f"rl-train: warning: mujoco: {text}")
 
 
 def quiet_mujoco() -> None:

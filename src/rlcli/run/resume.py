@@ -9,13 +9,13 @@ lists what the new config changes that cannot change mid-run.
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any
 
 from omegaconf import ListConfig, OmegaConf
 
 from rlcli.registry import ConfigError
+from rlcli.services.log import say
 
 # Keys that may differ between a checkpoint's config and the resumed run's.
 CHANGEABLE = (
@@ -42,7 +42,7 @@ def _quote(path: Path) -> str:
 
 
 def _warn(message: str) -> None:
-    print(f"rl-train: warning: {message}", file=sys.stderr)
+    say(f"rl-train: warning: {message}")
 
 
 def resume_args(args: list[str]) -> list[str]:

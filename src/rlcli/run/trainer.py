@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import signal
-import sys
 import threading
 import time
 from collections.abc import Sequence
@@ -33,7 +32,7 @@ from rlcli.run.state import TrainState, drop_stale_best, save
 from rlcli.run.stop import RunFailed, StoppedBySignal, StopSignals
 from rlcli.schedules import apply_schedules
 from rlcli.services import checkpoint
-from rlcli.services.log import RunLogger, fmt_return
+from rlcli.services.log import RunLogger, fmt_return, say
 from rlcli.services.os_errors import describe_os_error, quiet_thread_os_errors
 from rlcli.services.runtime import seconds_since_process_start
 from rlcli.services.tracking import Tracking, run_files, start_for_run
@@ -149,7 +148,7 @@ class Trainer:
         library_noise.log_pending()
         planned = planned_steps(c, state.env_steps)
         for warning in budget_warnings(c, planned, self.options.typed_keys):
-            print(f"rl-train: warning: {warning}", file=sys.stderr)
+            say(f"rl-train: warning: {warning}")
             logger.info("warning: %s", warning)  # train.log only: the line above is the console's
         tracking = self._start_tracking()
         console = self.options.console or ("full" if c.cfg.log.console else "off")
@@ -269,7 +268,7 @@ class Trainer:
                         f"(this job alone: rl-train resume={self.run_dir})")
         log.message(stopped)
         if not log.show_console:  # log.console=false: stderr still says why the run ended, and how on
-            print(f"rl-train: {stopped}", file=sys.stderr)
+            say(f"rl-train: {stopped}")
         log.close(status="KILLED")
         self.close()
         raise StoppedBySignal(self.signals.received)
@@ -304,9 +303,8 @@ class Trainer:
         drop_stale_best(state, self.run_dir)  # nothing is written in this run: a later best.pt is dropped now
         self.close()
         self.stop_reason = "already finished"
-        print(f"rl-train: this run already finished at {state.env_steps:,} env steps "
-              f"(test return {fmt_return(state.last_test_return)}); raise train.total_steps to train longer",
-              file=sys.stderr)
+        say(f"rl-train: this run already finished at {state.env_steps:,} env steps "
+            f"(test return {fmt_return(state.last_test_return)}); raise train.total_steps to train longer")
         return _as_return(state.last_test_return)
 
     def _fail(self, message: str) -> NoReturn:
@@ -322,7 +320,7 @@ class Trainer:
         with contextlib.suppress(Exception):
             logger.info("error: %s; %s", message, where)  # train.log; the console's line is below
         if not self.options.in_python:
-            print(f"rl-train: error: {message}; {where}", file=sys.stderr)
+            say(f"rl-train: error: {message}; {where}")
         raise RunFailed(f"{message}; {where}")
 
     def _start_tracking(self) -> Tracking | None:

@@ -38,6 +38,14 @@ class ResultsConsole(Console):
 
 
 console = Console(stderr=True)  # progress, messages, warnings
+
+
+def say(line: str) -> None:
+    """One line on stderr, written in one call: runs in a sweep's worker processes (joblib, the population
+    launcher's) share its stderr, and `print` writes the text and its newline apart, so two workers' lines could
+    run together on one line (a SIGTERM's "stopped at" lines did)."""
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()
 results = ResultsConsole()  # the run's results (its table lines and final summary): stdout, so `> out.txt` keeps them
 logger = logging.getLogger("rlcli")
 

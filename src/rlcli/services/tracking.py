@@ -20,7 +20,6 @@ import logging
 import math
 import netrc
 import os
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -31,6 +30,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from rlcli.registry import ConfigError, require
+from rlcli.services.log import say
 from rlcli.services.tracking_sinks import SINKS, WANDB_MODES, RunInfo, Sink, TrackingSettings
 
 STATE_FILE = "tracking.json"
@@ -265,7 +265,7 @@ def start_for_run(cfg: DictConfig, run_dir: Path, env_steps: int, run_ids: Mappi
         return None
 
     def warn(text: str) -> None:
-        print(f"rl-train: warning: {text}", file=sys.stderr)
+        say(f"rl-train: warning: {text}")
         logging.getLogger("rlcli").info("warning: %s", text)
 
     try:
@@ -274,5 +274,5 @@ def start_for_run(cfg: DictConfig, run_dir: Path, env_steps: int, run_ids: Mappi
         on_error()
         if group is not None or in_python:
             raise
-        print(f"rl-train: error: {error}", file=sys.stderr)
+        say(f"rl-train: error: {error}")
         raise SystemExit(2) from None
