@@ -26,6 +26,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from rlcli.algos.isa_probe import remember_isa_probes
+
 
 def cache_dir() -> Path:
     """Where torch.compile's on-disk caches live for rlcli runs (set before the first compile)."""
@@ -48,7 +50,8 @@ def before_compiling() -> Path:
     `CompiledMembersStep._pure_step`), and each distinct configuration (shapes, clip, optimizer groups, deterministic
     mode) is another graph of it. Torch keeps 8 per function, then runs the function eagerly from there on, with one
     warning: a basic-launcher sweep of 10 compile=true jobs differing in algo.max_grad_norm ran its 9th and 10th jobs
-    eagerly (measured here, 2026-11-26). Inductor's deterministic flag follows torch's. Returns the cache
+    eagerly (measured here, 2026-11-26). Inductor's deterministic flag follows torch's; its check of the CPU's
+    vector instruction sets is answered from disk after the first process (isa_probe.py). Returns the cache
     directory."""
     import torch._dynamo.config as dynamo
     import torch._inductor.config as inductor
@@ -58,6 +61,7 @@ def before_compiling() -> Path:
     dynamo.recompile_limit = max(dynamo.recompile_limit, RECOMPILE_LIMIT)
     dynamo.accumulated_recompile_limit = max(dynamo.accumulated_recompile_limit, ACCUMULATED_RECOMPILE_LIMIT)
     use_fast_tanh()
+    remember_isa_probes()
     return cache_dir()
 
 
