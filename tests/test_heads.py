@@ -26,6 +26,16 @@ def test_categorical_sampling_frequencies_follow_the_probabilities():
     torch.testing.assert_close(counts / counts.sum(), torch.tensor([0.1, 0.6, 0.3]), atol=0.005, rtol=0)
 
 
+def test_categorical_samples_on_draws_taken_beforehand_are_its_own_and_batch_bit_for_bit():
+    """A population draws each member's uniforms from the member's own stream, then samples all members at once."""
+    log_probs = torch.log_softmax(torch.randn(4, 8, 3, generator=torch.Generator().manual_seed(2)), -1)
+    torch.manual_seed(5)
+    own = [CategoricalHead.sample(member, deterministic=False) for member in log_probs]
+    torch.manual_seed(5)
+    uniforms = torch.stack([CategoricalHead.draw(member) for member in log_probs])
+    assert torch.equal(CategoricalHead.sample(log_probs, False, uniforms), torch.stack(own))
+
+
 def test_gaussian_log_prob_and_entropy_match_torch():
     torch.manual_seed(0)
     head = GaussianHead(5, 3, log_std_init=-0.3)

@@ -50,6 +50,8 @@ ALGOS = {"ppo": PPO, "a2c": ["algo=a2c", "algo.n_steps=8"], "pg": ["algo=pg", "a
          "pqn": ["algo=pqn", "algo.n_steps=32", "algo.num_minibatches=2", "algo.n_epochs=2",
                  "algo.exploration_initial_eps=0.3"]}
 LINEAR_NETWORKS = ("ppo", "a2c", "pg", "ppo-shared", "ppo-target-kl", "ppo-kl", "pqn")
+# categorical heads: each member's uniforms drawn from its own stream, then all members sample in one call
+DRAWS_APART = ("ppo", "a2c", "pg", "ppo-cnn", "ppo-shared", "ppo-target-kl", "ppo-kl")
 # a third member's own loss setting, which the population must batch (PQN's loss has no coefficient: its returns'
 # q_lambda)
 OWN_SETTING = {"pqn": "algo.q_lambda=0.3"}
@@ -116,6 +118,7 @@ def test_a_members_first_rollout_is_its_single_runs(algo, tmp_path):
         run_dir = tmp_path / str(seed)
         members.append(Member(Trainer(components, run_dir, state), run_dir, seed, "", {}))  # its RNG, as built
     population = PopulationUpdate([m.trainer.c.algo for m in members])
+    assert population._draws_apart is (algo in DRAWS_APART)
     stats = collect_together(members, population)
     assert all(s is not None and s.steps == singles[0].mask.shape[0] for s in stats)
     for member, single in zip(members, singles, strict=True):

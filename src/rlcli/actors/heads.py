@@ -26,12 +26,21 @@ class CategoricalHead(nn.Module):
         return torch.log_softmax(self.logits(features), dim=-1)
 
     @staticmethod
-    def sample(log_probs: torch.Tensor, deterministic: bool) -> torch.Tensor:
+    def sample(log_probs: torch.Tensor, deterministic: bool, uniforms: torch.Tensor | None = None) -> torch.Tensor:
+        """`uniforms`: `draw`'s numbers, drawn beforehand (a population draws each member's from its own stream,
+        then samples for all members in one call; elementwise, so each member's actions are its own draws')."""
         if deterministic:
             return log_probs.argmax(-1)
+        if uniforms is None:
+            uniforms = CategoricalHead.draw(log_probs)
         # Gumbel-max: argmax(logp + Gumbel noise) is a sample of the categorical distribution.
-        gumbel = -torch.log(-torch.log(torch.rand_like(log_probs).clamp_min(1e-20)))
+        gumbel = -torch.log(-torch.log(uniforms.clamp_min(1e-20)))
         return (log_probs + gumbel).argmax(-1)
+
+    @staticmethod
+    def draw(log_probs: torch.Tensor) -> torch.Tensor:
+        """The random numbers `sample` takes, one uniform per action and state, from torch's generator."""
+        return torch.rand_like(log_probs)
 
     @staticmethod
     def log_prob(log_probs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:

@@ -131,9 +131,19 @@ class ActorCritic(nn.Module):
         pi, v = self._features(obs)
         return self._policy(pi, action_mask), self._values(v)
 
-    def sampled(self, params: torch.Tensor, values: torch.Tensor, deterministic: bool = False) -> ActOutput:
-        actions = self.head.sample(params, deterministic)
+    def sampled(self, params: torch.Tensor, values: torch.Tensor, deterministic: bool = False,
+                uniforms: torch.Tensor | None = None) -> ActOutput:
+        """`uniforms`: `draw`'s numbers for these states, drawn beforehand."""
+        actions = self.head.sample(params, deterministic) if uniforms is None else self.head.sample(params, False,
+                                                                                                   uniforms)
         return ActOutput(actions, self.head.log_prob(params, actions), values)
+
+    def draw(self, params: torch.Tensor) -> torch.Tensor | None:
+        """The random numbers `sampled` takes at these policy-head outputs, drawn now from torch's generator; None
+        where the head does not draw them apart (only a categorical head does). A population draws each member's
+        from the member's own stream, then samples for all members in one call on their stacked rows."""
+        draw = getattr(self.head, "draw", None)
+        return None if draw is None else draw(params)
 
     def policy_params(self, obs: torch.Tensor) -> torch.Tensor:
         """The policy head's output (log-probs or means) at these states: for KL terms between policies."""

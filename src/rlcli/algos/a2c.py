@@ -92,8 +92,10 @@ class A2C(OneStepUpdate):
         return {**metrics, "explained_variance": explained_variance(batch.values, batch.returns, batch.mask),
                 "learning_rate": torch.tensor(plan.lr)}
 
-    def act_on(self, params: torch.Tensor, values: torch.Tensor, deterministic: bool = False) -> ActOutput:
+    def act_on(self, params: torch.Tensor, values: torch.Tensor, deterministic: bool = False,
+               uniforms: torch.Tensor | None = None) -> ActOutput:
         """`act`'s draw from the policy head's parameters and the values a population computed for all members
-        (gSDE's exploration matrices resampled first, when `act` would resample them)."""
-        self.noise_resampling.before_act(params.shape[0], deterministic)
-        return self.networks.sampled(params, values, deterministic)
+        (gSDE's exploration matrices resampled first, when `act` would resample them); `uniforms`: as PPO's."""
+        if uniforms is None:
+            self.noise_resampling.before_act(params.shape[0], deterministic)
+        return self.networks.sampled(params, values, deterministic, uniforms)

@@ -99,7 +99,9 @@ class PolicyGradient(OneStepUpdate):
             metrics["explained_variance"] = explained_variance(batch.values, batch.returns, batch.mask)
         return {**metrics, "learning_rate": torch.tensor(plan.lr)}
 
-    def act_on(self, params: torch.Tensor, values: torch.Tensor, deterministic: bool = False) -> ActOutput:
-        """`act`'s draw from the policy head's parameters and the values a population computed for all members."""
-        out = self.networks.sampled(params, values, deterministic)
+    def act_on(self, params: torch.Tensor, values: torch.Tensor, deterministic: bool = False,
+               uniforms: torch.Tensor | None = None) -> ActOutput:
+        """`act`'s draw from the policy head's parameters and the values a population computed for all members
+        (`uniforms`: as PPO's)."""
+        out = self.networks.sampled(params, values, deterministic, uniforms)
         return out if self.baseline else out._replace(values=torch.zeros_like(out.values))

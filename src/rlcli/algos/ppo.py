@@ -166,11 +166,15 @@ class PPO:
         target (SB3's rule); without a target, never (and no wait for the device)."""
         return self.target_kl is not None and torch.stack(approx_kls).mean().item() > 1.5 * self.target_kl
 
-    def act_on(self, params: torch.Tensor, values: torch.Tensor, deterministic: bool = False) -> ActOutput:
+    def act_on(self, params: torch.Tensor, values: torch.Tensor, deterministic: bool = False,
+               uniforms: torch.Tensor | None = None) -> ActOutput:
         """`act`'s draw from the policy head's parameters and the values a population computed for all members
-        (gSDE's exploration matrices resampled first, when `act` would resample them)."""
-        self.noise_resampling.before_act(params.shape[0], deterministic)
-        return self.networks.sampled(params, values, deterministic)
+        (gSDE's exploration matrices resampled first, when `act` would resample them); `uniforms`: the draw taken
+        beforehand (`networks.draw`: a categorical head's, never gSDE's), where a population acts for all its
+        members in one call."""
+        if uniforms is None:
+            self.noise_resampling.before_act(params.shape[0], deterministic)
+        return self.networks.sampled(params, values, deterministic, uniforms)
 
     def population_refusal(self) -> str | None:
         reasons = [(bool(self.extra_param_groups(1.0)), f"{type(self).__name__}'s extra networks")]

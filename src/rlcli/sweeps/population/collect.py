@@ -24,13 +24,15 @@ from rlcli.sweeps.population.members import Member
 @runtime_checkable
 class ActsInOneCall(Protocol):
     """A population whose acting after the network (the distribution's sampling) is one call for all members,
-    each member's draws taken beforehand from its own stream (soft_actor_critic.py's squashed Gaussian,
-    offpolicy.py's epsilon-greedy, twin_delayed.py's exploration noise); `acting_noise` gives None where a member
-    must act on its own."""
+    each member's draws taken beforehand from its own stream (onpolicy.py's categorical sampling,
+    soft_actor_critic.py's squashed Gaussian, offpolicy.py's epsilon-greedy, twin_delayed.py's exploration noise);
+    `acting_noise` gives None where a member must act on its own. (`values`: the batched values, which the
+    on-policy members' actions carry.)"""
 
     def acting_noise(self, member: int, outputs: torch.Tensor) -> Any: ...
 
-    def act_members(self, outputs: torch.Tensor, draws: dict[int, Any]) -> dict[int, ActOutput]: ...
+    def act_members(self, outputs: torch.Tensor, draws: dict[int, Any],
+                    values: torch.Tensor | None = None) -> dict[int, ActOutput]: ...
 
 
 def collect_together(members: Sequence[Member], population: Population,
@@ -84,7 +86,7 @@ def collect_together(members: Sequence[Member], population: Population,
         moved = time.perf_counter()
         if draws:
             assert one_call is not None
-            for index, out in one_call.act_members(params, draws).items():
+            for index, out in one_call.act_members(params, draws, values).items():
                 outs[index], actions[index] = out, out.actions
         env_actions = on_host({index: member.trainer.c.algo.env_actions(actions[index]) for index, member in acting})
         share = (time.perf_counter() - moved) / len(acting)

@@ -118,7 +118,7 @@ class OffPolicyPopulationUpdate:
 
     @torch.inference_mode()
     def act_members(self, outputs: torch.Tensor, draws: dict[int, tuple[torch.Tensor, torch.Tensor]],
-                    ) -> dict[int, ActOutput]:
+                    values: torch.Tensor | None = None) -> dict[int, ActOutput]:
         """The epsilon-greedy actions of the members in `draws`, in one call over their rows of `outputs` (the
         greedy argmax and the choice are per element: each member's actions are its `act_on`'s, bit for bit)."""
         members = list(draws)

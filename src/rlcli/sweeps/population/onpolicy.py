@@ -15,6 +15,7 @@ have stopped are carried along but not stepped.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Iterator, Sequence
 from functools import partial
 from typing import Any, Protocol, cast, runtime_checkable
@@ -62,7 +63,8 @@ class BatchableUpdate(Protocol):
 
     def end_update(self, plan: UpdatePlan, metrics: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]: ...
 
-    def act_on(self, params: torch.Tensor, values: torch.Tensor, deterministic: bool = False) -> ActOutput: ...
+    def act_on(self, params: torch.Tensor, values: torch.Tensor, deterministic: bool = False,
+               uniforms: torch.Tensor | None = None) -> ActOutput: ...
 
     def population_refusal(self) -> str | None: ...
 
@@ -146,6 +148,8 @@ class PopulationUpdate:
         self._evaluate = MembersForward(member_evaluate.networks, self.params, member_evaluate,
                                         lambda batch: vmapped_evaluate(self.params, self.buffers, batch))
         self._losses_given = MembersLoss(self._loss_given, vmap(self._loss_given))
+        # members whose acting draws can be taken apart (a categorical head's uniforms) act in one call
+        self._draws_apart = all(_takes_uniforms(a) for a in self.algos)
         self._compiled: CompiledMembersStep | None = None
         self._stacked_adam: StackedAdam | None = None
         if all(a.compile_enabled for a in self.algos):  # compile=true is part of the population key: all or none
@@ -161,6 +165,28 @@ class PopulationUpdate:
         """[members, envs, ...] observations -> each member's policy-head parameters and values, one call."""
         out: tuple[torch.Tensor, torch.Tensor] = self._act(obs)
         return out
+
+    def acting_noise(self, member: int, outputs: torch.Tensor) -> torch.Tensor | None:
+        """The member's acting draw for its rows of the batched policy-head outputs, from torch's global generator
+        (the caller swaps the member's stream in): the uniforms its single run's `act_on` draws there. None where
+        the member acts alone (`act_on`): a head that draws otherwise (a Gaussian's, gSDE's), an algorithm whose
+        `act_on` takes no draw (PQN's epsilon-greedy)."""
+        if not self._draws_apart:
+            return None
+        draw: torch.Tensor | None = self.algos[member].networks.draw(outputs)  # type: ignore[operator]
+        return draw
+
+    @torch.inference_mode()
+    def act_members(self, outputs: torch.Tensor, draws: dict[int, torch.Tensor],
+                    values: torch.Tensor | None = None) -> dict[int, ActOutput]:
+        """The actions of the members in `draws`, in one `act_on` call over their stacked rows of `outputs` and
+        `values` (elementwise: each member's actions and log-probabilities are its own `act_on`'s, bit for bit)."""
+        assert values is not None
+        members = list(draws)
+        rows = outputs if len(members) == outputs.shape[0] else outputs[members]
+        value_rows = values if len(members) == values.shape[0] else values[members]
+        out = self.algos[members[0]].act_on(rows, value_rows, uniforms=torch.stack([draws[m] for m in members]))
+        return {m: ActOutput(out.actions[k], out.log_probs[k], out.values[k]) for k, m in enumerate(members)}
 
     def _loss_given(self, batch: tuple[torch.Tensor, ...], evaluated: tuple[torch.Tensor, ...],
                     terms: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, Any]]:
@@ -221,6 +247,14 @@ class PopulationUpdate:
         means = dict(zip(names, (sums / counts.clamp(min=1.0)).unbind(), strict=True)) if sums is not None else {}
         return [a.end_update(p, {k: v[m] for k, v in means.items()}) if on else None
                 for m, (a, p, on) in enumerate(zip(algos, plans, active, strict=True))]
+
+
+def _takes_uniforms(algo: Any) -> bool:
+    """Whether the algorithm's `act_on` acts on a draw taken beforehand (PPO's, A2C's, PG's) and its policy head
+    draws apart (`networks.draw`: a categorical head)."""
+    networks = algo.networks
+    return ("uniforms" in inspect.signature(type(algo).act_on).parameters and callable(getattr(networks, "draw", None))
+            and callable(getattr(getattr(networks, "head", None), "draw", None)))
 
 
 def _stacked_terms(terms: list[dict[str, float | None]], device: torch.device) -> dict[str, Any]:

@@ -114,7 +114,8 @@ class SoftActorCriticPopulationUpdate(ActorCriticPopulation):
         return torch.randn(means.shape, dtype=means.dtype, device=means.device)
 
     @torch.inference_mode()
-    def act_members(self, outputs: torch.Tensor, noise: dict[int, torch.Tensor]) -> dict[int, ActOutput]:
+    def act_members(self, outputs: torch.Tensor, noise: dict[int, torch.Tensor],
+                    values: torch.Tensor | None = None) -> dict[int, ActOutput]:
         """The squashed Gaussian's actions of the members in `noise`, in one call over their rows of `outputs`
         (elementwise: each member's actions are its single run's, bit for bit)."""
         members = list(noise)

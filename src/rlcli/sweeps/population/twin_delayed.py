@@ -84,7 +84,8 @@ class TwinDelayedPopulationUpdate(ActorCriticPopulation):
         return noise
 
     @torch.inference_mode()
-    def act_members(self, outputs: torch.Tensor, noise: dict[int, torch.Tensor]) -> dict[int, ActOutput]:
+    def act_members(self, outputs: torch.Tensor, noise: dict[int, torch.Tensor],
+                    values: torch.Tensor | None = None) -> dict[int, ActOutput]:
         """The noisy actions of the members in `noise`, in one call over their rows of `outputs` (elementwise:
         each member's actions are its `act_on`'s, bit for bit)."""
         members = list(noise)
