@@ -7,6 +7,7 @@ side in one invocation (the target of `hydra/launcher=population`).
     python scripts/population_bench.py --algo sac --steps 20000 --members 1 2 4 8 --no-basic  # SAC Pendulum's
     python scripts/population_bench.py --members 8 --parallel 8 --compiled --no-basic --no-sb3  # compile=true too
     python scripts/population_bench.py --algo sac --steps 20000 --members 8 --no-basic --no-sb3 --device cuda  # GPU
+    python scripts/population_bench.py --members --parallel 8 --compiled --no-basic --no-sb3 --rounds 3  # x2 rows
 
 Rows, each a fresh process timed from start to exit (imports, env and network building, tests, checkpoints):
 - `one seed`: `rl-train` alone, the unit every other row is divided by (`one seed compiled`, with `--compiled`,
@@ -29,6 +30,7 @@ the final test returns of every member are listed, so a faster row that learns l
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import statistics
 import subprocess
@@ -61,14 +63,19 @@ def final_returns(sweep_dir: Path) -> list[float]:
 
 
 def rlcli_sweep(work: Path, name: str, seeds: int, steps: int, launcher: list[str]) -> dict[str, Any]:
-    sweep = work / name
+    sweep = work / unique(work, name)
     seconds = timed([RL_TRAIN, "-m", *COMMON, f"train.total_steps={steps}",
                      f"seed={','.join(str(s) for s in range(seeds))}", *launcher, f"hydra.sweep.dir={sweep}"], work)
     return {"row": name, "runs": seeds, "seconds": seconds, "returns": final_returns(sweep)}
 
 
+def unique(work: Path, name: str) -> str:
+    """A directory name not yet used under `work` (another round's run of the same row gets its own)."""
+    return next(c for c in (name if i == 0 else f"{name} {i}" for i in itertools.count()) if not (work / c).exists())
+
+
 def one_seed(work: Path, steps: int, compiled: bool = False) -> dict[str, Any]:
-    run_dir = work / ("one compiled" if compiled else "one")
+    run_dir = work / unique(work, "one compiled" if compiled else "one")
     seconds = timed([RL_TRAIN, *COMMON, f"train.total_steps={steps}", "seed=0", f"hydra.run.dir={run_dir}",
                      *(["compile=true"] if compiled else [])], work)
     last = [json.loads(line) for line in (run_dir / "eval.jsonl").read_text().splitlines() if line.strip()][-1]
@@ -110,6 +117,9 @@ def main() -> None:
                              "compiled populations only)")
     parser.add_argument("--no-basic", action="store_true", help="skip the basic and joblib launcher rows")
     parser.add_argument("--no-sb3", action="store_true")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="run every row this many times, round after round (each row's ratio is to its own "
+                             "round's one seed): whole processes on a shared machine vary by several percent")
     parser.add_argument("--out", type=Path, default=Path("population.json"))
     parser.add_argument("--keep", type=Path, default=None,
                         help="run in this directory and keep the runs (their train.log ends with the time account)")
@@ -152,24 +162,39 @@ def main() -> None:
                                             ["hydra/launcher=joblib", "hydra.launcher.n_jobs=2"]))
         if not args.no_sb3:
             plan.append(lambda: sb3_pairs(args.algo, args.seeds, args.steps))
-        for measure in plan:
-            row = measure()
-            rows.append(row)
-            print(f"  {row['row']:16} {row['seconds']:7.1f} s  returns {row['returns']}", file=sys.stderr, flush=True)
-    units = {"compiled" in row["row"]: row["seconds"] for row in rows if row["row"].startswith("one seed")}
+        for round_ in range(args.rounds):
+            units: dict[bool, float] = {}  # this round's one seed (and one compiled seed)
+            for measure in plan:
+                row = measure()
+                if row["row"].startswith("one seed"):
+                    units["compiled" in row["row"]] = row["seconds"]
+                row["round"] = round_
+                row["ratio"] = row["seconds"] / units.get("compiled" in row["row"], units[False])
+                rows.append(row)
+                print(f"  {row['row']:16} {row['seconds']:7.1f} s  returns {row['returns']}", file=sys.stderr,
+                      flush=True)
     env = COMMON[1].removeprefix("env=")
     print(f"\n{args.algo.upper()} {env} (RL-Zoo settings), {args.steps:,} env steps per run, whole processes, "
-          f"device={args.device}\n")
+          f"device={args.device}" + (f"; median (min-max) of {args.rounds} rounds" if args.rounds > 1 else "") + "\n")
     print("| row | runs | wall s | x one seed (compiled: its) | env steps/s, all runs | per run "
           "| final test returns (min / median) |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
-    for row in rows:
-        per_run = args.steps / row["seconds"]  # every run trains `steps`, all of them within `seconds`
-        unit = units.get("compiled" in row["row"], units[False])
-        print(f"| {row['row']} | {row['runs']} | {row['seconds']:.1f} | {row['seconds'] / unit:.2f} | "
-              f"{per_run * row['runs']:.0f} | {per_run:.0f} | {min(row['returns']):.1f} / "
-              f"{statistics.median(row['returns']):.1f} |")
-    args.out.write_text(json.dumps({"steps": args.steps, "rows": rows}, indent=1) + "\n")
+    for name in dict.fromkeys(row["row"] for row in rows):
+        mine = [row for row in rows if row["row"] == name]
+        seconds = statistics.median(row["seconds"] for row in mine)
+        per_run = args.steps / seconds  # every run trains `steps`, all of them within `seconds`
+        returns = [r for row in mine for r in row["returns"]]
+        print(f"| {name} | {mine[0]['runs']} | {spread([row['seconds'] for row in mine], 1)} | "
+              f"{spread([row['ratio'] for row in mine], 2)} | {per_run * mine[0]['runs']:.0f} | {per_run:.0f} | "
+              f"{min(returns):.1f} / {statistics.median(returns):.1f} |")
+    args.out.write_text(json.dumps({"steps": args.steps, "rounds": args.rounds, "rows": rows}, indent=1) + "\n")
+
+
+def spread(values: list[float], digits: int) -> str:
+    """One value as it is; several as "median (min-max)"."""
+    if len(values) == 1:
+        return f"{values[0]:.{digits}f}"
+    return f"{statistics.median(values):.{digits}f} ({min(values):.{digits}f}-{max(values):.{digits}f})"
 
 
 if __name__ == "__main__":
