@@ -38,6 +38,8 @@ class ResultsConsole(Console):
 
 
 console = Console(stderr=True)  # progress, messages, warnings
+results = ResultsConsole()  # the run's results (its table lines and final summary): stdout, so `> out.txt` keeps them
+logger = logging.getLogger("rlcli")
 
 
 def say(line: str) -> None:
@@ -46,8 +48,6 @@ def say(line: str) -> None:
     run together on one line (a SIGTERM's "stopped at" lines did)."""
     sys.stderr.write(line + "\n")
     sys.stderr.flush()
-results = ResultsConsole()  # the run's results (its table lines and final summary): stdout, so `> out.txt` keeps them
-logger = logging.getLogger("rlcli")
 
 
 # Console table columns: (TensorBoard tag, header, format)

@@ -52,7 +52,7 @@ class CompiledMembersStep:
         self.group = [group_of[id(rows[n][0])] for n in self.names]
         self.device = next(iter(params.values())).device
         self.hyper = self.rule.hyper.to(self.device)
-        self.states = StackedStates(self.optimizers, rows, self.names)  # stacked again after a member's load
+        self.states = StackedStates(self.optimizers, rows, self.names, rules)  # stacked again after a member's load
         self._step = compiled_lazily(self._pure_step)
         self.compile_seconds: float | None = None
 

@@ -47,9 +47,11 @@ class StackedStates:
     loaded anew since (a load replaces its state tensors, which then are no longer views of the stacked ones: a
     stacked step would go on from the old moments and the member's checkpoints would keep the loaded ones)."""
 
-    def __init__(self, optimizers: Sequence[Any], rows: dict[str, list[torch.Tensor]], names: list[str]) -> None:
+    def __init__(self, optimizers: Sequence[Any], rows: dict[str, list[torch.Tensor]], names: list[str],
+                 rules: Sequence[OptimizerRule] | None = None) -> None:
+        """(`rules`: the optimizers' rules where the caller built them already.)"""
         self.optimizers, self.rows, self.names = list(optimizers), rows, names
-        self.rules = [optimizer_rule(o) for o in self.optimizers]
+        self.rules = list(rules) if rules is not None else [optimizer_rule(o) for o in self.optimizers]
         self._stack()
 
     def _stack(self) -> None:

@@ -39,8 +39,8 @@ MEMORY_PER_WORKER = 2**30
 def workers_for(n_jobs: int | str, configs: Sequence[DictConfig], cores: int | None = None,
                 memory: int | None = None) -> int:
     """`n_jobs=auto`: on a CPU, one process per core (per `torch_threads` cores; torch_threads=0 takes them all),
-    at most one per job and one per GiB of available memory: on 2 cores, 8 PPO CartPole seeds took 50-53 s as two
-    populations of 4 against 72-80 s as one (scripts/population_bench.py, 2026-11-26); with as many cores as seeds
+    at most one per job and one per GiB of available memory: on 2 cores, 8 PPO CartPole seeds took 42-46 s as two
+    populations of 4 against 66-67 s as one (scripts/population_bench.py, 2026-11-27); with as many cores as seeds
     each seed is a process of its own. On a GPU, one: the members share the device in one batched population.
     Without joblib (the `sweep` extra), one, said in one line."""
     if n_jobs != "auto":
