@@ -6,7 +6,7 @@ update time goes as members are added, without the envs, tests and logs of scrip
     python scripts/population_step.py --algo sac --members 8 --device cuda --compiled
 
 Each member is a real run's state (`prepare` on its composed config, seed = its index) whose replay holds
-`--warmup` random transitions (PPO, A2C: one rollout); a population `update` is what the population launcher's
+`--warmup` random transitions (PPO, A2C, PQN: one rollout); a population `update` is what the population launcher's
 loop calls once per iteration (for RL-Zoo's SAC Pendulum: one gradient step per member; for its PPO CartPole:
 20 epochs of one 256-step minibatch). Times are per update, after `--updates`
 untimed ones (a compiled step compiles in those); on CUDA each timing ends with a synchronize.
@@ -30,8 +30,9 @@ from rlcli.sweeps.population import streams
 from rlcli.sweeps.population.kinds import population_update
 
 ENVS = {"sac": "Pendulum-v1", "tqc": "Pendulum-v1", "td3": "Pendulum-v1", "ddpg": "Pendulum-v1",
-        "dqn": "CartPole-v1", "qrdqn": "CartPole-v1", "ppo": "CartPole-v1", "a2c": "CartPole-v1"}
-ON_POLICY = ("ppo", "a2c")
+        "dqn": "CartPole-v1", "qrdqn": "CartPole-v1", "ppo": "CartPole-v1", "a2c": "CartPole-v1",
+        "pqn": "CartPole-v1"}
+ON_POLICY = ("ppo", "a2c", "pqn")
 
 
 def members_of(args: argparse.Namespace, count: int) -> list[tuple[Any, streams.Stream]]:

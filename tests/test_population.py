@@ -104,6 +104,31 @@ def test_a_members_first_update_is_its_single_runs_within_float_tolerance(algo):
     # and every family's loss runs on the members' stacked rows with per-member means, which the first call checked
     # against vmap bit for bit (losses, logs and gradients)
     assert population._losses_given.direct is True
+    # FusedAdam (PPO, PG), RMSprop (A2C) and RAdam (PQN) members can step as one call where they share settings
+    # (here they do not: member 1's lr differs, so each steps its own optimizer)
+    assert population._stacked_step is not None
+
+
+@pytest.mark.parametrize("algo", ["ppo", "a2c", "pqn"])
+def test_a_seed_sweeps_members_step_their_optimizers_in_one_call(algo):
+    """Members that share their optimizer's settings (a seed sweep) step as one call (StackedStep: PPO's FusedAdam,
+    A2C's RMSprop, PQN's RAdam), and still as their single runs do."""
+    members = [collected("seed=0", algo=algo), collected("seed=1", algo=algo)]
+    singles = []
+    for components, rng in members:
+        single = copy.deepcopy(components.algo)
+        torch.set_rng_state(rng)
+        single.update(components.buffer, RunClock(128, 1024))
+        singles.append(single)
+    population = PopulationUpdate([c.algo for c, _ in members])
+    population.update([True, True], [c.buffer for c, _ in members], [rng for _, rng in members])
+    assert population._stacked_step is not None and population._stacked_step.counts_equal is True
+    for (components, _), single in zip(members, singles, strict=True):
+        assert all(p.grad is None for p in components.algo.networks.parameters())  # never handed its rows
+        for mine, theirs in zip(components.algo.networks.parameters(), single.networks.parameters(), strict=True):
+            assert torch.allclose(mine, theirs, atol=1e-6, rtol=0)
+        for key, state in single.optimizer.state_dict()["state"].items():
+            assert torch.equal(components.algo.optimizer.state_dict()["state"][key]["step"], state["step"])
 
 
 @pytest.mark.parametrize("algo", list(ALGOS))
@@ -325,7 +350,7 @@ def test_a_diverging_member_is_handled_as_its_single_run_and_the_others_train_on
     """train.on_nonfinite=skip in a population: the member whose learning rate jumps to 1e30 has its updates undone
     at the steps its single run's are, then fails as it does (its own line), while the other member completes with
     its single run's test returns. (An undone update loads the member's optimizer state anew: the stacked state
-    follows it, tests/test_stacked_adam.py.)"""
+    follows it, tests/test_stacked_step.py.)"""
     args = ["-m", *PPO, *TINY, "train.total_steps=1024", "train.on_nonfinite=skip", "train.max_nonfinite=2",
             "algo.schedules.lr=step:0.0003:1e30:0.5,step:0.0003:0.0003:0.5"]
     population = run(*args, "hydra/launcher=population", "hydra.launcher.n_jobs=1", "hydra.sweep.dir=pop", cwd=tmp_path)
@@ -729,7 +754,7 @@ def test_a_compiled_population_steps_as_the_eager_one_and_its_members_optimizers
 @pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
 def test_a_members_optimizer_loaded_anew_is_where_its_next_step_starts(compiled, monkeypatch):
     """train.on_nonfinite=skip (and rollback) load a member's state anew, which replaces its optimizer's state
-    tensors. The population's stacked optimizer state (the compiled step's, the eager StackedAdam's) is read from the
+    tensors. The population's stacked optimizer state (the compiled step's, the eager StackedStep's) is read from the
     member again before the next step: after an update, a load of the state before it, and one more update, each
     member's weights and Adam state are its single run's (within float reordering), step counts exactly."""
     monkeypatch.setenv(FAST_TANH_VARIABLE, "0")
@@ -738,7 +763,7 @@ def test_a_members_optimizer_loaded_anew_is_where_its_next_step_starts(compiled,
     algos, buffers, rngs = [c.algo for c, _ in members], [c.buffer for c, _ in members], [r for _, r in members]
     singles = [copy.deepcopy(a) for a in algos]
     population = PopulationUpdate(algos)
-    assert (population._compiled is not None) is compiled and (population._stacked_adam is None) is compiled
+    assert (population._compiled is not None) is compiled and (population._stacked_step is None) is compiled
     population.update([True, True], buffers, rngs)
     snapshot = copy.deepcopy(algos[1].state_dict())  # what on_nonfinite=skip keeps before an update
     population.update([True, True], buffers, rngs)

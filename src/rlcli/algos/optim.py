@@ -106,15 +106,9 @@ class RMSprop:
             if not params:
                 continue
             states = [self._state(p) for p in params]
-            grads = [p.grad for p in params]
-            square_avgs = [s["square_avg"] for s in states]
             torch._foreach_add_([s["step"] for s in states], 1)
-            alpha = group["alpha"]
-            torch._foreach_mul_(square_avgs, alpha)
-            torch._foreach_addcmul_(square_avgs, grads, grads, value=1 - alpha)
-            avg = torch._foreach_sqrt(square_avgs)
-            torch._foreach_add_(avg, group["eps"])
-            torch._foreach_addcdiv_(params, grads, avg, value=-group["lr"])
+            rmsprop_update(params, [p.grad for p in params], [s["square_avg"] for s in states], group["lr"],
+                           group["alpha"], group["eps"])
 
     def state_dict(self) -> dict[str, Any]:
         return layout_state_dict(self.param_groups, self.state, TORCH_RMSPROP_GROUP_KEYS)
@@ -122,6 +116,17 @@ class RMSprop:
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.state = defaultdict(dict, load_layout(self.param_groups, state_dict, TORCH_RMSPROP_GROUP_KEYS,
                                                    ("square_avg",), step_on_cpu=True))
+
+
+def rmsprop_update(params: list[torch.Tensor], grads: list[torch.Tensor], square_avgs: list[torch.Tensor], lr: float,
+                   alpha: float, eps: float) -> None:
+    """RMSprop's step on these tensors (no momentum, centering or weight decay), as torch computes it on the CPU:
+    `RMSprop.step`'s arithmetic, and a population's members' step over their stacked weights."""
+    torch._foreach_mul_(square_avgs, alpha)
+    torch._foreach_addcmul_(square_avgs, grads, grads, value=1 - alpha)
+    avg = torch._foreach_sqrt(square_avgs)
+    torch._foreach_add_(avg, eps)
+    torch._foreach_addcdiv_(params, grads, avg, value=-lr)
 
 
 class RAdam:
@@ -152,27 +157,13 @@ class RAdam:
     def step(self) -> None:
         for group in self.param_groups:
             beta1, beta2 = group["betas"]
-            lr, eps = group["lr"], group["eps"]
-            rho_inf = 2 / (1 - beta2) - 1  # the approximated SMA's longest length
             for p in group["params"]:
                 if p.grad is None:
                     continue
-                grad, state = p.grad, self._state(p)
-                exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]
+                state = self._state(p)
                 state["step"] += 1
-                step = state["step"].item()  # torch's scalars below are Python floats, as here
-                exp_avg.lerp_(grad, 1 - beta1)
-                exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
-                bias_correction1 = 1 - beta1**step
-                bias_correction2 = 1 - beta2**step
-                bias_corrected_exp_avg = exp_avg / bias_correction1
-                rho_t = rho_inf - 2 * step * (beta2**step) / bias_correction2
-                if rho_t > 5.0:  # the variance is tractable: the rectified adaptive step
-                    adaptive_lr = (bias_correction2**0.5) / exp_avg_sq.sqrt().add_(eps)
-                    rect = ((rho_t - 4) * (rho_t - 2) * rho_inf / ((rho_inf - 4) * (rho_inf - 2) * rho_t)) ** 0.5
-                    p.add_(bias_corrected_exp_avg * lr * adaptive_lr * rect, alpha=-1.0)
-                else:  # the first steps: bias-corrected momentum alone
-                    p.add_(bias_corrected_exp_avg * lr, alpha=-1.0)
+                radam_update(p, p.grad, state["exp_avg"], state["exp_avg_sq"], state["step"].item(), group["lr"],
+                             beta1, beta2, group["eps"])
 
     def state_dict(self) -> dict[str, Any]:
         return layout_state_dict(self.param_groups, self.state, TORCH_RADAM_GROUP_KEYS)
@@ -180,6 +171,26 @@ class RAdam:
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.state = defaultdict(dict, load_layout(self.param_groups, state_dict, TORCH_RADAM_GROUP_KEYS,
                                                    ("exp_avg", "exp_avg_sq"), step_on_cpu=True))
+
+
+def radam_update(p: torch.Tensor, grad: torch.Tensor, exp_avg: torch.Tensor, exp_avg_sq: torch.Tensor, step: float,
+                 lr: float, beta1: float, beta2: float, eps: float) -> None:
+    """RAdam's step of one tensor at this step count (already advanced), operation for operation as torch's
+    single-tensor path: `RAdam.step`'s arithmetic, and a population's members' step over their stacked weights
+    (torch's scalars here are Python floats, as `step` is)."""
+    rho_inf = 2 / (1 - beta2) - 1  # the approximated SMA's longest length
+    exp_avg.lerp_(grad, 1 - beta1)
+    exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+    bias_correction1 = 1 - beta1**step
+    bias_correction2 = 1 - beta2**step
+    bias_corrected_exp_avg = exp_avg / bias_correction1
+    rho_t = rho_inf - 2 * step * (beta2**step) / bias_correction2
+    if rho_t > 5.0:  # the variance is tractable: the rectified adaptive step
+        adaptive_lr = (bias_correction2**0.5) / exp_avg_sq.sqrt().add_(eps)
+        rect = ((rho_t - 4) * (rho_t - 2) * rho_inf / ((rho_inf - 4) * (rho_inf - 2) * rho_t)) ** 0.5
+        p.add_(bias_corrected_exp_avg * lr * adaptive_lr * rect, alpha=-1.0)
+    else:  # the first steps: bias-corrected momentum alone
+        p.add_(bias_corrected_exp_avg * lr, alpha=-1.0)
 
 
 def groups_with_defaults(params: Iterable[Any], defaults: dict[str, Any]) -> list[dict[str, Any]]:

@@ -33,7 +33,7 @@ from rlcli.sweeps.population.acting import MembersForward
 from rlcli.sweeps.population.catalog import can_batch
 from rlcli.sweeps.population.compiled import CompiledMembersStep
 from rlcli.sweeps.population.members_loss import MembersLoss
-from rlcli.sweeps.population.optimizer_states import StackedAdam
+from rlcli.sweeps.population.optimizer_states import StackedStep
 from rlcli.sweeps.population.stacking import clip_limits, stack_weights, step_members, vmapped
 from rlcli.sweeps.population.streams import Stream, drawn_with
 
@@ -151,14 +151,14 @@ class PopulationUpdate:
         # members whose acting draws can be taken apart (a categorical head's uniforms) act in one call
         self._draws_apart = all(_takes_uniforms(a) for a in self.algos)
         self._compiled: CompiledMembersStep | None = None
-        self._stacked_adam: StackedAdam | None = None
+        self._stacked_step: StackedStep | None = None
         if all(a.compile_enabled for a in self.algos):  # compile=true is part of the population key: all or none
             self._compiled = CompiledMembersStep(self._losses, self.params, self.buffers, self._rows,
                                                  [a.optimizer for a in self.algos],
                                                  clip_limits([a.max_grad_norm for a in self.algos],
                                                              next(iter(self.params.values())).device))
-        elif StackedAdam.fits([a.optimizer for a in self.algos]):
-            self._stacked_adam = StackedAdam(self.params, self._rows, [a.optimizer for a in self.algos])
+        elif StackedStep.fits([a.optimizer for a in self.algos]):
+            self._stacked_step = StackedStep(self.params, self._rows, [a.optimizer for a in self.algos])
 
     @torch.inference_mode()
     def policy_and_values(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -235,7 +235,7 @@ class PopulationUpdate:
                     stats = self._compiled.step(batch, terms, stepping)
                 else:
                     losses, stats = self._losses_given(batch, self._evaluate(batch), terms)
-                    step_members(self.params, losses, self._rows, list(epoch), limit, stepped, self._stacked_adam)
+                    step_members(self.params, losses, self._rows, list(epoch), limit, stepped, self._stacked_step)
                 counts += stepping
                 names, values = list(stats), torch.stack(list(stats.values()))  # [stats, members]
                 sums = torch.where(on, sums + values, sums) if sums is not None else torch.where(on, values, 0.0)

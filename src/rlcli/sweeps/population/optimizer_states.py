@@ -1,6 +1,6 @@
 """The members' optimizer state stacked per weight, each member's own state a view of its row (as its parameters
-are views of the stacked weights): what the compiled step (compiled.py) and the eager members' Adam step
-(`StackedAdam`) update, and what each member's checkpoint saves.
+are views of the stacked weights): what the compiled step (compiled.py) and the eager members' Adam, RMSprop or
+RAdam step (`StackedStep`) update, and what each member's checkpoint saves.
 
 A load into a member's optimizer (its checkpoint at resume, on_nonfinite=skip's snapshot, a rollback) replaces its
 state tensors; `StackedStates.refresh`, which both stacked steps call first, then stacks the states again.
@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from rlcli.algos.compiled import OptimizerRule, optimizer_rule
-from rlcli.algos.optim import FusedAdam
+from rlcli.algos.optim import FusedAdam, RAdam, RMSprop, radam_update, rmsprop_update
 from rlcli.registry import ConfigError
 
 
@@ -66,27 +66,91 @@ class StackedStates:
         return True
 
 
-# a weight whose per-member size is a multiple of this steps as one stacked tensor: its rows then start on the
-# fused kernel's vector boundaries (8 or 16 floats, unrolled at most 4x), so each row takes the same vectorized
-# arithmetic as the member's own call would; a smaller or odd one (PPO's 2-action and value heads' biases) steps
-# row by row, as the member's own would round its scalar tail
+# Adam's fused kernel: a weight whose per-member size is a multiple of this steps as one stacked tensor: its rows
+# then start on the kernel's vector boundaries (8 or 16 floats, unrolled at most 4x), so each row takes the same
+# vectorized arithmetic as the member's own call would; a smaller or odd one (PPO's 2-action and value heads'
+# biases) steps row by row, as the member's own would round its scalar tail. (RMSprop's and RAdam's elementwise
+# operations gave each row's own numbers bit for bit stacked whole, every size from 1 to 259 floats and 2 to 8
+# members, here: they step every weight whole.)
 WHOLE_ROWS = 64
 
+Setting = tuple[float, ...]  # one param group's settings that must match across members (and pick the call)
 
-class StackedAdam:
-    """The members' FusedAdam steps as one fused call, where every member steps with the same learning rate, betas
-    and eps from the same step count (a seed sweep): the stacked weights whole where their rows fit the kernel's
-    vectors (WHOLE_ROWS), each member's row of the others. `step` returns False, doing nothing, where the members
-    cannot share it, and the caller steps each member's own optimizer (on the same stacked state).
 
-    Why: the members' own optimizers step 12 tensors each (a PPO actor-critic), 48 for 4 members, and torch's fused
-    kernel and its step counters cost per tensor (0.23 ms a step for 4 members), besides handing each member its
-    gradient rows first (0.1 ms). The kernel is elementwise and each row sees the arithmetic of the member's own
-    call, so a member's numbers are its own optimizer's bit for bit, whatever the population's size."""
+class _Adam:
+    """FusedAdam's step: torch's fused kernel, which takes each weight's step count (already advanced)."""
+
+    optimizer = FusedAdam
+    whole_rows = WHOLE_ROWS
+
+    @staticmethod
+    def settings(optimizer: Any) -> list[Setting]:
+        return [(g["lr"], *g["betas"], g["eps"]) for g in optimizer.param_groups]
+
+    @staticmethod
+    def apply(setting: Setting, params: list[torch.Tensor], grads: list[torch.Tensor],
+              slots: list[list[torch.Tensor]], counts: list[torch.Tensor]) -> None:
+        lr, beta1, beta2, eps = setting
+        torch._fused_adam_(params, grads, slots[0], slots[1], [], counts, lr=lr, beta1=beta1, beta2=beta2,
+                           weight_decay=0.0, eps=eps, amsgrad=False, maximize=False)
+
+
+class _RMSprop:
+    """rlcli's RMSprop (A2C's): its own update function; the step counts are only counted."""
+
+    optimizer = RMSprop
+    whole_rows = 1
+
+    @staticmethod
+    def settings(optimizer: Any) -> list[Setting]:
+        return [(g["lr"], g["alpha"], g["eps"]) for g in optimizer.param_groups]
+
+    @staticmethod
+    def apply(setting: Setting, params: list[torch.Tensor], grads: list[torch.Tensor],
+              slots: list[list[torch.Tensor]], counts: list[torch.Tensor]) -> None:
+        lr, alpha, eps = setting
+        rmsprop_update(params, grads, slots[0], lr, alpha, eps)
+
+
+class _RAdam:
+    """rlcli's RAdam (PQN's): its own update function, tensor by tensor, at the members' common step count."""
+
+    optimizer = RAdam
+    whole_rows = 1
+
+    @staticmethod
+    def settings(optimizer: Any) -> list[Setting]:
+        return [(g["lr"], *g["betas"], g["eps"]) for g in optimizer.param_groups]
+
+    @staticmethod
+    def apply(setting: Setting, params: list[torch.Tensor], grads: list[torch.Tensor],
+              slots: list[list[torch.Tensor]], counts: list[torch.Tensor]) -> None:
+        lr, beta1, beta2, eps = setting
+        step = counts[0].item()  # every member's, every weight's (StackedStep.step checked they are equal)
+        for p, grad, exp_avg, exp_avg_sq in zip(params, grads, *slots, strict=True):
+            radam_update(p, grad, exp_avg, exp_avg_sq, step, lr, beta1, beta2, eps)
+
+
+_KERNELS = (_Adam, _RMSprop, _RAdam)
+
+
+class StackedStep:
+    """The members' optimizer steps as one call (FusedAdam's fused kernel; RMSprop's foreach operations; RAdam's
+    operations once per stacked weight), where every member steps with the same settings from the same step count
+    (a seed sweep): the stacked weights whole (Adam's where their rows fit the kernel's vectors, WHOLE_ROWS), each
+    member's row of the others. `step` returns False, doing nothing, where the members cannot share it, and the
+    caller steps each member's own optimizer (on the same stacked state).
+
+    Why: the members' own optimizers step 12 tensors each (a PPO or A2C actor-critic), 48 for 4 members, and the
+    kernels and their step counters cost per tensor (Adam: 0.23 ms a step for 4 PPO members), besides handing each
+    member its gradient rows first (0.1 ms). The arithmetic is elementwise and each row sees what the member's own
+    call would compute, so a member's numbers are its own optimizer's bit for bit, whatever the population's
+    size."""
 
     def __init__(self, params: dict[str, torch.Tensor], rows: dict[str, list[torch.Tensor]],
                  optimizers: Sequence[Any]) -> None:
         self.optimizers = list(optimizers)
+        self.kernel = next(k for k in _KERNELS if type(self.optimizers[0]) is k.optimizer)
         self.members = len(self.optimizers)
         # each weight's param group (the same layout in every member: lr_pi / lr_v split the networks alike)
         group_of = {id(p): g for g, group in enumerate(self.optimizers[0].param_groups) for p in group["params"]}
@@ -94,14 +158,16 @@ class StackedAdam:
         self.groups = [[i for i, n in enumerate(self.names) if group_of[id(rows[n][0])] == g]
                        for g in range(len(self.optimizers[0].param_groups))]
         self.params = [params[n] for n in self.names]
-        self.whole = [p[0].numel() % WHOLE_ROWS == 0 for p in self.params]
+        self.whole = [p[0].numel() % self.kernel.whole_rows == 0 for p in self.params]
         self.states = StackedStates(self.optimizers, rows, self.names)
         self._restacked()
 
     @staticmethod
     def fits(optimizers: Sequence[Any]) -> bool:
-        """FusedAdam members (PPO's, PG's; not A2C's RMSprop nor PQN's RAdam) whose param groups match."""
-        return (all(type(o) is FusedAdam for o in optimizers)
+        """Members of one optimizer it steps (FusedAdam: PPO's, PG's; rlcli's RMSprop: A2C's; rlcli's RAdam:
+        PQN's) whose param groups match."""
+        kinds = {type(o) for o in optimizers}
+        return (len(kinds) == 1 and any(k.optimizer in kinds for k in _KERNELS)
                 and len({len(o.param_groups) for o in optimizers}) == 1)
 
     def _pieces(self, tensors: list[torch.Tensor], indices: list[int]) -> list[torch.Tensor]:
@@ -114,7 +180,7 @@ class StackedAdam:
     def _restacked(self) -> None:
         steps, slots = self.states.steps, self.states.slots
         counts = [steps[i, 0] if self.whole[i] else steps[i] for i in range(len(self.names))]  # a whole one: any
-        self.kernel_args = [(self._pieces(self.params, g), self._pieces(slots[0], g), self._pieces(slots[1], g),
+        self.kernel_args = [(self._pieces(self.params, g), [self._pieces(slot, g) for slot in slots],
                              self._pieces(counts, g)) for g in self.groups]
         self.counts_equal: bool | None = None  # whether every member's step count is the same (None: not read)
 
@@ -123,14 +189,14 @@ class StackedAdam:
         self.counts_equal = None
 
     def step(self, stepping: Sequence[int]) -> bool:
-        """One Adam step of every member at once on the stacked weights' gradients; False where they cannot
+        """One optimizer step of every member at once on the stacked weights' gradients; False where they cannot
         share it (not every member steps, their settings or step counts differ, a gradient is missing)."""
         if self.states.refresh():
             self._restacked()
         if len(stepping) != self.members:
             return False
-        settings = _settings(self.optimizers[0])
-        if any(_settings(o) != settings for o in self.optimizers[1:]):
+        settings = self.kernel.settings(self.optimizers[0])
+        if any(self.kernel.settings(o) != settings for o in self.optimizers[1:]):
             return False
         maybe_grads = [p.grad for p in self.params]
         grads = [g for g in maybe_grads if g is not None]
@@ -141,18 +207,17 @@ class StackedAdam:
             self.counts_equal = bool(torch.equal(steps, steps[:, :1].expand_as(steps)))
         if not self.counts_equal:
             return False
-        calls: dict[tuple[float, tuple[float, float], float], list[list[torch.Tensor]]] = {}  # groups alike: one
-        for group, indices, args in zip(settings, self.groups, self.kernel_args, strict=True):
-            call = calls.setdefault(group, [[], [], [], [], []])
-            for into, pieces in zip(call, (args[0], self._pieces(grads, indices), *args[1:]), strict=True):
+        calls: dict[Setting, tuple[list[torch.Tensor], list[torch.Tensor], list[list[torch.Tensor]],
+                                   list[torch.Tensor]]] = {}  # param groups alike: one call
+        for setting, indices, (params, slots, counts) in zip(settings, self.groups, self.kernel_args, strict=True):
+            call = calls.setdefault(setting, ([], [], [[] for _ in slots], []))
+            call[0].extend(params)
+            call[1].extend(self._pieces(grads, indices))
+            for into, pieces in zip(call[2], slots, strict=True):
                 into.extend(pieces)
+            call[3].extend(counts)
         with torch.no_grad():
             steps.add_(1)  # every member's step counters (views of it)
-            for (lr, (beta1, beta2), eps), (params, grad_pieces, exp_avgs, exp_avg_sqs, counts) in calls.items():
-                torch._fused_adam_(params, grad_pieces, exp_avgs, exp_avg_sqs, [], counts, lr=lr, beta1=beta1,
-                                   beta2=beta2, weight_decay=0.0, eps=eps, amsgrad=False, maximize=False)
+            for setting, (params, grad_pieces, slot_pieces, counts) in calls.items():
+                self.kernel.apply(setting, params, grad_pieces, slot_pieces, counts)
         return True
-
-
-def _settings(optimizer: Any) -> list[tuple[float, tuple[float, float], float]]:
-    return [(g["lr"], tuple(g["betas"]), g["eps"]) for g in optimizer.param_groups]

@@ -15,7 +15,7 @@ from rlcli.batches import ReplayBatch
 from rlcli.registry import ConfigError
 
 if TYPE_CHECKING:
-    from rlcli.sweeps.population.optimizer_states import StackedAdam
+    from rlcli.sweeps.population.optimizer_states import StackedStep
 
 
 def stack_weights(modules: Sequence[nn.Module]) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
@@ -115,22 +115,22 @@ def clip_members(params: dict[str, torch.Tensor], limit: torch.Tensor) -> None:
 
 def step_members(params: dict[str, torch.Tensor], losses: torch.Tensor, rows: dict[str, list[torch.Tensor]],
                  stepping: Sequence[int], limit: torch.Tensor | None, optimizers: Sequence[Any],
-                 stacked_adam: StackedAdam | None = None) -> None:
+                 stacked_step: StackedStep | None = None) -> None:
     """A single run's `gradient_step` for every stepping member at once: backward through all members' losses
     (independent, so each row's gradient is its own loss's), each member's clip over the gradients of `rows` (the
-    part this optimizer trains), then one Adam step over the stacked weights (`stacked_adam`, where the members can
-    share it) or the members' own optimizers in one fused call."""
+    part this optimizer trains), then one optimizer step over the stacked weights (`stacked_step`, where the members
+    can share it) or the members' own optimizers (FusedAdam's in one fused call)."""
     for stacked in params.values():
         stacked.grad = None
     torch.autograd.backward(losses.sum())
     if limit is not None:
         clip_members({name: params[name] for name in rows}, limit)
-    if stacked_adam is not None and stacked_adam.step(stepping):
+    if stacked_step is not None and stacked_step.step(stepping):
         return
     hand_gradients(params, rows, stepping)
     step_together(optimizers)
-    if stacked_adam is not None:
-        stacked_adam.stepped_apart()
+    if stacked_step is not None:
+        stacked_step.stepped_apart()
 
 
 @torch.no_grad()
