@@ -8,8 +8,8 @@ state tensors; `StackedStates.refresh`, which both stacked steps call first, the
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
 
 import torch
 
@@ -77,61 +77,50 @@ WHOLE_ROWS = 64
 Setting = tuple[float, ...]  # one param group's settings that must match across members (and pick the call)
 
 
-class _Adam:
-    """FusedAdam's step: torch's fused kernel, which takes each weight's step count (already advanced)."""
-
-    optimizer = FusedAdam
-    whole_rows = WHOLE_ROWS
-
-    @staticmethod
-    def settings(optimizer: Any) -> list[Setting]:
-        return [(g["lr"], *g["betas"], g["eps"]) for g in optimizer.param_groups]
-
-    @staticmethod
-    def apply(setting: Setting, params: list[torch.Tensor], grads: list[torch.Tensor],
-              slots: list[list[torch.Tensor]], counts: list[torch.Tensor]) -> None:
-        lr, beta1, beta2, eps = setting
-        torch._fused_adam_(params, grads, slots[0], slots[1], [], counts, lr=lr, beta1=beta1, beta2=beta2,
-                           weight_decay=0.0, eps=eps, amsgrad=False, maximize=False)
+def _lr_betas_eps(optimizer: Any) -> list[Setting]:
+    return [(g["lr"], *g["betas"], g["eps"]) for g in optimizer.param_groups]
 
 
-class _RMSprop:
-    """rlcli's RMSprop (A2C's): its own update function; the step counts are only counted."""
-
-    optimizer = RMSprop
-    whole_rows = 1
-
-    @staticmethod
-    def settings(optimizer: Any) -> list[Setting]:
-        return [(g["lr"], g["alpha"], g["eps"]) for g in optimizer.param_groups]
-
-    @staticmethod
-    def apply(setting: Setting, params: list[torch.Tensor], grads: list[torch.Tensor],
-              slots: list[list[torch.Tensor]], counts: list[torch.Tensor]) -> None:
-        lr, alpha, eps = setting
-        rmsprop_update(params, grads, slots[0], lr, alpha, eps)
+def _lr_alpha_eps(optimizer: Any) -> list[Setting]:
+    return [(g["lr"], g["alpha"], g["eps"]) for g in optimizer.param_groups]
 
 
-class _RAdam:
-    """rlcli's RAdam (PQN's): its own update function, tensor by tensor, at the members' common step count."""
-
-    optimizer = RAdam
-    whole_rows = 1
-
-    @staticmethod
-    def settings(optimizer: Any) -> list[Setting]:
-        return [(g["lr"], *g["betas"], g["eps"]) for g in optimizer.param_groups]
-
-    @staticmethod
-    def apply(setting: Setting, params: list[torch.Tensor], grads: list[torch.Tensor],
-              slots: list[list[torch.Tensor]], counts: list[torch.Tensor]) -> None:
-        lr, beta1, beta2, eps = setting
-        step = counts[0].item()  # every member's, every weight's (StackedStep.step checked they are equal)
-        for p, grad, exp_avg, exp_avg_sq in zip(params, grads, *slots, strict=True):
-            radam_update(p, grad, exp_avg, exp_avg_sq, step, lr, beta1, beta2, eps)
+def _fused_adam(setting: Setting, params: list[torch.Tensor], grads: list[torch.Tensor],
+                slots: list[list[torch.Tensor]], counts: list[torch.Tensor]) -> None:
+    """torch's fused kernel, which reads each weight's step count (already advanced)."""
+    lr, beta1, beta2, eps = setting
+    torch._fused_adam_(params, grads, slots[0], slots[1], [], counts, lr=lr, beta1=beta1, beta2=beta2,
+                       weight_decay=0.0, eps=eps, amsgrad=False, maximize=False)
 
 
-_KERNELS = (_Adam, _RMSprop, _RAdam)
+def _rmsprop(setting: Setting, params: list[torch.Tensor], grads: list[torch.Tensor],
+             slots: list[list[torch.Tensor]], counts: list[torch.Tensor]) -> None:
+    """RMSprop's own update (its step counts are only counted)."""
+    rmsprop_update(params, grads, slots[0], *setting)
+
+
+def _radam(setting: Setting, params: list[torch.Tensor], grads: list[torch.Tensor],
+           slots: list[list[torch.Tensor]], counts: list[torch.Tensor]) -> None:
+    """RAdam's own update, tensor by tensor, at the members' common step count."""
+    step = counts[0].item()  # every member's, every weight's (StackedStep.step checked they are equal)
+    for p, grad, exp_avg, exp_avg_sq in zip(params, grads, *slots, strict=True):
+        radam_update(p, grad, exp_avg, exp_avg_sq, step, *setting)
+
+
+class _Kernel(NamedTuple):
+    """One optimizer's stacked step: its settings that must match across members, its arithmetic, and the
+    per-member size (in floats) whose multiples step stacked whole."""
+
+    optimizer: type
+    whole_rows: int
+    settings: Callable[[Any], list[Setting]]
+    apply: Callable[[Setting, list[torch.Tensor], list[torch.Tensor], list[list[torch.Tensor]],
+                     list[torch.Tensor]], None]
+
+
+_KERNELS = (_Kernel(FusedAdam, WHOLE_ROWS, _lr_betas_eps, _fused_adam),  # PPO's, PG's
+            _Kernel(RMSprop, 1, _lr_alpha_eps, _rmsprop),  # A2C's
+            _Kernel(RAdam, 1, _lr_betas_eps, _radam))  # PQN's
 
 
 class StackedStep:
