@@ -3,6 +3,7 @@
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -117,6 +118,52 @@ def test_a_signal_during_start_up_is_one_line_and_its_exit_code(tmp_path, sig, d
         assert "during start-up" in err and len(err.strip().splitlines()) == 1, err
     else:  # either still starting up (one line) or the trainer's own clean stop with a checkpoint
         assert "during start-up" in err or "stopped at" in err, err
+
+
+LOST_INTERRUPT = """
+import gc, os, signal, sys, weakref
+
+import rlcli.entry.rl_train as rl_train
+from rlcli.entry import cli
+from rlcli.run.stop import StopSignals
+
+
+def start_up():
+    class Held:
+        pass
+
+    def callback(_):  # as importlib's module-lock callback: Python ignores what is raised in here
+        os.kill(os.getpid(), signal.SIGTERM)
+        for _ in range(10_000):
+            pass
+
+    held = Held()
+    ref = weakref.ref(held, callback)
+    del held
+    gc.collect()
+    signals = StopSignals()
+    signals.catch()
+    print("the loop's first signal:", signals.received)
+    later = StopSignals()  # taken once: a later loop in this process (a sweep's next job) starts clean
+    later.catch()
+    print("a later loop's:", later.received)
+
+
+rl_train.main = start_up
+sys.argv = ["rl-train"]
+cli.train()
+"""
+
+
+def test_a_start_up_signal_whose_interrupt_python_ignored_stops_the_loop_without_a_traceback():
+    """A SIGTERM that lands where Python ignores exceptions (CI once saw it in importlib's module-lock callback
+    during start-up: the KeyboardInterrupt was lost, the run trained to its end and exited 0, with a traceback on
+    stderr): the loop's signal handling takes it as its first signal, and stderr stays quiet."""
+    out = subprocess.run([sys.executable, "-c", LOST_INTERRUPT], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert f"the loop's first signal: {int(signal.SIGTERM)}" in out.stdout, out.stdout + out.stderr
+    assert "a later loop's: None" in out.stdout, out.stdout
+    assert "Traceback" not in out.stderr and "Exception ignored" not in out.stderr, out.stderr
 
 
 def test_a_run_dir_left_by_start_up_resumes_as_a_fresh_run(tmp_path):

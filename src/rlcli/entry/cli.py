@@ -10,7 +10,7 @@ import signal
 import sys
 from typing import Any
 
-from rlcli.run.stop import StopNow, stopped_during_start_up
+from rlcli.run.stop import StopNow, note_start_up_signal, stopped_during_start_up
 
 
 def print_version(program: str, args: list[str] | None = None) -> bool:
@@ -58,8 +58,18 @@ def train() -> None:
 
     def on_signal(signum: int, frame: Any) -> None:
         received["signum"] = signum
+        note_start_up_signal(signum)  # for the loop, should this raise land where Python ignores it
         raise KeyboardInterrupt
 
+    unraisable = sys.unraisablehook
+
+    def quiet_lost_interrupt(lost: Any) -> None:
+        """Python reports an exception it ignores (in a weakref callback, a `__del__`) with a traceback; that of
+        on_signal's KeyboardInterrupt is not news: the loop stops on the noted signal."""
+        if not (received["signum"] is not None and isinstance(lost.exc_value, KeyboardInterrupt)):
+            unraisable(lost)
+
+    sys.unraisablehook = quiet_lost_interrupt
     signal.signal(signal.SIGTERM, on_signal)
     # Ctrl-C works even when rl-train was started with SIGINT ignored (a background job of a script)
     signal.signal(signal.SIGINT, on_signal)
