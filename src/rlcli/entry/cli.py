@@ -58,14 +58,14 @@ def train() -> None:
 
     def on_signal(signum: int, frame: Any) -> None:
         received["signum"] = signum
-        note_start_up_signal(signum)  # for the loop, should this raise land where Python ignores it
+        note_start_up_signal(signum)  # raised again by the loop, should this raise land where Python ignores it
         raise KeyboardInterrupt
 
     unraisable = sys.unraisablehook
 
     def quiet_lost_interrupt(lost: Any) -> None:
         """Python reports an exception it ignores (in a weakref callback, a `__del__`) with a traceback; that of
-        on_signal's KeyboardInterrupt is not news: the loop stops on the noted signal."""
+        on_signal's KeyboardInterrupt is not news: the loop raises it again (run.stop.note_start_up_signal)."""
         if not (received["signum"] is not None and isinstance(lost.exc_value, KeyboardInterrupt)):
             unraisable(lost)
 

@@ -47,14 +47,14 @@ _start_up: dict[str, int | None] = {"signum": None}
 def note_start_up_signal(signum: int) -> None:
     """rl-train's start-up handler (entry/cli.py) stops start-up by raising KeyboardInterrupt where the signal
     lands. Where Python ignores exceptions (a weakref callback inside an import, a `__del__`) that raise is lost and
-    start-up goes on; the signal noted here is then the first one the loop's `StopSignals.catch()` sees, so the run
-    stops at its first safe point instead of training to its end."""
+    start-up goes on; the signal noted here is raised again by the loop's `StopSignals.catch()`, the first place
+    after start-up that handles signals, so start-up ends there as it would have (nothing trained) instead of the
+    run training to its end."""
     _start_up["signum"] = signum
 
 
 class StopSignals:
-    """`received` is the first SIGINT / SIGTERM since `catch()` (None: none yet), or a start-up signal whose
-    KeyboardInterrupt was lost (`note_start_up_signal`); a second raises StopNow."""
+    """`received` is the first SIGINT / SIGTERM since `catch()` (None: none yet); a second raises StopNow."""
 
     # A repeat of the first signal within this many seconds is the same signal delivered twice, not a second one:
     # a launcher's worker process (sweeps/worker_processes.py's users set it there) gets a terminal's Ctrl-C from its
@@ -68,9 +68,9 @@ class StopSignals:
     def catch(self) -> Callable[[], None]:
         """Install the handlers; returns what puts the previous ones back. Not on the main thread (some launchers),
         signals are left alone."""
-        if _start_up["signum"] is not None and self.received is None:
-            self.received, self.first_at = _start_up["signum"], time.monotonic()
-        _start_up["signum"] = None
+        if _start_up["signum"] is not None:  # a start-up signal whose KeyboardInterrupt Python lost
+            _start_up["signum"] = None
+            raise KeyboardInterrupt
 
         def handler(signum: int, frame: Any) -> None:
             if self.received is not None:
