@@ -240,6 +240,11 @@ class OneStepUpdate:
         """One epoch only: nothing to stop early."""
         return False
 
+    def epochs_may_stop(self) -> bool:
+        """Whether `stops_after_epoch` can end an update before its last epoch (a population then draws each
+        epoch's order as it begins, as the single run does)."""
+        return False
+
     def evaluate_minibatch(self, batch: RolloutBatch) -> tuple[torch.Tensor, ...]:
         """The part of the loss that reads the networks: the batch's log-probs, entropies and values."""
         return tuple(evaluate_batch(self.networks, batch))

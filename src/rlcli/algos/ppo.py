@@ -166,6 +166,9 @@ class PPO:
         target (SB3's rule); without a target, never (and no wait for the device)."""
         return self.target_kl is not None and torch.stack(approx_kls).mean().item() > 1.5 * self.target_kl
 
+    def epochs_may_stop(self) -> bool:
+        return self.target_kl is not None
+
     def act_on(self, params: torch.Tensor, values: torch.Tensor, deterministic: bool = False,
                uniforms: torch.Tensor | None = None) -> ActOutput:
         """`act`'s draw from the policy head's parameters and the values a population computed for all members

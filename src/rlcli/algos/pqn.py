@@ -195,6 +195,9 @@ class PQN:
     def stops_after_epoch(self, approx_kls: list[torch.Tensor]) -> bool:
         return False  # every epoch runs
 
+    def epochs_may_stop(self) -> bool:
+        return False
+
     def evaluate_minibatch(self, batch: RolloutBatch) -> tuple[torch.Tensor, ...]:
         """The part of the loss that reads the network: every action's Q-value at the batch's states."""
         return (self.networks(batch.obs),)

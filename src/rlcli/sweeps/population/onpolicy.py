@@ -57,6 +57,8 @@ class BatchableUpdate(Protocol):
 
     def stops_after_epoch(self, approx_kls: list[torch.Tensor]) -> bool: ...
 
+    def epochs_may_stop(self) -> bool: ...
+
     def evaluate_minibatch(self, batch: RolloutBatch) -> tuple[torch.Tensor, ...]: ...
 
     def minibatch_loss(self, batch: RolloutBatch, **terms: Any) -> tuple[torch.Tensor, dict[str, torch.Tensor]]: ...
@@ -211,8 +213,12 @@ class PopulationUpdate:
         # each field as one [members x size, ...] tensor: a minibatch is one index_select per field
         flat = tuple(torch.cat([cast(torch.Tensor, p.batch[i]) for p in plans]) for i in range(BATCH_FIELDS))
         # each member's epochs, drawn from its own stream as each begins (an epoch after algo.target_kl stopped
-        # the member is never drawn, as in its single run)
+        # the member is never drawn, as in its single run)...
         orders = [a.minibatch_order(size, device) for a in algos]
+        # ...but a member whose every epoch runs draws all their orders at once, in one turn of its stream (its
+        # single run draws nothing else in between, so the numbers are the same; a turn takes ~30 us)
+        drawn = {m: iter(drawn_with(torch_rngs, m, partial(list, orders[m])))
+                 for m, a in enumerate(algos) if active[m] and not a.epochs_may_stop()}
         offsets = torch.arange(len(algos), device=device).unsqueeze(1) * size  # each member's first row in `flat`
         limit = clip_limits([a.max_grad_norm for a in algos], device)
         going = list(active)
@@ -220,7 +226,8 @@ class PopulationUpdate:
         sums: torch.Tensor | None = None  # [stats, members]: each stepping member's sums of its minibatches' logs
         counts = torch.zeros(len(algos), device=device)
         while True:
-            epoch = {m: drawn_with(torch_rngs, m, partial(next, orders[m], None)) for m, on in enumerate(going) if on}
+            epoch = {m: next(drawn[m], None) if m in drawn else
+                     drawn_with(torch_rngs, m, partial(next, orders[m], None)) for m, on in enumerate(going) if on}
             epoch = {m: chunks for m, chunks in epoch.items() if chunks is not None}
             if not epoch:
                 break
