@@ -3,7 +3,7 @@
 import numpy as np
 import torch
 
-from rlcli.buffers.rollout import compute_gae
+from rlcli.buffers.rollout import RolloutBuffer, compute_gae
 
 
 def reference_gae(rewards, values, terminated, dones, last_values, gamma, lam):
@@ -63,3 +63,34 @@ def test_lambda_one_gives_discounted_monte_carlo_returns():
     _, returns = compute_gae(rewards, values, zeros, zeros, torch.tensor([4.0]), 0.5, 1.0)
     expected = [1 + 0.5 * 2 + 0.25 * 3 + 0.125 * 4, 2 + 0.5 * 3 + 0.25 * 4, 3 + 0.5 * 4]
     np.testing.assert_allclose(returns[:, 0].numpy(), expected)
+
+
+def test_a_rollout_stores_the_envs_numpy_arrays_as_it_stores_their_tensors():
+    """The collector hands the envs' rewards and flags over as numpy arrays (a CPU buffer stores them through numpy
+    views of its tensors); the stored float32 values are what converting them to tensors first gives, bit for bit,
+    and a buffer copied with deepcopy or loaded from a state dict goes on storing into its own tensors."""
+    import copy
+
+    rng = np.random.default_rng(0)
+    given, converted = (RolloutBuffer(3, 5, (2,), (), True, torch.device("cpu")) for _ in range(2))
+    for _ in range(3):
+        obs, actions = torch.randn(5, 2), torch.randint(0, 2, (5,))
+        log_probs, values = torch.randn(5), torch.randn(5)
+        rewards = rng.normal(size=5) * 1e3  # float64, as many envs give them
+        terminated, truncated = rng.random(5) < 0.3, rng.random(5) < 0.3
+        done = terminated | truncated
+        arrays = (rewards, terminated, done, ~truncated)
+        given.add(obs, actions, log_probs, values, *arrays)
+        converted.add(obs, actions, log_probs, values, *(torch.as_tensor(a, dtype=torch.float32) for a in arrays))
+    for name in ("rewards", "terminated", "dones", "valid"):
+        assert torch.equal(getattr(given, name), getattr(converted, name)), name
+    assert given.rewards.abs().sum() > 0 and given.dones.sum() > 0
+
+    twin = copy.deepcopy(given)
+    twin.reset()
+    twin.add(obs, actions, log_probs, values, np.full(5, 7.0), terminated, done, ~truncated)
+    assert torch.equal(twin.rewards[0], torch.full((5,), 7.0)) and not torch.equal(given.rewards[0], twin.rewards[0])
+    given.load_state_dict(twin.state_dict())
+    given.reset()
+    given.add(obs, actions, log_probs, values, np.full(5, 9.0), terminated, done, ~truncated)
+    assert torch.equal(given.rewards[0], torch.full((5,), 9.0)) and torch.equal(twin.rewards[0], torch.full((5,), 7.0))

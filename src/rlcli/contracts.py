@@ -141,9 +141,11 @@ class RolloutStorage(Storage, Protocol):
     returns: torch.Tensor
 
     def add(self, obs: torch.Tensor, actions: torch.Tensor, log_probs: torch.Tensor, values: torch.Tensor,
-            rewards: torch.Tensor, terminated: torch.Tensor, dones: torch.Tensor, valid: torch.Tensor,
-            starts: torch.Tensor | None = None, carry: torch.Tensor | None = None,
-            action_mask: torch.Tensor | None = None) -> None: ...
+            rewards: torch.Tensor | np.ndarray, terminated: torch.Tensor | np.ndarray,
+            dones: torch.Tensor | np.ndarray, valid: torch.Tensor | np.ndarray, starts: torch.Tensor | None = None,
+            carry: torch.Tensor | None = None, action_mask: torch.Tensor | None = None) -> None:
+        """One vector-env step; `rewards` ... `valid` as the envs gave them (numpy arrays) or as tensors."""
+        ...
 
     def reset(self) -> None: ...
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import itertools
 import time
 from dataclasses import dataclass, field
-from functools import partial
 from typing import Any, Protocol, cast
 
 import numpy as np
@@ -227,11 +226,10 @@ class Collector:
         done = np.logical_or(terminated, truncated)
         if isinstance(learner, OnPolicyLearner):
             assert out is not None
-            to_tensor = partial(torch.as_tensor, dtype=torch.float32, device=self.device)
             recurrent = [] if state is None else [state.starts, state.carry]  # what this step began with
             masks = {} if self.action_mask is None else {"action_mask": self.action_mask}
-            learner.buffer.add(obs, out.actions, out.log_probs, out.values, to_tensor(rewards), to_tensor(terminated),
-                               to_tensor(done), to_tensor(~self.prev_done), *recurrent, **masks)
+            learner.buffer.add(obs, out.actions, out.log_probs, out.values, rewards, terminated, done,
+                               ~self.prev_done, *recurrent, **masks)
         else:
             transition = (self.obs, actions, rewards, next_obs, terminated, done, ~self.prev_done)
             if state is None:
