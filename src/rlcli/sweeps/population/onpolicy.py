@@ -190,6 +190,19 @@ class PopulationUpdate:
         out = self.algos[members[0]].act_on(rows, value_rows, uniforms=torch.stack([draws[m] for m in members]))
         return {m: ActOutput(out.actions[k], out.log_probs[k], out.values[k]) for k, m in enumerate(members)}
 
+    @torch.inference_mode()
+    def act_deterministically(self, outputs: torch.Tensor, values: torch.Tensor,
+                              members: list[int]) -> dict[int, ActOutput] | None:
+        """The deterministic actions of `members` (a test phase's) in one `act_on` call over their stacked rows, where
+        the members' heads are categorical (an argmax per row: each member's own `act_on`'s, bit for bit); None for
+        the others, which act member by member."""
+        if not self._draws_apart:
+            return None
+        rows = outputs if len(members) == outputs.shape[0] else outputs[members]
+        value_rows = values if len(members) == values.shape[0] else values[members]
+        out = self.algos[members[0]].act_on(rows, value_rows, deterministic=True)
+        return {m: ActOutput(out.actions[k], out.log_probs[k], out.values[k]) for k, m in enumerate(members)}
+
     def _loss_given(self, batch: tuple[torch.Tensor, ...], evaluated: tuple[torch.Tensor, ...],
                     terms: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, Any]]:
         """One member's minibatch loss, its networks' outputs given (vmap's per-member function)."""

@@ -1,6 +1,7 @@
 """A population's test phases: the members whose test is due this iteration run their test episodes in step, the
-acting's forward done for all members in one call, then each member's deterministic actions from its own rows (as
-collect.py does for the collect phase). A deterministic test draws nothing, so no member's stream is touched.
+acting's forward done for all members in one call, then the members' deterministic actions: in one call where their
+heads allow it (categorical: an argmax per row), else each member's from its own rows. A deterministic test draws
+nothing, so no member's stream is touched.
 
 Why: a test phase is episodes of the deterministic policy, one forward per step, run by each member in turn: a
 tenth of a PPO CartPole member's time in a population (8 test envs, most of it the forward). A member whose tests
@@ -11,14 +12,25 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
 
 import torch
 
 from rlcli.collectors.testing import TestEpisodes, TestStats
+from rlcli.contracts import ActOutput
 from rlcli.run.evaluation import test_seed
 from rlcli.sweeps.population.collect import on_host
 from rlcli.sweeps.population.kinds import Population
 from rlcli.sweeps.population.members import Member
+
+
+@runtime_checkable
+class TestsInOneCall(Protocol):
+    """A population whose members' deterministic actions can be one call over their stacked rows (None from
+    `act_deterministically` where they cannot: each member then acts on its own rows)."""
+
+    def act_deterministically(self, outputs: torch.Tensor, values: torch.Tensor,
+                              members: list[int]) -> dict[int, ActOutput] | None: ...
 
 
 def test_together(members: Sequence[Member], due: Sequence[bool], population: Population) -> dict[int, TestStats]:
@@ -32,6 +44,7 @@ def test_together(members: Sequence[Member], due: Sequence[bool], population: Po
     if not runs:
         return {}
     started = time.perf_counter()
+    one_call = population if isinstance(population, TestsInOneCall) else None  # checked once (~30 us a check)
     while stepping := {index: run for index, run in runs.items() if not run.done}:
         with torch.inference_mode():
             seen = {}
@@ -41,10 +54,12 @@ def test_together(members: Sequence[Member], due: Sequence[bool], population: Po
             first = next(iter(seen.values()))
             obs = torch.stack([seen.get(index, torch.zeros_like(first)) for index in range(len(members))])
             params, values = population.policy_and_values(obs)
+            together = one_call.act_deterministically(params, values, list(stepping)) if one_call else None
             actions = {}
             for index in stepping:
                 algo = members[index].trainer.c.algo
-                out = algo.act_on(params[index], values[index], deterministic=True)  # type: ignore[attr-defined]
+                out = (together[index] if together is not None else
+                       algo.act_on(params[index], values[index], deterministic=True))  # type: ignore[attr-defined]
                 actions[index] = algo.env_actions(out.actions)
         for index, env_actions in on_host(actions).items():  # from a GPU in one copy
             stepping[index].step(env_actions)
