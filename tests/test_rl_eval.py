@@ -118,3 +118,71 @@ def test_resume_drops_a_best_model_written_after_its_checkpoint(run_dir, tmp_pat
     out = run_cli(f"resume={copy / 'checkpoints' / 'ckpt_000000001024.pt'}", "train.total_steps=1024", cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     assert not best.exists()  # it belonged to the history after 1024, which this resume replaced
+
+
+LOST_INTERRUPT = """
+import gc, os, signal, sys, weakref
+from pathlib import Path
+
+import rlcli.entry.rl_eval as rl_eval
+from rlcli.entry import cli
+
+run_dir = Path(sys.argv[1])
+
+
+def evaluate_checkpoint(loaded, options, name):
+    class Held:
+        pass
+
+    def callback(_):  # as importlib's module-lock callback: Python ignores what is raised in here
+        os.kill(os.getpid(), signal.SIGTERM)
+        for _ in range(10_000):
+            pass
+
+    held = Held()
+    ref = weakref.ref(held, callback)
+    del held
+    gc.collect()
+    print("evaluation went on")
+    return rl_eval.Result(run_dir, run_dir / "checkpoints" / "latest", "CartPole-v1", [1.0], [1], 0.1), []
+
+
+rl_eval.load_agent = lambda path, options, env_overrides: None
+rl_eval.evaluate_checkpoint = evaluate_checkpoint
+sys.argv = ["rl-eval", str(run_dir / "checkpoints" / "latest")]
+cli.evaluate()
+"""
+
+
+def test_a_signal_whose_interrupt_python_ignored_still_stops_rl_eval_before_it_writes(tmp_path):
+    """A SIGTERM landing where Python ignores exceptions (a weakref callback) lost its KeyboardInterrupt: rl-eval
+    went on, wrote its record and exited 0, with a traceback on stderr. Now it stops before writing, in one line,
+    exit 128 + SIGTERM."""
+    import signal
+
+    (tmp_path / "checkpoints").mkdir()
+    (tmp_path / "checkpoints" / "latest").write_bytes(b"")  # the evaluation itself is stubbed: never read
+    out = subprocess.run([sys.executable, "-c", LOST_INTERRUPT, str(tmp_path)], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 128 + signal.SIGTERM, out.stdout + out.stderr
+    assert "evaluation went on" in out.stdout
+    assert out.stderr.strip() == "rl-eval: SIGTERM: stopped; nothing was written", out.stderr
+    assert not (tmp_path / "eval").exists()
+
+
+def test_ctrl_c_during_rl_eval_is_one_line_naming_the_signal(run_dir, tmp_path):
+    """A Ctrl-C while rl-eval evaluates (or still starts): one line naming the signal, exit 130, no record."""
+    import shutil
+    import signal
+    import time
+
+    run = Path(shutil.copytree(run_dir, tmp_path / "run"))
+    shutil.rmtree(run / "eval", ignore_errors=True)
+    proc = subprocess.Popen([str(RL_EVAL), str(run), "episodes=1000000"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    time.sleep(6)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signal.SIGINT, err
+    assert err.strip() == "rl-eval: SIGINT: stopped; nothing was written", err
+    assert not (run / "eval").exists()

@@ -50,29 +50,35 @@ def quit_quietly_on_closed_stdout(error: BrokenPipeError) -> None:
     raise SystemExit(128 + signal.SIGPIPE) from None
 
 
-def train() -> None:
-    """`rl-train`."""
-    if print_version("rl-train"):
-        return
+def interrupt_on_signals() -> dict[str, int | None]:
+    """SIGTERM and Ctrl-C raise KeyboardInterrupt where they land, and are noted (the returned dict's "signum"):
+    where Python ignores that raise (a weakref callback inside an import, a `__del__`), the tool raises it again at
+    its next safe place (run.stop.raise_lost_signal), and the ignored raise's report is kept off stderr."""
     received: dict[str, int | None] = {"signum": None}
 
     def on_signal(signum: int, frame: Any) -> None:
         received["signum"] = signum
-        note_start_up_signal(signum)  # raised again by the loop, should this raise land where Python ignores it
+        note_start_up_signal(signum)
         raise KeyboardInterrupt
 
     unraisable = sys.unraisablehook
 
     def quiet_lost_interrupt(lost: Any) -> None:
-        """Python reports an exception it ignores (in a weakref callback, a `__del__`) with a traceback; that of
-        on_signal's KeyboardInterrupt is not news: the loop raises it again (run.stop.note_start_up_signal)."""
         if not (received["signum"] is not None and isinstance(lost.exc_value, KeyboardInterrupt)):
             unraisable(lost)
 
     sys.unraisablehook = quiet_lost_interrupt
     signal.signal(signal.SIGTERM, on_signal)
-    # Ctrl-C works even when rl-train was started with SIGINT ignored (a background job of a script)
+    # Ctrl-C works even when the tool was started with SIGINT ignored (a background job of a script)
     signal.signal(signal.SIGINT, on_signal)
+    return received
+
+
+def train() -> None:
+    """`rl-train`."""
+    if print_version("rl-train"):
+        return
+    received = interrupt_on_signals()
     try:
         from rlcli.entry.rl_train import main
 
@@ -101,10 +107,7 @@ def evaluate() -> None:
     if print_version("rl-eval"):
         return
 
-    def on_sigterm(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, on_sigterm)
+    received = interrupt_on_signals()
     try:
         from rlcli.entry.rl_eval import main
 
@@ -112,8 +115,11 @@ def evaluate() -> None:
     except BrokenPipeError as error:
         quit_quietly_on_closed_stdout(error)
     except KeyboardInterrupt:
-        print("rl-eval: interrupted; nothing was written", file=sys.stderr)
-        raise SystemExit(130) from None
+        written = getattr(sys.modules.get("rlcli.entry.rl_eval"), "written", [])
+        signum = received["signum"] or int(signal.SIGINT)
+        kept = f"kept what it had written: {', '.join(map(str, written))}" if written else "nothing was written"
+        print(f"rl-eval: {signal.Signals(signum).name}: stopped; {kept}", file=sys.stderr)
+        raise SystemExit(128 + signum) from None
 
 
 def report() -> None:

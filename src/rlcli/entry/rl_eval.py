@@ -39,9 +39,13 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from rlcli.entry.run_loading import Loaded, check_one_env, checkpoint_of, is_run_dir, load_agent
+from rlcli.run.stop import raise_lost_signal
 from rlcli.services.os_errors import describe_os_error
 
 USAGE = __doc__.split("\n\n")[1]
+# the files this invocation has written (eval records, exports, videos): what rl-eval's line names when a signal
+# stops it
+written: list[Path] = []
 OPTIONS = ("load", "episodes", "deterministic", "seed", "num_envs", "device", "video", "video_episodes", "video_format",
            "video_concat", "export", "trusted_checkpoint")
 BOOLEANS = ("deterministic", "video", "video_concat", "trusted_checkpoint")
@@ -221,14 +225,21 @@ def main(argv: list[str] | None = None) -> None:
         if options["export"] is not None:
             from rlcli.entry.export_check import export_policy
 
-            exports = [export_policy(load_agent(path, options, env_overrides), options["export"], name(path),
-                                     options["seed"]) for path in jobs]
+            exports = []
+            for path in jobs:
+                raise_lost_signal()
+                exports.append(export_policy(load_agent(path, options, env_overrides), options["export"], name(path),
+                                             options["seed"]))
+                written.append(exports[-1][0])
         else:
             results, videos = [], []
             for path in jobs:
+                raise_lost_signal()
                 result, recordings = evaluate_checkpoint(load_agent(path, options, env_overrides), options, name(path))
                 results.append(result)
                 videos += recordings
+                written.extend(v.path for v in recordings)
+        raise_lost_signal()  # a signal whose interrupt Python lost (run/stop.py) stops rl-eval here, before writing
     except (ConfigError, checkpoint.CheckpointError) as error:
         _fail(str(error))
     except OSError as error:  # export/ or videos/ in a read-only or vanished run directory, a full disk
@@ -246,8 +257,9 @@ def main(argv: list[str] | None = None) -> None:
         for r in results:
             out = r.run_dir / "eval"
             out.mkdir(exist_ok=True)
-            (out / f"{name(r.checkpoint)}.json").write_text(
-                json.dumps(r.record(shown | {"env_overrides": env_overrides}), indent=1))
+            record = out / f"{name(r.checkpoint)}.json"
+            record.write_text(json.dumps(r.record(shown | {"env_overrides": env_overrides}), indent=1))
+            written.append(record)
     except OSError as error:  # the table above holds the results; only their record could not be kept
         _fail(describe_os_error(error), code=1)
 

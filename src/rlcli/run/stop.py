@@ -53,6 +53,15 @@ def note_start_up_signal(signum: int) -> None:
     _start_up["signum"] = signum
 
 
+def raise_lost_signal() -> None:
+    """Raise now the KeyboardInterrupt of a signal noted by `note_start_up_signal` whose own raise Python lost;
+    nothing without one. Called where a tool acts on it: the training loop's `StopSignals.catch()`, and rl-eval
+    before each write."""
+    if _start_up["signum"] is not None:
+        _start_up["signum"] = None
+        raise KeyboardInterrupt
+
+
 class StopSignals:
     """`received` is the first SIGINT / SIGTERM since `catch()` (None: none yet); a second raises StopNow."""
 
@@ -68,9 +77,7 @@ class StopSignals:
     def catch(self) -> Callable[[], None]:
         """Install the handlers; returns what puts the previous ones back. Not on the main thread (some launchers),
         signals are left alone."""
-        if _start_up["signum"] is not None:  # a start-up signal whose KeyboardInterrupt Python lost
-            _start_up["signum"] = None
-            raise KeyboardInterrupt
+        raise_lost_signal()  # a start-up signal whose KeyboardInterrupt Python lost
 
         def handler(signum: int, frame: Any) -> None:
             if self.received is not None:
