@@ -915,6 +915,40 @@ def test_the_launcher_takes_the_sweepers_check_compositions_instead_of_composing
     assert Loader.calls == [["seed=1"]] * 3
 
 
+def test_a_seed_sweeps_jobs_are_composed_once_per_other_setting_and_exactly_as_hydra_composes_them():
+    """A job that differs from an earlier one only in its plain seed is that job's composition with the seed set:
+    its config, hydra node included (the task overrides, the override dirname), is Hydra's own composition's."""
+    from hydra._internal.config_loader_impl import ConfigLoaderImpl
+    from hydra._internal.utils import create_config_search_path
+    from hydra.types import RunMode
+    from omegaconf import OmegaConf
+
+    from rlcli.run.compose import conf_dir
+    from rlcli.sweeps.population.launch import compose_each_job_once
+
+    loader = ConfigLoaderImpl(config_search_path=create_config_search_path(conf_dir()))
+    master = loader.load_configuration("config", overrides=["hydra/launcher=population", "hydra.launcher.n_jobs=1",
+                                                            "hydra.job.config.override_dirname.exclude_keys=[env]"],
+                                       run_mode=RunMode.MULTIRUN)
+    jobs = [["env=CartPole-v1", f"algo.lr={lr}", "train.num_envs=4", f"seed={seed}"]
+            for lr in ("1e-3", "3e-4") for seed in (0, 1, 12, "012")]
+    jobs.append(["seed=5", "algo=a2c"])
+    hydras = [loader.load_sweep_config(master, job) for job in jobs]
+    composed: list[list[str]] = []
+    hydra_load = loader.load_sweep_config
+    loader.load_sweep_config = lambda master_config, sweep_overrides: (
+        composed.append(list(sweep_overrides)) or hydra_load(master_config=master_config,
+                                                              sweep_overrides=sweep_overrides))
+    compose_each_job_once(loader)
+    ours = [loader.load_sweep_config(master, job) for job in jobs]
+    for job, theirs, mine in zip(jobs, hydras, ours, strict=True):
+        assert OmegaConf.to_yaml(mine) == OmegaConf.to_yaml(theirs), job
+        assert mine.hydra.job.override_dirname == theirs.hydra.job.override_dirname
+    assert ours[1].seed == 1 and ours[1].hydra.job.override_dirname == "algo.lr=1e-3,seed=1,train.num_envs=4"
+    # composed by Hydra: the first of each learning rate, a seed that is not plain (012), another algorithm
+    assert composed == [jobs[0], jobs[3], jobs[4], jobs[7], jobs[8]]
+
+
 def test_population_workers_start_early_only_where_a_sweep_will_start_them(monkeypatch):
     """rl-train starts the workers' fork server before checking the sweep only for hydra/launcher=population that
     will run worker processes (n_jobs > 1, or auto on a CPU with 2+ cores), preloading torch's compiler only for

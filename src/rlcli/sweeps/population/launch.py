@@ -88,22 +88,69 @@ def compose_each_job_once(config_loader: Any) -> None:
     composes each again (8 PPO jobs: 20 compositions in rl-train before any population began, 12 now; about
     0.1 s each here). The launcher takes the check's configs: the first composition of a job's
     overrides is kept (a copy, as it was composed) for the next request of the same overrides, which takes it; a
-    third composes again."""
+    third composes again. A job whose overrides differ from an earlier job's only in a plain `seed=<n>` is that
+    job's composition with the seed set (`_with_seed`): a seed sweep composes once per other setting, not per
+    job, while rl-train's start-up waits on it."""
     load = config_loader.load_sweep_config
     if getattr(load, "composes_each_job_once", False):
         return
     kept: dict[tuple[int, tuple[str, ...]], DictConfig] = {}
+    by_other_settings: dict[tuple[int, tuple[str, ...]], DictConfig] = {}  # a composition for each seed pattern
 
     def load_sweep_config(master_config: DictConfig, sweep_overrides: list[str]) -> DictConfig:
         key = (id(master_config), tuple(sweep_overrides))
         if key in kept:
             return kept.pop(key)
-        composed: DictConfig = load(master_config=master_config, sweep_overrides=sweep_overrides)
+        pattern = (id(master_config), _seed_pattern(sweep_overrides))
+        earlier = by_other_settings.get(pattern) if pattern[1] else None
+        composed = _with_seed(earlier, sweep_overrides) if earlier is not None else None
+        if composed is None:
+            composed = load(master_config=master_config, sweep_overrides=sweep_overrides)
+            if pattern[1]:
+                by_other_settings[pattern] = copy.deepcopy(composed)
         kept[key] = copy.deepcopy(composed)
         return composed
 
     load_sweep_config.composes_each_job_once = True  # type: ignore[attr-defined]
     config_loader.load_sweep_config = load_sweep_config
+
+
+def _plain_seed(override: str) -> bool:
+    value = override[len("seed="):]
+    return override.startswith("seed=") and value.isascii() and value.isdigit() and str(int(value)) == value
+
+
+def _seed_pattern(overrides: Sequence[str]) -> tuple[str, ...]:
+    """The overrides with their one plain `seed=<n>` as `seed=*`; () where there is not exactly one such seed (and
+    no other)."""
+    seeds = [i for i, o in enumerate(overrides) if o.startswith("seed=")]
+    if len(seeds) != 1 or not _plain_seed(overrides[seeds[0]]):
+        return ()
+    return tuple("seed=*" if i == seeds[0] else o for i, o in enumerate(overrides))
+
+
+def _with_seed(composed: DictConfig, overrides: Sequence[str]) -> DictConfig | None:
+    """`composed` (a job's composition whose overrides were `overrides` but for their plain seed) as Hydra composes
+    `overrides`: a copy with the seed set, in the task's overrides too, and the override dirname made again from
+    them (tested against Hydra's own composition); None where its task overrides hold no one plain seed."""
+    from hydra._internal.config_loader_impl import get_overrides_dirname
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    seed = next(o for o in overrides if o.startswith("seed="))
+    task = list(OmegaConf.select(composed, "hydra.overrides.task", default=None) or [])
+    at = [i for i, o in enumerate(task) if o.startswith("seed=")]
+    if len(at) != 1 or not _plain_seed(task[at[0]]):
+        return None
+    out = copy.deepcopy(composed)
+    task[at[0]] = seed
+    dirname = out.hydra.job.config.override_dirname
+    with open_dict(out):
+        out.seed = int(seed[len("seed="):])
+        out.hydra.overrides.task[at[0]] = seed
+        out.hydra.job.override_dirname = get_overrides_dirname(
+            overrides=OverridesParser.create().parse_overrides(task), kv_sep=dirname.kv_sep,
+            item_sep=dirname.item_sep, exclude_keys=dirname.exclude_keys)
+    return out
 
 
 def launch(hydra_context: Any, config: DictConfig, job_overrides: Sequence[Sequence[str]], initial_job_idx: int,
