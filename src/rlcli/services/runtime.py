@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import ctypes
 import os
 import random
+import sys
 
 import numpy as np
 import torch
@@ -40,12 +42,42 @@ def seed_everything(seed: int) -> None:
 
 def configure_torch(threads: int, deterministic: bool) -> None:
     """Small nets act fastest on one thread; `deterministic` makes CPU runs bit-reproducible."""
+    reuse_freed_memory()
     if threads > 0:
         torch.set_num_threads(threads)
     if deterministic:
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
         set_deterministic(True)
         torch.backends.cudnn.benchmark = False
+
+
+# glibc's mallopt parameters, and the values a training process sets (its largest mmap threshold)
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
+MMAP_THRESHOLD_BYTES, TRIM_THRESHOLD_BYTES = 32 * 2**20, 128 * 2**20
+_malloc_set: list[bool] = []
+
+
+def reuse_freed_memory() -> bool:
+    """Have glibc's malloc keep freed tensor memory for the next step's tensors (True where it was set).
+
+    By default a block over 128 kB gets its own mmap (the threshold rises only as such blocks are freed), and the
+    heap's free top goes back to the OS past twice that: every update's larger activations then touch fresh pages,
+    each a page fault. An update of 4 PPO CartPole members took ~200 such faults and ~3% longer; a single SAC run's
+    [256, 256] update 2-6% longer. Both thresholds are set once per process (mmap: 32 MB, glibc's largest; trim:
+    128 MB), as GLIBC_TUNABLES would at its start. Elsewhere (not glibc) nothing changes."""
+    if _malloc_set:
+        return _malloc_set[0]
+    ok = False
+    if sys.platform.startswith("linux"):
+        try:
+            mallopt = ctypes.CDLL(None).mallopt
+            mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
+            ok = bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)) and bool(
+                mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES))
+        except (OSError, AttributeError):  # a C library without mallopt
+            ok = False
+    _malloc_set.append(ok)
+    return ok
 
 
 def set_deterministic(mode: bool) -> None:
