@@ -15,6 +15,28 @@ REPO = Path(__file__).resolve().parents[1]
 RL_TRAIN = Path(sys.executable).parent / "rl-train"
 
 
+# Python code for a test script: `lose_a_sigterm()` sends this process SIGTERM from inside a weakref callback, where
+# Python ignores what the handler raises (as in importlib's module-lock callback, where CI once saw it happen)
+LOSE_A_SIGTERM = """
+import gc, os, signal, weakref
+
+
+def lose_a_sigterm():
+    class Held:
+        pass
+
+    def callback(_):
+        os.kill(os.getpid(), signal.SIGTERM)
+        for _ in range(10_000):
+            pass
+
+    held = Held()
+    ref = weakref.ref(held, callback)
+    del held
+    gc.collect()
+"""
+
+
 def run_cli(*args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
     """Run `rl-train` as a user would, in `cwd`, and capture what it printed (a process forked from one that
     imported rlcli already, where it can be: tests/forked_cli.py)."""

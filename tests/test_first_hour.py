@@ -9,7 +9,7 @@ from pathlib import Path
 
 import gymnasium as gym
 import pytest
-from conftest import REPO, RL_TRAIN, run_cli
+from conftest import LOSE_A_SIGTERM, REPO, RL_TRAIN, run_cli
 
 from rlcli.envs import missing_dependency
 
@@ -120,8 +120,8 @@ def test_a_signal_during_start_up_is_one_line_and_its_exit_code(tmp_path, sig, d
         assert "during start-up" in err or "stopped at" in err, err
 
 
-LOST_INTERRUPT = """
-import gc, os, signal, sys, weakref
+LOST_INTERRUPT = LOSE_A_SIGTERM + """
+import sys
 
 import rlcli.entry.rl_train as rl_train
 from rlcli.entry import cli
@@ -129,18 +129,7 @@ from rlcli.run.stop import StopSignals
 
 
 def start_up():
-    class Held:
-        pass
-
-    def callback(_):  # as importlib's module-lock callback: Python ignores what is raised in here
-        os.kill(os.getpid(), signal.SIGTERM)
-        for _ in range(10_000):
-            pass
-
-    held = Held()
-    ref = weakref.ref(held, callback)
-    del held
-    gc.collect()
+    lose_a_sigterm()
     print("start-up went on")
     StopSignals().catch()  # the training loop's first step: start-up ends here
     print("training began")

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import run_cli
+from conftest import LOSE_A_SIGTERM, run_cli
 
 from rlcli.services import checkpoint
 
@@ -120,8 +120,8 @@ def test_resume_drops_a_best_model_written_after_its_checkpoint(run_dir, tmp_pat
     assert not best.exists()  # it belonged to the history after 1024, which this resume replaced
 
 
-LOST_INTERRUPT = """
-import gc, os, signal, sys, weakref
+LOST_INTERRUPT = LOSE_A_SIGTERM + """
+import sys
 from pathlib import Path
 
 import rlcli.entry.rl_eval as rl_eval
@@ -131,18 +131,7 @@ run_dir = Path(sys.argv[1])
 
 
 def evaluate_checkpoint(loaded, options, name):
-    class Held:
-        pass
-
-    def callback(_):  # as importlib's module-lock callback: Python ignores what is raised in here
-        os.kill(os.getpid(), signal.SIGTERM)
-        for _ in range(10_000):
-            pass
-
-    held = Held()
-    ref = weakref.ref(held, callback)
-    del held
-    gc.collect()
+    lose_a_sigterm()
     print("evaluation went on")
     return rl_eval.Result(run_dir, run_dir / "checkpoints" / "latest", "CartPole-v1", [1.0], [1], 0.1), []
 
