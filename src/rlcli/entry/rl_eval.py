@@ -200,6 +200,7 @@ def print_table(results: list[Result], title: str) -> None:
 def main(argv: list[str] | None = None) -> None:
     """Console entry point of `rl-eval`."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    written.clear()
     if not argv or any(a in ("-h", "--help") for a in argv):
         print(f"usage: {USAGE.strip()}\n\n{__doc__.split(chr(10) * 2, 2)[2]}")
         return
