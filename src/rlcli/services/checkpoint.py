@@ -19,6 +19,7 @@ import io
 import os
 import random
 import struct
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,7 @@ FORMAT_VERSION = 2
 PICKLE_FORMAT = 1  # a full pickle: read only with trusted=True
 _HEADER = struct.Struct("<8sI32s")
 LATEST = "latest"
+ZIP_MAGIC = b"PK\x03\x04"  # the start of a torch.save archive (a zip file)
 
 
 class CheckpointError(ConfigError):
@@ -106,12 +108,19 @@ def load(path: Path | str, map_location: str | torch.device = "cpu", trusted: bo
         old: dict[str, Any] = torch.load(io.BytesIO(body), map_location=map_location, weights_only=False)
         old["format"] = PICKLE_FORMAT
         return old
+    if bytes(body[:4]) != ZIP_MAGIC:  # torch.save's archive is a zip; anything else was not written by rlcli
+        kind = f"a raw pickle (protocol {body[1]})" if bytes(body[:1]) == b"\x80" and len(body) > 1 else \
+            "something else"
+        raise CheckpointError(f"{path} holds {kind}, not the torch.save archive of tensors and plain values that "
+                              "rlcli writes, so it was not read")
     try:
-        data = plain_state.decode(torch.load(io.BytesIO(body), map_location=map_location, weights_only=True))
+        with warnings.catch_warnings():  # torch's own advice about what it read is noise here: the line below says it
+            warnings.simplefilter("ignore")
+            data = plain_state.decode(torch.load(io.BytesIO(body), map_location=map_location, weights_only=True))
     except Exception as error:  # torch's refusal of a class or function, or a record we do not know
-        lines = [line.strip() for line in str(error).splitlines() if line.strip()] or [type(error).__name__]
+        lines = [line.strip() for line in str(error).splitlines() if line.strip()]
         first = next((line.split("error:", 1)[1].strip() for line in lines if "WeightsUnpickler error:" in line),
-                     lines[0]).split(". Please use")[0]
+                     lines[0] if lines else "").split(". Please use")[0] or type(error).__name__
         raise CheckpointError(f"{path} holds something other than tensors and plain values, so it was not read "
                               f"({first[:160]})") from None
     if not isinstance(data, dict) or not isinstance(data.get("env_steps"), int):
