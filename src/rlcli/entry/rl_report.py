@@ -55,11 +55,23 @@ def _yaml(path: Path) -> Any:
         return None
 
 
+def _mapping(value: Any, *keys: str) -> dict[str, Any]:
+    """`value[keys[0]][keys[1]]...` when each level is a mapping, else {}: a run's files may hold anything (a list
+    where a mapping belongs, a scalar), and a report reads them, never trusts their shape."""
+    for key in keys:
+        value = value.get(key) if isinstance(value, dict) else None
+    return value if isinstance(value, dict) else {}
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
 def load_run(path: Path) -> Run:
-    overrides = _yaml(path / ".hydra" / "overrides.yaml") or []
-    hydra_cfg = _yaml(path / ".hydra" / "hydra.yaml") or {}
-    choices = (hydra_cfg.get("hydra", {}).get("runtime", {}) or {}).get("choices", {}) or {}
-    job_cfg = _yaml(path / ".hydra" / "config.yaml") or {}
+    overrides = _yaml(path / ".hydra" / "overrides.yaml")
+    overrides = overrides if isinstance(overrides, list) else []
+    choices = _mapping(_yaml(path / ".hydra" / "hydra.yaml"), "hydra", "runtime", "choices")
+    job_cfg = _mapping(_yaml(path / ".hydra" / "config.yaml"))
     config = {group: str(choices[group]) for group in ("algo", "env") if group in choices}
     for arg in overrides:
         key, _, value = str(arg).partition("=")
@@ -72,19 +84,22 @@ def load_run(path: Path) -> Run:
                                                                          file=sys.stderr)):
         try:
             steps, mean = int(record["env_steps"]), float(np.mean(record["returns"]))
-        except (KeyError, TypeError, ValueError):
+            wall_s = float(record.get("wall_s", 0.0))
+        except (KeyError, TypeError, ValueError, AttributeError):
             continue  # a record that is whole but not a test phase's
         run.steps.append(steps)
         run.returns.append(mean)
-        run.wall_s = float(record.get("wall_s", 0.0))
+        run.wall_s = wall_s
         run.env_steps = steps
     status = None
     with contextlib.suppress(OSError, ValueError):
         status = json.loads((path / "status.json").read_text())
-    if status:
-        run.status = status.get("status", "unknown")
-        run.env_steps = status.get("env_steps", run.env_steps)
-        run.wall_s = status.get("train_seconds", run.wall_s)
+    if isinstance(status, dict) and status:  # only the values of the kinds rl-train writes are taken
+        run.status = str(status.get("status", "unknown"))
+        if _number(status.get("env_steps")):
+            run.env_steps = int(status["env_steps"])
+        if _number(status.get("train_seconds")):
+            run.wall_s = float(status["train_seconds"])
     elif run.returns:
         run.status = "has tests"
     return run
