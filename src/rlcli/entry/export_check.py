@@ -6,6 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rlcli.entry.checked_envs import CheckedEnvs
+
 if TYPE_CHECKING:
     from rlcli.entry.run_loading import Loaded
 
@@ -28,7 +30,8 @@ def export_policy(loaded: Loaded, fmt: str, name: str, seed: int) -> tuple[Path,
     policy = export.StandalonePolicy(agent.algo, agent.obs_dtype, agent.carry_size).cpu()  # exports run on the CPU
     ours = export.numpy_policy(policy)
     dtype = export.input_dtype(policy)
-    envs = loaded.env_factory.make(10, "sync", eval=True)
+    # checked: an env that fails while the file is checked is one line naming it, not a traceback
+    envs = CheckedEnvs(loaded.env_factory.make(10, "sync", eval=True), loaded.env_factory.spec.id, scored_only=False)
     try:
         observations = _observations(envs, ours, agent.carry_size, seed, steps=100, dtype=dtype)
         path = loaded.path.parent.parent / "export" / f"{name}{export.FORMATS[fmt]}"

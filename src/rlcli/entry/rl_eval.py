@@ -24,9 +24,13 @@ its actions against rlcli's on 1,000 env observations, and one episode's return.
 
 Reading a checkpoint never runs code from it: only tensors and plain values are read. A format-1
 checkpoint (rlcli before the safe format, a full pickle) is read only with trusted_checkpoint=true,
-which says that you trust whoever wrote the file.
+which says that you trust whoever wrote the file. Nor does it import a module that it names: an env id
+of the `module:Env-v0` form in the checkpoint's config is built only when you name it again
+(env.id=module:Env-v0) or pass trusted_checkpoint=true.
 
-Bad input is one line and exit code 2, with nothing written.
+Bad input is one line and exit code 2, with nothing written. An env that raises or returns non-finite
+values is one line naming the env, the step and the episode, exit code 1, nothing written; a record
+that cannot be written is one line after the table, exit code 1.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
+from rlcli.entry.checked_envs import CheckedEnvs, EnvFailed
 from rlcli.entry.run_loading import Loaded, check_one_env, checkpoint_of, is_run_dir, load_agent
 from rlcli.run.stop import raise_lost_signal
 from rlcli.services.os_errors import describe_os_error
@@ -147,7 +152,8 @@ def evaluate_checkpoint(loaded: Loaded, options: dict[str, Any], name: str) -> t
     num_envs = min(options["num_envs"] or min(episodes, 16), episodes)
     mode = loaded.cfg.train.get("vector_mode", "auto")
     masks = agent.spec.action_masks
-    envs = loaded.env_factory.make(num_envs, mode, eval=True, render=options["video"], masks=masks)
+    envs = CheckedEnvs(loaded.env_factory.make(num_envs, mode, eval=True, render=options["video"], masks=masks),
+                       loaded.env_factory.spec.id)
     sink = None
     if options["video"]:
         sink = video.VideoSink(loaded.path.parent.parent / "videos", name, options["video_format"],
@@ -158,6 +164,7 @@ def evaluate_checkpoint(loaded: Loaded, options: dict[str, Any], name: str) -> t
         lengths: list[int] = []
         start, round_ = time.perf_counter(), 0
         while len(returns) < episodes:
+            envs.first_episode = round_ * num_envs  # what its one-line failure names
             stats = evaluate(envs, agent.algo, agent.algo.networks.normalizer, loaded.device,
                              seed=options["seed"] + round_ * num_envs, obs_dtype=agent.obs_dtype,
                              carry_size=agent.carry_size, deterministic=options["deterministic"],
@@ -212,14 +219,14 @@ def main(argv: list[str] | None = None) -> None:
         if target.is_file():
             jobs = [target]
         elif is_run_dir(target):
-            jobs = [checkpoint_of(target, str(options["load"]))]
+            jobs = [checkpoint_of(target, str(options["load"]), warn=_warn)]
         elif target.is_dir():
             runs = sorted({p.parent.parent for p in target.rglob(".hydra/overrides.yaml")})
             runs = [r for r in runs if (r / "checkpoints").is_dir()]
             if not runs:
                 raise ConfigError(f"{target} holds no run with checkpoints")
             check_one_env(target, runs)
-            jobs = [checkpoint_of(r, str(options["load"])) for r in runs]
+            jobs = [checkpoint_of(r, str(options["load"]), warn=_warn) for r in runs]
         else:
             raise ConfigError(f"{target}: no such run directory, checkpoint file or sweep directory")
         name = (lambda path: path.stem) if target.is_file() else (lambda path: str(options["load"]))
@@ -243,6 +250,8 @@ def main(argv: list[str] | None = None) -> None:
         raise_lost_signal()  # a signal whose interrupt Python lost (run/stop.py) stops rl-eval here, before writing
     except (ConfigError, checkpoint.CheckpointError) as error:
         _fail(str(error))
+    except EnvFailed as error:  # the env raised or returned non-finite values: a failed evaluation, not bad input
+        _fail(str(error), code=1)
     except OSError as error:  # export/ or videos/ in a read-only or vanished run directory, a full disk
         _fail(describe_os_error(error), code=1)
     if options["export"] is not None:
@@ -254,16 +263,23 @@ def main(argv: list[str] | None = None) -> None:
     print_table(results, f"rl-eval: {options['episodes']} {mode} episodes each, seed {options['seed']}")
     for v in videos:
         print(f"video: {v.path} ({v.frames} frames, return {v.episode_return:g}, {v.length} steps)")
-    try:
-        for r in results:
-            out = r.run_dir / "eval"
-            out.mkdir(exist_ok=True)
-            record = out / f"{name(r.checkpoint)}.json"
+    unwritten = []
+    for r in results:
+        record = r.run_dir / "eval" / f"{name(r.checkpoint)}.json"
+        try:
+            record.parent.mkdir(exist_ok=True)
             record.write_text(json.dumps(r.record(shown | {"env_overrides": env_overrides}), indent=1))
             written.append(record)
-    except OSError as error:  # the table above holds the results; only their record could not be kept
-        _fail(describe_os_error(error), code=1)
+        except OSError as error:  # a read-only or vanished run directory, a full disk: the other runs' are still kept
+            unwritten.append(describe_os_error(error, fallback_path=record))
+    if unwritten:
+        # exit code 1: the table above holds the results, but the record rl-eval promises (and scripts read) is missing
+        more = f" (and {len(unwritten) - 1} more)" if len(unwritten) > 1 else ""
+        _fail(f"the results above were not recorded: {unwritten[0]}{more}", code=1)
 
+
+def _warn(message: str) -> None:
+    print(f"rl-eval: warning: {message}", file=sys.stderr)
 
 
 def report_exports(exports: list[tuple[Path, float, float, float]]) -> None:

@@ -3,6 +3,8 @@ with its env factory from the checkpoint's own config (rl-eval, export and the P
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,8 +39,10 @@ def check_one_env(target: Path, runs: list[Path]) -> None:
                           "together: give a sweep's directory or one run's")
 
 
-def checkpoint_of(run_dir: Path, load: str) -> Path:
-    """The checkpoint file that `load` names in a run directory."""
+def checkpoint_of(run_dir: Path, load: str, warn: Callable[[str], None] | None = None) -> Path:
+    """The checkpoint file that `load` names in a run directory. `load=last` is the newest checkpoint that verifies:
+    when newer ones are torn or corrupted, `warn` gets one line naming them and the older file used instead, since
+    a user asking for the last one would otherwise score an older policy without knowing it."""
     from rlcli.registry import ConfigError
     from rlcli.services import checkpoint
 
@@ -50,9 +54,15 @@ def checkpoint_of(run_dir: Path, load: str) -> Path:
                               "(train.test_every=0?); use load=last")
         return path
     if load == "last":
-        found = checkpoint.find_good(directory, warn=lambda m: None) if directory.is_dir() else None
+        skipped: list[str] = []
+        found = checkpoint.find_good(directory, warn=skipped.append) if directory.is_dir() else None
         if found is None:
             raise ConfigError(f"{run_dir} has no usable checkpoint in checkpoints/")
+        if skipped and warn is not None:
+            reason = skipped[0].removesuffix("; trying an older checkpoint")
+            more = f" (and {len(skipped) - 1} more)" if len(skipped) > 1 else ""
+            warn(f"load=last: {reason}{more}; using the newest good one, {found.name} "
+                 f"({checkpoint.checkpoint_steps(found):,} env steps)")
         return found
     if not load.isdigit():
         raise ConfigError(f"load={load!r} is invalid: use best, last or a number of env steps")
@@ -62,6 +72,26 @@ def checkpoint_of(run_dir: Path, load: str) -> Path:
         raise ConfigError(f"load={load}: no checkpoint at {int(load):,} env steps in {directory}; "
                           f"there are: {', '.join(f'{s}' for s in have) or 'none'}")
     return path
+
+
+def refuse_named_module(path: Path, env_id: Any, caller: str) -> None:
+    """Refuse an entry-point env id (`module:Env-v0`) that a checkpoint's config names, unless its module is already
+    imported: building it would import (run) that module, and reading a file must not run code the file names. The
+    user builds it by naming the id again, or says the file is trusted."""
+    from rlcli.registry import ConfigError
+
+    if not isinstance(env_id, str) or ":" not in env_id:
+        return
+    module = env_id.split(":", 1)[0]
+    if module in sys.modules:
+        return  # nothing is imported: the module is already loaded in this process
+    if caller == "python":
+        again, trust = f"env={env_id!r}", "trusted_checkpoint=True"
+    else:
+        again, trust = f"env.id={env_id}", "trusted_checkpoint=true"
+    raise ConfigError(f"{path} names env.id={env_id!r}, whose env is made by importing the module {module!r}; a "
+                      f"checkpoint's config is not trusted to import a module: pass {again} to build that env, or "
+                      f"{trust} if you trust whoever wrote the file")
 
 
 @dataclass
@@ -98,7 +128,10 @@ def load_agent(path: Path, options: dict[str, Any], env_overrides: list[str]) ->
         configure_torch(int(cfg.get("torch_threads", 1)), deterministic=False)
     if options.get("seed") is not None:
         seed_everything(options["seed"])
-    env_factory = ENVS.build(section(cfg, "env"))
+    env_config = section(cfg, "env")
+    if not any(o.split("=", 1)[0] == "env.id" for o in env_overrides) and not options.get("trusted_checkpoint"):
+        refuse_named_module(path, env_config.get("id"), options.get("caller", "rl-eval"))
+    env_factory = ENVS.build(env_config)
     masks = ALGOS.spec(str(cfg.algo.name)).action_masks
     probe = env_factory.make(1, "sync", eval=True, masks=masks)  # the spaces, as training's envs had them
     try:
