@@ -20,6 +20,7 @@ import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
+from os import PathLike
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -36,6 +37,19 @@ LoadWhich = Literal["best", "last"] | int
 class RlcliError(Exception):
     """Bad input (a config value, a path, a checkpoint) or a run that failed; the message is one line saying what is
     wrong and what would work, as rl-train and rl-eval print it."""
+
+
+class InvalidValue(RlcliError, ValueError):
+    """A value rlcli cannot use (a NaN observation, a section given as a number): an RlcliError and a ValueError, so
+    either `except` catches it."""
+
+
+class InvalidType(RlcliError, TypeError):
+    """An argument of the wrong kind (a number for a path, a path for a Policy): an RlcliError and a TypeError."""
+
+
+class NotFound(RlcliError, FileNotFoundError):
+    """No run directory or checkpoint file at the path given: an RlcliError and a FileNotFoundError."""
 
 
 # ------------------------------------------------------------------------------------------------ train
@@ -84,6 +98,7 @@ def train(overrides: Sequence[str] | str | None = None, *, env: str | Callable[.
     from rlcli.run.stop import RunFailed, StopNow, StoppedBySignal
 
     CallbackList(callbacks)  # a wrong kind is a TypeError now, before anything is made
+    _check_sections(settings)
     args = [*_as_list(overrides), *env_overrides(env), *as_overrides(settings)]
     if run_dir is not None:
         args.append(f"hydra.run.dir={_format_value(str(Path(run_dir).expanduser()))}")
@@ -101,6 +116,22 @@ def train(overrides: Sequence[str] | str | None = None, *, env: str | Callable[.
     state = trainer.state
     return Run(Path(trainer.run_dir), state.env_steps, state.last_test_return, state.best_test_return,
                str(trainer.stop_reason), bool(state.finished))
+
+
+def _check_sections(settings: Mapping[str, Any]) -> None:
+    """A section of the config (train, log, sweep) given as one value (`train=1000`) would reach OmegaConf as an
+    override that replaces the whole section; say what a section takes instead."""
+    import yaml
+
+    from rlcli.run.compose import conf_dir
+
+    config = yaml.safe_load((Path(conf_dir()) / "config.yaml").read_text()) or {}
+    sections = sorted(k for k, v in config.items() if isinstance(v, dict))
+    for key, value in settings.items():
+        if key in sections and not isinstance(value, Mapping):
+            example = {"train": "{'total_steps': 100_000}", "log": "{'console': False}"}.get(key, "{'<key>': <value>}")
+            raise InvalidType(f"{key}={value!r}: {key} is a section of settings, not a value; give a dict of its keys, "
+                              f"e.g. {key}={example} (sections: {', '.join(sections)})")
 
 
 def as_overrides(settings: Mapping[str, Any], prefix: str = "") -> list[str]:
@@ -212,7 +243,7 @@ class Policy:
         if isinstance(obs, Mapping):
             raise RlcliError(f"obs is a dict; this policy acts on {self.env_id}'s observations as rlcli's envs give "
                              "them (dicts flattened): policy.make_env() makes such an env")
-        x = np.asarray(obs)
+        x = _real_observations(obs, self.env_id)
         single = x.shape == tuple(observation_space.shape)
         if not single and x.shape[1:] != tuple(observation_space.shape):
             raise RlcliError(f"obs of shape {x.shape} does not fit {self.env_id}'s observations of shape "
@@ -266,24 +297,78 @@ class Policy:
         return f"Policy({self.algo_name} on {self.env_id}, from {self.checkpoint}, device {self.device})"
 
 
-def load(path: str | Path, load: LoadWhich = "best", device: str = "cpu", trusted_checkpoint: bool = False) -> Policy:
+def _real_observations(obs: Any, env_id: str) -> np.ndarray:
+    """`obs` as an array of finite real numbers, or one line saying why not: a NaN, infinite or complex observation
+    would otherwise give an action (argmax of NaN is action 0) that means nothing."""
+    import numpy as np
+
+    try:
+        x = np.asarray(obs)
+    except (TypeError, ValueError) as error:  # ragged nested lists
+        raise InvalidValue(f"obs is not an array of numbers ({str(error).split('. ')[0]}); give one {env_id} "
+                           "observation or a batch of them") from None
+    if x.dtype.kind == "c":
+        raise InvalidValue(f"obs is complex ({x.dtype}); {env_id}'s observations are real numbers")
+    if x.dtype.kind not in "biuf":
+        raise InvalidType(f"obs of dtype {x.dtype} is not numbers; give one {env_id} observation or a batch of them")
+    if x.dtype.kind == "f" and not np.isfinite(x).all():
+        where = tuple(int(i) for i in np.argwhere(~np.isfinite(x))[0])
+        raise InvalidValue(f"obs holds a non-finite value ({x[where]} at index {list(where)}); a policy's action "
+                           "for it means nothing: check the env or the preprocessing that made it")
+    return x
+
+
+def as_policy(policy: Any, what: str) -> Policy:
+    """`policy` if it is one; else one line saying how to make one (a path is the common mistake)."""
+    if isinstance(policy, Policy):
+        return policy
+    if isinstance(policy, str | Path):
+        raise InvalidType(f"{what}(policy={str(policy)!r}): policy is a path; load it first: "
+                          f"{what}(rlcli.load({str(policy)!r}))")
+    raise InvalidType(f"{what}(policy={policy!r}): policy must be an rlcli.Policy; make one with "
+                      "rlcli.load(<run dir or checkpoint file>)")
+
+
+def env_id_overrides(env: str | Callable[..., Any] | None) -> list[str]:
+    """`env=` of rlcli.load / rlcli.evaluate as an `env.id=` override (a function's env is registered first)."""
+    if env is None:
+        return []
+    if isinstance(env, str):
+        return [f"env.id={env}"]
+    return [o for o in env_overrides(env) if o.startswith("env.id=")]
+
+
+def load(path: str | Path, load: LoadWhich = "best", device: str = "cpu", trusted_checkpoint: bool = False,
+         env: str | Callable[..., Any] | None = None) -> Policy:
     """The policy in a run directory (`load`: best, last, or a checkpoint's env steps) or in a checkpoint file,
-    rebuilt from the checkpoint's own config on `device`. Reading it runs no code from the file; a format-1
-    (pickle) checkpoint of an older rlcli is read only with trusted_checkpoint=True."""
+    rebuilt from the checkpoint's own config on `device`. Reading it runs no code from the file: a format-1
+    (pickle) checkpoint of an older rlcli is read only with trusted_checkpoint=True, and an env id that imports
+    a module (`mymodule:MyEnv-v0`) is built only when you name it again, `env="mymodule:MyEnv-v0"` (or pass
+    trusted_checkpoint=True). `env`: another env id with the same spaces, or a function that makes the env."""
     from rlcli.entry.run_loading import checkpoint_of, is_run_dir, load_agent
     from rlcli.registry import ConfigError
     from rlcli.services import checkpoint
 
+    if not isinstance(path, str | PathLike):
+        raise InvalidType(f"path={path!r} is not a path; give a run directory or a checkpoint file (a str or a "
+                          "pathlib.Path)")
+    if not (load in ("best", "last") or (isinstance(load, int) and not isinstance(load, bool) and load >= 0)):
+        raise InvalidValue(f"load={load!r} is invalid: use 'best', 'last' or a checkpoint's env steps (an int >= 0)")
+    if not isinstance(trusted_checkpoint, bool):
+        raise InvalidType(f"trusted_checkpoint={trusted_checkpoint!r} must be True or False")
     target = Path(path).expanduser()
     try:
         if target.is_file():
             file = target
         elif target.is_dir() and is_run_dir(target):
-            file = checkpoint_of(target, str(load))
+            file = checkpoint_of(target, str(load), warn=lambda message: warnings.warn(message, stacklevel=4))
+        elif target.is_dir():
+            raise InvalidValue(f"{target} is a directory but not a run directory (no .hydra/overrides.yaml, no "
+                               "checkpoints/); give a run directory or a checkpoint file")
         else:
-            raise ConfigError(f"{target}: no such run directory or checkpoint file")
+            raise NotFound(f"{target}: no such run directory or checkpoint file")
         loaded = load_agent(file, {"device": device, "trusted_checkpoint": trusted_checkpoint, "seed": None,
-                                  "configure_torch": False}, [])
+                                  "configure_torch": False, "caller": "python"}, env_id_overrides(env))
     except (ConfigError, checkpoint.CheckpointError) as error:
         raise RlcliError(str(error)) from None
     return Policy(loaded)

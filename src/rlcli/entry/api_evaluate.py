@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from rlcli.entry.api import Policy, RlcliError, env_overrides
+from rlcli.entry.api import InvalidType, InvalidValue, Policy, RlcliError, as_policy, env_id_overrides
 
 if TYPE_CHECKING:
     from rlcli.entry.run_loading import Loaded
@@ -38,14 +38,19 @@ def evaluate(policy: Policy, env: str | Callable[..., Any] | None = None, episod
     """Run `episodes` episodes of `policy` on its own env (or on `env`: another id, or a function that makes
     an env with the same spaces) the way rl-eval does. `video=True` also records the first episode to
     `<run dir>/videos/` (needs pip install -e '.[video]')."""
+    from rlcli.entry.checked_envs import EnvFailed
     from rlcli.entry.rl_eval import evaluate_checkpoint
     from rlcli.registry import ConfigError
     from rlcli.services import video as videos
 
+    policy = as_policy(policy, "rlcli.evaluate")
+    for name, value in (("episodes", episodes), ("seed", seed), ("num_envs", num_envs)):
+        if not (isinstance(value, int) and not isinstance(value, bool)) and not (name == "num_envs" and value is None):
+            raise InvalidType(f"{name}={value!r} must be an int")
     if episodes < 1 or (num_envs is not None and num_envs < 1):
-        raise RlcliError(f"episodes={episodes} and num_envs={num_envs} must be >= 1")
+        raise InvalidValue(f"episodes={episodes} and num_envs={num_envs} must be >= 1")
     if not 0 <= seed < 2**32:
-        raise RlcliError(f"seed={seed} is invalid: must be between 0 and 2**32 - 1")
+        raise InvalidValue(f"seed={seed} is invalid: must be between 0 and 2**32 - 1")
     loaded = policy._loaded
     try:
         if env is not None:
@@ -58,6 +63,8 @@ def evaluate(policy: Policy, env: str | Callable[..., Any] | None = None, episod
         result, recordings = evaluate_checkpoint(loaded, options, name)
     except ConfigError as error:
         raise RlcliError(str(error)) from None
+    except EnvFailed as error:  # the env's own exception stays attached: it is the user's env's bug to read
+        raise RlcliError(str(error)) from error.__cause__
     return Evaluation(result.returns, result.lengths, [r.path for r in recordings])
 
 
@@ -70,7 +77,7 @@ def _on_env(loaded: Loaded, env: str | Callable[..., Any]) -> Loaded:
     from rlcli.algos.agent import section
     from rlcli.registry import ENVS
 
-    overrides = [o for o in env_overrides(env) if o.startswith("env.id=")]
+    overrides = env_id_overrides(env)
     cfg = OmegaConf.merge(loaded.cfg, OmegaConf.from_dotlist(overrides))
     factory = ENVS.build(section(cfg, "env"))
     return replace(loaded, cfg=cfg, env_factory=factory)
@@ -79,10 +86,12 @@ def _on_env(loaded: Loaded, env: str | Callable[..., Any]) -> Loaded:
 def export(policy: Policy, format: Literal["onnx", "torchscript"] = "onnx") -> Path:
     """Write the policy as a standalone file (observation in, env action out; a recurrent policy: carry in and
     out) to `<run dir>/export/`, check it against rlcli's actions, and return its path (rl-eval export=...)."""
+    from rlcli.entry.checked_envs import EnvFailed
     from rlcli.entry.export_check import export_policy
     from rlcli.registry import ConfigError
     from rlcli.services import policy_export as exporting
 
+    policy = as_policy(policy, "rlcli.export")
     try:
         if format not in exporting.FORMATS:
             raise ConfigError(f"format={format!r} is not an export format; choose from: {', '.join(exporting.FORMATS)}")
@@ -92,6 +101,8 @@ def export(policy: Policy, format: Literal["onnx", "torchscript"] = "onnx") -> P
         path, difference, their_return, our_return = export_policy(loaded, format, loaded.path.stem, seed=0)
     except ConfigError as error:
         raise RlcliError(str(error)) from None
+    except EnvFailed as error:
+        raise RlcliError(str(error)) from error.__cause__
     if difference > 1e-5 or abs(their_return - our_return) > 1e-4 * max(1.0, abs(our_return)):
         raise RlcliError(f"{path} does not act as rlcli does: actions differ by up to {difference:.2g}, episode return "
                          f"{their_return:g} against {our_return:g}")
