@@ -33,8 +33,9 @@ Row = tuple[str, bool, bool, bool, str]  # probe, survived, lost, let in, what h
 
 def run(program: str, *args: str, cwd: Path, timeout: float = 120, env: dict[str, str] | None = None,
         ) -> subprocess.CompletedProcess:
-    paths = [str(FAULT_ENVS), *filter(None, [os.environ.get("PYTHONPATH")])]
-    full = dict(os.environ, HYDRA_FULL_ERROR="0", PYTHONPATH=os.pathsep.join(paths), **(env or {}))
+    extra = dict(env or {})
+    paths = [str(FAULT_ENVS), *filter(None, [extra.pop("PYTHONPATH", None), os.environ.get("PYTHONPATH")])]
+    full = dict(os.environ, HYDRA_FULL_ERROR="0", PYTHONPATH=os.pathsep.join(paths), **extra)
     return subprocess.run([str(BIN / program), *args], cwd=cwd, capture_output=True, text=True, timeout=timeout,
                           env=full)
 
@@ -102,7 +103,7 @@ def group_path(group: str) -> Callable[[Path, Path], str]:
 def probe_env_interpolation(where: Path) -> Row:
     run_dir = trained(where, "run", 256)
     overrides = run_dir / ".hydra" / "overrides.yaml"
-    overrides.write_text(overrides.read_text() + "- log.run_name=${oc.env:RLCLI_PROBE_SECRET}\n")
+    overrides.write_text(overrides.read_text() + "- log.mlflow_experiment=${oc.env:RLCLI_PROBE_SECRET}\n")
     out = run("rl-train", f"resume={run_dir}", "train.total_steps=512", cwd=where,
               env={"RLCLI_PROBE_SECRET": "s3cret-value"})
     leaked = any("s3cret-value" in p.read_text(errors="ignore") for p in run_dir.rglob("*.yaml"))
@@ -152,11 +153,16 @@ def probe_empty_run_dir(where: Path) -> Row:
 
 
 def probe_api(code: str) -> Callable[[Path], Row]:
+    """Survived: a ValueError, TypeError, FileNotFoundError or LookupError raised by rlcli's own code (exit 1), not
+    one from deep inside a library it called (exit 3)."""
+
     def probe(where: Path) -> Row:
         out = python("import rlcli\ntry:\n" + "".join(f"    {x}\n" for x in code.splitlines())
                      + "except (ValueError, TypeError, FileNotFoundError, LookupError) as e:\n"
+                     "    import traceback\n"
+                     "    own = 'rlcli' in traceback.extract_tb(e.__traceback__)[-1].filename\n"
                      "    print(type(e).__name__, str(e).splitlines()[0], file=__import__('sys').stderr)\n"
-                     "    raise SystemExit(1)\n", where)
+                     "    raise SystemExit(1 if own else 3)\n", where)
         return "", out.returncode == 1 and "Traceback" not in out.stderr, False, out.returncode == 0, last(out)
     return probe
 
@@ -177,14 +183,14 @@ def probe_hydra_list(where: Path) -> Row:
 
 def probe_eval_raises(where: Path) -> Row:
     trained(where, "run", 256)
-    out = run("rl-eval", "run", "env=gym", "env.id=faulty_env:Faulty-v0", "env.kwargs.fault=raise", "env.kwargs.at=5",
+    out = run("rl-eval", "run", "env.id=faulty_env:Faulty-v0", "env.kwargs.fault=raise", "env.kwargs.at=5",
               "episodes=1", cwd=where)
     return "", one_line(out), False, out.returncode == 0, last(out)
 
 
 def probe_eval_nan(where: Path) -> Row:
     trained(where, "run", 256)
-    out = run("rl-eval", "run", "env=gym", "env.id=faulty_env:Faulty-v0", "env.kwargs.fault=nan_obs",
+    out = run("rl-eval", "run", "env.id=faulty_env:Faulty-v0", "env.kwargs.fault=nan_obs",
               "env.kwargs.at=5", "episodes=1", cwd=where)
     return "", one_line(out), False, out.returncode == 0, last(out)
 
@@ -257,18 +263,29 @@ def probe_raw_pickle(where: Path) -> Row:
 
 
 def probe_readonly_eval(where: Path) -> Row:
+    """rl-eval of a run on a read-only filesystem (a tmpfs remounted read-only: root ignores permissions)."""
     run_dir = trained(where, "run", 256)
-    for p in [run_dir, *run_dir.rglob("*")]:
-        if p.is_dir():
-            p.chmod(0o555)
+    ro = where / "ro"
+    ro.mkdir()
+    if os.geteuid() == 0:
+        if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(ro)], capture_output=True).returncode:
+            return "", False, False, False, "probe error: cannot mount a tmpfs here"
+        shutil.copytree(run_dir, ro / "run", ignore=shutil.ignore_patterns(".rlcli.lock"))
+        subprocess.run(["mount", "-o", "remount,ro", str(ro)], check=True)
+    else:
+        shutil.copytree(run_dir, ro / "run")
+        for p in [ro, *ro.rglob("*")]:
+            p.chmod(0o555 if p.is_dir() else 0o444)
     try:
-        out = run("rl-eval", str(run_dir), "episodes=1", cwd=where)
+        out = run("rl-eval", str(ro / "run"), "episodes=1", cwd=where)
     finally:
-        for p in [run_dir, *run_dir.rglob("*")]:
-            if p.is_dir():
+        if os.geteuid() == 0:
+            subprocess.run(["umount", str(ro)], capture_output=True)
+        else:
+            for p in [ro, *ro.rglob("*")]:
                 p.chmod(0o755)
     lines = [x for x in out.stderr.splitlines() if x.strip() and "warn" not in x.lower()]
-    return "", len(lines) <= 1 and "Traceback" not in out.stderr, False, False, last(out)
+    return "", len(lines) == 1 and "cannot write" in lines[0] and out.returncode != 0, False, False, last(out)
 
 
 def probe_hung_env(where: Path) -> Row:
