@@ -61,14 +61,25 @@ def search_path_args(args: list[str]) -> list[str]:
     return [a for a in args if key_of(a) == "hydra.searchpath"]
 
 
+# Groups whose choice is checked too: a value that is no option (`collector=../../x`) would load a yaml file from
+# anywhere, and such a file can set Hydra's callbacks (code to run).
+OTHER_GROUPS = ("collector", "hparams_search")
+
+
 def check_group_choices(args: list[str]) -> None:
+    """Every config group's choice is one of its options (rlcli's conf/, the search path, plugins), also in the
+    `group@package` form: one line naming the value and the options otherwise."""
     search_path = search_path_args(args)
     known: dict[str, list[str]] = {}  # a sweep's jobs repeat their group choices: walk each group once
     for arg in args:
         key, sep, value = arg.partition("=")
-        key = key.lstrip("+~")
-        if sep and (key in GROUPS or key == "tuned") and key not in known:
+        key = key.lstrip("+~").split("@", 1)[0]  # `+algo@_global_=x` chooses from algo's options too
+        if sep and (key in GROUPS or key in OTHER_GROUPS or key == "tuned") and key not in known:
             known[key] = group_options(key, search_path)
+        none = value.strip("'\"") in ("null", "")
+        if sep and key in OTHER_GROUPS and not arg.startswith("~") and not none and value not in known[key]:
+            raise ConfigError(f"unknown {key} '{value}'{did_you_mean(value, known[key])}; choose from: "
+                              f"{', '.join(known[key])}" + (" (or null for none)" if key == "hparams_search" else ""))
         if sep and key == "tuned" and not arg.startswith("~"):
             check_tuned_choice(value, known[key])
         if sep and key in GROUPS:

@@ -9,10 +9,12 @@ lists what the new config changes that cannot change mid-run.
 
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from omegaconf import ListConfig, OmegaConf
+from omegaconf import OmegaConf
 
 from rlcli.registry import ConfigError
 from rlcli.services.log import say
@@ -75,7 +77,7 @@ def resume_args(args: list[str]) -> list[str]:
             never_trained = not any((run_dir / "checkpoints").glob("ckpt_*.pt"))  # stopped during start-up
             if ckpt is None and never_trained and (run_dir / ".hydra" / "overrides.yaml").is_file():
                 _warn(f"{run_dir} has no checkpoint yet (it stopped before training): starting it fresh")
-                return [*_saved_overrides(run_dir), *_new_overrides(rest), f"hydra.run.dir={_quote(run_dir)}"]
+                return [*_saved_overrides(run_dir, rest), *_new_overrides(rest), f"hydra.run.dir={_quote(run_dir)}"]
             if ckpt is None:
                 raise ConfigError(f"resume={value!r}: no usable checkpoint in {run_dir / 'checkpoints'}")
         else:
@@ -83,7 +85,7 @@ def resume_args(args: list[str]) -> list[str]:
     saved_path = run_dir / ".hydra" / "overrides.yaml"
     if not saved_path.is_file():
         raise ConfigError(f"resume={value!r}: {run_dir} is not an rl-train run directory (no .hydra/overrides.yaml)")
-    return [*_saved_overrides(run_dir), *_new_overrides(rest), f"hydra.run.dir={_quote(run_dir)}",
+    return [*_saved_overrides(run_dir, rest), *_new_overrides(rest), f"hydra.run.dir={_quote(run_dir)}",
             f"resume={_quote(ckpt)}"]
 
 
@@ -106,29 +108,176 @@ def _root(key: str) -> str:
     return key.split(".", 1)[0].split("/", 1)[0].split("@", 1)[0]
 
 
-def _saved_overrides(run_dir: Path) -> list[str]:
-    """The run's own overrides, each checked: a run directory is a file anyone may have edited, and an override
-    such as `+hydra.callbacks.x._target_=...` would run code when replayed. Only rlcli's keys are replayed."""
+def _saved_overrides(run_dir: Path, typed: list[str] | None = None) -> list[str]:
+    """The run's own overrides, each checked: a run directory is a file anyone may have edited, and replaying an
+    override such as `+hydra.callbacks.x._target_=...`, `hparams_search=../../x` (a yaml file from anywhere, which may
+    set Hydra's callbacks) or `algo.lr=${oc.env:SECRET}` would run code or read this machine. Only an override that
+    rlcli's own command line could have written is replayed (see `why_not_replayed`); anything else is refused in
+    one line naming the file's line. `typed`: this command line, whose overrides replace saved ones of the same key."""
     path = run_dir / ".hydra" / "overrides.yaml"
-    try:
-        saved = OmegaConf.load(path)
+    import yaml
+
+    try:  # plain YAML: OmegaConf would resolve an item's `${...}` as it reads it
+        text = path.read_text()
+        saved = yaml.safe_load(text)
     except Exception as error:
         raise ConfigError(f"cannot read {path}: {str(error).strip().splitlines()[0]}") from None
-    if not isinstance(saved, ListConfig) or not all(isinstance(a, str) for a in saved):
+    if not isinstance(saved, list) or not all(isinstance(a, str) for a in saved):
         raise ConfigError(f"{path} is not a list of key=value overrides: the run directory was edited or damaged")
-    roots, replayed = owned_roots(), []
-    for arg in (str(a) for a in saved):
+    typed = [a for a in typed or [] if not a.startswith("-")]
+    given_again = {_key(a) for a in typed if "=" in a}
+    trusted = any(_key(a) == "trusted_checkpoint" and _value(a).lower() == "true" for a in typed)
+    context = ReplayContext(owned_roots(), _groups(), search_path_of(typed), given_again, trusted)
+    lines, replayed = _line_numbers(text, len(saved)), []
+    for index, arg in enumerate(str(a) for a in saved):
         key = _key(arg)
         if key in NOT_REPLAYED:
             if key == "trusted_checkpoint":
                 _warn(f"{path} says trusted_checkpoint: it is not replayed; give it again on this command line "
                       "if you still trust the files that the run reads")
             continue
-        if _root(key) not in roots or "_target_" in key or ("=" not in arg and not arg.startswith("~")):
-            raise ConfigError(f"{path} holds {arg!r}, which is not an rlcli setting: refusing to replay it "
-                              f"(a resume replays only keys under {', '.join(sorted(roots))})")
+        why = why_not_replayed(arg, context)
+        if why == REPLACED:
+            continue
+        if why is not None:
+            raise ConfigError(f"{path} line {lines[index]} ({arg!r}) is not an override rlcli would have written: "
+                              f"{why}; nothing was run or changed (remove that line to resume)")
         replayed.append(arg)
     return replayed
+
+
+@dataclass(frozen=True)
+class ReplayContext:
+    """What a saved override is checked against: rlcli's keys and groups, the command line's search path, the keys
+    given again on this command line and whether it says trusted_checkpoint=true."""
+
+    roots: set[str]
+    groups: set[str]
+    search_path: list[str]
+    given_again: set[str]
+    trusted: bool
+    options: dict[str, list[str]] = field(default_factory=dict)  # each group's options, walked once
+
+
+REPLACED = "<given again on this command line>"
+# a resolver call in a value: `${oc.env:HOME}`, `${oc.decode:...}`, `${now:...}`, `${hydra:...}`; a plain reference
+# to another setting (`${algo.lr}`) is allowed
+_REFERENCE = re.compile(r"\$\{[A-Za-z0-9_.\-\[\]]+\}")
+
+
+def why_not_replayed(arg: str, context: ReplayContext) -> str | None:
+    """Why `arg` (a line of a run's .hydra/overrides.yaml) must not be replayed, or None. REPLACED: it need not be,
+    as this command line gives its key again (only for a value that is refused for what it reads or imports)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    try:
+        override = OverridesParser.create().parse_override(arg)
+    except Exception:
+        return "it does not parse as a key=value override"
+    key, package = override.key_or_group, override.package
+    if override.is_sweep_override():
+        return "a sweep (a,b / range / glob) is never the override of one run"
+    if package is not None:
+        return f"'{key}@{package}' puts a config into another package, which rlcli's command line never does"
+    if _root(key) not in context.roots or key.split(".", 1)[0] == "hydra":
+        return (f"{key} is not an rlcli setting (a resume replays only keys under "
+                f"{', '.join(sorted(context.roots))})")
+    if "/" in key:
+        return f"{key} names a config group's folder, which rlcli's command line never does"
+    if "_target_" in key or _has_target(override.value()):
+        return "_target_ names code to run, which no rlcli setting does"
+    if key in context.groups:
+        return _group_value_problem(key, override, context)
+    if "=" not in arg:
+        return None if arg.startswith("~") else "it has no value"
+    value = override.value()
+    called = _resolver_call(value)
+    if called is not None:
+        if key in context.given_again:
+            return REPLACED
+        return (f"{called} calls a resolver, which reads this machine when the config is resolved (a replayed value "
+                f"may only refer to another setting, as ${{algo.lr}}); give {key}=<value> on this command line "
+                "instead")
+    if key == "env.id" and ":" in str(value):
+        if context.trusted:
+            return None
+        if key in context.given_again:
+            return REPLACED
+        module = str(value).split(":", 1)[0]
+        return (f"env.id {value!r} imports the module {module!r}, and a resume imports nothing that a file names: "
+                f"give env.id={value} again on this command line if you trust that module")
+    if key == "collector.address" and str(value).lower() not in ("", "none", "null", "local"):
+        if key in context.given_again:
+            return REPLACED
+        return (f"it joins the Ray cluster at {value}, whose replies are unpickled here: give collector.address="
+                f"{value} again on this command line if you trust that cluster")
+    return None
+
+
+def _group_value_problem(group: str, override: Any, context: ReplayContext) -> str | None:
+    """A config group's choice must be one of that group's options (no path parts: `..`, `/x`)."""
+    from rlcli.run.compose import group_options
+
+    if override.is_delete():
+        return None
+    value = override.value()
+    if value is None and group in ("tuned", "hparams_search"):  # the optional groups: none
+        return None
+    if group not in context.options:
+        context.options[group] = group_options(group, context.search_path)
+    options = context.options[group]
+    if isinstance(value, str) and value in options:
+        return None
+    shown = ", ".join(options[:12]) + (f", ... ({len(options)} in all)" if len(options) > 12 else "")
+    return f"{value!r} is not an option of the config group {group} (options: {shown})"
+
+
+def _has_target(value: Any) -> bool:
+    if isinstance(value, dict):
+        return any(str(k) == "_target_" or _has_target(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(_has_target(v) for v in value)
+    return False
+
+
+def _resolver_call(value: Any) -> str | None:
+    """The first interpolation in `value` that is not a plain reference to a setting (a resolver call), or None."""
+    if isinstance(value, dict):
+        found = [_resolver_call(v) for v in [*value.keys(), *value.values()]]
+        return next((f for f in found if f), None)
+    if isinstance(value, list):
+        return next((f for f in map(_resolver_call, value) if f), None)
+    if isinstance(value, str) and "${" in _REFERENCE.sub("", value):
+        start = value.index("${")
+        return value[start:value.find("}", start) + 1 or len(value)]
+    return None
+
+
+def _groups() -> set[str]:
+    """rlcli's config groups (conf/'s folders): a replayed choice of one is checked against its options."""
+    from rlcli.run.compose import conf_dir
+
+    return {p.name for p in Path(conf_dir()).iterdir() if p.is_dir() and p.name != "hydra"}
+
+
+def search_path_of(args: list[str]) -> list[str]:
+    """The `hydra.searchpath` of this command line (with `--config-dir`), where group options may come from."""
+    from rlcli.run.compose import search_path_args, with_config_dirs
+
+    overrides = with_config_dirs(list(args))
+    return search_path_args(overrides if overrides is not None else [a for a in args if not a.startswith("-")])
+
+
+def _line_numbers(text: str, count: int) -> list[int]:
+    """The file's line number of each item of the saved list (comments and blank lines counted)."""
+    import yaml
+
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        numbers = [item.start_mark.line + 1 for item in node.value] if node is not None else []
+    except Exception:
+        numbers = []
+    return numbers if len(numbers) == count else list(range(1, count + 1))
 
 
 def _new_overrides(rest: list[str]) -> list[str]:
