@@ -1,4 +1,5 @@
-"""Resume replays only what rlcli's own command line could have written (issue 55, item 1).
+"""Resume replays only what rlcli's own command line could have written (issue 55, item 1), and a resume may change
+the optimizer's settings on request to rescue a diverged run (item 6).
 
 Item 1: a run directory is a file anyone may have edited. A line of `.hydra/overrides.yaml` that loads a yaml file
 from a path (`hparams_search=../../x`, `collector=`, `+algo@_global_=`, ...), calls a resolver (`${oc.env:...}`),
@@ -171,3 +172,83 @@ def test_why_not_replayed():
     again = ReplayContext(owned_roots(), groups, [], {"env.id", "algo.lr"}, False)
     assert why_not_replayed("env.id=mod:Env-v0", again) == why_not_replayed("algo.lr=${oc.env:X}", again) == REPLACED
     assert why_not_replayed("env.id=mod:Env-v0", ReplayContext(owned_roots(), groups, [], set(), True)) is None
+
+
+# --------------------------------------------------------------------------- item 6: a resume may change the lr
+def test_a_resume_may_lower_the_learning_rate_and_says_so(run_copy, tmp_path):
+    """The tuned PPO CartPole run has lr 1e-3 with lr_schedule=linear (lr = base_lr * a factor each update): the
+    new base must survive loading the optimizer's saved groups."""
+    out = run_cli(f"resume={run_copy}", "algo.lr=1e-4", "train.total_steps=1024", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    message = one_line(out)
+    assert "algo.lr 0.001 -> 0.0001 at 512 env steps" in message and "no longer an exact continuation" in message
+    assert message.split("warning: ", 1)[1] in (run_copy / "train.log").read_text()
+    final = checkpoint.load(run_copy / "checkpoints" / "ckpt_000000001024.pt")
+    groups = final["algo"]["optimizer"]["param_groups"]
+    assert groups and all(g["base_lr"] == 1e-4 and 0 <= g["lr"] <= 1e-4 for g in groups), groups
+    assert final["state"]["changes"] == [{"env_steps": 512, "checkpoint": "ckpt_000000000512.pt",
+                                          "settings": {"algo.lr": [0.001, 0.0001]}}]
+    # from a checkpoint before the change, the replayed algo.lr=1e-4 is a change this command line did not ask for
+    older = run_cli(f"resume={run_copy / 'checkpoints' / 'ckpt_000000000512.pt'}", cwd=tmp_path)
+    assert older.returncode == 2 and "give algo.lr=<value> on the resume command line" in one_line(older)
+
+
+def test_shape_changes_stay_refused_and_name_what_may_change(run_copy, tmp_path):
+    out = run_cli(f"resume={run_copy}", "algo.lr=1e-4", "train.num_envs=4", cwd=tmp_path)
+    message = one_line(out)
+    assert out.returncode == 2 and "train.num_envs (2 -> 4)" in message and "algo.lr (" not in message
+    assert "when given on the resume command line" in message and "algo.schedules.*" in message
+
+
+@pytest.mark.slow
+def test_a_diverged_run_is_rescued_by_a_resume_with_a_new_lr_schedule(tmp_path):
+    args = [*TINY, "train.total_steps=1024", "algo.schedules.lr=step:0.001:1e30:0.5", "hydra.run.dir=run"]
+    out = run_cli(*args, cwd=tmp_path)
+    message = one_line(out)
+    assert out.returncode == 1 and "non-finite" in message, out.stderr
+    assert "add algo.schedules.lr=<schedule> (now step:0.001:1e30:0.5) to the resume command below" in message
+    rescued = run_cli(f"resume={tmp_path / 'run'}", "algo.schedules.lr=constant:0.0003", cwd=tmp_path)
+    assert rescued.returncode == 0, rescued.stderr
+    assert "algo.schedules.lr step:0.001:1e30:0.5 -> constant:0.0003" in one_line(rescued)
+    final = checkpoint.load(tmp_path / "run" / "checkpoints" / "ckpt_000000001024.pt")
+    assert final["state"]["finished"] and final["state"]["changes"][0]["settings"] == {
+        "algo.schedules.lr": ["step:0.001:1e30:0.5", "constant:0.0003"]}
+    assert all(g["lr"] == 0.0003 for g in final["algo"]["optimizer"]["param_groups"])
+
+
+def test_loading_a_checkpoint_keeps_the_changed_settings():
+    """The optimizer's saved groups (lr and the base_lr that lr_schedule scales) and a schedulable value kept in
+    the algorithm's state (ppo_kl's kl_coef) would bring the old values back; the changed ones stay."""
+    import torch
+
+    from rlcli.run.resume import new_settings_kept
+
+    class Algo:
+        schedulable = ("kl_coef", "ent_coef")
+
+        def __init__(self, lr: float, kl_coef: float) -> None:
+            self.optimizer = torch.optim.Adam([{"params": [torch.nn.Parameter(torch.zeros(2))], "lr": lr,
+                                                "base_lr": lr}])
+            self.kl_coef, self.ent_coef = kl_coef, 0.0
+
+        def optimizers(self):
+            return [self.optimizer]
+
+        def state_dict(self):
+            return {"optimizer": self.optimizer.state_dict(), "kl_coef": self.kl_coef}
+
+        def load_state_dict(self, state):
+            self.optimizer.load_state_dict(state["optimizer"])
+            self.kl_coef = state["kl_coef"]
+
+    saved = Algo(3e-4, 1.0)
+    saved.optimizer.param_groups[0]["lr"] = 1.5e-4  # mid-run: base_lr * 0.5
+    algo = Algo(1e-4, 0.2)
+    with new_settings_kept(algo, [("algo.lr", 3e-4, 1e-4), ("algo.kl_coef", 1.0, 0.2)]):
+        algo.load_state_dict(saved.state_dict())
+    group = algo.optimizer.param_groups[0]
+    assert (group["lr"], group["base_lr"], algo.kl_coef) == (1e-4, 1e-4, 0.2)
+    unchanged = Algo(1e-4, 0.2)
+    with new_settings_kept(unchanged, []):
+        unchanged.load_state_dict(saved.state_dict())
+    assert (unchanged.optimizer.param_groups[0]["lr"], unchanged.kl_coef) == (1.5e-4, 1.0)

@@ -12,6 +12,7 @@ from typing import Any
 
 from rlcli.run.build import Components
 from rlcli.run.finite import check_update
+from rlcli.run.resume import describe_change
 from rlcli.run.state import TrainState, restore
 from rlcli.services import checkpoint
 from rlcli.services.log import RunLogger
@@ -61,7 +62,7 @@ class NonfiniteGuard:
         if s.on_nonfinite == "stop" or self.events > s.max_nonfinite:
             limit = "" if s.on_nonfinite == "stop" else \
                 f" ({self.events} times, more than train.max_nonfinite={s.max_nonfinite})"
-            raise Diverged(f"{what}{limit}: stopped without saving it (a lower algo.lr or a gradient clip may help)")
+            raise Diverged(f"{what}{limit}: stopped without saving it ({rescue_hint(self.c, state)})")
         if s.on_nonfinite == "skip":
             assert snapshot is not None
             self.c.algo.load_state_dict(snapshot)
@@ -78,3 +79,23 @@ class NonfiniteGuard:
         log.message(f"warning: {what}: rolled back to {good.name} ({state.env_steps:,} env steps; rollback "
                     f"{self.events} of at most {s.max_nonfinite})")
         return None
+
+
+def rescue_hint(components: Components, state: TrainState) -> str:
+    """How to go on past a divergence: a resume may lower the learning rate when it is given on the resume command
+    line (run/resume.py); the run then goes on, but is no longer an exact continuation. Names the changes that
+    earlier resumes of this run made."""
+    cfg = components.cfg
+    schedules = cfg.algo.get("schedules") or {}
+    if "lr" in schedules:
+        hint = (f"to go on with lower learning rates, add algo.schedules.lr=<schedule> (now {schedules['lr']}) to the "
+                "resume command below: the run then goes on, but not as an exact continuation")
+    elif components.algo.optimizers() and isinstance(cfg.algo.get("lr"), (int, float)):
+        hint = (f"to go on with a lower learning rate, add algo.lr={float(cfg.algo.lr) / 2:.3g} (now "
+                f"{float(cfg.algo.lr):.3g}) to the resume command below: the run then goes on, but not as an exact "
+                "continuation")
+    else:
+        hint = "a lower learning rate or a gradient clip may help"
+    if state.changes:
+        hint += f"; earlier resumes changed {'; '.join(describe_change(r) for r in state.changes)}"
+    return hint

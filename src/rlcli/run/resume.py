@@ -9,7 +9,10 @@ lists what the new config changes that cannot change mid-run.
 
 from __future__ import annotations
 
+import copy
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -50,6 +53,7 @@ def _warn(message: str) -> None:
 def resume_args(args: list[str]) -> list[str]:
     """Rewrite a command line holding `resume=...` into the resumed run's full command line."""
     resume = [a for a in args if _key(a) == "resume"]
+    TYPED_ON_RESUME.clear()
     if not resume:
         return args
     from rlcli.services import checkpoint  # imports torch: only when resuming, so `rl-train --help` stays fast
@@ -58,6 +62,7 @@ def resume_args(args: list[str]) -> list[str]:
     rest = [a for a in args if _key(a) != "resume"]
     if value.lower() in ("", "null", "none"):
         return rest
+    TYPED_ON_RESUME.update(_key(a) for a in rest if "=" in a and not a.startswith("-"))
     run_dirs = [_value(a) for a in rest if _key(a) == "hydra.run.dir"]
     if value == "auto":
         if not run_dirs:
@@ -91,6 +96,10 @@ def resume_args(args: list[str]) -> list[str]:
 
 # Saved overrides that are permissions of one invocation, never replayed from a run directory.
 NOT_REPLAYED = ("resume", "hydra.run.dir", "trusted_checkpoint")
+
+# The keys given on the resume command line (resume_args): only these may change the settings that a resume changes
+# on request only (changes_on_request); a replayed value or a changed shipped default never does.
+TYPED_ON_RESUME: set[str] = set()
 
 
 def owned_roots() -> set[str]:
@@ -295,20 +304,114 @@ def _flatten(node: Any, prefix: str = "") -> dict[str, Any]:
 
 def incompatible_changes(saved: dict[str, Any], current: dict[str, Any]) -> list[str]:
     """`key (old -> new)` for every difference outside CHANGEABLE."""
+    return [f"{key} ({old!r} -> {new!r})" for key, old, new in differences(saved, current)]
+
+
+def differences(saved: dict[str, Any], current: dict[str, Any]) -> list[tuple[str, Any, Any]]:
+    """(key, old, new) for every difference outside CHANGEABLE; '<unset>' where a side lacks the key."""
     saved = {"collector": {"name": "local"}, **saved}  # checkpoints from before collectors were a choice
     old, new = _flatten(saved), _flatten(current)
-    changes = []
-    for key in sorted(set(old) | set(new)):
-        if key.startswith(CHANGEABLE) or old.get(key, "<unset>") == new.get(key, "<unset>"):
-            continue
-        changes.append(f"{key} ({old.get(key, '<unset>')!r} -> {new.get(key, '<unset>')!r})")
-    return changes
+    return [(key, old.get(key, "<unset>"), new.get(key, "<unset>")) for key in sorted(set(old) | set(new))
+            if not key.startswith(CHANGEABLE) and old.get(key, "<unset>") != new.get(key, "<unset>")]
 
 
-def check_compatible(saved: dict[str, Any], current: dict[str, Any], path: Path) -> None:
-    changes = incompatible_changes(saved, current)
-    if changes:
+# The optimizer's settings: a resume that gives them writes them into the loaded optimizer's parameter groups.
+OPTIMIZER_KEYS = ("algo.lr", "algo.lr_pi", "algo.lr_v")
+ON_REQUEST = ("algo.lr, algo.lr_pi, algo.lr_v, algo.schedules.* and the algorithm's schedulable numbers "
+              "(algo.ent_coef, algo.max_grad_norm, ...)")
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def changes_on_request(key: str, old: Any, new: Any, algo: Any) -> bool:
+    """Whether a resume may change `key` when its command line asks for it: the optimizer's learning rates, the
+    schedules (functions of the run's progress, kept in no state) and the numbers the algorithm declares
+    schedulable (values a schedule may already move mid-run). None of them changes a shape; sizes, counts, the env
+    and the networks are never among them."""
+    if key.startswith("algo.schedules."):
+        return True
+    if algo is None:
+        return False
+    if key in OPTIMIZER_KEYS:
+        return bool(algo.optimizers()) and (_number(new) or new is None) and (_number(old) or old is None)
+    name = key.removeprefix("algo.")
+    return key.startswith("algo.") and name in algo.schedulable and _number(old) and _number(new)
+
+
+def check_compatible(saved: dict[str, Any], current: dict[str, Any], path: Path,
+                     algo: Any = None) -> list[tuple[str, Any, Any]]:
+    """The changes a resume from `path` makes that the user asked for (CHANGE_ON_REQUEST keys given on the resume
+    command line: the run then goes on, but not as an exact continuation); a one-line ConfigError for any other."""
+    allowed: list[tuple[str, Any, Any]] = []
+    refused: list[tuple[str, Any, Any]] = []
+    not_given: list[tuple[str, Any, Any]] = []
+    for key, old, new in differences(saved, current):
+        if changes_on_request(key, old, new, algo):
+            (allowed if key in TYPED_ON_RESUME else not_given).append((key, old, new))
+        else:
+            refused.append((key, old, new))
+    schedules = current.get("algo", {}).get("schedules") or {}
+    shadowed = [key for key, _, _ in allowed if key in OPTIMIZER_KEYS and "lr" in schedules]
+    if shadowed:
+        raise ConfigError(f"{shadowed[0]} has no effect on this run: algo.schedules.lr={schedules['lr']} sets every "
+                          "learning rate; change algo.schedules.lr on the resume command line instead")
+    if refused or not_given:
+        listed = ", ".join(f"{key} ({old!r} -> {new!r})" for key, old, new in [*refused, *not_given])
+        hint = (f"; and, when given on the resume command line (the run then is no longer an exact continuation): "
+                f"{ON_REQUEST}")
+        if not refused:  # a shipped default changed (another rlcli), not this command line
+            hint = f"; give {not_given[0][0]}=<value> on the resume command line to change it on purpose"
         raise ConfigError(
-            f"cannot resume {path.name} with a changed {', '.join(changes)}; only these may change on resume: "
+            f"cannot resume {path.name} with a changed {listed}; only these may change on resume: "
             f"{', '.join(k.rstrip('.') + ('.*' if k.endswith('.') else '') for k in CHANGEABLE if k != 'resume')}"
+            + hint
         )
+    return allowed
+
+
+@contextmanager
+def new_settings_kept(algo: Any, changes: list[tuple[str, Any, Any]]) -> Iterator[None]:
+    """Around loading a checkpoint into `algo` (built from the resume's config): the changed settings keep their
+    new values. The optimizer's parameter groups are saved with their learning rates (and the `base_lr` that
+    `lr_schedule` scales), which loading would bring back; a schedulable value the algorithm keeps in its state
+    (ppo_kl's kl_coef) likewise."""
+    keys = {key for key, _, _ in changes}
+    rates = [[{k: group[k] for k in ("lr", "base_lr") if k in group} for group in optimizer.param_groups]
+             for optimizer in algo.optimizers()] if keys & set(OPTIMIZER_KEYS) else []
+    names = [key.removeprefix("algo.") for key in keys if key.removeprefix("algo.") in algo.schedulable]
+    values = {name: copy.deepcopy(getattr(algo, name)) for name in names}
+    yield
+    for optimizer, fresh_groups in zip(algo.optimizers(), rates, strict=False):
+        for group, fresh in zip(optimizer.param_groups, fresh_groups, strict=True):
+            group["lr"] = fresh["lr"]
+            if "base_lr" in group or "base_lr" in fresh:
+                group["base_lr"] = fresh.get("base_lr", fresh["lr"])
+    for name, value in values.items():
+        setattr(algo, name, value)
+
+
+def change_record(changes: list[tuple[str, Any, Any]], env_steps: int, checkpoint_name: str) -> dict[str, Any]:
+    """What a run's state keeps of a resume that changed settings (checkpoints carry the list on)."""
+    return {"env_steps": env_steps, "checkpoint": checkpoint_name,
+            "settings": {key: [None if old == "<unset>" else old, None if new == "<unset>" else new]
+                         for key, old, new in changes}}
+
+
+def describe_change(record: dict[str, Any]) -> str:
+    """`algo.lr 0.0003 -> 0.0001 at 1,024 env steps`."""
+    settings = ", ".join(f"{key} {_shown(old)} -> {_shown(new)}" for key, (old, new) in record["settings"].items())
+    return f"{settings} at {int(record['env_steps']):,} env steps"
+
+
+def _shown(value: Any) -> str:
+    """A value as a line shows it: a checkpoint's string with control characters (a terminal's escapes) quoted."""
+    text = str(value)
+    return text if text.isprintable() else repr(text)
+
+
+def change_notice(record: dict[str, Any]) -> str:
+    """The one line a changed resume prints (and train.log keeps)."""
+    return (f"resumed from {record['checkpoint']} with {describe_change(record)}, as this command line asks: the "
+            "run is no longer an exact continuation (its checkpoints keep this change in state.changes)")

@@ -16,7 +16,7 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from rlcli.run.build import Components, build
-from rlcli.run.resume import check_compatible
+from rlcli.run.resume import change_record, check_compatible, new_settings_kept
 from rlcli.services import checkpoint
 
 # What the payload holds; a checkpoint from an rlcli with another layout is refused in one line.
@@ -38,11 +38,21 @@ class TrainState:
     finished: bool = False  # the budget or the stop reward was reached
     tracking: dict[str, str] = dataclasses.field(default_factory=dict)  # sink -> its run id (MLflow, W&B)
     stale_best: bool = False  # resumed before a best.pt that the stopped run wrote later: remove it at a save
+    # the resumes that changed settings on request (resume.change_record), oldest first: the run's history of
+    # where it stopped being an exact continuation
+    changes: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    new_change: dict[str, Any] | None = None  # this process's own such resume, for the trainer to announce
+
+
+TRANSIENT = ("stale_best", "new_change")  # concern this process only: not kept in checkpoints
 
 
 def counters(state: TrainState) -> dict[str, Any]:
     """The counters a checkpoint keeps (`stale_best` concerns this process only)."""
-    return {k: v for k, v in dataclasses.asdict(state).items() if k != "stale_best"}
+    kept = {k: v for k, v in dataclasses.asdict(state).items() if k not in TRANSIENT}
+    if not kept["changes"]:  # an exact run's checkpoint stays as before (an older rlcli reads it)
+        del kept["changes"]
+    return kept
 
 
 def capture(c: Components, state: TrainState) -> dict[str, Any]:
@@ -85,10 +95,15 @@ def restore(c: Components, path: Path) -> TrainState:
         raise checkpoint.CheckpointError(
             f"{path} holds a layout-{version} checkpoint from an older rlcli; this rlcli resumes layout "
             f"{PAYLOAD_VERSION} only (its networks can still warm-start a new run: actor.init_from={path})")
-    check_compatible(data["config"], OmegaConf.to_container(c.cfg, resolve=True), path)  # type: ignore[arg-type]
-    c.algo.load_state_dict(data["algo"])
+    changes = check_compatible(data["config"], OmegaConf.to_container(c.cfg, resolve=True),  # type: ignore[arg-type]
+                               path, c.algo)
+    with new_settings_kept(c.algo, changes):  # a resume that changes algo.lr on request: the new lr, not the saved
+        c.algo.load_state_dict(data["algo"])
     c.buffer.load_state_dict(data["buffer"])
     state = TrainState(**data["state"])
+    if changes:
+        state.new_change = change_record(changes, state.env_steps, path.name)
+        state.changes = [*state.changes, state.new_change]
     c.recent_returns.extend(data["recent"]["returns"])
     c.recent_lengths.extend(data["recent"]["lengths"])
     c.collector.load_state_dict(data["collector"])

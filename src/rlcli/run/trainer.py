@@ -28,6 +28,7 @@ from rlcli.run.callbacks import Callback, CallbackList, RunContext
 from rlcli.run.divergence import Diverged, NonfiniteGuard
 from rlcli.run.evaluation import test_phase
 from rlcli.run.loop_steps import Iteration, crossed, log_phase, stop_line, tb_cadence, video_phase
+from rlcli.run.resume import change_notice
 from rlcli.run.state import TrainState, drop_stale_best, save
 from rlcli.run.stop import RunFailed, StoppedBySignal, StopSignals
 from rlcli.schedules import apply_schedules
@@ -159,6 +160,11 @@ class Trainer:
                     f"device {c.device}, run dir {self.run_dir}"
                     + (f", {c.collector.describe()}" if c.collector.describe() else "")
                     + (f", resumed at {state.env_steps:,} env steps" if state.env_steps else ""))
+        if state.new_change is not None:  # a resume that changed settings on request (run/resume.py)
+            notice = change_notice(state.new_change)
+            say(f"rl-train: warning: {notice}")
+            logger.info("warning: %s", notice)  # train.log: the run's history
+            state.new_change = None
         for where in tracking.describe() if tracking is not None else []:
             log.message(f"tracking: {where}" + (" (continued)" if state.env_steps else ""))
         self._tb_every = tb_cadence(c)
