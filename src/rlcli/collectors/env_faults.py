@@ -32,6 +32,11 @@ def raised(error: Exception) -> str:
     return f"raised {type(error).__name__}" + (f": {detail[-1]}" if detail else "")
 
 
+def timed_out(seconds: float, where: str = "a step") -> str:
+    """`did not return from a step within train.step_timeout=30 s` (the trainer adds the env and the env step)."""
+    return f"did not return from {where} within train.step_timeout={seconds:g} s"
+
+
 def check_env_output(obs: Any, rewards: np.ndarray, expected_shape: tuple[int, ...] | None, step: int) -> None:
     """One line naming what is wrong with a step's output (cheap: a few numpy reductions per vector step)."""
     if isinstance(obs, np.ndarray):

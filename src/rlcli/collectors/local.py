@@ -18,7 +18,7 @@ import torch
 from gymnasium.vector import VectorEnv
 
 from rlcli.actors.normalizer import RunningNorm
-from rlcli.collectors.env_faults import EnvError, check_env_output, env_name, raised
+from rlcli.collectors.env_faults import EnvError, check_env_output, env_name, raised, timed_out
 from rlcli.contracts import (
     ActOutput,
     Learner,
@@ -33,6 +33,7 @@ from rlcli.envs import finished_episodes
 from rlcli.envs.masks import mask_width, masks_from_infos
 from rlcli.envs.state import capturable, get_env_state, set_env_state
 from rlcli.registry import ConfigError
+from rlcli.services.deadlines import DEADLINES, StepTimedOut
 from rlcli.services.timing import PhaseClock
 
 
@@ -217,8 +218,11 @@ class Collector:
             actions = self.actions_to_take(learner, out, random_actions)
             env_actions = learner.algo.env_actions(actions).cpu().numpy()
         t1 = clock()
-        try:
-            next_obs, rewards, terminated, truncated, infos = self.envs.step(env_actions)
+        try:  # train.step_timeout: DEADLINES ends a step that runs past it (services/deadlines.py)
+            next_obs, rewards, terminated, truncated, infos = DEADLINES.call_within_step_deadline(
+                self.envs.step, env_actions)
+        except StepTimedOut as late:
+            raise EnvError(timed_out(late.seconds), step * n_envs) from None
         except Exception as error:  # the env's own failure, named in one line by the trainer
             raise EnvError(raised(error), step * n_envs) from error
         check_env_output(next_obs, rewards, self._obs_shape, step * n_envs)

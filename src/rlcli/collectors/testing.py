@@ -12,8 +12,10 @@ import torch
 from gymnasium.vector import VectorEnv
 
 from rlcli.actors.normalizer import RunningNorm
+from rlcli.collectors.env_faults import EnvError, timed_out
 from rlcli.contracts import Algorithm, MaskedPolicy, RecurrentState
 from rlcli.envs.masks import mask_width, masks_from_infos
+from rlcli.services.deadlines import DEADLINES, StepTimedOut
 
 
 @dataclass
@@ -48,7 +50,10 @@ class TestEpisodes:
         return bool(self.finished.all())
 
     def step(self, env_actions: np.ndarray) -> None:
-        self.obs, _, _, _, self.infos = self.envs.step(env_actions)
+        try:  # train.step_timeout, while a run trains (services/deadlines.py)
+            self.obs, _, _, _, self.infos = DEADLINES.call_within_step_deadline(self.envs.step, env_actions)
+        except StepTimedOut as late:
+            raise EnvError(timed_out(late.seconds, "a test episode's step"), 0) from None
         if self.frames is not None:
             _pass_frames(self.envs, self.finished, self.frames)
         if "_episode" in self.infos:

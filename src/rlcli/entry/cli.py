@@ -84,9 +84,7 @@ def train() -> None:
 
         main()
     except StopNow as stop:
-        name = signal.Signals(stop.signum).name
-        print(f"rl-train: a second {name}: stopped at once; resume from the last checkpoint with "
-              "rl-train resume=<run dir>", file=sys.stderr)
+        print(stop.line(), file=sys.stderr)
         raise SystemExit(128 + stop.signum) from None
     except BrokenPipeError as error:
         quit_quietly_on_closed_stdout(error)

@@ -276,10 +276,28 @@ def with_stoppable_launcher(args: list[str], launcher: str) -> list[str]:
 def lock_existing_run_dir(args: list[str]) -> None:
     """A resumed or re-queued run's directory is locked before anything reads or writes it (run/lock.py)."""
     run_dirs = [value_of(a) for a in args if key_of(a) == "hydra.run.dir"]
+    check_dir_path(args, multirun=False)  # not the working directory for an empty value, nor a file
     if run_dirs and Path(run_dirs[-1]).expanduser().is_dir():
         from rlcli.run import lock as run_lock
 
         run_lock.acquire(Path(run_dirs[-1]).expanduser())
+
+
+def check_dir_path(args: list[str], multirun: bool) -> Path:
+    """The run (or sweep) directory the command line names, refused in one line when it cannot be one: empty (the
+    run's files would land in the working directory itself), a file, or under a file. Returns it, absolute."""
+    key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
+    given = [value_of(a) for a in args if key_of(a) == key]
+    if given and given[-1].strip().strip("'\"").strip() in ("", "null", "None"):
+        kind = "sweep" if multirun else "run"
+        raise ConfigError(f"{key}={given[-1]!r} is invalid: an empty path would write the {kind}'s files into the "
+                          f"working directory itself; give a directory path ({key}=. if that is what you mean)")
+    target = Path(given[-1]).expanduser().absolute() if given else Path.cwd()
+    existing = next((p for p in (target, *target.parents) if p.exists()), None)
+    if existing is not None and not existing.is_dir():
+        where = "is a file" if existing == target else f"is under {existing}, which is a file, not a directory"
+        raise ConfigError(f"{key}={given[-1] if given else target} is invalid: it {where}; set {key}=<a directory>")
+    return target
 
 
 def check_writable(args: list[str], multirun: bool) -> None:
@@ -288,17 +306,17 @@ def check_writable(args: list[str], multirun: bool) -> None:
     import os
 
     key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
-    given = [value_of(a) for a in args if key_of(a) == key]
-    target = Path(given[-1]).expanduser().absolute() if given else Path.cwd()
+    kind = "sweep" if multirun else "run"
+    target = check_dir_path(args, multirun)
     existing = next((p for p in (target, *target.parents) if p.exists()), None)
-    if existing is None or os.access(existing, os.W_OK):
+    if existing is None or (os.access(existing, os.W_OK) and os.access(existing, os.X_OK)):
         return
     try:  # access() says no: say why (a read-only file system, or permissions)
         os.close(os.open(existing / ".rlcli-write-probe", os.O_CREAT | os.O_WRONLY, 0o600))
         (existing / ".rlcli-write-probe").unlink()
     except OSError as error:
         why = "a read-only file system" if error.errno == errno.EROFS else (error.strerror or str(error)).lower()
-        raise ConfigError(f"cannot write the {'sweep' if multirun else 'run'} directory under {existing}: {why}; run "
+        raise ConfigError(f"cannot write the {kind} directory under {existing}: {why}; run "
                           f"from a writable directory or set {key}=<a writable path>") from None
 
 

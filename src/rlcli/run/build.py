@@ -8,6 +8,7 @@ bad config leaves no run directory behind. The trainer only runs the loop over w
 from __future__ import annotations
 
 import collections
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -38,7 +39,13 @@ from rlcli.envs import GymEnvFactory, VectorMode
 from rlcli.envs.masks import mask_width
 from rlcli.registry import ACTORS, ALGOS, BUFFERS, ENVS, ConfigError, check_kwargs, require
 from rlcli.schedules import ScheduledValue, build_schedules
-from rlcli.services.runtime import configure_torch, resolve_device, seed_everything
+from rlcli.services.runtime import (
+    configure_torch,
+    max_torch_threads,
+    resolve_device,
+    seed_everything,
+    usable_cores,
+)
 from rlcli.services.timing import PhaseClock
 from rlcli.services.tracking import check_tracking
 
@@ -59,10 +66,17 @@ class TrainSettings:
     keep_checkpoints: int = 3
     on_nonfinite: Literal["stop", "skip", "rollback"] = "stop"
     max_nonfinite: int = 3
+    step_timeout: float | None = None
 
     def __post_init__(self) -> None:
         require(self.total_steps > 0, "train.total_steps", self.total_steps, "must be > 0")
-        require(self.num_envs > 0, "train.num_envs", self.num_envs, "must be > 0")
+        require(0 < self.num_envs <= MAX_NUM_ENVS, "train.num_envs", self.num_envs,
+                f"must be in [1, {MAX_NUM_ENVS}] (one process steps them all; collector=ray spreads more over workers)")
+        if self.vector_mode == "async":
+            most = max_async_envs()
+            require(self.num_envs <= most, "train.num_envs", self.num_envs,
+                    f"must be in [1, {most}] with train.vector_mode=async (one process per env: 4 per usable core, at "
+                    "least 16); use sync or numpy for more")
         require(self.test_every >= 0, "train.test_every", self.test_every, "must be >= 0 (0 disables testing)")
         require(self.test_episodes > 0, "train.test_episodes", self.test_episodes, "must be > 0")
         require(self.log_every > 0, "train.log_every", self.log_every, "must be > 0")
@@ -75,6 +89,21 @@ class TrainSettings:
         require(self.max_nonfinite > 0, "train.max_nonfinite", self.max_nonfinite, "must be > 0")
         require(not isinstance(self.stop_reward, str) or self.stop_reward == "env", "train.stop_reward",
                 self.stop_reward, "use env (the env's reward threshold), a number, or null")
+        require(not isinstance(self.stop_reward, float) or math.isfinite(self.stop_reward), "train.stop_reward",
+                self.stop_reward, "use a finite number (the test return that stops the run), env (the env's reward "
+                "threshold), or null (never stop early)")
+        require(self.step_timeout is None or (math.isfinite(self.step_timeout) and self.step_timeout > 0),
+                "train.step_timeout", self.step_timeout, "use a number of seconds > 0, or null (no timeout)")
+
+
+# One process steps every env of a run (collector=local): past this many, a sync env's construction alone takes
+# minutes and a rollout's tensors gigabytes; no shipped config comes near it.
+MAX_NUM_ENVS = 65_536
+
+
+def max_async_envs() -> int:
+    """train.vector_mode=async starts one process per env: past 4 per core they only wait for each other."""
+    return max(16, 4 * usable_cores())
 
 
 @dataclass
@@ -107,12 +136,29 @@ class Components:
     def buffer(self) -> Storage:
         return self.learner.buffer
 
-    def close(self) -> None:
+    def close(self, terminate: bool = False) -> None:
+        """Close the collector and the envs. `terminate`: an async vector env's workers are ended at once, not waited
+        for (after a step that timed out or was interrupted, a worker may still be inside it)."""
         self.collector.close()
-        self.envs.close()
-        self.test_envs.close()
-        if self.video_envs is not None:
-            self.video_envs.close()
+        for envs in (self.envs, self.test_envs, self.video_envs):
+            if envs is not None:
+                close_envs(envs, terminate)
+
+
+def close_envs(envs: VectorEnv, terminate: bool = False) -> None:
+    """`envs.close()`; with `terminate`, gymnasium's async workers are terminated rather than waited for, without
+    its warning that a call was still pending (that is why they are terminated)."""
+    if not terminate:
+        envs.close()
+        return
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            envs.close(terminate=True)
+        except TypeError:  # a vector env whose close takes no arguments
+            envs.close()
 
 
 NETWORK_CONTEXT = ("observation_space", "action_space", "normalize_obs", "clip_obs", "heads", "value_outputs",
@@ -152,8 +198,13 @@ def check_config(cfg: DictConfig) -> None:
     require(isinstance(cfg.seed, int) and not isinstance(cfg.seed, bool), "seed", cfg.seed, "must be an integer")
     require(0 <= cfg.seed < 2**32, "seed", cfg.seed, "must be between 0 and 2**32 - 1 (numpy's seed range)")
     threads = cfg.get("torch_threads", 1)
-    require(isinstance(threads, int) and threads >= 0, "torch_threads", threads,
-            "must be an integer >= 1 (0: torch's default, one thread per core)")
+    most = max_torch_threads()
+    require(isinstance(threads, int) and not isinstance(threads, bool) and 0 <= threads <= most, "torch_threads",
+            threads, f"must be an integer in [1, {most}] (4 per usable core of this machine; 0: torch's default, "
+            "one thread per core)")
+    for flag in ("deterministic", "trusted_checkpoint"):
+        value = cfg.get(flag, False)
+        require(isinstance(value, bool), flag, value, "expected true or false")
     compile_ = cfg.get("compile", False)
     require(isinstance(compile_, bool), "compile", compile_, "expected true or false")
     rays = ray_settings(cfg)

@@ -10,6 +10,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from rlcli.services.deadlines import DEADLINES
+
 
 class RunFailed(SystemExit):
     """The run stopped on a fault it cannot go past; `message` is the line printed on stderr. Exit code 1."""
@@ -33,6 +35,35 @@ class StopNow(KeyboardInterrupt):
     def __init__(self, signum: int) -> None:
         super().__init__(signum)
         self.signum = signum
+        self.run_dir: str | None = None  # set by the trainer it went through, for the line
+        self.checkpoint: str | None = None  # the trainer's last good checkpoint ("" when there is none yet)
+
+    def why(self) -> str:
+        return f"a second {signal.Signals(self.signum).name}"
+
+    def line(self) -> str:
+        """What rl-train prints for it: why it stopped at once, and how to go on."""
+        where = self.run_dir or "<run dir>"
+        if self.checkpoint == "":
+            return (f"rl-train: {self.why()}: stopped at once, before its first checkpoint (nothing trained is kept); "
+                    f"rl-train resume={where} starts it afresh")
+        last = f" ({self.checkpoint})" if self.checkpoint else ""
+        return (f"rl-train: {self.why()}: stopped at once; resume from the last checkpoint{last} with "
+                f"rl-train resume={where}")
+
+
+# How long the first Ctrl-C / SIGTERM waits for the loop's next safe point (the end of an iteration, where it saves a
+# checkpoint): a small run gets there in milliseconds; one whose iteration is longer (100,000 envs, a huge update, a
+# hung env) stops at once when this has passed, its last checkpoint kept.
+STOP_GRACE_SECONDS = 5.0
+
+
+class StopOverdue(StopNow):
+    """The first Ctrl-C / SIGTERM, when the loop did not reach its next safe point within STOP_GRACE_SECONDS."""
+
+    def why(self) -> str:
+        return (f"{signal.Signals(self.signum).name}: the run's next safe point was more than "
+                f"{STOP_GRACE_SECONDS:g} s away")
 
 
 def stopped_during_start_up(signum: int) -> str:
@@ -85,14 +116,29 @@ class StopSignals:
                     return
                 raise StopNow(signum)
             self.received, self.first_at = signum, time.monotonic()
+            DEADLINES.arm("stop", STOP_GRACE_SECONDS, lambda: _raise_overdue(signum))
 
         previous = {}
         for sig in (signal.SIGINT, signal.SIGTERM):
             with contextlib.suppress(ValueError):
                 previous[sig] = signal.signal(sig, handler)
 
+        give_back_alarm = DEADLINES.install() if previous else (lambda: None)
+
         def restore() -> None:
+            DEADLINES.disarm("stop")
+            give_back_alarm()
             for sig, old in previous.items():
                 signal.signal(sig, old)
 
         return restore
+
+    @staticmethod
+    def at_safe_point() -> None:
+        """The loop reached the point where it stops for the first signal: no deadline hurries it from here on
+        (its checkpoint may take as long as it takes; a second signal still stops at once)."""
+        DEADLINES.disarm("stop")
+
+
+def _raise_overdue(signum: int) -> None:
+    raise StopOverdue(signum)

@@ -30,9 +30,10 @@ from rlcli.run.evaluation import test_phase
 from rlcli.run.loop_steps import Iteration, crossed, log_phase, stop_line, tb_cadence, video_phase
 from rlcli.run.resume import change_notice
 from rlcli.run.state import TrainState, drop_stale_best, save
-from rlcli.run.stop import RunFailed, StoppedBySignal, StopSignals
+from rlcli.run.stop import RunFailed, StopNow, StoppedBySignal, StopSignals
 from rlcli.schedules import apply_schedules
 from rlcli.services import checkpoint
+from rlcli.services.deadlines import DEADLINES
 from rlcli.services.log import RunLogger, fmt_return, say
 from rlcli.services.os_errors import describe_os_error, quiet_thread_os_errors
 from rlcli.services.runtime import seconds_since_process_start
@@ -78,6 +79,7 @@ class Trainer:
         self.stop_reason: str | None = None  # budget, stop_reward, pruned or a callback's reason, once run ends
         self.signals = StopSignals()
         self.guard = NonfiniteGuard(components, run_dir)  # train.on_nonfinite
+        self.saved_at: int | None = None  # env steps of the last checkpoint this process saved (None: none yet)
 
     # ------------------------------------------------------------------------------------- the loop
     def run(self) -> float:
@@ -99,6 +101,7 @@ class Trainer:
             return self.say_already_done()
         log, tracking = self.start()
         restore_signals = self.signals.catch()
+        restore_deadlines = DEADLINES.install(self.c.settings.step_timeout)  # train.step_timeout, per env step
         try:
             while state.env_steps < total:
                 it = self.collect()
@@ -108,10 +111,19 @@ class Trainer:
                     break
         except (EnvError, CollectorError, Diverged) as error:
             self.fail_run(log, self.describe_failure(error))
+        except StopNow as stop:  # a second signal, or the first one's safe point too far away: now, no checkpoint
+            stop.run_dir, good = str(self.run_dir), self._last_good()
+            stop.checkpoint = "" if good is None else str(good.relative_to(self.run_dir))
+            with contextlib.suppress(Exception):
+                logger.info("%s", stop.line().removeprefix("rl-train: "))
+            log.close(status="KILLED")
+            self.close(terminate=True)  # a step it interrupted may still be running in a worker
+            raise
         except BaseException:
             log.close(status="KILLED" if self.signals.received is not None else "FAILED")  # no-op after a clean stop
             raise
         finally:
+            restore_deadlines()
             restore_signals()
         return self.finish(log, tracking)
 
@@ -263,6 +275,7 @@ class Trainer:
         """The safe point for Ctrl-C / SIGTERM: a checkpoint, one line, exit code 128 + the signal."""
         if self.signals.received is None:
             return
+        self.signals.at_safe_point()
         self._save()
         name = signal.Signals(self.signals.received).name
         stopped = f"{name}: stopped at {self.state.env_steps:,} env steps with a checkpoint saved; "
@@ -301,7 +314,7 @@ class Trainer:
 
     def fail_run(self, log: RunLogger, message: str) -> NoReturn:
         log.close(status="FAILED")
-        self.close()
+        self.close(terminate=True)  # a step that timed out may still be running in an async env's worker
         self._fail(message)
 
     def say_already_done(self) -> float:
@@ -315,19 +328,29 @@ class Trainer:
 
     def _fail(self, message: str) -> NoReturn:
         """One line on stderr: what went wrong, and the last good checkpoint to resume from; exit code 1."""
-        try:
-            good = checkpoint.find_good(self.run_dir / "checkpoints", warn=lambda m: None)
-        except OSError:
-            good = None
+        good = self._last_good()
         steps = checkpoint.checkpoint_steps(good) if good is not None else 0
-        where = (f"the last good checkpoint is {good.relative_to(self.run_dir)} ({steps:,} env steps): "
-                 f"rl-train resume={self.run_dir}" if good is not None else
-                 "no checkpoint was saved before it (train.checkpoint_every sets how often one is)")
+        if good is not None:
+            where = (f"the last good checkpoint is {good.relative_to(self.run_dir)} ({steps:,} env steps): "
+                     f"rl-train resume={self.run_dir}")
+        elif not self.run_dir.is_dir():  # deleted (or moved) while training: its checkpoints went with it
+            saved = f" (this run's last at {self.saved_at:,} env steps)" if self.saved_at is not None else ""
+            where = (f"the run directory {self.run_dir} is gone, with every checkpoint it held{saved}: nothing is "
+                     "left to resume from")
+        else:
+            where = "no checkpoint was saved before it (train.checkpoint_every sets how often one is)"
         with contextlib.suppress(Exception):
             logger.info("error: %s; %s", message, where)  # train.log; the console's line is below
         if not self.options.in_python:
             say(f"rl-train: error: {message}; {where}")
         raise RunFailed(f"{message}; {where}")
+
+    def _last_good(self) -> Path | None:
+        """The newest checkpoint that reads back whole (None: none, or the run dir cannot be read)."""
+        try:
+            return checkpoint.find_good(self.run_dir / "checkpoints", warn=lambda m: None)
+        except OSError:
+            return None
 
     def _start_tracking(self) -> Tracking | None:
         """MLflow / W&B runs for this run (the checkpoint's, when resuming); see tracking.start_for_run."""
@@ -337,8 +360,9 @@ class Trainer:
             self.state.tracking = tracking.run_ids
         return tracking
 
-    def close(self) -> None:
-        self.c.close()
+    def close(self, terminate: bool = False) -> None:
+        """Close the envs; `terminate`: async workers are ended, not waited for (a step may still be running)."""
+        self.c.close(terminate)
 
     def already_done(self) -> bool:
         state = self.state
@@ -356,6 +380,7 @@ class Trainer:
         self.state.train_seconds = self._seconds_before_run + time.perf_counter() - self._started
         with self.c.clock("checkpoint"):
             path = save(self.c, self.state, self.run_dir)
+            self.saved_at = self.state.env_steps
             drop_stale_best(self.state, self.run_dir)
         self.callbacks.on_checkpoint(self.context, path)
         return path

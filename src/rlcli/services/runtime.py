@@ -40,11 +40,28 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity mask; os.cpu_count() where there is none)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def max_torch_threads() -> int:
+    """The most `torch_threads` a run may ask for: 4 per usable core. Threads past the cores only wait for each other
+    (even 2x is slower for rlcli's nets), so 4x leaves room for a machine that counts SMT siblings or for an
+    experiment, while the thread counts that crash torch's OpenMP pool (100,000 segfaulted at start-up; 5,000 took a
+    minute for 256 env steps on 2 cores) are refused."""
+    return 4 * usable_cores()
+
+
 def configure_torch(threads: int, deterministic: bool) -> None:
-    """Small nets act fastest on one thread; `deterministic` makes CPU runs bit-reproducible."""
+    """Small nets act fastest on one thread; `deterministic` makes CPU runs bit-reproducible. `threads` is capped at
+    `max_torch_threads()` here too (what reads a config without rl-train's check, e.g. a checkpoint's)."""
     reuse_freed_memory()
     if threads > 0:
-        torch.set_num_threads(threads)
+        torch.set_num_threads(min(threads, max_torch_threads()))
     if deterministic:
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
         set_deterministic(True)
