@@ -108,6 +108,14 @@ def test_a_run_on_the_users_own_env_module_evaluates_when_the_user_names_it(tiny
     assert out.returncode == 0 and "Faulty-v0" in out.stdout, out.stderr
 
 
+def test_an_env_module_that_fails_on_import_is_one_line_naming_its_line(tiny_run, tmp_path):
+    (tmp_path / "broken_env_module.py").write_text("import gymnasium\n\nraise RuntimeError('no licence file')\n")
+    out = rl_eval(str(tiny_run), "episodes=1", "env.id=broken_env_module:CartPole-v1", cwd=tmp_path,
+                  pythonpath=tmp_path)
+    line = one_line(out, code=2)
+    assert "importing module 'broken_env_module' raised RuntimeError: no licence file (broken_env_module.py:3)" in line
+
+
 # ------------------------------------------------------------------- an env that fails under rl-eval
 @pytest.mark.parametrize("fault, says", [
     ("raise", "env Faulty-v0 raised RuntimeError: simulator exploded at step 20 of one of episodes 0-1"),

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import traceback
 from collections.abc import Callable
 from typing import Any, Literal
 
@@ -52,6 +53,13 @@ def resolve_env_id(env_id: str | None) -> gym.envs.registration.EnvSpec:
             importlib.import_module(module)
         except ImportError as e:
             raise ConfigError(f"env.id={env_id!r}: cannot import module '{module}' ({e})") from None
+        except Exception as e:  # the user's module failed while it ran (a bug, a bad relative name): one line
+            frames = [f for f in traceback.extract_tb(e.__traceback__)  # the module's own line, not importlib's
+                      if not f.filename.startswith("<") and "importlib" not in f.filename and f.filename != __file__]
+            where = f" ({os.path.basename(frames[-1].filename)}:{frames[-1].lineno})" if frames else ""
+            detail = (str(e).strip().splitlines() or [""])[-1]
+            raise ConfigError(f"env.id={env_id!r}: importing module '{module}' raised {type(e).__name__}"
+                              f"{': ' + detail if detail else ''}{where}") from None
         env_id = env_id.split(":", 1)[1]
     if env_id not in gym.registry:
         ids = sorted(gym.registry)
