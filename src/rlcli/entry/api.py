@@ -334,6 +334,13 @@ def env_id_overrides(env: str | Callable[..., Any] | None) -> list[str]:
     if env is None:
         return []
     if isinstance(env, str):
+        import yaml
+
+        from rlcli.run.compose import conf_dir
+
+        shipped = Path(conf_dir()) / "env" / f"{env}.yaml"  # a shipped config's name (CartPoleNoVel-v1): its id
+        if shipped.is_file():
+            env = str((yaml.safe_load(shipped.read_text()) or {}).get("id") or env)
         return [f"env.id={env}"]
     return [o for o in env_overrides(env) if o.startswith("env.id=")]
 
