@@ -100,6 +100,26 @@ def test_rlcli_load_never_imports_a_module_that_a_checkpoint_names(tiny_run, tmp
     assert marker.exists() and policy.env_id == "CartPole-v1"
 
 
+def test_a_checkpoint_whose_config_holds_an_interpolation_is_refused_without_reading_the_machine(tiny_run,
+                                                                                                 tmp_path):
+    """rlcli saves a checkpoint's config resolved: a `${oc.env:...}` in one was written by hand, and resolving it would
+    read this machine's environment (its value could then show in a message)."""
+    data = checkpoint.load(tiny_run / "checkpoints" / "best.pt")
+    data.pop("format")
+    steps = data.pop("env_steps")
+    data["config"]["env"]["id"] = "${oc.env:RLCLI_TEST_SECRET}"
+    model = checkpoint.write(tmp_path / "checkpoints" / "model.pt", steps, data)
+    line = one_line(rl_eval(str(model), "episodes=1", cwd=tmp_path), code=2)
+    assert "interpolation" in line and "was not read" in line, line
+    os.environ["RLCLI_TEST_SECRET"] = "s3cret-value"
+    try:
+        with pytest.raises(rlcli.RlcliError) as error:
+            rlcli.load(model)
+    finally:
+        del os.environ["RLCLI_TEST_SECRET"]
+    assert "interpolation" in str(error.value) and "s3cret-value" not in str(error.value)
+
+
 def test_a_run_on_the_users_own_env_module_evaluates_when_the_user_names_it(tiny_run, tmp_path):
     out = rl_eval(str(tiny_run), "episodes=2", cwd=tmp_path)  # a fresh process: faulty_env is not imported yet
     line = one_line(out, code=2)

@@ -105,6 +105,25 @@ class Loaded:
     device: Any
 
 
+def _first_interpolation(value: Any) -> str | None:
+    if isinstance(value, dict):
+        return next((f for f in map(_first_interpolation, [*value.keys(), *value.values()]) if f), None)
+    if isinstance(value, list):
+        return next((f for f in map(_first_interpolation, value) if f), None)
+    return value if isinstance(value, str) and "${" in value else None
+
+
+def refuse_interpolations(config: Any, path: Path) -> None:
+    """A checkpoint's config is saved resolved, so it holds no `${...}`; one that does was written by hand, and
+    resolving it could read this machine (`${oc.env:...}`): refused in one line."""
+    from rlcli.registry import ConfigError
+
+    found = _first_interpolation(config)
+    if found is not None:
+        raise ConfigError(f"{path} holds an interpolation in its config ({found[:80]!r}), which rlcli never saves "
+                          "(a checkpoint's config is saved resolved): the file was edited, so it was not read")
+
+
 def load_agent(path: Path, options: dict[str, Any], env_overrides: list[str]) -> Loaded:
     from omegaconf import OmegaConf
 
@@ -116,6 +135,7 @@ def load_agent(path: Path, options: dict[str, Any], env_overrides: list[str]) ->
 
     data = checkpoint.load(path, trusted=options.get("trusted_checkpoint", False))
     checkpoint.require(data, path, "config", "algo")
+    refuse_interpolations(data["config"], path)
     cfg = OmegaConf.create(data["config"])
     for override in env_overrides:
         key, value = override.split("=", 1)
