@@ -12,7 +12,7 @@ from pathlib import Path
 import forked_cli
 import pytest
 from conftest import RL_TRAIN
-from test_faults import FAULT_ENVS, SMALL, one_line, run
+from test_faults import BASE, FAULT_ENVS, SMALL, one_line, run
 
 from rlcli.run.stop import STOP_GRACE_SECONDS
 from rlcli.services.runtime import max_torch_threads
@@ -52,13 +52,18 @@ def lines_of(err: str) -> list[str]:
     (["train.num_envs=100000"], "train.num_envs=100000 is invalid: must be in [1, 65536]"),
     (["train.num_envs=5000", "train.vector_mode=async"], "with train.vector_mode=async (one process per env"),
     (["train.step_timeout=-1"], "train.step_timeout=-1 is invalid: use a number of seconds > 0, or null"),
+    (["train.test_episodes=100000"], "train.test_episodes=100000 is invalid: must be in [1, 65536]"),
+    (["log.console=maybe"], "log.console='maybe' is invalid: expected true or false"),
+    (["algo.lr=inf"], "algo.lr=inf is invalid: use a finite number"),
+    (["algo=dqn", "algo.max_grad_norm=nan"], "algo.max_grad_norm=nan is invalid: use a finite number"),
     (["hydra.run.dir=/dev/null/x"], "hydra.run.dir=/dev/null/x is invalid: it is under /dev/null, which is a file"),
     (["hydra.run.dir=/dev/null"], "hydra.run.dir=/dev/null is invalid: it is a file"),
     (["hydra.run.dir="], "an empty path would write the run's files into the working directory"),
     (["hydra.run.dir=''"], "hydra.run.dir=''"),
 ])
 def test_nonsense_and_impossible_values_are_one_line(args, expected, tmp_path):
-    out = run(RL_TRAIN, *SMALL, "train.total_steps=512", *args, cwd=tmp_path)
+    base = BASE if any(a.startswith("algo=") for a in args) else SMALL
+    out = run(RL_TRAIN, *base, "train.total_steps=512", *args, cwd=tmp_path)
     assert expected in one_line(out, code=2)
     assert not list(tmp_path.iterdir())  # nothing written: no run dir, no run files in the working directory
 

@@ -78,7 +78,8 @@ class TrainSettings:
                     f"must be in [1, {most}] with train.vector_mode=async (one process per env: 4 per usable core, at "
                     "least 16); use sync or numpy for more")
         require(self.test_every >= 0, "train.test_every", self.test_every, "must be >= 0 (0 disables testing)")
-        require(self.test_episodes > 0, "train.test_episodes", self.test_episodes, "must be > 0")
+        require(0 < self.test_episodes <= MAX_NUM_ENVS, "train.test_episodes", self.test_episodes,
+                f"must be in [1, {MAX_NUM_ENVS}] (one test env per episode, all in this process)")
         require(self.log_every > 0, "train.log_every", self.log_every, "must be > 0")
         require(self.tb_every == "auto" or (isinstance(self.tb_every, int) and self.tb_every > 0), "train.tb_every",
                 self.tb_every, "use auto or a number of env steps > 0")
@@ -171,6 +172,7 @@ BUFFER_CONTEXT = ("n_steps", "num_envs", "obs_shape", "action_shape", "discrete"
 def check_config(cfg: DictConfig) -> None:
     """Names, keys, value types and how the parts fit: everything that needs no env and no network."""
     check_kwargs(TrainSettings, section(cfg, "train"), prefix="train")
+    check_finite(cfg)
     ENVS.check(section(cfg, "env"))
     ACTORS.check(network_section(cfg), context=NETWORK_CONTEXT)
     ALGOS.check(algo_section(cfg), context=ALGO_CONTEXT)
@@ -202,8 +204,8 @@ def check_config(cfg: DictConfig) -> None:
     require(isinstance(threads, int) and not isinstance(threads, bool) and 0 <= threads <= most, "torch_threads",
             threads, f"must be an integer in [1, {most}] (4 per usable core of this machine; 0: torch's default, "
             "one thread per core)")
-    for flag in ("deterministic", "trusted_checkpoint"):
-        value = cfg.get(flag, False)
+    for flag in ("deterministic", "trusted_checkpoint", "log.console", "log.tensorboard"):
+        value = OmegaConf.select(cfg, flag, default=False)
         require(isinstance(value, bool), flag, value, "expected true or false")
     compile_ = cfg.get("compile", False)
     require(isinstance(compile_, bool), "compile", compile_, "expected true or false")
@@ -215,6 +217,19 @@ def check_config(cfg: DictConfig) -> None:
         able = [n for n in ALGOS.names() if ALGOS.spec(n).compiles]
         raise ConfigError(f"compile=true is not implemented for algo={algo_name} yet; it is for: {', '.join(able)} "
                           "(drop compile=true: eager is the default)")
+
+
+def check_finite(cfg: DictConfig) -> None:
+    """No setting is nan (every comparison with it is false, so range checks let it through), and no algorithm
+    number is infinite (`algo.lr=inf` diverges at the first update; null, where a key takes it, means "none")."""
+    for name in ("env", "actor", "algo", "buffer"):  # train's own floats: TrainSettings, with their meanings
+        values = cfg.get(name)
+        if not isinstance(values, DictConfig):
+            continue
+        for key, value in values.items():
+            if isinstance(value, float) and (math.isnan(value) or (name == "algo" and math.isinf(value))):
+                require(False, f"{name}.{key}", value, "use a finite number" + (
+                    " (or null where the key takes it)" if name == "algo" else ""))
 
 
 def algo_cfg_flag(cfg: DictConfig, key: str) -> bool:
