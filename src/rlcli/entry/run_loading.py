@@ -94,6 +94,20 @@ def refuse_named_module(path: Path, env_id: Any, caller: str) -> None:
                       f"{trust} if you trust whoever wrote the file")
 
 
+def refuse_python_env(path: Path, env_id: Any) -> None:
+    """A run trained on `rlcli.train(env=<function>)` in another process: one line naming this file and run and the
+    `env=` that rebuilds its env, not gymnasium's "not a registered id"."""
+    import gymnasium
+
+    from rlcli.envs import PYTHON_ENV_PREFIX, python_env_missing
+    from rlcli.registry import ConfigError
+
+    if isinstance(env_id, str) and env_id.startswith(PYTHON_ENV_PREFIX) and env_id not in gymnasium.registry:
+        run_dir = path.parent.parent if path.parent.name == "checkpoints" else None
+        named = repr(str(run_dir if run_dir is not None else path))
+        raise ConfigError(python_env_missing(env_id, named, repr(str(run_dir)) if run_dir else "<run dir>"))
+
+
 @dataclass
 class Loaded:
     """A checkpoint's agent, rebuilt as training built it, with the env factory of its (overridden) config."""
@@ -103,6 +117,7 @@ class Loaded:
     env_factory: Any
     agent: Any
     device: Any
+    env_steps: int = 0  # the checkpoint's: a saved policy file keeps it
 
 
 def _first_interpolation(value: Any) -> str | None:
@@ -151,6 +166,7 @@ def load_agent(path: Path, options: dict[str, Any], env_overrides: list[str]) ->
     env_config = section(cfg, "env")
     if not any(o.split("=", 1)[0] == "env.id" for o in env_overrides) and not options.get("trusted_checkpoint"):
         refuse_named_module(path, env_config.get("id"), options.get("caller", "rl-eval"))
+    refuse_python_env(path, env_config.get("id"))
     env_factory = ENVS.build(env_config)
     masks = ALGOS.spec(str(cfg.algo.name)).action_masks
     probe = env_factory.make(1, "sync", eval=True, masks=masks)  # the spaces, as training's envs had them
@@ -173,4 +189,4 @@ def load_agent(path: Path, options: dict[str, Any], env_overrides: list[str]) ->
         raise ConfigError(f"{path} holds non-finite network weights ({', '.join(bad[:3])}): the run diverged "
                           "before it was saved; evaluate or export an earlier checkpoint (load=<env steps>)")
     agent.algo.networks.eval()
-    return Loaded(path, cfg, env_factory, agent, device)
+    return Loaded(path, cfg, env_factory, agent, device, int(data.get("env_steps", 0)))

@@ -36,6 +36,26 @@ from rlcli.registry import ENVS, ConfigError, did_you_mean, require
 VectorMode = Literal["auto", "sync", "async", "numpy", "envpool"]
 
 
+PYTHON_ENV_PREFIX = "rlcli-python/"  # rlcli.train(env=<function>) registers the function's env under this prefix
+
+
+def python_env_function(env_id: str) -> str:
+    """The name to show for the function behind `rlcli-python/<name>-v0` (a lambda's id says only `env`)."""
+    name = env_id.removeprefix(PYTHON_ENV_PREFIX).removesuffix("-v0")
+    if name.endswith("_instance"):  # rlcli.train(env=<an instance>): copies of it
+        return f"<a {name.removesuffix('_instance')} instance>"
+    return "<the function that made the env>" if name == "env" else name
+
+
+def python_env_missing(env_id: str, load: str = "<run dir or file>", resume: str = "<run dir>") -> str:
+    """Why a run trained on a Python function's env cannot be rebuilt here, and the two calls that rebuild it: the
+    function lives only in the process that trained the run, so the id alone names nothing in a new one."""
+    fn = python_env_function(env_id)
+    return (f"env.id={env_id!r} is the env of a Python function ({fn}) that only the process that trained this run "
+            f"had; pass that function again from Python: rlcli.load({load}, env={fn}) to act with the policy, "
+            f"rlcli.train(resume={resume}, env={fn}) to continue training (rl-train and rl-eval cannot make it)")
+
+
 def resolve_env_id(env_id: str | None) -> gym.envs.registration.EnvSpec:
     """Look a gymnasium id up (importing `module` first for `module:Env-v0`), or fail in one line."""
     if not env_id:
@@ -62,6 +82,8 @@ def resolve_env_id(env_id: str | None) -> gym.envs.registration.EnvSpec:
                               f"{': ' + detail if detail else ''}{where}") from None
         env_id = env_id.split(":", 1)[1]
     if env_id not in gym.registry:
+        if env_id.startswith(PYTHON_ENV_PREFIX):
+            raise ConfigError(python_env_missing(env_id))
         ids = sorted(gym.registry)
         raise ConfigError(
             f"env.id={env_id!r} is not a registered gymnasium id{did_you_mean(env_id, ids)}; "

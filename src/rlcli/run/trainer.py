@@ -141,7 +141,7 @@ class Trainer:
         video_phase(self.c, state, it, self.run_dir, log)
         log_phase(self.c, state, it, log, self._tb_every)
         if it.stop is not None and not it.last_phase:  # at the budget's end it is simply the end
-            log.message(stop_line(it.stop, state, self.c.stop_reward, self.run_dir))
+            log.message(stop_line(it.stop, state, self.c.stop_reward, self.run_dir, str(self.c.cfg.env.id)))
             self.stop_reason = it.stop
             return True
         self.stop_on_signal(log)  # Ctrl-C / SIGTERM: checkpoint, exit
