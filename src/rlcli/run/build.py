@@ -228,7 +228,7 @@ def check_finite(cfg: DictConfig) -> None:
             continue
         for key, value in values.items():
             if isinstance(value, float) and (math.isnan(value) or (name == "algo" and math.isinf(value))):
-                require(False, f"{name}.{key}", value, "use a finite number" + (
+                require(False, f"{name}.{key!s}", value, "use a finite number" + (
                     " (or null where the key takes it)" if name == "algo" else ""))
 
 
