@@ -1,17 +1,23 @@
 # Two commands do everything on a fresh clone:  make train   /   make test
-# Each creates .venv (torch==2.13.0 CPU build first, then the project) only when it is missing;
+# Each creates .venv (torch 2.13.0's CPU build first, then the project) only when it is missing;
 # `make train` installs what training needs, `make test` adds the dev extras (pytest, ruff, mypy, sweeps, SB3, Atari).
+# TORCH picks torch's build (scripts/install_torch.py): cpu (default; PyTorch's CPU wheel index, about 200 MB, or
+# where that index is unreachable the plain name from pip's own settings if that is a CPU build too),
+# cu126 / cu128 / ... (that CUDA build, several GB), pypi (the plain name, whatever pip's index gives).
+# It applies when .venv is created: for another build on an existing .venv, `make clean-venv` first.
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 ARGS   ?=
+TORCH  ?= cpu
+TORCH_VERSION ?= 2.13.0
 
 .PHONY: train test lint docs clean-venv
 
 $(BIN)/rl-train: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet torch==2.13.0
+	$(BIN)/python scripts/install_torch.py --build $(TORCH) --version $(TORCH_VERSION)
 	$(BIN)/python -m pip install --quiet -e .
 	touch $@
 

@@ -1,0 +1,61 @@
+"""The first hour, third round (issue 56): set-up that does what it says, a silently wrong env, training longer after
+a stop at the stop reward, docs that match the code, warnings and hints, MLflow's files, a quick contributor check."""
+
+import importlib.util
+import subprocess
+
+import pytest
+from conftest import REPO
+
+
+# ------------------------------------------------------------------ 1. set-up installs torch's CPU build for real
+def _install_torch():
+    spec = importlib.util.spec_from_file_location("install_torch", REPO / "scripts" / "install_torch.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _report(*names_versions):
+    return {"install": [{"metadata": {"name": n, "version": v}} for n, v in names_versions]}
+
+
+def test_set_up_takes_torch_from_pytorchs_cpu_index_where_it_answers():
+    t = _install_torch()
+    never = lambda requirement: pytest.fail("no dry run where the CPU index answers")  # noqa: E731
+    args, line = t.plan("cpu", "2.13.0", t.PYTORCH_INDEX, lambda url: None, never)
+    assert args == ["install", "--quiet", "--index-url", "https://download.pytorch.org/whl/cpu", "torch==2.13.0"]
+    assert "about 200 MB" in line
+    args, line = t.plan("cu128", "2.13.0", t.PYTORCH_INDEX, lambda url: None, never)
+    assert args[2:4] == ["--index-url", "https://download.pytorch.org/whl/cu128"] and "several GB" in line
+    assert t.plan("pypi", "2.13.0", t.PYTORCH_INDEX, never, never)[0] == ["install", "--quiet", "torch==2.13.0"]
+
+
+def test_set_up_falls_back_to_the_plain_name_only_where_that_is_a_cpu_build():
+    t = _install_torch()
+    offline = lambda url: "Name or service not known"  # noqa: E731
+    cpu = lambda requirement: _report(("torch", "2.13.0+cpu"), ("sympy", "1.14.0"))  # noqa: E731
+    args, line = t.plan("cpu", "2.13.0", t.PYTORCH_INDEX, offline, cpu)
+    assert args == ["install", "--quiet", "torch==2.13.0"] and "not reachable" in line and "2.13.0+cpu" in line
+    cuda = lambda requirement: _report(("torch", "2.13.0"), *[(f"nvidia-lib{i}", "12") for i in range(20)])  # noqa: E731
+    with pytest.raises(SystemExit) as refused:
+        t.plan("cpu", "2.13.0", t.PYTORCH_INDEX, offline, cuda)
+    assert "is a CUDA build" in str(refused.value) and "20 nvidia-* packages" in str(refused.value)
+    assert "TORCH=pypi" in str(refused.value) and "\n" not in str(refused.value)
+    with pytest.raises(SystemExit) as refused:
+        t.plan("cu128", "2.13.0", t.PYTORCH_INDEX, offline, cpu)
+    assert "no cu128 build" in str(refused.value)
+
+
+def test_make_passes_the_torch_switch_to_the_installer(tmp_path):
+    venv = tmp_path / "venv"
+    out = subprocess.run(["make", "-n", f"VENV={venv}", "TORCH=cu128", f"{venv}/bin/rl-train"], cwd=REPO,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert f"{venv}/bin/python scripts/install_torch.py --build cu128 --version 2.13.0" in out.stdout
+    assert "pip install --quiet torch" not in out.stdout  # never the plain name unchecked
+    plain = subprocess.run(["make", "-n", f"VENV={venv}", f"{venv}/bin/rl-train"], cwd=REPO, capture_output=True,
+                           text=True, timeout=60)
+    assert "--build cpu" in plain.stdout
+    setup = (REPO / "README.md").read_text().split("## Set up, train, test", 1)[1].split("\n## ", 1)[0]
+    assert "https://download.pytorch.org/whl/cpu" in setup and "TORCH=cu128" in setup and "MB" in setup
