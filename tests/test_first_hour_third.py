@@ -5,7 +5,16 @@ import importlib.util
 import subprocess
 
 import pytest
-from conftest import REPO
+from conftest import REPO, run_cli
+
+from rlcli.registry import ConfigError
+from rlcli.run.compose import compose_config
+
+
+def one_line_error(out: subprocess.CompletedProcess) -> str:
+    lines = [line for line in out.stderr.splitlines() if line.strip()]
+    assert out.returncode == 2 and len(lines) == 1 and lines[0].startswith("rl-train: error: "), out.stderr
+    return lines[0]
 
 
 # ------------------------------------------------------------------ 1. set-up installs torch's CPU build for real
@@ -59,3 +68,16 @@ def test_make_passes_the_torch_switch_to_the_installer(tmp_path):
     assert "--build cpu" in plain.stdout
     setup = (REPO / "README.md").read_text().split("## Set up, train, test", 1)[1].split("\n## ", 1)[0]
     assert "https://download.pytorch.org/whl/cpu" in setup and "TORCH=cu128" in setup and "MB" in setup
+
+
+# ------------------------------------------------------------------ 3. env.id without env= is not CartPole's run
+def test_env_id_without_env_choice_is_refused_naming_the_command(tmp_path):
+    line = one_line_error(run_cli("env.id=FrozenLake-v1", cwd=tmp_path))
+    assert "env=gym env.id=FrozenLake-v1" in line and "env=CartPole-v1's config" in line
+    assert not (tmp_path / "runs").exists()
+    with pytest.raises(ConfigError, match=r"write env=LunarLander-v3 \(its shipped config\)"):
+        compose_config(["env.id=LunarLander-v3"])
+    assert compose_config(["env=gym", "env.id=FrozenLake-v1"]).env.id == "FrozenLake-v1"
+    assert compose_config(["env.id=CartPole-v1"]).env.id == "CartPole-v1"  # the default's own id changes nothing
+    # a typed env= is the user's choice: a shipped config reused for another id
+    assert compose_config(["env=Acrobot-v1", "env.id=CartPole-v1"]).env.id == "CartPole-v1"

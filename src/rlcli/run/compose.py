@@ -106,6 +106,32 @@ def check_tuned_choice(value: str, options: list[str]) -> None:
                       f"(or ~tuned for none)")
 
 
+def default_choice(group: str) -> str:
+    """A group's default option in rlcli's config.yaml (env: CartPole-v1, algo: ppo)."""
+    defaults = OmegaConf.load(Path(conf_dir()) / "config.yaml").get("defaults", [])
+    return next(str(d[group]) for d in defaults if isinstance(d, DictConfig) and group in d)
+
+
+def check_env_id_has_its_config(args: list[str]) -> None:
+    """`env.id=FrozenLake-v1` without `env=` would train FrozenLake with the default env's config (CartPole's
+    settings, its tuned hyperparameters, its run directory): refused in one line naming the command that trains
+    FrozenLake (env=gym env.id=..., or env=<id> where rlcli ships a config for it). A typed `env=` keeps the user's
+    choice: a shipped config may be meant for another id (env=ALE/Pong-v5 env.id=ALE/Breakout-v5)."""
+    ids = [value_of(a) for a in args if key_of(a) == "env.id" and not a.startswith("~")]
+    if not ids or any(key_of(a).split("@", 1)[0] == "env" for a in args):
+        return
+    choice, env_id = default_choice("env"), ids[-1]
+    if env_id == str(OmegaConf.load(Path(conf_dir()) / "env" / f"{choice}.yaml").get("id")):
+        return
+    algo = next((value_of(a) for a in reversed(args) if key_of(a) == "algo"), default_choice("algo"))
+    shipped = env_id in group_options("env", search_path_args(args))
+    fix = (f"env={env_id} (its shipped config) or env=gym env.id={env_id} (gymnasium's defaults)" if shipped
+           else f"env=gym env.id={env_id}")
+    raise ConfigError(f"env.id={env_id} without env= would train it with the default env={choice}'s config "
+                      f"({choice}'s settings and tuned hyperparameters, filed under runs/{algo}/{choice}/); "
+                      f"write {fix}")
+
+
 def _is_gymnasium_id(value: str) -> bool:
     import gymnasium as gym
 
@@ -173,6 +199,7 @@ def compose_config(args: list[str]) -> DictConfig:
     from hydra import compose
 
     check_group_choices(args)
+    check_env_id_has_its_config(args)
     with hydra_context():
         try:
             return compose("config", overrides=args)
