@@ -1,8 +1,10 @@
 """The first hour, third round (issue 56): set-up that does what it says, a silently wrong env, training longer after
 a stop at the stop reward, docs that match the code, warnings and hints, MLflow's files, a quick contributor check."""
 
+import hashlib
 import importlib.util
 import subprocess
+from pathlib import Path
 
 import pytest
 from conftest import REPO, run_cli
@@ -81,3 +83,30 @@ def test_env_id_without_env_choice_is_refused_naming_the_command(tmp_path):
     assert compose_config(["env.id=CartPole-v1"]).env.id == "CartPole-v1"  # the default's own id changes nothing
     # a typed env= is the user's choice: a shipped config reused for another id
     assert compose_config(["env=Acrobot-v1", "env.id=CartPole-v1"]).env.id == "CartPole-v1"
+
+
+# ------------------------------------------------------------------ 4. training longer after a stop-reward stop
+def _digests(run: Path) -> dict[str, str]:
+    files = [*sorted((run / ".hydra").iterdir()), run / "train.log", run / "eval.jsonl"]
+    return {f.name: hashlib.sha256(f.read_bytes()).hexdigest() for f in files}
+
+
+def test_a_raised_budget_trains_on_after_the_stop_reward_and_a_no_op_resume_writes_nothing(tmp_path):
+    tiny = ["algo.n_steps=32", "algo.batch_size=64", "train.num_envs=4", "train.test_every=128",
+            "train.test_episodes=1", "log.console=false", "log.tensorboard=false"]
+    out = run_cli(*tiny, "train.total_steps=4096", "train.stop_reward=1", "hydra.run.dir=run", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    run = tmp_path / "run"
+    assert [p.name for p in (run / "checkpoints").glob("ckpt_*.pt")] == ["ckpt_000000000128.pt"]
+    out = run_cli("resume=run", "train.total_steps=384", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "reached its stop reward at 128 env steps" in out.stderr and "train.stop_reward=null" in out.stderr
+    assert (run / "checkpoints" / "ckpt_000000000384.pt").is_file()  # it trained on, past the stop reward
+    assert "train.stop_reward=null" in (run / ".hydra" / "overrides.yaml").read_text()
+    before = _digests(run)
+    for again in (["train.total_steps=256"], [], ["train.total_steps=512", "train.stop_reward=1"]):
+        out = run_cli("resume=run", *again, cwd=tmp_path)
+        assert out.returncode == 0 and "already finished at 384 env steps" in out.stderr, (again, out.stderr)
+        assert "nothing was changed" in out.stderr
+        assert _digests(run) == before, again  # .hydra/config.yaml, overrides.yaml, train.log as they were
+    assert "give a higher train.stop_reward" in out.stderr

@@ -76,6 +76,32 @@ def precheck(args: list[str], keep: bool = False) -> None:
         components.close()
 
 
+def finished_run_args(args: list[str], overrides: list[str]) -> tuple[list[str], list[str]]:
+    """A resume of a run that had finished (run/resume.finished_run_plan), after the pre-check: with nothing to train,
+    Hydra is told to write nothing into the run's .hydra/ (the run directory is left as it was); with a raised budget
+    past the stop reward that the run reached, train.stop_reward=null is added (said in one line, and recorded in
+    the run's overrides) and the run is checked again. Returns (Hydra's arguments, the job's overrides)."""
+    from rlcli.run.resume import DONE, PAST_STOP_REWARD, TYPED_ON_RESUME, finished_run_plan, past_stop_reward_line
+    from rlcli.services.log import say
+
+    prepared = _PREPARED.get("prepared")
+    if prepared is None or not any(key_of(a) == "resume" for a in overrides):
+        return args, overrides
+    components, state = prepared
+    total, stop_reward = components.settings.total_steps, components.stop_reward
+    plan = finished_run_plan(state, total, stop_reward, TYPED_ON_RESUME)
+    if plan == DONE:
+        return [*args, "hydra.output_subdir=null"], overrides
+    if plan == PAST_STOP_REWARD:
+        say(f"rl-train: {past_stop_reward_line(state, total, stop_reward)}")
+        _PREPARED.clear()
+        components.close()
+        off = "train.stop_reward=null"
+        precheck([*overrides, off], keep=True)
+        return [*args, off], [*overrides, off]
+    return args, overrides
+
+
 def check_env_id(cfg: DictConfig) -> None:
     """A wrong `env.id` is the commonest typo; gymnasium's registry answers it without importing torch."""
     if str(cfg.env.get("name", "")) == "gym":
@@ -173,6 +199,7 @@ def run_from_python(argv: list[str], callbacks: Sequence[Any] = ()) -> Any:
         lock_existing_run_dir(args)
         check_writable(args, multirun=False)
         precheck(args, keep=True)
+        args, _ = finished_run_args(args, args)
     except BaseException:  # this process goes on: the run directory it locked is free again
         for run_dir in [value_of(a) for a in args if key_of(a) == "hydra.run.dir"]:
             run_lock.release(Path(run_dir).expanduser())
@@ -338,6 +365,7 @@ def main(argv: list[str] | None = None) -> None:
             if overrides is not None:  # other flags (--help, --cfg, --info) go straight to Hydra
                 check_writable(args, multirun=False)
                 precheck(overrides, keep=True)
+                args, overrides = finished_run_args(args, overrides)
     except ConfigError as error:
         _fail(error)
     sys.argv = [sys.argv[0], *args]

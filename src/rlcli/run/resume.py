@@ -20,7 +20,7 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from rlcli.registry import ConfigError
-from rlcli.services.log import say
+from rlcli.services.log import fmt_return, say
 
 # Keys that may differ between a checkpoint's config and the resumed run's.
 CHANGEABLE = (
@@ -415,3 +415,43 @@ def change_notice(record: dict[str, Any]) -> str:
     """The one line a changed resume prints (and train.log keeps)."""
     return (f"resumed from {record['checkpoint']} with {describe_change(record)}, as this command line asks: the "
             "run is no longer an exact continuation (its checkpoints keep this change in state.changes)")
+
+
+# A resumed run that had finished (its budget or its stop reward reached), by what the resume command line asks:
+DONE = "done"  # nothing to train: the run directory is left as it was (Hydra writes nothing into its .hydra/)
+PAST_STOP_REWARD = "past_stop_reward"  # train on to the raised budget, the stop reward it reached switched off
+
+
+def finished_run_plan(state: Any, total_steps: int, stop_reward: float | None, typed: set[str]) -> str | None:
+    """DONE, PAST_STOP_REWARD, or None (the run trains: it had not finished, or the resume asks for more).
+
+    A finished run trains on when the resume command line asks for it: a train.total_steps above its env steps (a
+    raised budget), or a train.stop_reward that its last test return has not reached (a higher one, or null). A
+    raised budget alone, on a run whose last test return reached its stop reward, trains on with the stop reward
+    off (the first test phase would stop it again): PAST_STOP_REWARD, which adds train.stop_reward=null."""
+    if not state.finished:
+        return None
+    if state.env_steps >= total_steps:
+        return DONE
+    last = state.last_test_return
+    if stop_reward is None or last is None or last < stop_reward:
+        return None
+    if "train.total_steps" in typed and "train.stop_reward" not in typed:
+        return PAST_STOP_REWARD
+    return DONE
+
+
+def already_done_line(state: Any, total_steps: int, stop_reward: float | None) -> str:
+    """Why a resume of a finished run trains nothing, and what would train it on."""
+    last = fmt_return(state.last_test_return)
+    done = f"this run already finished at {state.env_steps:,} env steps (test return {last})"
+    if state.env_steps >= total_steps:
+        return f"{done}; to train longer, give train.total_steps above {state.env_steps:,} (nothing was changed)"
+    return (f"{done}: it reached train.stop_reward={stop_reward:g}; to train on, give a higher train.stop_reward (or "
+            f"null), or train.total_steps=<a budget> alone (nothing was changed)")
+
+
+def past_stop_reward_line(state: Any, total_steps: int, stop_reward: float) -> str:
+    return (f"this run reached its stop reward at {state.env_steps:,} env steps (test return "
+            f"{fmt_return(state.last_test_return)} >= {stop_reward:g}): it trains on to train.total_steps="
+            f"{total_steps:,} with train.stop_reward=null (give train.stop_reward=<a return> to stop at one)")

@@ -28,7 +28,7 @@ from rlcli.run.callbacks import Callback, CallbackList, RunContext
 from rlcli.run.divergence import Diverged, NonfiniteGuard
 from rlcli.run.evaluation import test_phase
 from rlcli.run.loop_steps import Iteration, crossed, log_phase, stop_line, tb_cadence, video_phase
-from rlcli.run.resume import change_notice
+from rlcli.run.resume import already_done_line, change_notice
 from rlcli.run.state import TrainState, drop_stale_best, save
 from rlcli.run.stop import RunFailed, StopNow, StoppedBySignal, StopSignals
 from rlcli.schedules import apply_schedules
@@ -322,8 +322,7 @@ class Trainer:
         drop_stale_best(state, self.run_dir)  # nothing is written in this run: a later best.pt is dropped now
         self.close()
         self.stop_reason = "already finished"
-        say(f"rl-train: this run already finished at {state.env_steps:,} env steps "
-            f"(test return {fmt_return(state.last_test_return)}); raise train.total_steps to train longer")
+        say(f"rl-train: {already_done_line(state, self.c.settings.total_steps, self.c.stop_reward)}")
         return _as_return(state.last_test_return)
 
     def _fail(self, message: str) -> NoReturn:
