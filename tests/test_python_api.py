@@ -117,7 +117,7 @@ def test_bad_input_is_one_line_rlcli_error_not_system_exit(tmp_path):
         (dict(algo="ppoo"), "unknown algo 'ppoo' (did you mean 'ppo'?)"),
         (dict(train={"total_steps": -1}), "train.total_steps=-1 is invalid"),
         (dict(overrides=["--cfg", "job"]), "'--cfg' is a command-line flag"),
-        (dict(env=gym.make("CartPole-v1")), "is an env instance"),
+        (dict(env=object()), "is neither an env name"),  # an env instance or a VectorEnv is accepted since #56
         (dict(env="NoSuchEnv-v0"), "NoSuchEnv-v0"),
         (dict(callbacks=[lambda run: None]), "rlcli.Callback instances"),
         (dict(resume=tmp_path / "nowhere"), "nowhere"),

@@ -32,6 +32,9 @@ if TYPE_CHECKING:
     from rlcli.entry.run_loading import Loaded
 
 LoadWhich = Literal["best", "last"] | int
+# env= of train / load / evaluate: an env config name or gymnasium id, a function that makes an env, an env instance
+# or a gymnasium VectorEnv (Any: gymnasium is imported only when one is given)
+EnvSource = str | Callable[..., Any] | Any
 
 
 class RlcliError(Exception):
@@ -73,10 +76,16 @@ class Run:
         """The trained agent as the run ended (its last checkpoint), on the CPU."""
         return self.load("last")
 
+    def save(self, path: str | Path) -> Path:
+        """SB3's `model.save(path)`: the agent as the run ended (its policy: config, networks, observation statistics)
+        written to exactly `path`; `rlcli.load(path)` reads it back in any process. Training goes on from the run
+        directory, which also holds the optimizer and buffer: `rlcli.train(resume=run.run_dir, more_steps=n)`."""
+        return self.agent.save(path)
 
-def train(overrides: Sequence[str] | str | None = None, *, env: str | Callable[..., Any] | None = None,
+
+def train(overrides: Sequence[str] | str | None = None, *, env: EnvSource | None = None,
           callbacks: Sequence[Callback] = (), resume: str | Path | None = None, run_dir: str | Path | None = None,
-          **settings: Any) -> Run:
+          more_steps: int | None = None, policy_kwargs: Mapping[str, Any] | None = None, **settings: Any) -> Run:
     """Train as `rl-train <overrides>` would, and return the run.
 
     `overrides`: rl-train's command-line overrides (`["algo=sac", "algo.lr=1e-3"]`, or one string of them).
@@ -84,14 +93,22 @@ def train(overrides: Sequence[str] | str | None = None, *, env: str | Callable[.
     seed=3`. `env`: an env config name (`"CartPole-v1"`), any registered gymnasium id (`"Taxi-v3"`), or a
     function that makes the env (`lambda: MyEnv(size=5)`). A function's env is registered under
     `rlcli-python/<function name>-v0` in this process only, so `rl-train resume=` from the shell cannot rebuild
-    it: resume it from Python with the same `env=`. `callbacks`: rlcli.Callback instances called at the loop's
-    points; one may stop the run cleanly (it stays resumable). `resume`: a run directory or checkpoint (or "auto"
-    with `run_dir=`), as `resume=` on the command line. `run_dir`: where the run goes (hydra.run.dir; by default
-    runs/<algo>/<env>/<time stamp> under the current directory).
+    it: resume it from Python with the same `env=`. An env instance (`gymnasium.make(...)` or your own) or a
+    gymnasium VectorEnv works too: rlcli makes its training and test envs the way yours was made (its id when it
+    is a registered one with its defaults, else copies of it; a VectorEnv also sets train.num_envs); yours is not
+    stepped. `callbacks`: rlcli.Callback instances called at the loop's points; one may stop the run cleanly (it
+    stays resumable). `resume`: a run directory or checkpoint (or "auto" with `run_dir=`), as `resume=` on the
+    command line. `more_steps`: with `resume`, train this many env steps beyond the checkpoint's (SB3's
+    `learn(n, reset_num_timesteps=False)`), instead of an absolute train.total_steps. `run_dir`: where the run
+    goes (hydra.run.dir; by default runs/<algo>/<env>/<time stamp> under the current directory).
+    `policy_kwargs`: SB3's network settings (net_arch, activation_fn, ortho_init, log_std_init, ...) as rlcli's
+    actor keys. A keyword that is not a top-level setting but one of the algorithm's (`n_steps=64`,
+    `learning_rate=1e-3`) is that algorithm's setting, as in SB3's `PPO(..., n_steps=64)`.
 
     Raises RlcliError for bad input or a failed run (divergence, a failing env, a full disk); a Ctrl-C stops at the
     end of the iteration with a checkpoint saved and raises KeyboardInterrupt.
     """
+    from rlcli.entry.api_habits import actor_keys, algo_keywords, function_name, more_steps_overrides, vector_num_envs
     from rlcli.entry.rl_train import run_from_python
     from rlcli.registry import ConfigError
     from rlcli.run.callbacks import CallbackList
@@ -99,9 +116,20 @@ def train(overrides: Sequence[str] | str | None = None, *, env: str | Callable[.
 
     CallbackList(callbacks)  # a wrong kind is a TypeError now, before anything is made
     _check_sections(settings)
-    args = [*_as_list(overrides), *env_overrides(env), *as_overrides(settings)]
+    given = _as_list(overrides)
+    settings = algo_keywords(settings, given)
+    if policy_kwargs is not None:
+        actor = settings.get("actor")
+        chosen = {"name": actor} if isinstance(actor, str) else dict(actor or {})
+        settings = {**settings, "actor": {**actor_keys(policy_kwargs), **chosen}}
+    args = [*given, *env_overrides(env), *as_overrides(settings)]
+    num_envs = vector_num_envs(env)
+    if num_envs is not None and not any(a.split("=", 1)[0] == "train.num_envs" for a in args):
+        args.append(f"train.num_envs={num_envs}")
     if run_dir is not None:
         args.append(f"hydra.run.dir={_format_value(str(Path(run_dir).expanduser()))}")
+    if more_steps is not None:
+        args += more_steps_overrides(more_steps, resume, run_dir, args)
     if resume is not None:
         args.append(f"resume={_format_value(str(resume))}")
     try:
@@ -111,8 +139,9 @@ def train(overrides: Sequence[str] | str | None = None, *, env: str | Callable[.
     except RunFailed as failed:
         raise RlcliError(failed.message) from failed.__context__
     except (StoppedBySignal, StopNow):
+        again = f", env={function_name(env)}" if env is not None and not isinstance(env, str) else ""
         raise KeyboardInterrupt("training stopped with a checkpoint saved; continue it with "
-                                "rlcli.train(resume=<its run dir>)") from None
+                                f"rlcli.train(resume=<its run dir>{again})") from None
     state = trainer.state
     return Run(Path(trainer.run_dir), state.env_steps, state.last_test_return, state.best_test_return,
                str(trainer.stop_reason), bool(state.finished))
@@ -143,10 +172,20 @@ def as_overrides(settings: Mapping[str, Any], prefix: str = "") -> list[str]:
         if isinstance(value, Mapping):
             if not value:
                 raise RlcliError(f"{name}={{}} is empty: give the keys to set, e.g. {name}={{'key': value}}")
+            if not prefix and key in _NAMED_GROUPS and isinstance(value.get("name"), str):
+                # algo={"name": "ppo", "n_steps": 64}: the choice, then its settings (algo.name= alone would keep
+                # the default algorithm's other settings)
+                args.append(f"{name}={_format_value(value['name'])}")
+                value = {k: v for k, v in value.items() if k != "name"}
+                if not value:
+                    continue
             args += as_overrides(value, prefix=f"{name}.")
         else:
             args.append(f"{name}={_format_value(value)}")
     return args
+
+
+_NAMED_GROUPS = ("algo", "actor", "buffer", "collector")
 
 
 def _format_value(value: Any) -> str:
@@ -175,9 +214,14 @@ def _as_list(overrides: Sequence[str] | str | None) -> list[str]:
     return [str(o) for o in overrides]
 
 
-def env_overrides(env: str | Callable[..., Any] | None) -> list[str]:
+def env_overrides(env: EnvSource | None) -> list[str]:
+    """`env=` as rl-train overrides: a shipped config (`env=CartPole-v1`), a gymnasium id, or a function's env
+    registered for this process (an instance or a VectorEnv first becomes one of those: api_habits.env_source)."""
+    from rlcli.entry.api_habits import env_source
+
     if env is None:
         return []
+    env = env_source(env)
     if isinstance(env, str):
         from rlcli.run.compose import conf_dir
 
@@ -187,12 +231,9 @@ def env_overrides(env: str | Callable[..., Any] | None) -> list[str]:
         return ["env=gym", f"env.id={_format_value(env)}"]
     import gymnasium
 
-    if isinstance(env, gymnasium.Env):
-        kind = type(env.unwrapped).__name__
-        raise RlcliError(f"env={kind}(...) is an env instance; rlcli makes train.num_envs training envs and its test "
-                         f"envs from it: pass a function that makes one, e.g. env=lambda: {kind}(...)")
     if not callable(env):
-        raise RlcliError(f"env={env!r} is neither an env name nor a function that makes an env")
+        raise InvalidType(f"env={env!r} is neither an env name, a function that makes an env, an env instance nor a "
+                          "gymnasium VectorEnv")
     name = re.sub(r"[^\w.-]", "_", getattr(env, "__name__", type(env).__name__))
     env_id = f"rlcli-python/{'env' if name == '_lambda_' else name}-v0"
     with warnings.catch_warnings():
@@ -240,11 +281,15 @@ class Policy:
 
         agent, device = self._loaded.agent, self.device
         observation_space = self._observation_space
-        if isinstance(obs, Mapping):
-            raise RlcliError(f"obs is a dict; this policy acts on {self.env_id}'s observations as rlcli's envs give "
-                             "them (dicts flattened): policy.make_env() makes such an env")
-        x = _real_observations(obs, self.env_id)
-        single = x.shape == tuple(observation_space.shape)
+        raw = self._raw_observations(obs)
+        if raw is not None:  # the env's own observation (a dict, FrozenLake's integer): encoded as rlcli's envs do
+            x, single = raw
+        else:
+            if isinstance(obs, Mapping):
+                raise RlcliError(f"obs is a dict but {self.env_id}'s observations are not: give one {self.env_id} "
+                                 "observation or a batch of them")
+            x = _real_observations(obs, self.env_id)
+            single = x.shape == tuple(observation_space.shape)
         if not single and x.shape[1:] != tuple(observation_space.shape):
             raise RlcliError(f"obs of shape {x.shape} does not fit {self.env_id}'s observations of shape "
                              f"{tuple(observation_space.shape)} (or a batch of them, [n, "
@@ -274,6 +319,27 @@ class Policy:
             return actions[0], None if next_state is None else next_state[0]
         return actions, next_state
 
+    def save(self, path: str | Path) -> Path:
+        """SB3's `model.save(path)`: this policy (its config, networks and observation statistics, in rlcli's
+        checksummed checkpoint format) written atomically to exactly `path`, for `rlcli.load(path)` in any process
+        (or `actor={"init_from": path}` to start a new run from its weights). It holds no optimizer or buffer:
+        training goes on from the run directory (`rlcli.train(resume=<run dir>, more_steps=n)`)."""
+        from omegaconf import OmegaConf
+
+        from rlcli.services import checkpoint
+
+        if not isinstance(path, str | PathLike):
+            raise InvalidType(f"path={path!r} is not a path; give a file name (a str or a pathlib.Path)")
+        target = Path(path).expanduser()
+        if target.is_dir():
+            raise InvalidValue(f"path={str(target)!r} is a directory; give a file name, e.g. {target / 'agent.pt'}")
+        config = OmegaConf.to_container(self._loaded.cfg, resolve=True)
+        networks = {k: v.detach().cpu() for k, v in self.networks.state_dict().items()}
+        try:
+            return checkpoint.write(target, self._loaded.env_steps, {"config": config, "algo": {"networks": networks}})
+        except OSError as error:
+            raise RlcliError(f"cannot write {target}: {error.strerror or error}") from None
+
     def make_env(self, num_envs: int = 1, render: bool = False) -> Any:
         """A gymnasium vector env as rlcli makes this policy's test envs (its wrappers, episode statistics; with
         `render`, rgb_array frames): what `predict` takes observations from. Close it when done."""
@@ -286,12 +352,76 @@ class Policy:
             raise RlcliError(str(error)) from None
 
     @cached_property
-    def _observation_space(self) -> Any:
+    def _spaces(self) -> tuple[Any, Any, list[Any]]:
+        """The policy's observation space, the env's own (raw) one, and the vector observation wrappers between
+        them, innermost first (dict flattening or packing, one-hot encoding, observation_indices)."""
+        from gymnasium.vector import VectorObservationWrapper, VectorWrapper
+
         probe = self.make_env()
         try:
-            return probe.single_observation_space
+            transforms, env = [], probe
+            while isinstance(env, VectorWrapper):
+                if isinstance(env, VectorObservationWrapper):
+                    transforms.append(env)
+                env = env.env
+            raw = transforms[-1].env.single_observation_space if transforms else probe.single_observation_space
+            return probe.single_observation_space, raw, transforms[::-1]
         finally:
             probe.close()
+
+    @property
+    def _observation_space(self) -> Any:
+        return self._spaces[0]
+
+    def _raw_observations(self, obs: Any) -> tuple[np.ndarray, bool] | None:
+        """`obs` as the env gives it (SB3's `predict` takes those): a Dict observation, a Discrete one (an int), a
+        MultiDiscrete or Tuple one, a Box before observation_indices; encoded one by one with the wrappers rlcli's
+        envs apply. None: `obs` is already as rlcli's envs give it (or not the env's own either)."""
+        import gymnasium
+        import numpy as np
+
+        from rlcli.entry.api_habits import as_space_value, batch_of_one, short
+
+        processed, raw, transforms = self._spaces
+        if not transforms:
+            return None
+        items: list[Any]
+        if isinstance(raw, gymnasium.spaces.Dict):
+            if not isinstance(obs, Mapping):
+                return None
+            missing = [k for k in raw.spaces if k not in obs]
+            if missing:
+                raise InvalidValue(f"obs lacks the key(s) {', '.join(map(repr, missing))} of {self.env_id}'s Dict "
+                                   f"observation (keys: {', '.join(map(repr, raw.spaces))})")
+            values = {k: np.asarray(obs[k]) for k in raw.spaces}
+            first = next(iter(raw.spaces))
+            single = values[first].shape == tuple(raw.spaces[first].shape or ())
+            items = [values] if single else [{k: v[i] for k, v in values.items()} for i in range(len(values[first]))]
+        elif isinstance(raw, gymnasium.spaces.Tuple):
+            if not isinstance(obs, tuple):
+                return None
+            single = all(np.ndim(e) == 0 for e in obs)
+            items = [obs] if single else list(zip(*obs, strict=True))
+        else:
+            x = np.asarray(obs)
+            shape = tuple(raw.shape or ())
+            if isinstance(raw, gymnasium.spaces.Discrete | gymnasium.spaces.MultiDiscrete):
+                if x.dtype.kind not in "iu":
+                    return None  # floats: rlcli's one-hot observations
+            elif shape == tuple(processed.shape) or x.shape[x.ndim - len(shape):] != shape \
+                    or x.ndim not in (len(shape), len(shape) + 1):
+                return None  # already the policy's observations (or neither: the shape check below names it)
+            single = x.shape == shape
+            items = [x] if single else list(x)
+        encoded = []
+        for item in items:
+            if not raw.contains(as_space_value(item, raw)):
+                raise InvalidValue(f"obs {short(item)} is not a {self.env_id} observation ({raw})")
+            batch: Any = batch_of_one(item)
+            for wrapper in transforms:  # a batch of one: the wrappers were made for the probe's single env
+                batch = wrapper.observations(batch)
+            encoded.append(np.asarray(batch)[0])
+        return _real_observations(np.stack(encoded), self.env_id), single
 
     def __repr__(self) -> str:
         return f"Policy({self.algo_name} on {self.env_id}, from {self.checkpoint}, device {self.device})"
@@ -329,10 +459,14 @@ def as_policy(policy: Any, what: str) -> Policy:
                       "rlcli.load(<run dir or checkpoint file>)")
 
 
-def env_id_overrides(env: str | Callable[..., Any] | None) -> list[str]:
-    """`env=` of rlcli.load / rlcli.evaluate as an `env.id=` override (a function's env is registered first)."""
+def env_id_overrides(env: EnvSource | None) -> list[str]:
+    """`env=` of rlcli.load / rlcli.evaluate as an `env.id=` override (a function's env is registered first; an
+    instance or a VectorEnv becomes its id or a function first)."""
+    from rlcli.entry.api_habits import env_source
+
     if env is None:
         return []
+    env = env_source(env)
     if isinstance(env, str):
         import yaml
 
@@ -346,12 +480,15 @@ def env_id_overrides(env: str | Callable[..., Any] | None) -> list[str]:
 
 
 def load(path: str | Path, load: LoadWhich = "best", device: str = "cpu", trusted_checkpoint: bool = False,
-         env: str | Callable[..., Any] | None = None) -> Policy:
+         env: EnvSource | None = None) -> Policy:
     """The policy in a run directory (`load`: best, last, or a checkpoint's env steps) or in a checkpoint file,
     rebuilt from the checkpoint's own config on `device`. Reading it runs no code from the file: a format-1
     (pickle) checkpoint of an older rlcli is read only with trusted_checkpoint=True, and an env id that imports
     a module (`mymodule:MyEnv-v0`) is built only when you name it again, `env="mymodule:MyEnv-v0"` (or pass
-    trusted_checkpoint=True). `env`: another env id with the same spaces, or a function that makes the env."""
+    trusted_checkpoint=True). `env`: another env id with the same spaces, a function that makes the env, an env
+    instance or a VectorEnv. A run trained on `rlcli.train(env=<function>)` needs that function again here in a new
+    process (`rlcli.load(path, env=make_env)`): the function lives in the process that trained it. `path` may also
+    be a file written by `Policy.save` / `Run.save`."""
     from rlcli.entry.run_loading import checkpoint_of, is_run_dir, load_agent
     from rlcli.registry import ConfigError
     from rlcli.services import checkpoint
