@@ -9,8 +9,10 @@ from Python:
     rlcli.evaluate(policy, episodes=10).mean_return     # what rl-eval reports
     rlcli.export(policy, "onnx")                        # what rl-eval export=onnx writes
 
-- train(overrides, env=, callbacks=, resume=, **settings) -> Run: a run as rl-train makes it.
-- load(run dir | checkpoint, load="best"|"last"|<env steps>, device=) -> Policy, with predict() and make_env().
+- train(overrides, env=, callbacks=, resume=, more_steps=, policy_kwargs=, **settings) -> Run: a run as rl-train
+  makes it; env= a name, a function, an env instance or a VectorEnv; run.save(path) writes its policy to a file.
+- load(run dir | checkpoint | saved file, load="best"|"last"|<env steps>, device=, env=) -> Policy, with predict()
+  (on the env's own observations too), save() and make_env().
 - evaluate(policy, env=, episodes=, seed=, video=) -> Evaluation: per-episode returns and lengths.
 - export(policy, format="onnx"|"torchscript") -> Path: a standalone, checked policy file.
 - Callback / RunContext: code of yours at the loop's points (after a collect, an update, a test phase, a
