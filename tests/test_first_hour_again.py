@@ -33,8 +33,8 @@ def test_a_shipped_tuned_config_does_not_warn_about_its_own_budget():
     c = SimpleNamespace(settings=SimpleNamespace(total_steps=100_000, num_envs=8), algo=algo,
                         learner=SimpleNamespace(algo=algo), spec=SimpleNamespace(on_policy=True))
     assert budget_warnings(c, 100_096, typed={"algo", "env"}) == []  # the flagship command
-    typed = budget_warnings(c, 100_096, typed={"train.total_steps"})
-    assert len(typed) == 1 and "the run takes 100,096 env steps" in typed[0]
+    # typed, a rounding of at most 1% is not worth a line either (issue 56: the Python guide's first example)
+    assert budget_warnings(c, 100_096, typed={"train.total_steps"}) == []
     c.settings.total_steps = 3000
     (short,) = budget_warnings(c, 3072, typed={"train.total_steps"})
     assert "3,072 env steps" in short and "algo.n_steps x train.num_envs dividing it" in short

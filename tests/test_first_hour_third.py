@@ -110,3 +110,57 @@ def test_a_raised_budget_trains_on_after_the_stop_reward_and_a_no_op_resume_writ
         assert "nothing was changed" in out.stderr
         assert _digests(run) == before, again  # .hydra/config.yaml, overrides.yaml, train.log as they were
     assert "give a higher train.stop_reward" in out.stderr
+
+
+# ------------------------------------------------------------------ 7. warnings and hints
+def test_a_budget_rounded_up_by_at_most_one_percent_does_not_warn():
+    from types import SimpleNamespace
+
+    from rlcli.run.budget import budget_warnings
+
+    algo = SimpleNamespace(steps_per_collect=32, learning_starts=0)
+    c = SimpleNamespace(settings=SimpleNamespace(total_steps=100_000, num_envs=8), algo=algo,
+                        learner=SimpleNamespace(algo=algo), spec=SimpleNamespace(on_policy=True))
+    # the Python guide's first example: train={"total_steps": 100_000} with the tuned 32 x 8 rollouts
+    assert budget_warnings(c, 100_096, typed={"train.total_steps"}) == []
+    c.settings.total_steps = 3000
+    assert len(budget_warnings(c, 3072, typed={"train.total_steps"})) == 1  # 2.4%: said
+
+
+def test_a_sweep_says_its_budget_warning_once(tmp_path):
+    out = run_cli("-m", "seed=0,1", "train.total_steps=600", "train.test_every=0", "log.console=false",
+                  "log.tensorboard=false", "hydra.sweep.dir=sweep", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert out.stderr.count("warning: train.total_steps=600 is not a whole number of collect phases") == 1
+    for job in ("0", "1"):  # each job's own record keeps it
+        assert "train.total_steps=600 is not a whole number" in (tmp_path / "sweep" / job / "train.log").read_text()
+
+
+@pytest.mark.parametrize(("args", "said"), [
+    (["algo.lr=3e-4,1e-3"], "algo.lr=3e-4,1e-3 gives several values: add -m for a sweep"),
+    (["train.total_step=1000"], "unknown key 'train.total_step' (did you mean 'train.total_steps'?)"),
+    (["hydra/launcher=popluation"], "unknown hydra/launcher 'popluation' (did you mean 'population'?)"),
+])
+def test_hints_name_the_fix(args, said):
+    with pytest.raises(ConfigError) as error:
+        compose_config(args)
+    assert said in str(error.value) and "\n" not in str(error.value)
+
+
+def test_rl_eval_export_checks_rl_evals_own_episode_0(tmp_path):
+    import json
+    import re
+
+    import forked_cli
+
+    out = run_cli("algo.n_steps=32", "algo.batch_size=64", "train.num_envs=4", "train.total_steps=512",
+                  "train.test_every=0", "log.console=false", "log.tensorboard=false", "hydra.run.dir=run", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    scored = forked_cli.run(["run", "load=last"], tmp_path, timeout=300, program="rl-eval")
+    assert scored.returncode == 0, scored.stderr
+    first = json.loads((tmp_path / "run" / "eval" / "last.json").read_text())["returns"][0]
+    exported = forked_cli.run(["run", "load=last", "export=torchscript"], tmp_path, timeout=300, program="rl-eval")
+    assert exported.returncode == 0, exported.stderr
+    said = re.search(r"episode 0 of rl-eval <run> \(seed 0\): return (\S+) with the file, (\S+) with rlcli",
+                     exported.stdout)
+    assert said and float(said.group(1)) == float(said.group(2)) == first, exported.stdout

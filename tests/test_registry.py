@@ -45,7 +45,7 @@ def test_unknown_key_names_full_key_and_closest_match():
     with pytest.raises(ConfigError) as e:
         make_registry().build({"name": "ppo", "lrr": 1e-3}, actor=None)
     msg = one_line(e)
-    assert msg.startswith("unknown key 'algo.lrr' (did you mean 'lr'?); valid keys: ")
+    assert msg.startswith("unknown key 'algo.lrr' (did you mean 'algo.lr'?); valid keys: ")
     assert "n_epochs" in msg and "actor" not in msg  # context arguments are not config keys
 
 

@@ -132,7 +132,7 @@ def test_the_predictor_error_falls_on_seen_states_only():
     (["env=PixelGoal-v0", "actor=mlp"], "algo=rnd_ppo normalizes observations entry by entry and needs a flat Box"),
     (["algo.update_proportion=0"], "algo.update_proportion=0 is invalid: must be in (0, 1]"),
     (["algo.int_gamma=1.5"], "algo.int_gamma=1.5 is invalid"),
-    (["+algo.int_coeff=1"], "unknown key 'algo.int_coeff' (did you mean 'int_coef'?)"),
+    (["+algo.int_coeff=1"], "unknown key 'algo.int_coeff' (did you mean 'algo.int_coef'?)"),
 ])
 def test_bad_rnd_settings_are_one_line(overrides, message):
     with pytest.raises(ConfigError, match=None) as error:

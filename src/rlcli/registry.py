@@ -25,9 +25,11 @@ class ConfigError(ValueError):
     """A user-facing configuration mistake; its message is one line naming the value and the choices."""
 
 
-def did_you_mean(word: str, choices: list[str]) -> str:
+def did_you_mean(word: str, choices: list[str], prefix: str = "") -> str:
+    """` (did you mean 'x'?)` for the closest choice, or ""; with `prefix` (a key's section), the whole key:
+    `total_step` in train -> ` (did you mean 'train.total_steps'?)`."""
     close = difflib.get_close_matches(word, choices, n=1, cutoff=0.5)
-    return f" (did you mean '{close[0]}'?)" if close else ""
+    return f" (did you mean '{prefix + '.' if prefix else ''}{close[0]}'?)" if close else ""
 
 
 # Names users of Stable-Baselines3 / RL-Zoo type, and rlcli's key for each.
@@ -133,7 +135,7 @@ def check_kwargs(
     for key, value in kwargs.items():
         if key not in params:
             valid = sorted(params)
-            hint = sb3_hint(key) or did_you_mean(key, valid)
+            hint = sb3_hint(key) or did_you_mean(key, valid, prefix=prefix)
             raise ConfigError(f"unknown key '{prefix}.{key}'{hint}; valid keys: {', '.join(valid) or '(none)'}")
         if key in hints:
             problem = _type_problem(value, hints[key])

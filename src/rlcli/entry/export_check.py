@@ -30,8 +30,10 @@ def export_policy(loaded: Loaded, fmt: str, name: str, seed: int) -> tuple[Path,
     policy = export.StandalonePolicy(agent.algo, agent.obs_dtype, agent.carry_size).cpu()  # exports run on the CPU
     ours = export.numpy_policy(policy)
     dtype = export.input_dtype(policy)
-    # checked: an env that fails while the file is checked is one line naming it, not a traceback
-    envs = CheckedEnvs(loaded.env_factory.make(10, "sync", eval=True), loaded.env_factory.spec.id, scored_only=False)
+    # checked: an env that fails while the file is checked is one line naming it, not a traceback. Made as rl-eval
+    # makes its envs (the run's vector mode, 10 of them), so that the checked episode is rl-eval's episode 0
+    mode = loaded.cfg.train.get("vector_mode", "auto")
+    envs = CheckedEnvs(loaded.env_factory.make(10, mode, eval=True), loaded.env_factory.spec.id, scored_only=False)
     try:
         observations = _observations(envs, ours, agent.carry_size, seed, steps=100, dtype=dtype)
         path = loaded.path.parent.parent / "export" / f"{name}{export.FORMATS[fmt]}"

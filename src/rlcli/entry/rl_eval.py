@@ -255,7 +255,7 @@ def main(argv: list[str] | None = None) -> None:
     except OSError as error:  # export/ or videos/ in a read-only or vanished run directory, a full disk
         _fail(describe_os_error(error), code=1)
     if options["export"] is not None:
-        report_exports(exports)
+        report_exports(exports, options["seed"])
         return
     results.sort(key=lambda r: -sum(r.returns) / len(r.returns))
     shown = {k: v for k, v in options.items() if k != "device"}
@@ -282,7 +282,7 @@ def _warn(message: str) -> None:
     print(f"rl-eval: warning: {message}", file=sys.stderr)
 
 
-def report_exports(exports: list[tuple[Path, float, float, float]]) -> None:
+def report_exports(exports: list[tuple[Path, float, float, float]], seed: int) -> None:
     """One line per exported file with its check; exit code 1 when the file does not act as rlcli does."""
     failed = False
     for path, difference, their_return, our_return in exports:
@@ -290,8 +290,9 @@ def report_exports(exports: list[tuple[Path, float, float, float]]) -> None:
         same = difference <= 1e-5 and abs(their_return - our_return) <= 1e-4 * max(1.0, abs(our_return))
         failed |= not same
         print(f"exported {path} ({path.stat().st_size / 1024:.1f} kB, inputs and outputs in {path.stem}.json): "
-              f"actions differ from rlcli's by at most {difference:.2g} on 1,000 observations; episode from the "
-              f"seed: return {their_return:g} (rlcli: {our_return:g})" + ("" if same else "  MISMATCH"))
+              f"actions differ from rlcli's by at most {difference:.2g} on 1,000 observations; episode 0 of "
+              f"rl-eval <run> (seed {seed}): return {their_return:g} with the file, {our_return:g} with rlcli"
+              + ("" if same else "  MISMATCH"))
     if failed:
         print("rl-eval: error: an exported policy does not act as rlcli's does (see MISMATCH above)", file=sys.stderr)
         raise SystemExit(1)

@@ -60,16 +60,23 @@ def _configkey_of(cfg: DictConfig) -> str:
     return OmegaConf.to_yaml(cfg)
 
 
-def precheck(args: list[str], keep: bool = False) -> None:
+def precheck(args: list[str], keep: bool = False, warnings: list[str] | None = None) -> None:
     """Compose the config and build the run's components the way the run will, raising a one-line ConfigError.
     With `keep`, the components wait for Hydra's job (see `_hydra_entry`); otherwise they are closed, and
-    collector=ray's workers are not started for them (a sweep would start Ray once per job to check it)."""
+    collector=ray's workers are not started for them (a sweep would start Ray once per job to check it).
+    `warnings`: the run's budget warnings are added to it (a sweep says them once for all its jobs)."""
     cfg = compose_config(args)  # group, key and syntax errors come here, before torch is imported
     check_env_id(cfg)
     from rlcli.run.state import prepare
 
     # Building checks everything (ranges, env ids, devices, action spaces) and writes nothing.
     components, state = prepare(cfg, start_workers=keep)
+    if warnings is not None:
+        from rlcli.run.budget import budget_warnings, planned_steps
+
+        typed = {key_of(a) for a in args if "=" in a}
+        found = budget_warnings(components, planned_steps(components, state.env_steps), typed)
+        warnings += [w for w in found if w not in warnings]
     if keep:
         _PREPARED.update(key=_configkey_of(cfg), prepared=(components, state))
     else:
@@ -262,12 +269,23 @@ def precheck_sweep(args: list[str]) -> str:
     ours = "rlcli" in str(sweeper.get("_target_", "")) and sweeper.get("params")
     probes = search_space_probes(OmegaConf.to_container(sweeper.params)) if ours else []
     built: set[tuple[str, ...]] = set()
-    for combo in [*combos, *([*combos[0], probe] for probe in probes)]:
+    # the jobs' budget warnings, said once here for the whole sweep (not for a search space's sampled jobs)
+    warnings: list[str] | None = None if ours else []
+    for number, combo in enumerate([*combos, *([*combos[0], probe] for probe in probes)]):
         rest = tuple(a for a in combo if key_of(a) != "seed")
         if rest in built and _plain_seed(combo):
             continue  # a job already built but for a valid seed: building it again checks nothing new
-        precheck(combo)
+        precheck(combo, warnings=warnings if number < len(combos) else None)
         built.add(rest)
+    if warnings is not None:
+        import os
+
+        from rlcli.run.budget import SAID_BY_SWEEP
+        from rlcli.services.log import say
+
+        for warning in warnings:
+            say(f"rl-train: warning: {warning}")
+        os.environ[SAID_BY_SWEEP] = "1"  # the jobs write them to their train.log only
     return str(launcher.get("_target_", ""))
 
 

@@ -2,8 +2,18 @@
 
 from __future__ import annotations
 
+import os
+
 from rlcli.contracts import OffPolicyLearner
 from rlcli.run.build import Components
+
+# A -m sweep says its jobs' budget warnings once, before its first job (entry/rl_train.precheck_sweep); its jobs then
+# write them to their train.log only. The environment carries this to the jobs' processes (joblib's workers).
+SAID_BY_SWEEP = "RLCLI_SWEEP_SAID_BUDGET_WARNINGS"
+
+
+def said_by_the_sweep() -> bool:
+    return os.environ.get(SAID_BY_SWEEP) == "1"
 
 
 def planned_steps(c: Components, env_steps: int) -> int:
@@ -19,10 +29,12 @@ BUDGET_KEYS = ("train.total_steps", "algo.n_steps", "train.num_envs", "algo.trai
 def budget_warnings(c: Components, planned: int, typed: set[str] | None = None) -> list[str]:
     """What a user should know before a run whose budget does not do what it says. The rounding to whole collect
     phases is said only when the user typed one of its settings (`typed`: the command line's keys; None: always),
-    so a shipped tuned config does not warn about itself."""
+    so a shipped tuned config does not warn about itself, and only when it adds more than 1% to the budget."""
     s, algo, warnings = c.settings, c.algo, []
     per_phase = algo.steps_per_collect * s.num_envs
-    if planned > s.total_steps and (typed is None or any(key in typed for key in BUDGET_KEYS)):
+    # a rounding of at most 1% of the budget (100,000 -> 100,096) is not worth a line: SB3 rounds up the same way
+    material = planned - s.total_steps > 0.01 * s.total_steps
+    if material and (typed is None or any(key in typed for key in BUDGET_KEYS)):
         phase = "one rollout" if c.spec.on_policy else "one collect phase"
         what = f"{phase} is {algo.steps_per_collect:,} x {s.num_envs} envs"
         key = "algo.n_steps" if c.spec.on_policy else "algo.train_freq"

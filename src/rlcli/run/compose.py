@@ -163,6 +163,11 @@ def _closest_key(cfg: DictConfig, key: str, leaf: str) -> str:
 def explain_composition_error(error: Exception, args: list[str]) -> str:
     """Hydra's composition errors, cut down to one line that names the key and the valid ones."""
     text, cause = str(error), str(error.__cause__ or "")
+    ambiguous = re.match(r"Ambiguous value for argument '(([^=']+)=(.*))'", text)
+    if ambiguous:  # `algo.lr=3e-4,1e-3` without -m: Hydra's three-line answer, as one
+        arg, key, value = ambiguous.groups()
+        return (f"{arg} gives several values: add -m for a sweep (rl-train -m {arg}, one run per value); for one "
+                f"run with a list write {key}=[{value}], for a string quote it: {key}='{value}'")
     bad_key = re.search(r"Could not override '([^']+)'", text)
     if bad_key and bad_key.group(1).startswith("hydra.") and " not in " in cause:  # a launcher's or sweeper's key
         from hydra import compose
@@ -189,7 +194,7 @@ def explain_composition_error(error: Exception, args: list[str]) -> str:
         node = OmegaConf.select(base, parent) if parent else base
         valid = sorted(node.keys()) if isinstance(node, DictConfig) else []
         across = _closest_key(base, key, leaf) if not parent else ""  # a top-level typo: every section's keys
-        hint = sb3_hint(key) or across or did_you_mean(leaf, [str(v) for v in valid])
+        hint = sb3_hint(key) or across or did_you_mean(leaf, [str(v) for v in valid], prefix=parent)
         return f"unknown key '{key}'{hint}; valid keys: {', '.join(map(str, valid))}"
     return text.strip().splitlines()[0]
 
@@ -200,6 +205,8 @@ def compose_config(args: list[str]) -> DictConfig:
 
     check_group_choices(args)
     check_env_id_has_its_config(args)
+    if any(key_of(a) in PLUGIN_PACKAGES for a in args):  # a launcher or sweeper named without -m: checked too
+        check_plugins(args)
     with hydra_context():
         try:
             return compose("config", overrides=args)
@@ -231,8 +238,11 @@ def check_plugins(args: list[str]) -> None:
             installed = sorted({n.removesuffix(".yaml") for n in [*ConfigStore.instance().list(key), *ours]})
             if value not in installed:
                 package = PLUGIN_PACKAGES[key].get(value)
-                raise ConfigError(f"{key}={value} is not installed" + (f": pip install {package}" if package else "")
-                                  + f"; installed: {', '.join(installed)}")
+                if package is None:  # no plugin of that name that we know of: a typo, most likely
+                    raise ConfigError(f"unknown {key} '{value}'{did_you_mean(value, installed)}; installed: "
+                                      f"{', '.join(installed)}")
+                raise ConfigError(f"{key}={value} is not installed: pip install {package}; installed: "
+                                  f"{', '.join(installed)}")
     if any(key_of(a) in ("hydra/sweeper", "hparams_search") for a in args):
         import importlib.util
 

@@ -22,7 +22,7 @@ from rlcli.collectors.testing import TestStats
 from rlcli.contracts import Learner, OnPolicyLearner, RunClock
 from rlcli.envs import library_noise
 from rlcli.run import lock as run_lock
-from rlcli.run.budget import budget_warnings, planned_steps
+from rlcli.run.budget import budget_warnings, planned_steps, said_by_the_sweep
 from rlcli.run.build import Components
 from rlcli.run.callbacks import Callback, CallbackList, RunContext
 from rlcli.run.divergence import Diverged, NonfiniteGuard
@@ -161,7 +161,8 @@ class Trainer:
         library_noise.log_pending()
         planned = planned_steps(c, state.env_steps)
         for warning in budget_warnings(c, planned, self.options.typed_keys):
-            say(f"rl-train: warning: {warning}")
+            if not said_by_the_sweep():  # a -m sweep said it once for all its jobs
+                say(f"rl-train: warning: {warning}")
             logger.info("warning: %s", warning)  # train.log only: the line above is the console's
         tracking = self._start_tracking()
         console = self.options.console or ("full" if c.cfg.log.console else "off")
