@@ -110,9 +110,10 @@ def run_rlcli(row: str, seed: int, steps: int, threads: int) -> dict[str, Any]:
         start = time.perf_counter()
         trainer.run()
         wall = time.perf_counter() - start
-        compiled = getattr(algo, "_compiled", None)
-        if isinstance(compiled, tuple):  # the critics' and the policy's steps: the critics' is counted
-            compiled = compiled[0]
+        from rlcli.algos.loss_step import loss_steps
+
+        learning = loss_steps(algo)  # the critics' and the policy's steps: the critics' (the first) is counted
+        compiled = learning[0] if learning and learning[0].compiled is not None else None
         if compiled is not None:  # the compiled step writes the optimizer's state itself: count its steps
             counter["n"] = int(next(iter(optimizer.state.values()))["step"])
     seconds = components.clock.totals()

@@ -93,6 +93,8 @@ def test_compiled_updates_with_a_scheduled_kl_prior_match_eager_without_recompil
     from test_compile import eager_and_compiled
     from torch._dynamo.utils import counters
 
+    from rlcli.algos.loss_step import compile_enabled
+
     args = [f"algo={algo}", "env=CartPole-v1", "algo.n_steps=32", "train.total_steps=1024", "train.test_every=0",
             "log.console=false", "log.tensorboard=false", "deterministic=true",
             f"++algo.policy_loss_addons.kl_prior.checkpoint={prior_checkpoint}",
@@ -100,6 +102,6 @@ def test_compiled_updates_with_a_scheduled_kl_prior_match_eager_without_recompil
     graphs = counters["stats"]["unique_graphs"]
     eager, compiled = eager_and_compiled(tmp_path, args)
     assert counters["stats"]["unique_graphs"] - graphs == 1  # one graph for the whole run, the schedule moving
-    assert compiled._compiled is not None and compiled.policy_addons[0].coef < 0.5
+    assert compile_enabled(compiled) and compiled.policy_addons[0].coef < 0.5
     for (name, a), b in zip(eager.networks.state_dict().items(), compiled.networks.state_dict().values(), strict=True):
         torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-4, msg=name)

@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from rlcli.algos.compiled import FAST_TANH_VARIABLE
+from rlcli.algos.loss_step import compile_enabled, enable_compile, loss_steps
 from rlcli.run.compose import compose_config
 from rlcli.run.state import prepare
 from rlcli.run.trainer import Trainer
@@ -36,7 +37,7 @@ def eager_and_compiled_copies(algo):
     import copy
 
     compiled = copy.deepcopy(algo)
-    compiled.enable_compile()
+    enable_compile(compiled)
     return copy.deepcopy(algo), compiled
 
 
@@ -70,7 +71,7 @@ def test_compiled_update_matches_eager_after_2k_steps(tmp_path, monkeypatch, tan
     monkeypatch.setenv(FAST_TANH_VARIABLE, "1" if tanh == "fast" else "0")
     kept: list = []
     eager, compiled = eager_and_compiled(tmp_path, ARGS, keep=kept)
-    assert compiled._compiled is not None and compiled._compiled.compile_seconds is not None
+    assert compile_enabled(compiled) and all(s.compile_seconds is not None for s in loss_steps(compiled))
     import torch._inductor.config as inductor
 
     assert inductor.cpp.use_decompose_tanh == (tanh == "fast")
@@ -143,7 +144,7 @@ def test_compiled_dqn_steps_match_eager_steps_from_the_same_state(algo, tmp_path
     many steps."""
     kept: list = []
     eager, compiled = eager_and_compiled(tmp_path, [f"algo={algo}", *DQN_ARGS], keep=kept)
-    assert compiled._compiled is not None and compiled.gradient_updates == eager.gradient_updates > 0
+    assert compile_enabled(compiled) and compiled.gradient_updates == eager.gradient_updates > 0
     buffer = kept[0].buffer
     one, other = eager_and_compiled_copies(eager)
     lr = eager.optimizer.param_groups[0]["lr"]
@@ -172,7 +173,7 @@ def test_compiled_ppo_variants_match_eager(algo, tmp_path):
     batch."""
     env = "env=ValidMoves-v0" if algo == "maskable_ppo" else "env=CartPole-v1"
     eager, compiled = eager_and_compiled(tmp_path, [f"algo={algo}", env, *ARGS[2:]])  # ARGS less algo and env
-    assert compiled._compiled is not None
+    assert compile_enabled(compiled)
     assert compiled.kl_coef == eager.kl_coef  # the same sequence of KL adaptations
     for (name, a), b in zip(eager.networks.state_dict().items(), compiled.networks.state_dict().values(), strict=True):
         torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-4, msg=name)
@@ -209,7 +210,7 @@ def test_compiled_pqn_and_rnd_match_eager(algo, tmp_path):
     is drawn outside the graph where the eager step draws it). Measured: weights within 5e-6 (PQN) and 2e-7 (RND);
     the optimizers' layouts and step counts are the eager ones, so a checkpoint loads in either."""
     eager, compiled = eager_and_compiled(tmp_path, OWN_OPTIMIZER_ARGS[algo])
-    assert compiled._compiled is not None and compiled._compiled.compile_seconds is not None
+    assert compile_enabled(compiled) and all(s.compile_seconds is not None for s in loss_steps(compiled))
     modules = [("networks", eager.networks, compiled.networks)]
     if algo == "rnd_ppo":
         modules.append(("rnd", eager.rnd, compiled.rnd))
@@ -234,7 +235,7 @@ def test_compiled_trpo_value_steps_match_eager_and_leave_the_policy_step_alone(t
     then the sampled actions part and the runs with them), as it would any change of float order."""
     eager, compiled = eager_and_compiled(tmp_path, ["algo=trpo", "env=CartPole-v1", "algo.n_steps=64",
                                                     "algo.batch_size=64", "train.total_steps=128", *ARGS[4:]])
-    assert compiled._compiled is not None and compiled._compiled.compile_seconds is not None
+    assert compile_enabled(compiled) and all(s.compile_seconds is not None for s in loss_steps(compiled))
     for (name, a), b in zip(eager.networks.state_dict().items(), compiled.networks.state_dict().values(), strict=True):
         if name.startswith(("pi_body", "head")):
             assert torch.equal(a, b), name
@@ -253,7 +254,7 @@ def test_compiled_gsde_updates_match_eager(algo, tmp_path):
     ppo = ["algo.n_steps=64", "algo.batch_size=64"] if algo == "ppo" else []
     eager, compiled = eager_and_compiled(tmp_path, [f"algo={algo}", "env=Pendulum-v1", "algo.use_sde=true", *ppo,
                                                     *ARGS[3:]])
-    assert compiled._compiled is not None
+    assert compile_enabled(compiled)
     for (name, a), b in zip(eager.networks.named_parameters(), compiled.networks.parameters(), strict=True):
         torch.testing.assert_close(b, a, rtol=0, atol=1e-4, msg=name)
     assert torch.equal(eager.networks.head.noise.eps, compiled.networks.head.noise.eps)
@@ -269,7 +270,7 @@ def test_compiled_one_step_update_matches_eager_after_2k_steps(algo, tmp_path):
     """A2C's RMSprop (by hand in the compiled graph: torch.optim.RMSprop's formula, state and layout) and PG's Adam:
     the compiled runs' weights and optimizer states agree with the eager runs' within float reordering."""
     eager, compiled = eager_and_compiled(tmp_path, [f"algo={algo}", *ONE_STEP_ARGS])
-    assert compiled._compiled is not None and compiled._compiled.compile_seconds is not None
+    assert compile_enabled(compiled) and all(s.compile_seconds is not None for s in loss_steps(compiled))
     for (name, a), b in zip(eager.networks.state_dict().items(), compiled.networks.state_dict().values(), strict=True):
         torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-4, msg=name)
     opt_a, opt_b = eager.optimizer.state_dict(), compiled.optimizer.state_dict()
@@ -294,7 +295,7 @@ def test_compiled_actor_critic_steps_match_eager(algo, tmp_path):
     and so the data move), so the comparison stops where a wrong clip, formula or draw would still show."""
     gsde = ["algo.use_sde=true"] if algo.endswith("-gsde") else []  # the matrix is the noise (measured: 5e-7)
     eager, compiled = eager_and_compiled(tmp_path, [f"algo={algo.removesuffix('-gsde')}", *gsde, *ACTOR_CRITIC_ARGS])
-    assert compiled._compiled is not None and all(step.compile_seconds is not None for step in compiled._compiled)
+    assert compile_enabled(compiled) and all(step.compile_seconds is not None for step in loss_steps(compiled))
     assert compiled.gradient_updates == eager.gradient_updates > 0
     for (name, a), b in zip(eager.networks.state_dict().items(), compiled.networks.state_dict().values(), strict=True):
         torch.testing.assert_close(b, a, rtol=0, atol=1e-5, msg=name)
@@ -321,7 +322,7 @@ def test_compiled_crossq_steps_match_eager_steps_from_the_same_state(gsde, tmp_p
     Trainer(components, tmp_path, state).run()  # 400 random steps: the replay buffer, no update yet
     eager = components.algo
     compiled = copy.deepcopy(eager)
-    compiled.enable_compile()
+    enable_compile(compiled)
     lr = eager.critic_optimizer.param_groups[0]["lr"]
     flat_gradient_weights = 0
     for step in range(3):
@@ -348,7 +349,7 @@ def test_compiled_crossq_steps_match_eager_steps_from_the_same_state(gsde, tmp_p
     assert eager.networks.critics[0][0].steps > 1  # past the warm-up: renormalized steps were compared too
     weights = sum(p.numel() for p in eager.networks.parameters())
     assert flat_gradient_weights < 0.05 * 3 * weights  # measured: 610 of 3 x 11,003 (1.8%)
-    assert all(step.compile_seconds is not None for step in compiled._compiled)
+    assert all(step.compile_seconds is not None for step in loss_steps(compiled))
 
 
 def test_a_process_compiles_many_configurations_not_just_torchs_eight():
@@ -385,7 +386,8 @@ def test_deterministic_runs_set_torchs_flag_without_importing_the_compiler_and_c
             "prepare(compose_config(['algo=ppo', 'deterministic=true']))\n"
             "print(torch.are_deterministic_algorithms_enabled(), 'torch._dynamo' in sys.modules)\n"
             "components, _ = prepare(compose_config(['algo=ppo', 'deterministic=true', 'compile=true']))\n"
-            "print(components.algo._compiled is not None, 'torch._dynamo' in sys.modules)\n"
+            "from rlcli.algos.loss_step import compile_enabled\n"
+            "print(compile_enabled(components.algo), 'torch._dynamo' in sys.modules)\n"
             "from rlcli.algos.compiled import compiled_lazily\n"
             "compiled_lazily(lambda x: x + 1)(torch.ones(2))\n"
             "import torch._inductor.config as inductor\n"

@@ -89,7 +89,7 @@ def test_burn_in_refreshes_the_stored_state_without_gradients():
     with torch.no_grad():
         full, _ = net.q.unroll(batch.obs, batch.starts, batch.carry0)
     obs = batch.obs.clone().requires_grad_(True)
-    loss, q_mean = algo._sequence_loss(batch._replace(obs=obs), burn=3)
+    loss, (_, q_mean) = algo._sequence_loss(batch._replace(obs=obs), burn=3)
     taken = full[3:-1].gather(-1, batch.actions[3:].unsqueeze(-1)).squeeze(-1)
     valid = batch.valid[3:]
     assert float(q_mean) == pytest.approx(float((taken * valid).sum() / valid.sum()), rel=1e-5)

@@ -46,7 +46,8 @@ class AlgoSpec:
     # what the `actor=` recipe hands the algorithm: a whole actor-critic, or a recipe from which the
     # algorithm builds its own networks; None = actor_critic for on-policy algorithms, recipe otherwise
     network_kind: Literal["actor_critic", "recipe"] | None = None
-    # `compile=true` is implemented: the class is a CompilableAlgorithm (algos/compiled.py)
+    # `compile=true` is implemented: the class steps its optimizers through LossSteps, which `enable_compile`
+    # compiles (algos/loss_step.py), and may name what they do not cover in `compile_refusal() -> str | None`
     compiles: bool = False
     # the batched update a population of its runs takes (hydra/launcher=population, sweeps/population/kinds.py);
     # None: a population sweep trains its jobs one at a time. The lists of what can batch are read from here.
@@ -251,14 +252,6 @@ class OnPolicyAlgorithm(Algorithm, Protocol):
         ...
 
     def update(self, buffer: RolloutStorage, clock: RunClock) -> dict[str, torch.Tensor]: ...
-
-
-class CompilableAlgorithm(Protocol):
-    """An algorithm whose spec says `compiles`: `compile=true` calls this once, after the build."""
-
-    def enable_compile(self) -> None:
-        """Compile the update; a one-line ConfigError for settings the compiled update does not cover."""
-        ...
 
 
 class MaskedPolicy(Protocol):

@@ -20,6 +20,7 @@ from rlcli.algos.base import (
     finish_with_gae,
     param_groups,
 )
+from rlcli.algos.loss_step import LossStep
 from rlcli.algos.losses import policy_gradient_terms, squared_value_loss
 from rlcli.algos.optim import RMSprop
 from rlcli.batches import RolloutBatch
@@ -68,6 +69,7 @@ class A2C(OneStepUpdate):
             self.optimizer: Any = RMSprop(groups, alpha=0.99, eps=1e-5)
         else:
             self.optimizer = adam(groups, eps=1e-5)
+        self.train_step = LossStep(networks, self.optimizer, self.minibatch_loss, clip_of=self)
 
     @torch.inference_mode()
     def act(self, obs: torch.Tensor, deterministic: bool = False, state: RecurrentState | None = None) -> ActOutput:
@@ -78,7 +80,7 @@ class A2C(OneStepUpdate):
         finish_with_gae(self.networks.value, buffer, last_obs, state, self.gamma, self.gae_lambda)
 
     def minibatch_loss(self, batch: RolloutBatch, ent_coef: float | torch.Tensor, vf_coef: float | torch.Tensor,
-                       addon_coefs: torch.Tensor | None = None, evaluated: tuple[torch.Tensor, ...] | None = None,
+                       addon_coefs: Sequence[Any] | None = None, evaluated: tuple[torch.Tensor, ...] | None = None,
                        ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         policy_loss, entropy_mean, values, addon_logs = policy_gradient_terms(
             self.networks, batch, self.policy_addons, self.normalize_advantage, addon_coefs, evaluated)

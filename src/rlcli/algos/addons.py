@@ -28,7 +28,7 @@ class PolicyAddon(Protocol):
     coef: float
 
     def loss(self, networks: Any, obs: torch.Tensor, mask: torch.Tensor,
-             coef: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]: ...
+             coef: float | torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]: ...
 
 
 class KLPrior:
@@ -47,9 +47,9 @@ class KLPrior:
         self.coef = coef
 
     def loss(self, networks: Any, obs: torch.Tensor, mask: torch.Tensor,
-             coef: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """(coef * mean KL, mean KL) over a minibatch's real (unmasked) states; `coef`: the coefficient as a
-        tensor (a compiled step's input, so that a scheduled value is not a new graph), else `self.coef`."""
+             coef: float | torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """(coef * mean KL, mean KL) over a minibatch's real (unmasked) states; `coef`: the coefficient given (a
+        compiled step's is a tensor, so that a scheduled value is not a new graph), else `self.coef`."""
         with torch.no_grad():
             prior_params = self.prior.policy_params(obs)
         kl = networks.head.kl(prior_params, networks.policy_params(obs), self.prior.head)
@@ -80,15 +80,16 @@ def build_addons(networks: Any, spec: dict[str, Any] | None, supported: bool,
     return addons
 
 
-def addon_coefs(addons: list[PolicyAddon], device: torch.device | str) -> torch.Tensor | None:
-    """The add-ons' coefficients as one tensor, what a compiled step takes (None without add-ons)."""
-    return torch.tensor([addon.coef for addon in addons], device=device) if addons else None
+def addon_coefs(addons: list[PolicyAddon]) -> tuple[float, ...] | None:
+    """The add-ons' coefficients, a loss's argument (None without add-ons): a compiled step takes each as a
+    tensor (algos/loss_step.py), so that a scheduled value is not a new graph."""
+    return tuple(addon.coef for addon in addons) if addons else None
 
 
 def addon_losses(addons: list[PolicyAddon], networks: Any, obs: torch.Tensor, mask: torch.Tensor,
-                 coefs: torch.Tensor | None = None) -> tuple[Any, dict[str, torch.Tensor]]:
+                 coefs: Any = None) -> tuple[Any, dict[str, torch.Tensor]]:
     """The sum of the add-on terms for these observations (0 without add-ons), and each term for logging;
-    `coefs`: `addon_coefs`' tensor, else each add-on's own coefficient."""
+    `coefs`: `addon_coefs`' values (floats, or a compiled step's tensors), else each add-on's own coefficient."""
     total: Any = 0.0
     logs = {}
     for i, addon in enumerate(addons):

@@ -195,34 +195,20 @@ class OneStepUpdate:
     ent_coef: float
     vf_coef: float
     max_grad_norm: float | None
-    _compiled: Any = None  # compile=true: a CompiledStep over minibatch_loss
+    train_step: Any  # a LossStep over minibatch_loss (algos/loss_step.py), which the algorithm builds
 
-    def enable_compile(self) -> None:
-        """compile=true: the one gradient step (MLP or CNN actor, add-ons and gSDE included) as one compiled graph."""
+    def compile_refusal(self) -> str | None:
+        """compile=true covers the one gradient step of an MLP or CNN actor (add-ons and gSDE included)."""
         from rlcli.actors.recurrent import RecurrentActorCritic
-        from rlcli.algos.compiled import CompiledStep
-        from rlcli.registry import ConfigError
 
         if isinstance(self.networks, RecurrentActorCritic):  # (gSDE's update and the add-ons' terms are pure)
-            raise ConfigError("compile=true does not cover a recurrent actor yet; drop compile=true "
-                              "(eager is the default)")
-        self._compiled = CompiledStep(self.networks, self.optimizer, self.minibatch_loss, self.max_grad_norm)
+            return "compile=true does not cover a recurrent actor yet; drop compile=true (eager is the default)"
+        return None
 
     def update(self, buffer: Any, clock: Any) -> dict[str, torch.Tensor]:
         plan = self.begin_update(buffer)
-        terms = self.loss_terms(plan)
-        if self._compiled is not None:
-            # the coefficients go in as tensors, so that a scheduled value is not a new graph
-            _, stats = self._compiled(plan.batch, *(torch.tensor(v) for v in terms.values()),
-                                      addon_coefs(self.policy_addons, plan.batch.mask.device))
-            return self.end_update(plan, stats)
-        loss, stats = self.minibatch_loss(plan.batch, **terms)
-        gradient_step(self.optimizer, loss, self.networks.parameters(), self.max_grad_norm)
+        _, stats = self.train_step(plan.batch, *self.loss_terms(plan).values(), addon_coefs(self.policy_addons))
         return self.end_update(plan, stats)
-
-    @property
-    def compile_enabled(self) -> bool:
-        return self._compiled is not None
 
     def population_refusal(self) -> str | None:
         return refuse_in_population(self.networks, self.policy_addons)

@@ -47,12 +47,12 @@ RECOMPILE_LIMIT, ACCUMULATED_RECOMPILE_LIMIT = 256, 4096
 def before_compiling() -> Path:
     """Set up a process for rlcli's compiled steps: the on-disk cache (`cache_dir`), and room for many graphs of one
     step function. Every compiled step of a kind runs one Python function (`CompiledStep._pure_step`, a population's
-    `CompiledMembersStep._pure_step`), and each distinct configuration (shapes, clip, optimizer groups, deterministic
-    mode) is another graph of it. Torch keeps 8 per function, then runs the function eagerly from there on, with one
-    warning: a basic-launcher sweep of 10 compile=true jobs differing in algo.max_grad_norm ran its 9th and 10th jobs
-    eagerly (measured here, 2026-11-26). Inductor's deterministic flag follows torch's; its check of the CPU's
-    vector instruction sets is answered from disk after the first process (isa_probe.py). Returns the cache
-    directory."""
+    `CompiledMembersStep._pure_step`), and each distinct configuration (shapes, clip or none, optimizer groups,
+    deterministic mode) is another graph of it. Torch keeps 8 per function, then runs the function eagerly from there
+    on, with one warning: a basic-launcher sweep of 10 compile=true jobs differing in algo.max_grad_norm (then a
+    constant of the graph) ran its 9th and 10th jobs eagerly (measured here, 2026-11-26). Inductor's deterministic
+    flag follows torch's; its check of the CPU's vector instruction sets is answered from disk after the first process
+    (isa_probe.py). Returns the cache directory."""
     import torch._dynamo.config as dynamo
     import torch._inductor.config as inductor
 
@@ -262,7 +262,7 @@ class CompiledStep:
     captured) and the compiled graph writes them back."""
 
     def __init__(self, networks: nn.Module, optimizer: Any, loss: Callable[..., Any],
-                 max_grad_norm: float | None, updates_buffers: bool = False) -> None:
+                 updates_buffers: bool = False) -> None:
         self.rule = optimizer_rule(optimizer)
         self.module = _Loss(networks, loss)
         self.optimizer = optimizer
@@ -273,7 +273,6 @@ class CompiledStep:
         self.names = [f"networks.{n}" for n, _ in trained]
         self.params = [p for _, p in trained]
         self.group = [group_of[id(p)] for p in self.params]
-        self.max_grad_norm = max_grad_norm
         self.networks, self.updates_buffers = networks, updates_buffers
         # every tensor of the graph on the parameters' device: on a GPU, CPU hyperparameters and learning rates
         # made inductor pass host scalars to its kernels, and the launch failed ("CUDA driver error: invalid
@@ -287,25 +286,27 @@ class CompiledStep:
         """A copy over the copied networks, optimizer and loss: a copied torch.compile wrapper would still run this
         step's module (a deep-copied algorithm would train through the original's other weights)."""
         return CompiledStep(copy.deepcopy(self.networks, memo), copy.deepcopy(self.optimizer, memo),
-                            copy.deepcopy(self.module._loss, memo), self.max_grad_norm, self.updates_buffers)
+                            copy.deepcopy(self.module._loss, memo), self.updates_buffers)
 
     def _pure_step(self, params: list[torch.Tensor], slots: list[list[torch.Tensor]], step: torch.Tensor,
                    lrs: torch.Tensor, hyper: torch.Tensor, buffers: dict[str, torch.Tensor],
-                   args: tuple[Any, ...]) -> tuple[Any, ...]:
+                   max_grad_norm: torch.Tensor | None, args: tuple[Any, ...]) -> tuple[Any, ...]:
         def loss_of(flat: list[torch.Tensor], buffers: dict[str, torch.Tensor]) -> tuple[torch.Tensor, Any]:
             loss, aux = torch.func.functional_call(self.module, dict(zip(self.names, flat, strict=True)) | buffers,
                                                    args, strict=False)
             return loss, aux
 
         grads, (loss, aux) = torch.func.grad_and_value(loss_of, has_aux=True)(params, buffers)
-        if self.max_grad_norm is not None:  # clip_grad_norm_'s formula
+        if max_grad_norm is not None:  # clip_grad_norm_'s formula
             total = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))
-            coef = torch.clamp(self.max_grad_norm / (total + 1e-6), max=1.0)
+            coef = torch.clamp(max_grad_norm / (total + 1e-6), max=1.0)
             grads = [g * coef for g in grads]
         new_params, new_slots = self.rule.apply(params, grads, slots, step, [lrs[g] for g in self.group], hyper)
         return new_params, new_slots, loss.detach(), aux
 
-    def __call__(self, *args: Any) -> tuple[torch.Tensor, Any]:
+    def __call__(self, max_grad_norm: torch.Tensor | None, *args: Any) -> tuple[torch.Tensor, Any]:
+        """One step; `max_grad_norm` (a 0-dim tensor on the parameters' device, or None: no clip) and the
+        arguments that schedules change are tensors, so that a new value is not a new graph."""
         states = [self.rule.state(p) for p in self.params]
         slots = [[s[name] for s in states] for name in self.rule.slots]
         lrs = torch.tensor([g["lr"] for g in self.optimizer.param_groups], dtype=torch.float32,  # schedules move them
@@ -317,7 +318,7 @@ class CompiledStep:
             buffers = ({f"networks.{n}": b for n, b in self.networks.named_buffers()} if self.updates_buffers
                        else {})  # read each step: they are the modules' own tensors, updated in place
             new_params, new_slots, loss, aux = self._step(params, slots, states[0]["step"].to(self.device), lrs,
-                                                          self.hyper, buffers, args)
+                                                          self.hyper, buffers, max_grad_norm, args)
             torch._foreach_copy_(self.params, new_params)
             for old, new in zip(slots, new_slots, strict=True):
                 torch._foreach_copy_(old, new)

@@ -23,14 +23,14 @@ from torch import nn
 from rlcli.actors.batch_renorm import renorm_mlp
 from rlcli.actors.offpolicy import NetworkRecipe, squashed_gaussian
 from rlcli.actors.sde import NoiseResampling, StateDependentSquashedPolicy
-from rlcli.algos.base import adam, frozen, gradient_step
-from rlcli.algos.compiled import CompiledStep
+from rlcli.algos.base import adam
 from rlcli.algos.entropy import (
     EntropyCoefficient,
     FixedEntropyCoefficient,
     check_entropy_settings,
     initial_log_alpha,
 )
+from rlcli.algos.loss_step import compile_enabled
 from rlcli.algos.offpolicy import (
     BoxActorCritic,
     BoxScaler,
@@ -161,7 +161,9 @@ class CrossQ(BoxActorCritic):
         self.gradient_updates = 0
         self.default_schedules: dict[str, Schedule] = {}
         self.schedulable: tuple[str, ...] = ("gamma", "reward_scale", "max_grad_norm", *self.temperature.schedulable)
-        self._compiled: tuple[CompiledStep, CompiledStep] | None = None  # compile=true: the critics' and policy's
+        # the critics' and the policy's steps (compile=true: one graph each, the batch-renorm running statistics
+        # updated inside them, as inputs with gSDE's exploration matrix; the temperature's step stays eager)
+        self.build_steps(self.critic_loss, self.policy_loss, updates_buffers=True)
 
     def alpha(self) -> torch.Tensor:
         return self.temperature.value()
@@ -188,7 +190,7 @@ class CrossQ(BoxActorCritic):
         """What keeps this member out of a batched population (sweeps/population/cross_q.py), or None."""
         if isinstance(self.networks.policy, StateDependentSquashedPolicy):
             return "CrossQ with gSDE (algo.use_sde=true)"
-        if self._compiled is not None:  # its steps update the batch-renorm statistics inside the graph
+        if compile_enabled(self):  # its steps update the batch-renorm statistics inside the graph
             return "CrossQ with compile=true"
         return None
 
@@ -222,8 +224,8 @@ class CrossQ(BoxActorCritic):
         return (alpha * log_probs - q_pi).mean(), log_probs.detach()
 
     def _gradient_step(self, batch: Any) -> StepOutput:
-        """The critics' step on one batch; every policy_delay-th one, the policy's and the temperature's too (a
-        compiled run draws the policy's noise here, in the order the eager losses draw it)."""
+        """The critics' step on one batch; every policy_delay-th one, the policy's and the temperature's too (the
+        policy's noise is drawn here, from the run's stream, where each loss would draw it)."""
         alpha = self.alpha()
         net = self.networks
         gsde = isinstance(net.policy, StateDependentSquashedPolicy)
@@ -234,30 +236,15 @@ class CrossQ(BoxActorCritic):
             return None if gsde else torch.randn((batch.obs.shape[0], self.action_dim), device=batch.obs.device)
 
         with training_mode(net.critics):
-            if self._compiled is not None:
-                critic_loss, errors = self._compiled[0](batch, alpha, drawn())
-            else:
-                critic_loss, errors = self.critic_loss(batch, alpha)
-                gradient_step(self.critic_optimizer, critic_loss, net.critics.parameters(), self.max_grad_norm)
+            critic_loss, errors = self.critic_train_step(batch, alpha, drawn())
         self.gradient_updates += 1
         metrics = {"value_loss": critic_loss.detach()}
         if self.gradient_updates % self.policy_delay == 0:
             with training_mode(net.policy):
-                if self._compiled is not None:
-                    policy_loss, log_probs = self._compiled[1](batch.obs, alpha, drawn())
-                else:
-                    with frozen(net.critics):  # dQ/da only
-                        policy_loss, log_probs = self.policy_loss(batch.obs, alpha)
-                    gradient_step(self.policy_optimizer, policy_loss, net.policy.parameters(), self.max_grad_norm)
+                policy_loss, log_probs = self.policy_train_step(batch.obs, alpha, drawn())  # dQ/da only
             self.temperature.step(log_probs, self.max_grad_norm)
             metrics |= {"policy_loss": policy_loss.detach(), "entropy": -log_probs.mean()}
         return errors, {**metrics, "alpha": alpha}
-
-    def enable_compile(self) -> None:
-        """compile=true: the critics' step and the policy's step as one compiled graph each, the batch-renorm
-        running statistics updated inside them (the temperature's step stays eager). The buffers go in as inputs,
-        gSDE's exploration matrix with them."""
-        self._compiled = self.compiled_steps(self.critic_loss, self.policy_loss, updates_buffers=True)
 
     def state_dict(self) -> dict[str, Any]:
         return {"networks": self.networks.state_dict(), "policy_optimizer": self.policy_optimizer.state_dict(),

@@ -11,8 +11,9 @@ from torch import nn
 
 from rlcli.actors.offpolicy import NetworkRecipe, QNetwork
 from rlcli.actors.recurrent import RecurrentQNetwork, RecurrentRecipe, state_or_zeros
-from rlcli.algos.base import adam, gradient_step
+from rlcli.algos.base import adam
 from rlcli.algos.exploration import epsilon_greedy
+from rlcli.algos.loss_step import LossStep
 from rlcli.algos.offpolicy import (
     StepOutput,
     TrainFreqUnit,
@@ -25,7 +26,7 @@ from rlcli.algos.offpolicy import (
 )
 from rlcli.batches import SequenceBatch
 from rlcli.contracts import ActOutput, AlgoSpec, RecurrentState, ReplayStorage, RunClock, SequenceStorage
-from rlcli.registry import ALGOS, ConfigError, require
+from rlcli.registry import ALGOS, require
 from rlcli.schedules import Schedule
 
 
@@ -124,16 +125,15 @@ class DQN:
         self.gradient_updates = 0
         self.last_target_update = 0  # env steps at the last target update
         self.schedulable: tuple[str, ...] = ("epsilon", "gamma", "tau", "max_grad_norm", "reward_scale")
-        self._compiled: Any = None  # compile=true: CompiledStep over transition_loss
+        # one gradient step on a batch of transitions, or of stored sequences (R2D2) for a recurrent network
+        self.train_step = LossStep(self.networks, self.optimizer,
+                                   self._sequence_loss if self.recurrent else self.transition_loss, clip_of=self)
 
-    def enable_compile(self) -> None:
-        """compile=true: the transition loss, its gradients, the clip and Adam as one graph (not R2D2 sequences)."""
-        from rlcli.algos.compiled import CompiledStep
-
+    def compile_refusal(self) -> str | None:
+        """compile=true covers the transition loss (not R2D2's sequences)."""
         if self.recurrent:
-            raise ConfigError("compile=true does not cover recurrent Q-networks (actor=gru/lstm) yet; "
-                              "drop compile=true")
-        self._compiled = CompiledStep(self.networks, self.optimizer, self.transition_loss, self.max_grad_norm)
+            return "compile=true does not cover recurrent Q-networks (actor=gru/lstm) yet; drop compile=true"
+        return None
 
     def outputs_per_action(self) -> int:
         """What the Q-network predicts per action: one value (QR-DQN: its quantiles)."""
@@ -193,25 +193,13 @@ class DQN:
 
     def _gradient_step(self, batch: Any, buffer: Any) -> StepOutput:
         """One gradient step on a batch of transitions (or of stored sequences, for a recurrent network)."""
-        errors = None
-        if self.recurrent:
-            loss, q_mean = self._sequence_loss(batch, buffer.burn_in)
-            gradient_step(self.optimizer, loss, self.networks.q.parameters(), self.max_grad_norm)
-        elif self._compiled is not None:
-            loss, (errors, q_mean) = self._compiled(batch)
-        else:
-            loss, (errors, q_mean) = self.transition_loss(batch)
-            gradient_step(self.optimizer, loss, self.networks.q.parameters(), self.max_grad_norm)
+        loss, (errors, q_mean) = self.train_step(batch, buffer.burn_in) if self.recurrent else self.train_step(batch)
         self.gradient_updates += 1
         return errors, {"value_loss": loss.detach(), "q_mean": q_mean}
 
     def population_refusal(self) -> str | None:
         """What keeps this DQN out of a batched population (sweeps/population/offpolicy.py), or None."""
         return "a recurrent Q-network (actor=gru/lstm)" if self.recurrent else None
-
-    @property
-    def compile_enabled(self) -> bool:
-        return self._compiled is not None
 
     def transition_loss(self, batch: Any) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
         """The (double) Q-learning loss on a batch of transitions, with each one's TD error (PER priorities) and
@@ -224,9 +212,10 @@ class DQN:
         per_sample = q_regression_loss(q, target, self.loss)
         return (batch.weights * per_sample).mean(), ((q - target).detach(), q.detach().mean())
 
-    def _sequence_loss(self, batch: SequenceBatch, burn: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def _sequence_loss(self, batch: SequenceBatch, burn: int) -> tuple[torch.Tensor, tuple[None, torch.Tensor]]:
         """R2D2: refresh the stored state over the burn-in steps (no gradients), then 1-step Q-learning on
-        the rest of the sequence, the target network unrolled over the whole sequence from the stored state."""
+        the rest of the sequence, the target network unrolled over the whole sequence from the stored state (no
+        TD errors: stored sequences keep no priorities)."""
         net = self.networks
         obs = batch.obs
         with torch.no_grad():
@@ -242,7 +231,7 @@ class DQN:
         per_step = q_regression_loss(taken, target, self.loss)
         valid = batch.valid[burn:]
         loss = (per_step * valid).sum() / valid.sum().clamp_min(1.0)
-        return loss, (taken.detach() * valid).sum() / valid.sum().clamp_min(1.0)
+        return loss, (None, (taken.detach() * valid).sum() / valid.sum().clamp_min(1.0))
 
     def state_dict(self) -> dict[str, Any]:
         return {"networks": self.networks.state_dict(), "optimizer": self.optimizer.state_dict(),

@@ -63,7 +63,7 @@ def quantile_huber_loss(quantiles: torch.Tensor, targets: torch.Tensor) -> torch
 
 
 def policy_gradient_terms(networks: Any, batch: RolloutBatch, addons: Sequence[Any], normalize_advantage: bool,
-                          addon_coefs: torch.Tensor | None = None, evaluated: tuple[torch.Tensor, ...] | None = None,
+                          addon_coefs: Sequence[Any] | None = None, evaluated: tuple[torch.Tensor, ...] | None = None,
                           ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
     """A2C's and PG's shared part: the policy-gradient loss (with add-on terms), the mean entropy, the values
     and the add-ons' logs of one rollout batch (`addon_coefs`: see addons.addon_losses; `evaluated`: the

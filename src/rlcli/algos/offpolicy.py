@@ -11,8 +11,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from rlcli.algos.compiled import CompiledStep
 from rlcli.algos.exploration import uniform_box_actions
+from rlcli.algos.loss_step import LossStep
 from rlcli.contracts import ReplayStorage, RunClock
 from rlcli.registry import ConfigError, require
 from rlcli.services.runtime import DeviceConstants
@@ -96,11 +96,6 @@ class BoxActorCritic:
     critic_optimizer: torch.optim.Optimizer
     max_grad_norm: float | None
     scaler: BoxScaler
-    _compiled: tuple[CompiledStep, CompiledStep] | None = None  # compile=true: `compiled_steps`
-
-    @property
-    def compile_enabled(self) -> bool:
-        return self._compiled is not None
 
     def random_actions(self, n: int) -> torch.Tensor:
         return uniform_box_actions(n, self.action_dim)
@@ -108,12 +103,13 @@ class BoxActorCritic:
     def optimizers(self) -> list[torch.optim.Optimizer]:
         return [self.policy_optimizer, self.critic_optimizer]
 
-    def compiled_steps(self, critic_loss: Callable[..., Any], policy_loss: Callable[..., Any],
-                       updates_buffers: bool = False) -> tuple[CompiledStep, CompiledStep]:
-        """compile=true: the critics' step and the policy's step, one compiled graph each (algos/compiled.py)."""
-        net, clip = self.networks, self.max_grad_norm
-        return (CompiledStep(net, self.critic_optimizer, critic_loss, clip, updates_buffers),
-                CompiledStep(net, self.policy_optimizer, policy_loss, clip, updates_buffers))
+    def build_steps(self, critic_loss: Callable[..., Any], policy_loss: Callable[..., Any],
+                    updates_buffers: bool = False) -> None:
+        """The critics' step and the policy's step (`critic_train_step`, `policy_train_step`): one LossStep each,
+        over all the networks (each differentiates its optimizer's parameters only)."""
+        net = self.networks
+        self.critic_train_step = LossStep(net, self.critic_optimizer, critic_loss, self, updates_buffers)
+        self.policy_train_step = LossStep(net, self.policy_optimizer, policy_loss, self, updates_buffers)
 
     def env_actions(self, actions: torch.Tensor) -> torch.Tensor:
         return self.scaler.to_env(actions)

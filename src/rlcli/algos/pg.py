@@ -9,6 +9,7 @@ so give it rollouts longer than the episodes (n_steps x num_envs) or keep the ba
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 
@@ -24,6 +25,7 @@ from rlcli.algos.base import (
     finish_with_gae,
     param_groups,
 )
+from rlcli.algos.loss_step import LossStep
 from rlcli.algos.losses import policy_gradient_terms, squared_value_loss
 from rlcli.batches import RolloutBatch
 from rlcli.contracts import ON_POLICY_ACTIONS, ActOutput, AlgoSpec, RecurrentState, RolloutStorage
@@ -63,6 +65,7 @@ class PolicyGradient(OneStepUpdate):
         self.ent_coef, self.vf_coef, self.max_grad_norm = ent_coef, vf_coef, max_grad_norm
         self.schedulable: tuple[str, ...] = ("lr_scale", "ent_coef", "vf_coef", "gamma", "max_grad_norm")
         self.optimizer = adam(param_groups(networks, lr, lr_pi, lr_v))
+        self.train_step = LossStep(networks, self.optimizer, self.minibatch_loss, clip_of=self)
 
     @torch.inference_mode()
     def act(self, obs: torch.Tensor, deterministic: bool = False, state: RecurrentState | None = None) -> ActOutput:
@@ -80,7 +83,7 @@ class PolicyGradient(OneStepUpdate):
         finish_with_gae(self.value, buffer, last_obs, state, self.gamma, self.gae_lambda)
 
     def minibatch_loss(self, batch: RolloutBatch, ent_coef: float | torch.Tensor, vf_coef: float | torch.Tensor,
-                       addon_coefs: torch.Tensor | None = None, evaluated: tuple[torch.Tensor, ...] | None = None,
+                       addon_coefs: Sequence[Any] | None = None, evaluated: tuple[torch.Tensor, ...] | None = None,
                        ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """The advantages are G - b(s) (b = 0 without a baseline, and then no value loss)."""
         policy_loss, entropy_mean, values, addon_logs = policy_gradient_terms(

@@ -21,19 +21,18 @@ from rlcli.algos.base import (
     evaluate_batch,
     explained_variance,
     finish_with_gae,
-    gradient_step,
     masked_mean,
     normalize_masked,
     param_groups,
     refuse_in_population,
     set_lr,
 )
-from rlcli.algos.compiled import CompiledStep
 from rlcli.algos.exploration import minibatches
+from rlcli.algos.loss_step import LossStep
 from rlcli.algos.losses import clipped_surrogate_loss, squared_value_loss
 from rlcli.batches import RolloutBatch
 from rlcli.contracts import ON_POLICY_ACTIONS, ActOutput, AlgoSpec, RecurrentState, RolloutStorage, RunClock
-from rlcli.registry import ALGOS, ConfigError, require
+from rlcli.registry import ALGOS, require
 from rlcli.schedules import to_zero
 
 PPO_SCHEDULABLE: tuple[str, ...] = ("lr_scale", "clip_range", "clip_range_scale", "clip_range_vf", "ent_coef",
@@ -104,23 +103,14 @@ class PPO:
         self.kl_coef, self.kl_target = kl_coef, kl_target
         self.schedulable = PPO_SCHEDULABLE
         self.optimizer = adam(param_groups(networks, lr, lr_pi, lr_v) + self.extra_param_groups(lr), eps=1e-5)
-        self._compiled: CompiledStep | None = None  # compile=true: the whole minibatch step as one graph
+        self.train_step = LossStep(self.trained_modules(), self.optimizer, self.minibatch_loss, clip_of=self)
 
-    def enable_compile(self) -> None:
-        """compile=true: PPO's minibatch step (MLP or CNN actor, clipped or KL-penalized, with add-ons) compiled."""
+    def compile_refusal(self) -> str | None:
+        """compile=true covers PPO's minibatch step with an MLP or CNN actor (clipped or KL-penalized, add-ons)."""
         if self.recurrent:
-            raise ConfigError("compile=true does not cover a recurrent actor (actor=lstm/gru) yet; drop compile=true "
-                              "(eager is the default)")
-        self._compiled = CompiledStep(self.trained_modules(), self.optimizer, self._compiled_loss, self.max_grad_norm)
-
-    @property
-    def compile_enabled(self) -> bool:
-        return self._compiled is not None
-
-    def _compiled_loss(self, batch: RolloutBatch, clip: torch.Tensor | None, ent_coef: torch.Tensor,
-                       vf_coef: torch.Tensor, kl_coef: torch.Tensor | None, aux_noise: torch.Tensor | None,
-                       addon_coefs: torch.Tensor | None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        return self.minibatch_loss(batch, clip, ent_coef, vf_coef, kl_coef, aux_noise, addon_coefs)
+            return ("compile=true does not cover a recurrent actor (actor=lstm/gru) yet; drop compile=true "
+                    "(eager is the default)")
+        return None
 
     @torch.inference_mode()
     def act(self, obs: torch.Tensor, deterministic: bool = False, state: RecurrentState | None = None) -> ActOutput:
@@ -211,23 +201,16 @@ class PPO:
             yield RolloutBatch(*(x[idx] for x in batch[:7]), action_masks=None if masks is None else masks[idx])
 
     def _minibatch_step(self, batch: RolloutBatch, clip: float | None) -> dict[str, torch.Tensor]:
-        if self._compiled is not None:
-            # values that schedules (or the KL rule) change go in as tensors, so that a new value is not a new graph
-            def as_tensor(value: float | None) -> torch.Tensor | None:
-                return None if value is None else torch.tensor(value)
-
-            _, stats = self._compiled(batch, as_tensor(clip), as_tensor(self.ent_coef), as_tensor(self.vf_coef),
-                                      as_tensor(self.kl_coef), self.auxiliary_noise(batch),
-                                      addon_coefs(self.policy_addons, batch.mask.device))
-            return stats
-        loss, stats = self.minibatch_loss(batch, clip)
-        gradient_step(self.optimizer, loss, self.trained_parameters(), self.max_grad_norm)
+        """One gradient step; the auxiliary loss's draws are taken here, from the run's stream, where its loss
+        would draw them (nothing in between draws)."""
+        _, stats = self.train_step(batch, clip, self.ent_coef, self.vf_coef, self.kl_coef,
+                                   self.auxiliary_noise(batch), addon_coefs(self.policy_addons))
         return stats
 
     def minibatch_loss(self, batch: RolloutBatch, clip: float | torch.Tensor | None,
                        ent_coef: float | torch.Tensor | None = None, vf_coef: float | torch.Tensor | None = None,
                        kl_coef: float | torch.Tensor | None = None, aux_noise: torch.Tensor | None = None,
-                       addon_coefs: torch.Tensor | None = None, evaluated: tuple[torch.Tensor, ...] | None = None,
+                       addon_coefs: Sequence[Any] | None = None, evaluated: tuple[torch.Tensor, ...] | None = None,
                        ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """The loss of one minibatch and what to log (the coefficients default to the algorithm's own;
         `aux_noise`, `addon_coefs`: the auxiliary loss's draws and the add-ons' coefficients, which a compiled step
@@ -284,10 +267,6 @@ class PPO:
 
     def optimizers(self) -> list[torch.optim.Optimizer]:
         return [self.optimizer]
-
-    def trained_parameters(self) -> Iterator[torch.nn.Parameter]:
-        """What the optimizer steps and gradient clipping covers."""
-        return self.networks.parameters()
 
     def trained_modules(self) -> torch.nn.Module:
         """The modules holding every parameter the optimizer steps (what a compiled step substitutes)."""

@@ -19,9 +19,9 @@ from torch import nn
 
 from rlcli.actors.layers import _ACTIVATIONS
 from rlcli.actors.offpolicy import NetworkRecipe
-from rlcli.algos.base import Decay, UpdatePlan, gradient_step, masked_mean, set_lr
-from rlcli.algos.compiled import CompiledStep
+from rlcli.algos.base import Decay, UpdatePlan, masked_mean, set_lr
 from rlcli.algos.exploration import epsilon_greedy, minibatches
+from rlcli.algos.loss_step import LossStep
 from rlcli.algos.optim import RAdam
 from rlcli.batches import RolloutBatch
 from rlcli.contracts import ActOutput, AlgoSpec, RecurrentState, RolloutStorage, RunClock
@@ -137,7 +137,7 @@ class PQN:
         linear = to_zero(lr_schedule)
         if linear is not None:
             self.default_schedules["lr_scale"] = linear
-        self._compiled: CompiledStep | None = None  # compile=true
+        self.train_step = LossStep(self.networks, self.optimizer, self.minibatch_loss, clip_of=self)
 
     @torch.inference_mode()
     def act(self, obs: torch.Tensor, deterministic: bool = False, state: RecurrentState | None = None) -> ActOutput:
@@ -170,11 +170,7 @@ class PQN:
         for epoch in self.minibatch_order(plan.batch.mask.shape[0], plan.batch.mask.device):
             for idx in epoch:
                 minibatch = RolloutBatch(*(x[idx] for x in plan.batch[:7]))
-                if self._compiled is not None:
-                    _, stats = self._compiled(minibatch)
-                else:
-                    loss, stats = self.minibatch_loss(minibatch)
-                    gradient_step(self.optimizer, loss, self.networks.parameters(), self.max_grad_norm)
+                _, stats = self.train_step(minibatch)
                 for key, value in stats.items():
                     logged.setdefault(key, []).append(value)
         return self.end_update(plan, {k: torch.stack(v).mean() for k, v in logged.items()})
@@ -215,16 +211,8 @@ class PQN:
         """The update's metrics (the minibatches' means given) and the acting's epsilon."""
         return {**metrics, "epsilon": torch.tensor(self.epsilon), "learning_rate": torch.tensor(plan.lr)}
 
-    @property
-    def compile_enabled(self) -> bool:
-        return self._compiled is not None
-
     def population_refusal(self) -> str | None:
         return None  # an MLP or CNN Q-network (algo=pqn has no recurrent one)
-
-    def enable_compile(self) -> None:
-        """compile=true: the minibatch loss, its gradients, the clip and RAdam as one graph."""
-        self._compiled = CompiledStep(self.networks, self.optimizer, self.minibatch_loss, self.max_grad_norm)
 
     def state_dict(self) -> dict[str, Any]:
         return {"networks": self.networks.state_dict(), "optimizer": self.optimizer.state_dict()}

@@ -18,7 +18,6 @@ it is an exploration bonus (the intrinsic reward). Following the paper:
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
 from typing import Any
 
 import gymnasium as gym
@@ -120,10 +119,6 @@ class RNDPPO(PPO):
 
     def extra_param_groups(self, lr: float) -> list[dict[str, Any]]:
         return [{"params": list(self.rnd.predictor.parameters()), "lr": lr, "base_lr": lr, "name": "rnd"}]
-
-    def trained_parameters(self) -> Iterator[nn.Parameter]:
-        yield from self.networks.parameters()
-        yield from self.rnd.predictor.parameters()
 
     def trained_modules(self) -> nn.Module:
         return nn.ModuleDict({"actor_critic": self.networks, "rnd": self.rnd})

@@ -20,7 +20,6 @@ from rlcli.actors.offpolicy import (
 from rlcli.actors.recurrent import RecurrentCritics, RecurrentNet, RecurrentRecipe, state_or_zeros
 from rlcli.actors.sde import NoiseResampling, StateDependentSquashedPolicy
 from rlcli.algos.base import adam, frozen, gradient_step
-from rlcli.algos.compiled import CompiledStep
 from rlcli.algos.entropy import (
     EntropyCoefficient,
     FixedEntropyCoefficient,
@@ -43,7 +42,7 @@ from rlcli.algos.offpolicy import (
 )
 from rlcli.batches import SequenceBatch
 from rlcli.contracts import ActOutput, AlgoSpec, RecurrentState, ReplayStorage, RunClock, SequenceStorage
-from rlcli.registry import ALGOS, ConfigError, require
+from rlcli.registry import ALGOS, require
 from rlcli.schedules import Schedule
 
 
@@ -141,17 +140,16 @@ class SAC(BoxActorCritic):
         self.default_schedules: dict[str, Schedule] = {}
         self.schedulable: tuple[str, ...] = ("gamma", "tau", "reward_scale", "max_grad_norm",
                                              *self.temperature.schedulable)
-        self._compiled: tuple[CompiledStep, CompiledStep] | None = None  # compile=true: the critics' and policy's
+        # the critics' and the policy's steps (compile=true: one graph each; the temperature's step and the target
+        # update stay eager: a scalar and a lerp). gSDE's exploration matrix, redrawn before each gradient step,
+        # goes into the compiled graphs as an input (a buffer they read).
+        self.build_steps(self.soft_td_loss, self.actor_loss, updates_buffers=self.noise_resampling.noise is not None)
 
-    def enable_compile(self) -> None:
-        """compile=true: the critics' step and the policy's step as one compiled graph each (the temperature's
-        step and the target update stay eager: a scalar and a lerp). gSDE's exploration matrix, redrawn before
-        each gradient step, goes in as an input (a buffer the graphs read)."""
-        if self.recurrent:
-            raise ConfigError("compile=true does not cover a recurrent actor (actor=gru/lstm) yet; drop compile=true "
-                              "(eager is the default)")
-        self._compiled = self.compiled_steps(self.soft_td_loss, self.actor_loss,
-                                             updates_buffers=self.noise_resampling.noise is not None)
+    def compile_refusal(self) -> str | None:
+        if self.recurrent:  # its sequence step is eager only
+            return ("compile=true does not cover a recurrent actor (actor=gru/lstm) yet; drop compile=true "
+                    "(eager is the default)")
+        return None
 
     def critic_outputs(self) -> int:
         """Outputs of each critic: one Q-value (TQC: its quantiles)."""
@@ -207,32 +205,16 @@ class SAC(BoxActorCritic):
         recurrent network)."""
         if self.recurrent:
             return None, self._sequence_step(batch, buffer.burn_in)
-        net = self.networks
         alpha = self.alpha()
-        if self._compiled is not None:
-            return self._compiled_step(self._compiled, batch, alpha)
-        if isinstance(net.policy, StateDependentSquashedPolicy):
-            net.policy.noise.reset_noise()  # gSDE: one fresh matrix per gradient step, as SB3 (its log std moved)
-        critic_loss, errors = self.soft_td_loss(batch, alpha)  # observations normalized by the buffer when sampled
-        gradient_step(self.critic_optimizer, critic_loss, net.critics.parameters(), self.max_grad_norm)
-        with frozen(net.critics):  # the policy loss needs dQ/da only, not the critics' weight gradients
-            policy_loss, log_probs = self.actor_loss(batch.obs, alpha)
-        gradient_step(self.policy_optimizer, policy_loss, net.policy.parameters(), self.max_grad_norm)
-        return errors, self._finish_step(critic_loss, policy_loss, log_probs, torch.mean, alpha)
-
-    def _compiled_step(self, steps: tuple[CompiledStep, CompiledStep], batch: Any,
-                       alpha: torch.Tensor) -> StepOutput:
-        """The eager step's order with both gradient steps compiled; the policy's noise (next actions', then
-        actions') is drawn here, from the run's stream, as the eager step draws it."""
-        critic_step, policy_step = steps
         shape, device = (batch.obs.shape[0], self.action_dim), batch.obs.device
         if isinstance(self.networks.policy, StateDependentSquashedPolicy):
-            self.networks.policy.noise.reset_noise()  # gSDE: the matrix is the noise, as in the eager step
+            self.networks.policy.noise.reset_noise()  # gSDE: a fresh matrix per gradient step (SB3's): the noise
             next_noise = noise = None
-        else:
+        else:  # the policy's draws, next actions' then actions', from the run's stream in the order the losses use
             next_noise, noise = torch.randn(shape, device=device), torch.randn(shape, device=device)
-        critic_loss, errors = critic_step(batch, alpha, next_noise)
-        policy_loss, log_probs = policy_step(batch.obs, alpha, noise)  # through the critics just stepped
+        # observations normalized by the buffer when sampled
+        critic_loss, errors = self.critic_train_step(batch, alpha, next_noise)
+        policy_loss, log_probs = self.policy_train_step(batch.obs, alpha, noise)  # through the critics just stepped
         return errors, self._finish_step(critic_loss, policy_loss, log_probs, torch.mean, alpha)
 
     def soft_td_loss(self, batch: Any, alpha: torch.Tensor,

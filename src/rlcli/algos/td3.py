@@ -15,8 +15,7 @@ import torch
 from torch import nn
 
 from rlcli.actors.offpolicy import Critics, DeterministicPolicy, NetworkRecipe
-from rlcli.algos.base import adam, frozen, gradient_step
-from rlcli.algos.compiled import CompiledStep
+from rlcli.algos.base import adam
 from rlcli.algos.offpolicy import (
     BoxActorCritic,
     BoxScaler,
@@ -99,12 +98,8 @@ class TD3(BoxActorCritic):
         self.gradient_updates = 0
         self.schedulable: tuple[str, ...] = ("gamma", "tau", "noise_scale", "target_policy_noise",
                                              "target_noise_clip", "reward_scale", "max_grad_norm")
-        self._compiled: tuple[CompiledStep, CompiledStep] | None = None  # compile=true: the critics' and policy's
-
-    def enable_compile(self) -> None:
-        """compile=true: the critics' step and the policy's step as one compiled graph each (the target updates
-        stay eager: one lerp each)."""
-        self._compiled = self.compiled_steps(self.critic_loss, self._policy_loss_and_nothing)
+        # the critics' and the policy's steps (compile=true: one graph each; the target updates stay eager: a lerp)
+        self.build_steps(self.critic_loss, self._policy_loss_and_nothing)
 
     def _policy_loss_and_nothing(self, obs: torch.Tensor) -> tuple[torch.Tensor, tuple[()]]:
         return self.actor_loss(obs), ()
@@ -139,23 +134,14 @@ class TD3(BoxActorCritic):
     def _gradient_step(self, batch: Any) -> StepOutput:
         """The critics' step on one batch; every policy_delay-th one, the policy's and the target updates too."""
         net = self.networks
-        if self._compiled is not None:
-            # the smoothing's draws come from the run's stream, as the eager loss draws them
-            noise = (torch.randn(batch.obs.shape[0], self.action_dim, device=batch.obs.device)
-                     if self.target_policy_noise > 0 else None)
-            critic_loss, (errors, q_mean) = self._compiled[0](batch, noise)
-        else:
-            critic_loss, (errors, q_mean) = self.critic_loss(batch)  # observations normalized by the buffer
-            gradient_step(self.critic_optimizer, critic_loss, net.critics.parameters(), self.max_grad_norm)
+        # the smoothing's draws, from the run's stream (where the loss would draw them: nothing in between draws)
+        noise = (torch.randn(batch.obs.shape[0], self.action_dim, device=batch.obs.device)
+                 if self.target_policy_noise > 0 else None)
+        critic_loss, (errors, q_mean) = self.critic_train_step(batch, noise)  # observations normalized by the buffer
         self.gradient_updates += 1
         metrics = {"value_loss": critic_loss.detach(), "q_mean": q_mean}
         if self.gradient_updates % self.policy_delay == 0:
-            if self._compiled is not None:
-                policy_loss, _ = self._compiled[1](batch.obs)
-            else:
-                with frozen(net.critics):  # no weight gradients for the critic the policy climbs
-                    policy_loss = self.actor_loss(batch.obs)
-                gradient_step(self.policy_optimizer, policy_loss, net.policy.parameters(), self.max_grad_norm)
+            policy_loss, _ = self.policy_train_step(batch.obs)  # no weight gradients for the critic it climbs
             polyak_update(net.critics_target, net.critics, self.tau)
             polyak_update(net.policy_target, net.policy, self.tau)
             metrics["policy_loss"] = policy_loss.detach()

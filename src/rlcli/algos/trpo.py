@@ -31,6 +31,7 @@ from rlcli.algos.base import (
     set_lr,
 )
 from rlcli.algos.exploration import minibatches
+from rlcli.algos.loss_step import LossStep
 from rlcli.batches import RolloutBatch
 from rlcli.contracts import ON_POLICY_ACTIONS, ActOutput, AlgoSpec, RecurrentState, RolloutStorage, RunClock
 from rlcli.registry import ALGOS, ConfigError, require
@@ -151,7 +152,10 @@ class TRPO:
         self.policy_parameters = groups["shared"] + groups["pi"]
         self.value_parameters = groups["v"]
         self.value_optimizer = adam([{"params": self.value_parameters, "lr": lr, "base_lr": lr}], eps=1e-5)
-        self._compiled: Any = None  # compile=true: a CompiledStep over value_loss
+        # the value function's minibatch step (no clip), on its own parameters only: a shared body is the policy's.
+        # compile=true compiles it; the natural-gradient step stays eager (its conjugate gradient and line search
+        # decide in Python how far to go).
+        self.value_train_step = LossStep(networks, self.value_optimizer, self.value_loss)
 
     @torch.inference_mode()
     def act(self, obs: torch.Tensor, deterministic: bool = False, state: RecurrentState | None = None) -> ActOutput:
@@ -233,27 +237,13 @@ class TRPO:
         total, count = torch.zeros((), device=device), 0
         for _ in range(self.n_critic_updates):
             for idx in minibatches(size, self.batch_size, device):
-                args = (batch.obs[idx], batch.returns[idx], batch.mask[idx])
-                if self._compiled is not None:
-                    loss, _ = self._compiled(*args)
-                else:
-                    loss, _ = self.value_loss(*args)
-                    self.value_optimizer.zero_grad(set_to_none=True)
-                    loss.backward(inputs=self.value_parameters)  # no gradients pile up on the policy's weights
-                    self.value_optimizer.step()
+                loss, _ = self.value_train_step(batch.obs[idx], batch.returns[idx], batch.mask[idx])
                 total, count = total + loss.detach(), count + 1
         return total / max(count, 1)
 
     def value_loss(self, obs: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor,
                    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         return masked_mean((self.networks.value(obs) - returns).square(), mask), {}
-
-    def enable_compile(self) -> None:
-        """compile=true: the value function's minibatch steps (loss, gradients and Adam) as one graph each. The
-        natural-gradient step stays eager: its conjugate gradient and line search decide in Python how far to go."""
-        from rlcli.algos.compiled import CompiledStep
-
-        self._compiled = CompiledStep(self.networks, self.value_optimizer, self.value_loss, None)
 
     def optimizers(self) -> list[torch.optim.Optimizer]:
         return [self.value_optimizer]

@@ -28,7 +28,6 @@ from rlcli.contracts import (
     Algorithm,
     AlgoSpec,
     BufferSpec,
-    CompilableAlgorithm,
     Learner,
     NetworkSpec,
     OffPolicyLearner,
@@ -294,8 +293,9 @@ def build(cfg: DictConfig, start_workers: bool = True) -> Components:
         schedules = build_schedules(algo, OmegaConf.to_container(schedule_cfg) if schedule_cfg else None,  # type: ignore[arg-type]
                                     addons, buffer)
         if cfg.get("compile", False):
-            compilable: CompilableAlgorithm = algo
-            compilable.enable_compile()
+            from rlcli.algos.loss_step import enable_compile  # every LossStep of the algorithm, compiled
+
+            enable_compile(algo)
         learner: Learner = OnPolicyLearner(algo, buffer) if spec.on_policy else OffPolicyLearner(algo, buffer)
         if isinstance(learner, OffPolicyLearner):
             capacity, batch_size = learner.buffer.capacity, learner.algo.batch_size

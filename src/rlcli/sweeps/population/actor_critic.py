@@ -10,6 +10,7 @@ from typing import Any
 
 import torch
 
+from rlcli.algos.loss_step import compile_enabled
 from rlcli.contracts import RunClock
 from rlcli.sweeps.population.compiled import CompiledMembersStep
 from rlcli.sweeps.population.phases import update_phases
@@ -50,7 +51,7 @@ class ActorCriticPopulation:
         """compile=true members (all or none: compile is part of the population key): the critics' step and the
         policy's step of all members, one compiled graph each (compiled.py), over `*_loss(params, buffers, batch,
         terms) -> (losses, stats)`; None for eager members."""
-        if not all(a.compile_enabled for a in self._algos):
+        if not all(compile_enabled(a) for a in self._algos):
             return None
         limit = clip_limits([a.max_grad_norm for a in self._algos], self.device)
         return (CompiledMembersStep(critics_loss, self.params, self.buffers, self.critic_rows,

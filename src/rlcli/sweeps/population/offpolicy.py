@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from rlcli.algos.exploration import epsilon_choice, epsilon_draws
+from rlcli.algos.loss_step import compile_enabled
 from rlcli.contracts import ActOutput, RunClock
 from rlcli.registry import ConfigError
 from rlcli.sweeps.population.catalog import can_batch
@@ -60,9 +61,6 @@ class BatchableGradientSteps(Protocol):
 
     def population_refusal(self) -> str | None: ...
 
-    @property
-    def compile_enabled(self) -> bool: ...
-
 
 def check_batchable(algos: Sequence[Any], storages: Sequence[Any]) -> None:
     """One line naming what keeps these members out of a population (the launcher then runs them one by one)."""
@@ -91,7 +89,7 @@ class OffPolicyPopulationUpdate:
         self._losses = vmapped(MemberCall(first, "transition_loss", takes_batch=True))
         self._q = vmapped(MemberCall(first, "q_values"))
         self._compiled: CompiledMembersStep | None = None
-        if all(a.compile_enabled for a in self.algos):  # compile=true is part of the population key: all or none
+        if all(compile_enabled(a) for a in self.algos):  # compile=true is part of the population key: all or none
             self._compiled = CompiledMembersStep(self._member_losses, self.params, self.buffers, self._rows,
                                                  [a.optimizer for a in self.algos],
                                                  clip_limits([a.max_grad_norm for a in algos],

@@ -25,6 +25,7 @@ from torch import nn
 from torch.func import vmap
 
 from rlcli.algos.base import UpdatePlan
+from rlcli.algos.loss_step import compile_enabled
 from rlcli.batches import RolloutBatch
 from rlcli.buffers.rollout import RolloutBuffer
 from rlcli.contracts import ActOutput, RunClock
@@ -47,7 +48,6 @@ class BatchableUpdate(Protocol):
     networks: nn.Module
     optimizer: Any
     max_grad_norm: float | None
-    compile_enabled: bool  # compile=true: the population compiles its step too (compiled.py)
 
     def begin_update(self, buffer: RolloutBuffer) -> UpdatePlan: ...
 
@@ -154,7 +154,7 @@ class PopulationUpdate:
         self._draws_apart = all(_takes_uniforms(a) for a in self.algos)
         self._compiled: CompiledMembersStep | None = None
         self._stacked_step: StackedStep | None = None
-        if all(a.compile_enabled for a in self.algos):  # compile=true is part of the population key: all or none
+        if all(compile_enabled(a) for a in self.algos):  # compile=true is part of the population key: all or none
             self._compiled = CompiledMembersStep(self._losses, self.params, self.buffers, self._rows,
                                                  [a.optimizer for a in self.algos],
                                                  clip_limits([a.max_grad_norm for a in self.algos],

@@ -59,9 +59,6 @@ class SoftActorCriticMembers(Protocol):
 
     def population_refusal(self) -> str | None: ...
 
-    @property
-    def compile_enabled(self) -> bool: ...
-
 
 @runtime_checkable
 class BatchableSoftActorCritic(SoftActorCriticMembers, Protocol):

@@ -61,9 +61,6 @@ class BatchableTwinDelayed(Protocol):
 
     def population_refusal(self) -> str | None: ...
 
-    @property
-    def compile_enabled(self) -> bool: ...
-
 
 class TwinDelayedPopulationUpdate(ActorCriticPopulation):
     """TD3 and DDPG members as one population: ActorCriticPopulation's acting and update phases around this kind's
