@@ -164,3 +164,36 @@ def test_rl_eval_export_checks_rl_evals_own_episode_0(tmp_path):
     said = re.search(r"episode 0 of rl-eval <run> \(seed 0\): return (\S+) with the file, (\S+) with rlcli",
                      exported.stdout)
     assert said and float(said.group(1)) == float(said.group(2)) == first, exported.stdout
+
+
+# ------------------------------------------------------------------ 9. MLflow's files under the runs folder
+def test_mlflow_defaults_to_the_runs_folder(tmp_path, monkeypatch):
+    from rlcli.services.tracking import default_mlflow_uri, with_default_store
+    from rlcli.services.tracking_sinks import TrackingSettings, artifacts_beside
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    run = tmp_path / "runs" / "ppo" / "CartPole-v1" / "2026-11-27_10-00-00-000000"
+    assert default_mlflow_uri(run) == f"sqlite:///{tmp_path / 'runs' / 'mlflow.db'}"
+    assert artifacts_beside(default_mlflow_uri(run), "ppo-CartPole-v1") == (
+        tmp_path / "runs" / "mlartifacts" / "ppo-CartPole-v1").as_uri()
+    elsewhere = tmp_path / "multirun" / "2026-11-27" / "0"  # a sweep's job: ./runs of the working directory
+    assert default_mlflow_uri(elsewhere) == f"sqlite:///{tmp_path / 'runs' / 'mlflow.db'}"
+    on = TrackingSettings(mlflow=True)
+    assert with_default_store(on, run).mlflow_uri == default_mlflow_uri(run)
+    mine = TrackingSettings(mlflow=True, mlflow_uri="sqlite:////data/m.db")  # overridable: log.mlflow_uri
+    assert with_default_store(mine, run) is mine
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:5000")  # or MLflow's own variable
+    assert with_default_store(on, run).mlflow_uri is None
+    assert not (tmp_path / "mlflow.db").exists()
+
+
+@pytest.mark.slow
+def test_a_tracked_run_leaves_no_mlflow_files_in_the_working_directory(tmp_path):
+    pytest.importorskip("mlflow", reason="the [mlflow] extra (in [dev]) is not installed")
+    out = run_cli("algo.n_steps=32", "algo.batch_size=64", "train.num_envs=4", "train.total_steps=256",
+                  "train.test_every=0", "log.console=false", "log.tensorboard=false", "log.mlflow=true", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["runs"]
+    runs = tmp_path / "runs"
+    assert (runs / "mlflow.db").is_file() and (runs / "mlartifacts" / "ppo-CartPole-v1").is_dir()

@@ -151,10 +151,11 @@ def test_a_sweep_groups_its_tracked_runs_and_mlflow_defaults_to_its_own_local_st
                     "log.mlflow_experiment=sweep-test", "log.wandb=true", "log.wandb_mode=offline",
                     f"hydra.sweep.dir={tmp_path / 'sweep'}"], tmp_path)
     assert out.returncode == 0, out.stderr
-    assert (tmp_path / "mlflow.db").is_file()  # MLflow's default store, in the working directory
+    # rlcli's default store: in ./runs (the sweep's jobs are under no folder named runs), not the working directory
+    assert (tmp_path / "runs" / "mlflow.db").is_file() and not (tmp_path / "mlflow.db").exists()
     from mlflow.tracking import MlflowClient
 
-    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    client = MlflowClient(f"sqlite:///{tmp_path / 'runs' / 'mlflow.db'}")
     experiment = client.get_experiment_by_name("sweep-test")
     runs = client.search_runs([experiment.experiment_id])
     assert sorted(r.data.tags["seed"] for r in runs) == ["1", "2"]

@@ -51,6 +51,26 @@ def settings_of(cfg: DictConfig) -> TrackingSettings:
     return TrackingSettings(**values)
 
 
+def default_mlflow_uri(run_dir: Path) -> str:
+    """rlcli's MLflow store where neither log.mlflow_uri nor MLFLOW_TRACKING_URI names one: `mlflow.db` in the runs
+    folder that holds the run (the nearest parent of its directory named `runs`, as in runs/<algo>/<env>/<time>),
+    else in `./runs` of the working directory (a sweep's jobs under multirun/, a hydra.run.dir elsewhere). Its
+    artifacts go to `mlartifacts/<experiment>/` beside it (tracking_sinks.artifacts_beside): nothing lands in the
+    working directory itself, and a resume from another directory finds the same store."""
+    run_dir = run_dir.expanduser().absolute()
+    folder = next((p for p in run_dir.parents if p.name == "runs"), Path.cwd().absolute() / "runs")
+    folder.mkdir(parents=True, exist_ok=True)  # sqlite makes the file, not its folder
+    return f"sqlite:///{folder / 'mlflow.db'}"
+
+
+def with_default_store(settings: TrackingSettings, run_dir: Path) -> TrackingSettings:
+    if not settings.mlflow or settings.mlflow_uri or os.environ.get("MLFLOW_TRACKING_URI"):
+        return settings
+    import dataclasses
+
+    return dataclasses.replace(settings, mlflow_uri=default_mlflow_uri(run_dir))
+
+
 def check_tracking(cfg: DictConfig) -> None:
     """Start-up check, before any run dir exists: the libraries are installed and the servers reachable."""
     settings = settings_of(cfg)
@@ -127,7 +147,7 @@ class Tracking:
               group: str | None, warn: Callable[[str], None]) -> Tracking:
         """Start (or, with the checkpoint's `run_ids`, continue) one tracked run per enabled sink. A sink that
         cannot start raises a one-line ConfigError."""
-        settings = settings_of(cfg)
+        settings = with_default_store(settings_of(cfg), run_dir)
         info = run_info(cfg, run_dir, group)
         saved = _read_state(run_dir)
         sinks: dict[str, Sink] = {}

@@ -15,7 +15,7 @@ WANDB_MODES = ("online", "offline")
 @dataclass(frozen=True)
 class TrackingSettings:
     mlflow: bool = False
-    mlflow_uri: str | None = None  # None: MLflow's own default (MLFLOW_TRACKING_URI, else ./mlflow.db)
+    mlflow_uri: str | None = None  # None: MLFLOW_TRACKING_URI, else runs/mlflow.db (tracking.default_mlflow_uri)
     mlflow_experiment: str | None = None  # None: <algo>-<env>
     wandb: bool = False
     wandb_project: str | None = None  # None: rlcli
