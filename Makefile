@@ -12,7 +12,7 @@ ARGS   ?=
 TORCH  ?= cpu
 TORCH_VERSION ?= 2.13.0
 
-.PHONY: train test lint docs clean-venv
+.PHONY: train test lint docs docs-build clean-venv
 
 $(BIN)/rl-train: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -40,6 +40,10 @@ lint: $(VENV)/.dev-extras
 
 docs: $(VENV)/.dev-extras
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve -a 127.0.0.1:8000
+
+# the site into site/, strictly (every link and reference resolved), without Material's end-of-life banner
+docs-build: $(VENV)/.dev-extras
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 clean-venv:
 	rm -rf $(VENV)

@@ -197,3 +197,46 @@ def test_a_tracked_run_leaves_no_mlflow_files_in_the_working_directory(tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["runs"]
     runs = tmp_path / "runs"
     assert (runs / "mlflow.db").is_file() and (runs / "mlartifacts" / "ppo-CartPole-v1").is_dir()
+
+
+# ------------------------------------------------------------------ 6. docs that match the code
+def test_a_callback_point_with_the_wrong_arguments_is_named_before_the_run():
+    import rlcli
+    from rlcli.run.callbacks import CallbackList
+
+    class AsTheGuideOnceSaid(rlcli.Callback):
+        def after_update(self, run):  # the guide said each point "gets a RunContext"
+            return None
+
+    with pytest.raises(TypeError, match=r"AsTheGuideOnceSaid.after_update must take \(self, run, metrics\)"):
+        CallbackList([AsTheGuideOnceSaid()])
+
+    class Fine(rlcli.Callback):
+        def after_test(self, run, result):
+            return None
+
+        def on_end(self, *args):
+            pass
+
+    CallbackList([Fine()])
+    guide = (REPO / "docs" / "guide" / "python.md").read_text()
+    assert "after_update(run, metrics)" in guide and "Each gets a `RunContext`" not in guide
+
+
+def test_docstring_placeholders_survive_the_reference_page():
+    spec = importlib.util.spec_from_file_location("griffe_placeholders", REPO / "docs" / "griffe_placeholders.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.escape_placeholders("runs/<algo>/<env>/<time stamp> here, `runs/<algo>` in code") == (
+        "runs/&lt;algo&gt;/&lt;env&gt;/&lt;time stamp&gt; here, `runs/<algo>` in code")
+    assert "docs/griffe_placeholders.py:Placeholders" in (REPO / "mkdocs.yml").read_text()
+
+
+def test_the_docs_commands_and_pointers_say_what_they_do():
+    readme = (REPO / "README.md").read_text()
+    assert "mkdocs build --strict`" not in readme and "make docs-build" in readme  # no end-of-life banner
+    makefile = (REPO / "Makefile").read_text()
+    assert "NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict" in makefile.split("\ndocs-build:", 1)[1]
+    troubleshooting = (REPO / "docs" / "troubleshooting.md").read_text()
+    assert '"What rlcli guarantees" above' not in troubleshooting
+    assert "(guide/checkpoints.md#what-rlcli-guarantees)" in troubleshooting

@@ -69,6 +69,26 @@ class Callback:
         """After the final checkpoint: reason is budget, stop_reward, pruned, or a callback's stop reason."""
 
 
+# Each point's arguments after `self`, as the trainer passes them.
+POINTS = {"on_start": ("run",), "after_collect": ("run", "stats"), "after_update": ("run", "metrics"),
+          "after_test": ("run", "result"), "on_checkpoint": ("run", "path"), "on_end": ("run", "reason")}
+
+
+def check_points(callback: Callback) -> None:
+    """A point overridden with other arguments than the trainer passes is a TypeError naming the signature, before
+    the run starts (not a TypeError from deep inside the loop at the first call)."""
+    import inspect
+
+    for name, args in POINTS.items():
+        if getattr(type(callback), name, None) is getattr(Callback, name):
+            continue
+        try:
+            inspect.signature(getattr(callback, name)).bind(*args)
+        except (TypeError, ValueError):
+            raise TypeError(f"{type(callback).__name__}.{name} must take (self, {', '.join(args)}): the run calls "
+                            f"{name}({', '.join(args)}) (see rlcli.Callback)") from None
+
+
 class CallbackList:
     """The trainer's one way to call its callbacks: every point calls them all, and the first stop request wins."""
 
@@ -77,6 +97,7 @@ class CallbackList:
             if not isinstance(callback, Callback):
                 raise TypeError(f"callbacks take rlcli.Callback instances, not {type(callback).__name__}; "
                                 "subclass rlcli.Callback and override the points you need")
+            check_points(callback)
         self.callbacks = list(callbacks)
 
     def on_start(self, run: RunContext) -> None:
