@@ -12,7 +12,7 @@ ARGS   ?=
 TORCH  ?= cpu
 TORCH_VERSION ?= 2.13.0
 
-.PHONY: train test lint docs docs-build clean-venv
+.PHONY: train test quick lint docs docs-build clean-venv
 
 $(BIN)/rl-train: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -33,6 +33,18 @@ test: $(VENV)/.dev-extras
 	$(BIN)/ruff check src tests scripts docs
 	$(BIN)/mypy
 	$(BIN)/python -m pytest -q -n 2 tests
+
+# A contributor's quick check: ruff, mypy and the unit tests of each module's logic (buffers, returns, losses,
+# heads, schedules, the registry, configs, the layering; no learning runs, no rl-train processes). `make test` is
+# the whole suite, which CI runs.
+QUICK_TESTS := $(addprefix tests/test_,$(addsuffix .py,build_once configs entropy exploration gae heads her \
+	isa_probe layout members_loss offpolicy_math ppo_losses r2d2 recurrent registry replay rl_zoo_translation rnd \
+	schedules_and_pg stacked_step tuning))
+
+quick: $(VENV)/.dev-extras
+	$(BIN)/ruff check src tests scripts docs
+	$(BIN)/mypy
+	$(BIN)/python -m pytest -q -n 2 -m "not slow" $(QUICK_TESTS)
 
 lint: $(VENV)/.dev-extras
 	$(BIN)/ruff check src tests scripts docs

@@ -240,3 +240,17 @@ def test_the_docs_commands_and_pointers_say_what_they_do():
     troubleshooting = (REPO / "docs" / "troubleshooting.md").read_text()
     assert '"What rlcli guarantees" above' not in troubleshooting
     assert "(guide/checkpoints.md#what-rlcli-guarantees)" in troubleshooting
+
+
+# ------------------------------------------------------------------ 10. a quick check for contributors
+def test_make_quick_runs_the_unit_test_files_that_exist_and_the_readme_says_its_time():
+    out = subprocess.run(["make", "-n", "quick"], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    pytest_line = next(line for line in out.stdout.splitlines() if "-m pytest" in line)
+    assert '-m "not slow"' in pytest_line
+    files = [word for word in pytest_line.split() if word.startswith("tests/")]
+    assert len(files) >= 20 and all((REPO / f).is_file() for f in files)
+    assert not {"tests/test_learning.py", "tests/test_cli.py", "tests/test_sweep.py"} & set(files)
+    readme = (REPO / "README.md").read_text()
+    assert "make quick" in readme and "about 3 minutes" in readme
+    assert "    make test " in readme  # the test command stays what .ci/run runs
