@@ -194,3 +194,23 @@ def test_the_guide_shows_sb3_beside_rlcli_and_says_where_the_defaults_differ():
                  "deterministic=True", "deterministic=False", "env=make_env)"):
         assert text in guide, text
     assert "returns False" in guide and "returning True" in guide  # SB3's _on_step stops on False, rlcli's on True
+
+
+@pytest.mark.slow
+def test_population_workers_one_per_core_need_no_joblib(tmp_path):
+    """Item 8: the population launcher's own worker processes (n_jobs=2) run where joblib cannot be imported (the
+    base install, after `make train`); before, n_jobs=2 was refused and n_jobs=auto trained in one process."""
+    shim = tmp_path / "shim" / "joblib"
+    shim.mkdir(parents=True)
+    (shim / "__init__.py").write_text('raise ImportError("no joblib in this install")\n')
+    rl_train = Path(sys.executable).parent / "rl-train"
+    out = subprocess.run([str(rl_train), "-m", "algo=ppo", "algo.n_steps=32", "algo.batch_size=64", "algo.n_epochs=2",
+                          "train.num_envs=2", "train.total_steps=256", "train.test_every=128", "train.test_episodes=2",
+                          "seed=0,1", "hydra/launcher=population", "hydra.launcher.n_jobs=2", "hydra.sweep.dir=sweep",
+                          "log.tensorboard=false"], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "PYTHONPATH": str(tmp_path / "shim")})
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "need joblib" not in out.stderr
+    for job in "01":
+        log = (tmp_path / "sweep" / job / "train.log").read_text()
+        assert "done: 256 env steps" in log

@@ -14,7 +14,9 @@ from contextlib import contextmanager
 
 PHASES = ("env", "act", "buffer", "update", "test", "checkpoint", "log")
 SHORT = {"env": "env", "act": "act", "buffer": "buf", "update": "upd", "test": "test", "checkpoint": "ckpt",
-         "log": "log", "other": "other", "others": "others"}  # others: a population's other members' turns
+         "log": "log", "other": "other", "others": "members"}
+# `others` (a population member's wait while the other members take their turns) shows as `members`, so that the
+# time line does not set `others 84%` beside `other 4%` (the loop's own rest); TensorBoard keeps time/others_*
 
 
 class PhaseClock:

@@ -24,11 +24,17 @@ def in_worker_process() -> bool:
     return multiprocessing.parent_process() is not None
 
 
-def worker_died(error: Exception, sweep_dir: str, what: str = "population", each: str = "member") -> str:
-    """One line for a worker process killed from outside (the kernel's out-of-memory killer, `kill -9`): joblib
-    then stops the other workers too, so every `each` stops where it was, as a killed single run does."""
+def worker_died(error: Exception, sweep_dir: str, what: str = "population", each: str = "member",
+                exit_codes: list[int] | None = None) -> str:
+    """One line for a worker process killed from outside (the kernel's out-of-memory killer, `kill -9`): joblib (or
+    the standard library's pool, whose error names no exit code: `exit_codes` gives them) then stops the other
+    workers too, so every `each` stops where it was, as a killed single run does."""
     codes = re.search(r"exit codes of the workers are \{(.*?)\}", str(error))
     how = f" ({codes.group(1)})" if codes else ""
+    if not codes and exit_codes:
+        named = [f"{signal.Signals(-c).name}({c})" if c < 0 and -c in signal.valid_signals() else f"EXIT({c})"
+                 for c in exit_codes]
+        how = f" ({', '.join(named)})"
     return (f"rl-train: a {what} worker process was killed{how}, by the system for memory or by a signal, "
             f"and the other workers were stopped with it; every {each} goes on from its last checkpoint with the same "
             f"command and hydra.sweep.dir={sweep_dir} resume=auto (hydra.launcher.n_jobs=1: one process)")

@@ -41,12 +41,6 @@ def check_launcher_options(max_members: Any, n_jobs: Any) -> None:
     if not isinstance(n_jobs, int) or isinstance(n_jobs, bool) or n_jobs < 1:
         raise ConfigError(f"hydra.launcher.n_jobs={n_jobs!r} must be auto or an integer >= 1 (populations trained at "
                           "once, each in its own process)")
-    if n_jobs > 1:
-        try:
-            import joblib  # noqa: F401
-        except ImportError:
-            raise ConfigError(f"hydra.launcher.n_jobs={n_jobs} runs populations in parallel processes through "
-                              "joblib, which is not installed: pip install -e '.[sweep]'") from None
 
 
 def population_key(cfg: DictConfig) -> str:
@@ -169,22 +163,31 @@ def launch(hydra_context: Any, config: DictConfig, job_overrides: Sequence[Seque
             outcomes.append(run_population(hydra_context, [configs[i] for i in group]))
             if outcomes[-1][1] is not None:
                 break  # a signal stopped it: the rest of the sweep waits for resume=auto
-    else:  # populations in parallel worker processes (joblib's loky executor, as Hydra's joblib launcher's)
+    else:  # populations in parallel worker processes: the standard library's pool, so no other package is needed
+        import pickle
+        from concurrent.futures import ProcessPoolExecutor
+        from concurrent.futures.process import BrokenProcessPool
+
         from hydra.core.singleton import Singleton
-        from joblib.externals.loky import get_reusable_executor
 
         state = Singleton.get_state()
         context = workers.worker_context(bool(configs[0].get("compile", False)))
+        sent = _pickled(hydra_context, state)
         with worker_processes.signals_passed_on() as received:
             try:
-                executor = get_reusable_executor(max_workers=n_jobs, context=context)
-                futures = [executor.submit(_run_population_in_worker, hydra_context, [configs[i] for i in group],
-                                           state) for group in groups]
-                outcomes = [future.result() for future in futures]
+                pool: list[Any] = []  # the worker processes, for their exit codes if one is killed
+                with ProcessPoolExecutor(max_workers=n_jobs, mp_context=context) as executor:
+                    futures = [executor.submit(_population_in_worker, sent, [configs[i] for i in group])
+                               for group in groups]
+                    pool[:] = list((getattr(executor, "_processes", None) or {}).values())
+                    outcomes = [pickle.loads(future.result()) for future in futures]
             except Exception as error:
                 if received["signum"] is None:
-                    if type(error).__name__ == "TerminatedWorkerError":  # joblib's: a worker was killed
-                        print(worker_processes.worker_died(error, str(config.hydra.sweep.dir)), file=sys.stderr)
+                    if isinstance(error, BrokenProcessPool):  # a worker was killed; the pool stops the others
+                        killed = sorted((p.exitcode for p in pool if p.exitcode is not None and p.exitcode < 0),
+                                        key=lambda code: code == -signal.SIGTERM)  # the pool SIGTERMs the others
+                        print(worker_processes.worker_died(error, str(config.hydra.sweep.dir), exit_codes=killed[:1]),
+                              file=sys.stderr)
                         raise SystemExit(1) from None
                     raise
                 # a worker that the signal reached before its handlers were set (its first second) died of it
@@ -197,13 +200,32 @@ def launch(hydra_context: Any, config: DictConfig, job_overrides: Sequence[Seque
     return [ret for returns, _ in outcomes for ret in returns]
 
 
-def _run_population_in_worker(hydra_context: Any, configs: list[DictConfig], singleton_state: Any,
-                              ) -> tuple[list[Any], int | None]:
+def _pickled(hydra_context: Any, singleton_state: Any) -> bytes:
+    """Hydra's context and singletons as the workers get them, with cloudpickle (which the base install has through
+    gymnasium), as joblib's pool sends them: they hold local functions (OmegaConf's resolvers, the config loader's
+    `compose_each_job_once`) that the standard library's pickle cannot send."""
+    import cloudpickle
+
+    return bytes(cloudpickle.dumps((hydra_context, singleton_state)))
+
+
+def _population_in_worker(pickled: bytes, configs: list[DictConfig]) -> bytes:
+    """The pool's task: the population's outcome sent back with cloudpickle too (its Hydra returns name classes of
+    Hydra's plugins, which the worker imported again)."""
+    import cloudpickle
+
+    return bytes(cloudpickle.dumps(_run_population_in_worker(pickled, configs)))
+
+
+def _run_population_in_worker(pickled: bytes, configs: list[DictConfig]) -> tuple[list[Any], int | None]:
+    """In a worker process: one population, with Hydra's context and singletons from `_pickled`."""
+    import pickle
+
     from hydra.core.singleton import Singleton
     from hydra.core.utils import setup_globals
 
     worker_processes.set_up_worker()
-    if worker_processes.stopped_by() is not None:  # the sweep was stopped before joblib handed this population over
+    if worker_processes.stopped_by() is not None:  # the sweep was stopped before the pool handed this population over
         return [], worker_processes.stopped_by()
     received: dict[str, int | None] = {"signum": None}
 
@@ -215,6 +237,7 @@ def _run_population_in_worker(hydra_context: Any, configs: list[DictConfig], sin
     previous = {sig: signal.signal(sig, during_start_up) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         setup_globals()
+        hydra_context, singleton_state = pickle.loads(pickled)
         Singleton.set_state(singleton_state)
         returns, signum = run_population(hydra_context, configs)
         worker_processes.remember_stop(signum)

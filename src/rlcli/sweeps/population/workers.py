@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -42,7 +41,7 @@ def workers_for(n_jobs: int | str, configs: Sequence[DictConfig], cores: int | N
     at most one per job and one per GiB of available memory: on 2 cores, 8 PPO CartPole seeds took 42-46 s as two
     populations of 4 against 66-67 s as one (scripts/population_bench.py, 2026-11-27); with as many cores as seeds
     each seed is a process of its own. On a GPU, one: the members share the device in one batched population.
-    Without joblib (the `sweep` extra), one, said in one line."""
+    The workers are the standard library's process pool: the base install runs them (no joblib)."""
     if n_jobs != "auto":
         return int(n_jobs)
     if any(not _on_cpu(str(cfg.get("device", "auto"))) for cfg in configs):
@@ -52,15 +51,7 @@ def workers_for(n_jobs: int | str, configs: Sequence[DictConfig], cores: int | N
     memory = memory if memory is not None else available_memory()
     workers = min(cores // threads if threads > 0 else 1, len(configs),
                   memory // MEMORY_PER_WORKER if memory is not None else len(configs))
-    if workers < 2:
-        return 1
-    try:
-        import joblib  # noqa: F401
-    except ImportError:
-        print(f"rl-train: hydra.launcher.n_jobs=auto: the populations train in this one process; {workers} processes "
-              "(one per core) need joblib: pip install -e '.[sweep]'", file=sys.stderr)
-        return 1
-    return workers
+    return max(workers, 1)
 
 
 def _on_cpu(device: str) -> bool:
@@ -88,7 +79,7 @@ def start_worker_server(compiled: bool) -> None:
     stepped.) The server is a new process that has only imported (no threads, nothing run), so the workers
     forked from it start as clean as loky's; like any multiprocessing start method but fork, each imports the
     main script (rl-train's, which does nothing on import). It exits with rl-train. No-op where the platform
-    has no fork server (the workers then start as joblib starts them)."""
+    has no fork server (the workers are then spawned)."""
     if "forkserver" not in multiprocessing.get_all_start_methods():
         return
     from multiprocessing import forkserver
@@ -100,22 +91,16 @@ def start_worker_server(compiled: bool) -> None:
 
 def worker_context(compiled: bool) -> Any:
     """The start method of the population workers: the fork server's (started now if rl-train did not start it
-    first), or loky's where there is none."""
-    from joblib.externals.loky.backend.context import get_context
-
+    first), or spawn where there is none (never fork: rl-train's threads and torch's state would be copied)."""
     if "forkserver" not in multiprocessing.get_all_start_methods():
-        return get_context("loky")
+        return multiprocessing.get_context("spawn")
     start_worker_server(compiled)  # already running: the server and its imports stay as they are
-    return get_context("forkserver")
+    return multiprocessing.get_context("forkserver")
 
 
 def may_start_early(n_jobs: str, device: str) -> bool:
     """From rl-train's arguments (`hydra.launcher.n_jobs`, `device`): whether the sweep will likely start worker
     processes (`workers_for`), so that their server is worth starting before the sweep is checked."""
-    import importlib.util
-
-    if importlib.util.find_spec("joblib") is None:  # without it the populations train in rl-train's process
-        return False
     if n_jobs == "auto":
         return usable_cores() >= 2 and not device.startswith("cuda")
     return n_jobs.isdigit() and int(n_jobs) > 1
