@@ -136,6 +136,14 @@ def test_a_sweep_says_its_budget_warning_once(tmp_path):
         assert "train.total_steps=600 is not a whole number" in (tmp_path / "sweep" / job / "train.log").read_text()
 
 
+@pytest.mark.slow
+def test_a_population_sweep_says_its_budget_warning_once(tmp_path):
+    out = run_cli("-m", "seed=0,1,2,3", "hydra/launcher=population", "train.total_steps=600", "train.test_every=0",
+                  "log.console=false", "log.tensorboard=false", "hydra.sweep.dir=sweep", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert out.stderr.count("warning: train.total_steps=600 is not a whole number of collect phases") == 1
+
+
 @pytest.mark.parametrize(("args", "said"), [
     (["algo.lr=3e-4,1e-3"], "algo.lr=3e-4,1e-3 gives several values: add -m for a sweep"),
     (["train.total_step=1000"], "unknown key 'train.total_step' (did you mean 'train.total_steps'?)"),

@@ -277,10 +277,13 @@ def precheck_sweep(args: list[str]) -> str:
             continue  # a job already built but for a valid seed: building it again checks nothing new
         precheck(combo, warnings=warnings if number < len(combos) else None)
         built.add(rest)
-    if warnings is not None:
-        import os
+    import os
 
-        from rlcli.run.budget import SAID_BY_SWEEP
+    from rlcli.run.budget import SAID_BY_SWEEP
+
+    if warnings is None:  # a search's jobs say their own
+        os.environ.pop(SAID_BY_SWEEP, None)
+    else:
         from rlcli.services.log import say
 
         for warning in warnings:
@@ -372,6 +375,13 @@ def main(argv: list[str] | None = None) -> None:
     try:
         check_argument_style(args, "rl-train", HYDRA_FLAGS, HYDRA_FLAGS_WITH_VALUE, group_with_option)
         if multirun:
+            if not any(key_of(a) in ("hparams_search", "hydra/sweeper") for a in args if "=" in a):
+                import os
+
+                from rlcli.run.budget import SAID_BY_SWEEP
+
+                # precheck_sweep says the jobs' budget warnings once; set before the population's workers start
+                os.environ[SAID_BY_SWEEP] = "1"
             start_population_workers_early(args)
             launcher = precheck_sweep([a for a in args if not a.startswith("-")])
             check_writable(args, multirun=True)
