@@ -161,6 +161,22 @@ def test_a_vector_env_sets_the_id_and_num_envs(tmp_path):
     assert len(rlcli.evaluate(run.agent, env=gym.make("CartPole-v1"), episodes=2).returns) == 2
 
 
+def test_sb3_keyword_names_go_to_rlcli_keys_and_an_unknown_one_names_the_closest():
+    from rlcli.entry.api_habits import algo_keywords
+
+    mapped = algo_keywords({"algo": "sac", "learning_rate": 1e-3, "gamma": 0.98, "total_timesteps": 5000, "n_envs": 2,
+                            "buffer_size": 1000, "train": {"num_envs": 4}, "seed": 3}, [])
+    assert mapped == {"algo": {"name": "sac", "lr": 1e-3, "gamma": 0.98}, "seed": 3,
+                      "train": {"num_envs": 4, "total_steps": 5000}, "buffer": {"capacity": 1000}}  # train= wins
+    assert algo_keywords({"n_steps": 64}, ["algo=a2c"]) == {"algo": {"n_steps": 64}}  # the overrides' algo
+    for kwargs, said in ((dict(n_stepz=64), "n_stepz=64 is neither a setting nor a key of algo=ppo's config (did you "
+                                            "mean 'n_steps'?)"),
+                         (dict(verbose=0), "(SB3's verbose is log.console here)")):
+        with pytest.raises(ValueError) as error:
+            rlcli.train(algo="ppo", log=QUIET, **kwargs)
+        assert said in str(error.value) and "\n" not in str(error.value)
+
+
 class Uncopyable(gym.Env):
     observation_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
     action_space = gym.spaces.Discrete(2)

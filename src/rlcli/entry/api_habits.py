@@ -16,9 +16,13 @@ _SB3_NAMES = {"learning_rate": "lr"}  # SB3's keyword -> rlcli's algo key, where
 
 def algo_keywords(settings: Mapping[str, Any], overrides: list[str]) -> dict[str, Any]:
     """SB3's habit, `PPO(env, n_steps=64, learning_rate=1e-3)`: a keyword that is no top-level setting but a key of
-    the chosen algorithm's config goes under `algo.`; anything else is left for rl-train's check to name."""
+    the chosen algorithm's config goes under `algo.`; SB3's names of other settings (`total_timesteps`, `n_envs`,
+    `buffer_size`) go to rlcli's keys; anything else is one line naming the closest key."""
+    import re
+
     import yaml
 
+    from rlcli.registry import SB3_NAMES, did_you_mean, sb3_hint
     from rlcli.run.compose import conf_dir
 
     config = yaml.safe_load((Path(conf_dir()) / "config.yaml").read_text()) or {}
@@ -43,10 +47,18 @@ def algo_keywords(settings: Mapping[str, Any], overrides: list[str]) -> dict[str
         {"name": settings["algo"]} if isinstance(settings.get("algo"), str) else {})
     for key in loose:
         rlcli_key = _SB3_NAMES.get(key, key) if _SB3_NAMES.get(key) in keys else key
+        target = SB3_NAMES.get(key, "")
         if rlcli_key in keys:
             algo[rlcli_key] = settings[key]
+        elif re.fullmatch(r"\w+\.\w+", target) and key not in ("verbose", "activation_fn"):  # total_timesteps
+            section, name = target.split(".")
+            given = out.get(section)
+            merged = {"name": given} if isinstance(given, str) else dict(given or {})
+            merged.setdefault(name, settings[key])  # the section's own key, when given too, wins
+            out[section] = merged
         else:
-            out[key] = settings[key]  # rl-train's check names it, with the closest key
+            raise InvalidValue(f"{key}={settings[key]!r} is neither a setting nor a key of algo={choice}'s config"
+                               f"{did_you_mean(key, sorted(top | keys))}{sb3_hint(key)}")
     if algo:
         out["algo"] = algo
     return out
