@@ -297,7 +297,7 @@ def probe_hung_env(where: Path) -> Row:
     started = time.monotonic()
     try:
         out = run("rl-train", *TINY, "env=gym", "env.id=hung_probe_env:Hung-v0", "train.total_steps=2048",
-                  "env.step_timeout=5", "hydra.run.dir=run", cwd=where, timeout=90, env={"PYTHONPATH": str(where)})
+                  "train.step_timeout=5", "hydra.run.dir=run", cwd=where, timeout=90, env={"PYTHONPATH": str(where)})
     except subprocess.TimeoutExpired:
         return "", False, False, False, "hung for 90 s"
     return "", one_line(out), False, False, f"{last(out)} ({time.monotonic() - started:.0f} s)"
@@ -335,7 +335,7 @@ def rows() -> list[tuple[str, Callable[[Path], Row]]]:
     out.append(("7 rl-eval load=last, newest truncated", probe_truncated_last))
     out.append(("7 raw pickle in the new format", probe_raw_pickle))
     out.append(("7 rl-eval on a read-only run dir", probe_readonly_eval))
-    out.append(("7 hung env (env.step_timeout=5)", probe_hung_env))
+    out.append(("7 hung env (train.step_timeout=5)", probe_hung_env))
     return out
 
 

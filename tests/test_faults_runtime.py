@@ -164,7 +164,9 @@ def _read(path: Path) -> str:
 
 # --------------------------------------------------------------------------- the run dir deleted mid-run
 def test_the_run_dir_deleted_mid_run_says_its_checkpoints_went_with_it(tmp_path):
-    proc = start(*SMALL, "train.total_steps=409600", "hydra.run.dir=run", cwd=tmp_path)
+    """A test phase every 128 env steps: its best.pt, written after the deletion, once made the run dir again (with
+    only checkpoints/best.pt and eval.jsonl), and the line then said no checkpoint had been saved."""
+    proc = start(*SMALL, "train.total_steps=409600", "train.test_every=128", "hydra.run.dir=run", cwd=tmp_path)
     wait_for(lambda: (tmp_path / "run" / "checkpoints" / "latest").exists(), proc)
     for _ in range(50):  # as `rm -rf` run again would (see test_faults.py)
         shutil.rmtree(tmp_path / "run", ignore_errors=True)
@@ -176,6 +178,7 @@ def test_the_run_dir_deleted_mid_run_says_its_checkpoints_went_with_it(tmp_path)
     assert proc.returncode == 1 and "cannot write" in line, err
     assert f"the run directory {tmp_path / 'run'} is gone, with every checkpoint it held" in line, line
     assert "no checkpoint was saved" not in line
+    assert not (tmp_path / "run").exists()  # not made again by the next test phase's best.pt
 
 
 @pytest.mark.slow
@@ -185,3 +188,21 @@ def test_a_hung_env_without_a_timeout_is_unchanged_by_default(tmp_path):
     assert "step_timeout: null" in out.stdout
     with pytest.raises(subprocess.TimeoutExpired):
         run(RL_TRAIN, *SMALL, *HUNG, "+env.kwargs.at=3", cwd=tmp_path, timeout=4)
+
+
+def test_a_best_model_is_not_written_into_a_run_dir_that_was_deleted(tmp_path):
+    """The test phase's best.pt once made a deleted run dir again (checkpoints/best.pt alone), so the failure's line
+    said no checkpoint had been saved: it now fails as the other writes do, and nothing is made."""
+    from types import SimpleNamespace
+
+    import torch
+    from omegaconf import OmegaConf
+
+    from rlcli.run.state import TrainState, save_best
+
+    components = SimpleNamespace(cfg=OmegaConf.create({"algo": {"name": "ppo"}}),
+                                 algo=SimpleNamespace(networks=torch.nn.Linear(2, 1)))
+    with pytest.raises(FileNotFoundError):
+        save_best(components, TrainState(), tmp_path / "gone")  # type: ignore[arg-type]
+    assert not (tmp_path / "gone").exists()
+    assert save_best(components, TrainState(), tmp_path).is_file()  # a run dir that is there: written as before

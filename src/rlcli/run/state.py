@@ -73,15 +73,24 @@ def capture(c: Components, state: TrainState) -> dict[str, Any]:
 BEST = "best.pt"
 
 
+def _require_run_dir(run_dir: Path) -> None:
+    """A run dir deleted or moved while training is not made again holding checkpoints only (a best.pt alone would
+    look like a run that kept its checkpoints): the write fails as the other files' writes do."""
+    if not run_dir.is_dir():
+        raise FileNotFoundError(2, "No such file or directory", str(run_dir))
+
+
 def save_best(c: Components, state: TrainState, run_dir: Path) -> Path:
     """`checkpoints/best.pt`: the networks (with their observation statistics) and config of the best test
     phase so far; enough to evaluate, watch or export the agent, not to resume it. Never pruned."""
     payload = {"payload_version": PAYLOAD_VERSION, "config": OmegaConf.to_container(c.cfg, resolve=True),
                "state": counters(state), "algo": {"networks": c.algo.networks.state_dict()}}
+    _require_run_dir(run_dir)
     return checkpoint.write(run_dir / "checkpoints" / BEST, state.env_steps, payload)
 
 
 def save(c: Components, state: TrainState, run_dir: Path) -> Path:
+    _require_run_dir(run_dir)
     return checkpoint.save(run_dir / "checkpoints", state.env_steps, capture(c, state),
                            keep=c.settings.keep_checkpoints)
 
