@@ -197,7 +197,7 @@ def probe_eval_nan(where: Path) -> Row:
 
 def probe_many_envs_sigint(where: Path) -> Row:
     full = dict(os.environ, HYDRA_FULL_ERROR="0")
-    proc = subprocess.Popen([str(BIN / "rl-train"), *TINY, "train.num_envs=100000", "hydra.run.dir=run"],
+    proc = subprocess.Popen([str(BIN / "rl-train"), *TINY, "train.num_envs=60000", "hydra.run.dir=run"],
                             cwd=where, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=full)
     time.sleep(4)
     if proc.poll() is None:
@@ -327,7 +327,7 @@ def rows() -> list[tuple[str, Callable[[Path], Row]]]:
     out.append(("5 deterministic=maybe", probe_cli(*TINY, "train.total_steps=128", "deterministic=maybe")))
     out.append(("5 hydra.run.dir=''", probe_empty_run_dir))
     out.append(("5 train.stop_reward=nan", probe_cli(*TINY[:-1], "train.total_steps=128", "train.stop_reward=nan")))
-    out.append(("5 num_envs=100000 + one SIGINT", probe_many_envs_sigint))
+    out.append(("5 num_envs=60000 + one SIGINT", probe_many_envs_sigint))
     out.append(("5 predict(NaN obs)", probe_predict_nan))
     out.append(("5 rl-eval: NaN observations", probe_eval_nan))
     out.append(("6 resume with algo.lr changed", probe_lr_rescue))
