@@ -139,6 +139,33 @@ def test_an_entry_point_env_named_by_the_run_dir_is_not_imported(run_copy, tmp_p
     assert f"line {number + 1} " in message and "env.id=rlcli_marker_env:CartPole-v1 again" in message
 
 
+def test_an_entry_point_env_id_taken_from_another_setting_is_not_imported(run_copy, tmp_path):
+    """`env.id=${env.kwargs.x}` with `env.kwargs.x=mod:Env` named a module through a plain reference, which a
+    replayed value may hold: env.id's value may not refer to another setting at all."""
+    modules = tmp_path / "modules"
+    modules.mkdir()
+    marker = tmp_path / "MARKER"
+    (modules / "rlcli_marker_env2.py").write_text(f"open({str(marker)!r}, 'w').close()\n")
+    number = add_lines(run_copy, "env=gym", "+env.kwargs.x=rlcli_marker_env2:CartPole-v1", "env.id=${env.kwargs.x}")
+    env = dict(os.environ, HYDRA_FULL_ERROR="0", PYTHONPATH=str(modules))
+    out = forked_cli.run([f"resume={run_copy}"], tmp_path, timeout=300, env=env)
+    assert not marker.exists(), out.stderr
+    assert out.returncode == 2 and f"line {number + 2} " in one_line(out), out.stderr
+
+
+def test_a_run_saved_before_train_step_timeout_existed_resumes(run_copy, tmp_path):
+    """A checkpoint of an rlcli without train.step_timeout (this session's new key) has no such key in its config:
+    resuming it is not 'a changed train.step_timeout', and a timeout may be added on resume (a hung env's rescue)."""
+    for path in (run_copy / "checkpoints").glob("ckpt_*.pt"):
+        data = checkpoint.load(path)
+        data.pop("format")
+        steps = data.pop("env_steps")
+        del data["config"]["train"]["step_timeout"]
+        checkpoint.write(path, steps, data)
+    out = run_cli(f"resume={run_copy}", "train.total_steps=768", "train.step_timeout=60", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+
+
 @pytest.mark.parametrize("choice", ["hparams_search=../../x", "collector=../collector/local"])
 def test_a_typed_group_choice_with_a_path_is_one_line(choice, tmp_path):
     out = run_cli(choice, "train.total_steps=256", "hydra.run.dir=run", cwd=tmp_path)

@@ -26,7 +26,8 @@ from rlcli.services.log import fmt_return, say
 CHANGEABLE = (
     "train.total_steps", "train.test_every", "train.test_episodes", "train.log_every", "train.tb_every",
     "train.stop_reward",
-    "train.checkpoint_every", "train.keep_checkpoints", "train.on_nonfinite", "train.max_nonfinite", "log.",
+    "train.checkpoint_every", "train.step_timeout", "train.keep_checkpoints", "train.on_nonfinite",
+    "train.max_nonfinite", "log.",
     "device", "torch_threads", "compile", "resume",
     "trusted_checkpoint",
     "actor.init_from", "sweep.", "collector.address", "collector.max_restarts", "collector.cpus_per_worker",
@@ -207,15 +208,19 @@ def why_not_replayed(arg: str, context: ReplayContext) -> str | None:
         return (f"{called} calls a resolver, which reads this machine when the config is resolved (a replayed value "
                 f"may only refer to another setting, as ${{algo.lr}}); give {key}=<value> on this command line "
                 "instead")
-    if key == "env.id" and ":" in str(value):
+    if key == "env.id" and (":" in str(value) or "${" in str(value)):  # (a reference could name a module too)
         if context.trusted:
             return None
         if key in context.given_again:
             return REPLACED
+        if "${" in str(value):
+            return (f"env.id {value!r} takes its value from another setting, which could name a module to import; "
+                    "give env.id=<id> on this command line instead")
         module = str(value).split(":", 1)[0]
         return (f"env.id {value!r} imports the module {module!r}, and a resume imports nothing that a file names: "
                 f"give env.id={value} again on this command line if you trust that module")
-    if key == "collector.address" and str(value).lower() not in ("", "none", "null", "local"):
+    address = str(value).lower()
+    if key == "collector.address" and ("${" in address or address not in ("", "none", "null", "local")):
         if key in context.given_again:
             return REPLACED
         return (f"it joins the Ray cluster at {value}, whose replies are unpickled here: give collector.address="
