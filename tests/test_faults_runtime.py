@@ -206,3 +206,32 @@ def test_a_best_model_is_not_written_into_a_run_dir_that_was_deleted(tmp_path):
         save_best(components, TrainState(), tmp_path / "gone")  # type: ignore[arg-type]
     assert not (tmp_path / "gone").exists()
     assert save_best(components, TrainState(), tmp_path).is_file()  # a run dir that is there: written as before
+
+
+def test_a_callers_own_alarm_is_kept_across_a_run(tmp_path):
+    """rlcli holds SIGALRM while a run's deadlines may need it; a caller's pending alarm (signal.alarm, a test
+    timeout) is paused, re-armed afterwards for what was left of it, and a sweep's job (no grace) leaves it alone."""
+    import signal as signals
+
+    from rlcli.run.stop import STOP_GRACE_SECONDS, StopSignals
+
+    fired: list[int] = []
+    previous = signals.signal(signals.SIGALRM, lambda *_: fired.append(1))
+    try:
+        signals.setitimer(signals.ITIMER_REAL, 100)
+        StopSignals(grace=STOP_GRACE_SECONDS).catch()()
+        left, _ = signals.getitimer(signals.ITIMER_REAL)
+        assert 95 < left <= 100
+        signals.setitimer(signals.ITIMER_REAL, 0.05)
+        restore = StopSignals(grace=STOP_GRACE_SECONDS).catch()
+        time.sleep(0.2)  # due while the run holds the timer
+        assert not fired
+        restore()
+        time.sleep(0.05)
+        assert fired == [1]  # late rather than never
+        signals.setitimer(signals.ITIMER_REAL, 100)
+        StopSignals(grace=None).catch()()
+        assert signals.getitimer(signals.ITIMER_REAL)[0] > 95
+    finally:
+        signals.setitimer(signals.ITIMER_REAL, 0)
+        signals.signal(signals.SIGALRM, previous)

@@ -138,10 +138,12 @@ def train(overrides: Sequence[str] | str | None = None, *, env: EnvSource | None
         raise RlcliError(str(error)) from None
     except RunFailed as failed:
         raise RlcliError(failed.message) from failed.__context__
-    except (StoppedBySignal, StopNow):
+    except (StoppedBySignal, StopNow) as stopped:
         again = f", env={function_name(env)}" if env is not None and not isinstance(env, str) else ""
-        raise KeyboardInterrupt("training stopped with a checkpoint saved; continue it with "
-                                f"rlcli.train(resume=<its run dir>{again})") from None
+        how = ("training stopped at once, without a new checkpoint (a second signal, or the next safe point was "
+               "too far away); continue from its last one with" if isinstance(stopped, StopNow) else
+               "training stopped with a checkpoint saved; continue it with")
+        raise KeyboardInterrupt(f"{how} rlcli.train(resume=<its run dir>{again})") from None
     state = trainer.state
     return Run(Path(trainer.run_dir), state.env_steps, state.last_test_return, state.best_test_return,
                str(trainer.stop_reason), bool(state.finished))

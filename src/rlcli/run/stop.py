@@ -101,9 +101,13 @@ class StopSignals:
     # process group and again from the launcher, which passes every signal on. 0 elsewhere.
     echo_seconds: float = 0.0
 
-    def __init__(self) -> None:
+    def __init__(self, grace: float | None = None) -> None:
         self.received: int | None = None
         self.first_at = 0.0  # when `received` came (time.monotonic)
+        # seconds the first signal waits for the loop's safe point before stopping at once (None: it waits, as a
+        # sweep's jobs and a population do: their safe point saves every job or member, and their launchers say how
+        # to go on)
+        self.grace = grace
 
     def catch(self) -> Callable[[], None]:
         """Install the handlers; returns what puts the previous ones back. Not on the main thread (some launchers),
@@ -116,14 +120,15 @@ class StopSignals:
                     return
                 raise StopNow(signum)
             self.received, self.first_at = signum, time.monotonic()
-            DEADLINES.arm("stop", STOP_GRACE_SECONDS, lambda: _raise_overdue(signum))
+            if self.grace is not None:
+                DEADLINES.arm("stop", self.grace, lambda: _raise_overdue(signum))
 
         previous = {}
         for sig in (signal.SIGINT, signal.SIGTERM):
             with contextlib.suppress(ValueError):
                 previous[sig] = signal.signal(sig, handler)
 
-        give_back_alarm = DEADLINES.install() if previous else (lambda: None)
+        give_back_alarm = DEADLINES.install() if previous and self.grace is not None else (lambda: None)
 
         def restore() -> None:
             DEADLINES.disarm("stop")

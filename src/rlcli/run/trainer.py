@@ -30,7 +30,7 @@ from rlcli.run.evaluation import test_phase
 from rlcli.run.loop_steps import Iteration, crossed, log_phase, stop_line, tb_cadence, video_phase
 from rlcli.run.resume import already_done_line, change_notice
 from rlcli.run.state import TrainState, drop_stale_best, save
-from rlcli.run.stop import RunFailed, StopNow, StoppedBySignal, StopSignals
+from rlcli.run.stop import STOP_GRACE_SECONDS, RunFailed, StopNow, StoppedBySignal, StopSignals
 from rlcli.schedules import apply_schedules
 from rlcli.services import checkpoint
 from rlcli.services.deadlines import DEADLINES
@@ -77,7 +77,8 @@ class Trainer:
         self.options = options or TrainerOptions()
         self.callbacks = CallbackList(self.options.callbacks)
         self.stop_reason: str | None = None  # budget, stop_reward, pruned or a callback's reason, once run ends
-        self.signals = StopSignals()
+        # a single run's first Ctrl-C stops within seconds; a sweep's job waits for its safe point (see StopSignals)
+        self.signals = StopSignals(grace=None if self.options.sweep_group is not None else STOP_GRACE_SECONDS)
         self.guard = NonfiniteGuard(components, run_dir)  # train.on_nonfinite
         self.saved_at: int | None = None  # env steps of the last checkpoint this process saved (None: none yet)
 

@@ -4,8 +4,9 @@ train.step_timeout, and a run that has not reached its next safe point a few sec
 Why a signal and not a thread: the code that hangs is the env's (a simulator in a sleep or a busy loop, or, for
 async vector envs, this process waiting on a worker's pipe); only an exception raised in the main thread ends it,
 and a signal is the one thing that interrupts a blocking wait there. A deadline is armed only while it is wanted
-(per env step only when train.step_timeout is set), so a run without one never touches the timer. Outside the main
-thread, or before `install()`, nothing is armed: a deadline is then simply not enforced.
+(per env step only when train.step_timeout is set). A caller's own alarm is paused while a run holds the timer and
+re-armed for what was left of it afterwards. Outside the main thread, or before `install()`, nothing is armed: a
+deadline is then simply not enforced.
 """
 
 from __future__ import annotations
@@ -43,6 +44,8 @@ class Deadlines:
         self._at: dict[str, tuple[float, Callable[[], None]]] = {}
         self._installed = 0  # nested install() calls (a population's trainers inside its loop)
         self._previous: Any = None
+        self._caller_timer: tuple[float, float] = (0.0, 0.0)  # the caller's timer when rlcli took it
+        self._caller_taken_at = 0.0
         self._timer_at: float | None = None  # when the timer fires (None: not set)
         self._step_started: float | None = None  # the env step in progress began (None: none is)
         self.step_seconds: float | None = None  # train.step_timeout while a run steps its envs (None: off)
@@ -56,6 +59,10 @@ class Deadlines:
         if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
             return lambda: None
         if self._installed == 0:
+            # the caller's own alarm (signal.alarm, pytest-timeout's): paused while rlcli holds the timer, re-armed for
+            # what was left of it when rlcli gives the timer back
+            self._caller_timer, self._caller_taken_at = signal.getitimer(signal.ITIMER_REAL), time.monotonic()
+            signal.setitimer(signal.ITIMER_REAL, 0)
             self._previous = signal.signal(signal.SIGALRM, self._on_alarm)
         self._installed += 1
         before = self.step_seconds
@@ -74,6 +81,10 @@ class Deadlines:
                 self._step_started = self._timer_at = None
                 signal.setitimer(signal.ITIMER_REAL, 0)
                 signal.signal(signal.SIGALRM, self._previous)
+                left, interval = self._caller_timer
+                if left > 0:  # due while rlcli held the timer: it fires now, late rather than never
+                    left = max(left - (time.monotonic() - self._caller_taken_at), 1e-4)
+                    signal.setitimer(signal.ITIMER_REAL, left, interval)
 
         return restore
 
