@@ -65,7 +65,7 @@ def test_joblib_sweep_in_parallel_then_rl_report_plots_it(cli, tmp_path):
 
 
 @pytest.mark.parametrize(("args", "expected"), [
-    (["train.num_envs=8,0"], "train.num_envs=0 is invalid: must be > 0"),
+    (["train.num_envs=8,0"], "train.num_envs=0 is invalid: must be in [1, 65536]"),
     (["algo=ppo,dqnn"], "unknown algo 'dqnn'"),
     (["algo.lrr=1e-3,1e-4"], "unknown key 'algo.lrr'"),
     (["hydra/launcher=submitit_local", "seed=0,1"], "pip install hydra-submitit-launcher"),
