@@ -387,11 +387,6 @@ def main(argv: list[str] | None = None) -> None:
             check_writable(args, multirun=True)
             args = with_stoppable_launcher(args, launcher)
         else:
-            import os
-
-            from rlcli.run.budget import SAID_BY_SWEEP
-
-            os.environ.pop(SAID_BY_SWEEP, None)  # a single run says its own (an earlier sweep's mark may be inherited)
             args = resume_args(args)
             lock_existing_run_dir(args)
             overrides = with_config_dirs(args)
