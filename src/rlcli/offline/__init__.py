@@ -1,0 +1,1 @@
+"""Learning from data: datasets of transitions (made, written, read and checked) for offline runs."""
