@@ -49,6 +49,9 @@ class AlgoSpec:
     # `compile=true` is implemented: the class steps its optimizers through LossSteps, which `enable_compile`
     # compiles (algos/loss_step.py), and may name what they do not cover in `compile_refusal() -> str | None`
     compiles: bool = False
+    # learns only from a dataset (`dataset=`; bc, td3_bc, iql, cql, awac, rebrac): an offline run, budget in gradient
+    # steps. An online off-policy algorithm may also be given a dataset (it then starts from it)
+    offline: bool = False
     # the batched update a population of its runs takes (hydra/launcher=population, sweeps/population/kinds.py);
     # None: a population sweep trains its jobs one at a time. The lists of what can batch are read from here.
     population: PopulationKind | None = None
