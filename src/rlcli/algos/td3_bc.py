@@ -1,0 +1,71 @@
+"""TD3+BC (Fujimoto & Gu 2021): TD3 on a dataset, its policy also pulled toward the dataset's actions.
+
+The critics learn as TD3's do (twin critics, target policy smoothing, delayed policy and target updates; algos/td3.py);
+only the policy's loss changes: -lambda * Q1(s, pi(s)).mean() + mse(pi(s), a), with lambda = alpha / mean|Q1|
+(detached), so that alpha weighs the two terms whatever the scale of the rewards.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import torch
+
+from rlcli.actors.offpolicy import NetworkRecipe
+from rlcli.algos.offpolicy import StepOutput, polyak_update
+from rlcli.algos.td3 import TD3
+from rlcli.contracts import AlgoSpec
+from rlcli.registry import ALGOS, require
+
+OFFLINE_TD3 = AlgoSpec(on_policy=False, action_spaces=("Box",), networks=("mlp",), compiles=True, offline=True)
+
+
+class BehaviorRegularizedTD3(TD3):
+    """TD3 whose losses also read the dataset: the policy's takes the batch's actions (its `policy_loss(obs,
+    actions) -> (loss, bc_mse)`), the critics' may take more (`critic_inputs(batch)`, after the smoothing's draws).
+    What TD3+BC and ReBRAC share; not registered itself."""
+
+    def policy_loss(self, obs: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        raise NotImplementedError
+
+    def critic_inputs(self, batch: Any) -> tuple[Any, ...]:
+        """What the critics' loss takes after the batch and the smoothing's draws (TD3+BC: nothing more)."""
+        return ()
+
+    def _gradient_step(self, batch: Any) -> StepOutput:
+        """TD3's step (the critics' every time; the policy's and the targets' every policy_delay-th) with the
+        dataset's actions going into the policy's loss."""
+        net = self.networks
+        noise = (torch.randn(batch.obs.shape[0], self.action_dim, device=batch.obs.device)
+                 if self.target_policy_noise > 0 else None)
+        critic_loss, (errors, q_mean) = self.critic_train_step(batch, noise, *self.critic_inputs(batch))
+        self.gradient_updates += 1
+        metrics = {"value_loss": critic_loss.detach(), "q_mean": q_mean}
+        if self.gradient_updates % self.policy_delay == 0:
+            policy_loss, bc_mse = self.policy_train_step(batch.obs, batch.actions)
+            polyak_update(net.critics_target, net.critics, self.tau)
+            polyak_update(net.policy_target, net.policy, self.tau)
+            metrics |= {"policy_loss": policy_loss.detach(), "bc_mse": bc_mse}
+        return errors, metrics
+
+
+@ALGOS.register("td3_bc", spec=OFFLINE_TD3)
+class TD3BC(BehaviorRegularizedTD3):
+    def __init__(self, recipe: NetworkRecipe, action_space: gym.spaces.Space, num_envs: int, alpha: float = 2.5,
+                 lr: float = 3e-4, batch_size: int = 256, learning_starts: int = 0, **td3_settings: Any) -> None:
+        require(alpha >= 0, "algo.alpha", alpha, "must be >= 0 (the weight of Q against the BC term)")
+        self.alpha = alpha
+        super().__init__(recipe, action_space, num_envs, lr=lr, batch_size=batch_size,
+                         learning_starts=learning_starts, **td3_settings)
+        self.schedulable = (*self.schedulable, "alpha")
+        self.build_steps(self.critic_loss, self.policy_loss)
+
+    def policy_loss(self, obs: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """-lambda * Q1(s, pi(s)).mean() + mse(pi(s), a), lambda = alpha / mean|Q1| (detached); and the mse."""
+        net = self.networks
+        pi = net.policy(obs)
+        q = net.critics.nets[0](obs, pi)
+        lmbda = self.alpha / q.abs().mean().detach()
+        mse = (pi - actions).square().mean()
+        return -lmbda * q.mean() + mse, mse.detach()
