@@ -109,6 +109,19 @@ def finished_run_args(args: list[str], overrides: list[str]) -> tuple[list[str],
     return args, overrides
 
 
+def offline_env_args(args: list[str]) -> list[str]:
+    """`dataset=` without env= or env.id=: the run is tested in the dataset's env, added to the command line (so the
+    run directory is named after it and a resume replays it). Reads the dataset (numpy only, no torch)."""
+    sources = [value_of(a) for a in args if key_of(a) == "dataset"]
+    if not sources or sources[-1] in ("", "null", "None") or "," in sources[-1]:
+        return args
+    if any(key_of(a) in ("env", "env.id") for a in args if "=" in a and not a.startswith("-")):
+        return args
+    from rlcli.run.offline import env_choice, read
+
+    return [*args, *env_choice(read(sources[-1]), sources[-1], conf_dir())]
+
+
 def check_env_id(cfg: DictConfig) -> None:
     """A wrong `env.id` is the commonest typo; gymnasium's registry answers it without importing torch."""
     if str(cfg.env.get("name", "")) == "gym":
@@ -201,7 +214,7 @@ def run_from_python(argv: list[str], callbacks: Sequence[Any] = ()) -> Any:
     if flags:
         raise ConfigError(f"{flags[0]!r} is a command-line flag; rlcli.train() takes key=value overrides only")
     check_argument_style(args, "rlcli.train", (), (), group_with_option)
-    args = resume_args(args)
+    args = offline_env_args(resume_args(args))
     try:
         lock_existing_run_dir(args)
         check_writable(args, multirun=False)
@@ -382,12 +395,13 @@ def main(argv: list[str] | None = None) -> None:
 
                 # precheck_sweep says the jobs' budget warnings once; set before the population's workers start
                 os.environ[SAID_BY_SWEEP] = "1"
+            args = offline_env_args(args)
             start_population_workers_early(args)
             launcher = precheck_sweep([a for a in args if not a.startswith("-")])
             check_writable(args, multirun=True)
             args = with_stoppable_launcher(args, launcher)
         else:
-            args = resume_args(args)
+            args = offline_env_args(resume_args(args))
             lock_existing_run_dir(args)
             overrides = with_config_dirs(args)
             if overrides is not None:  # other flags (--help, --cfg, --info) go straight to Hydra

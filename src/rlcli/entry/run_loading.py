@@ -168,6 +168,8 @@ def load_agent(path: Path, options: dict[str, Any], env_overrides: list[str]) ->
         refuse_named_module(path, env_config.get("id"), options.get("caller", "rl-eval"))
     refuse_python_env(path, env_config.get("id"))
     env_factory = ENVS.build(env_config)
+    if cfg.get("dataset") and OmegaConf.select(cfg, "offline.normalize_obs", default=False) is True:
+        env_factory.normalize_obs = True  # the dataset's statistics, saved in the networks' normalizer (run/build.py)
     masks = ALGOS.spec(str(cfg.algo.name)).action_masks
     probe = env_factory.make(1, "sync", eval=True, masks=masks)  # the spaces, as training's envs had them
     try:

@@ -25,9 +25,11 @@ def unit_box_actions(actions: np.ndarray, space: gym.spaces.Space) -> np.ndarray
     return actions.astype(np.int64).reshape(len(actions))
 
 
-def fill_replay(buffer: ReplayBuffer, dataset: Dataset, action_space: gym.spaces.Space) -> None:
+def fill_replay(buffer: ReplayBuffer, dataset: Dataset, action_space: gym.spaces.Space,
+                reward_factor: float = 1.0) -> None:
     """Write every transition of `dataset` into `buffer` (one-step: discount = gamma, 0 where terminated).
-    The buffer must hold them all; an offline-to-online run gives it room for the online steps after them."""
+    The buffer must hold them all; an offline-to-online run gives it room for the online steps after them.
+    `reward_factor`: the stored rewards are the dataset's times this (offline.reward_scale / reward_factor)."""
     n = len(dataset)
     if buffer.n_step != 1:
         raise ValueError("fill_replay: a dataset fills one-step replay (buffer.n_step=1)")
@@ -38,4 +40,5 @@ def fill_replay(buffer: ReplayBuffer, dataset: Dataset, action_space: gym.spaces
     discounts = buffer.gamma * (1.0 - dataset.terminations.astype(np.float32))
     actions = unit_box_actions(dataset.actions, action_space)
     buffer._write(buffer._obs(dataset.observations), torch.as_tensor(actions, device=buffer.storage),
-                  buffer._t(dataset.rewards), buffer._obs(dataset.next_observations), buffer._t(discounts))
+                  buffer._t(dataset.rewards * np.float32(reward_factor) if reward_factor != 1.0 else dataset.rewards),
+                  buffer._obs(dataset.next_observations), buffer._t(discounts))

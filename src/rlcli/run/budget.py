@@ -18,7 +18,7 @@ def said_by_the_sweep() -> bool:
 
 def planned_steps(c: Components, env_steps: int) -> int:
     """Where the run ends at the latest: whole collect phases from `env_steps` until train.total_steps."""
-    per_phase = int(c.algo.steps_per_collect) * c.settings.num_envs
+    per_phase = c.steps_per_phase
     todo = max(0, c.settings.total_steps - env_steps)
     return env_steps + -(-todo // per_phase) * per_phase
 
@@ -31,7 +31,13 @@ def budget_warnings(c: Components, planned: int, typed: set[str] | None = None) 
     phases is said only when the user typed one of its settings (`typed`: the command line's keys; None: always),
     so a shipped tuned config does not warn about itself, and only when it adds more than 1% to the budget."""
     s, algo, warnings = c.settings, c.algo, []
-    per_phase = algo.steps_per_collect * s.num_envs
+    per_phase = c.steps_per_phase
+    if c.offline is not None:  # gradient steps: a loop iteration is algo.gradient_steps of them
+        if planned - s.total_steps > 0.01 * s.total_steps and (typed is None or "train.total_steps" in typed
+                                                               or "algo.gradient_steps" in typed):
+            warnings.append(f"train.total_steps={s.total_steps:,} is not a whole number of loop iterations "
+                            f"(algo.gradient_steps={per_phase:,} each): the run takes {planned:,} gradient steps")
+        return warnings
     # a rounding of at most 1% of the budget (100,000 -> 100,096) is not worth a line: SB3 rounds up the same way
     material = planned - s.total_steps > 0.01 * s.total_steps
     if material and (typed is None or any(key in typed for key in BUDGET_KEYS)):

@@ -22,6 +22,7 @@ import rlcli.buffers  # noqa: F401  (registers the storages)
 from rlcli.actors.weights import load_network_weights
 from rlcli.algos.agent import algo_section, build_agent, network_section, section
 from rlcli.collectors.local import Collector, ExperienceCollector
+from rlcli.collectors.offline import OfflineCollector
 from rlcli.collectors.ray_collector import RayCollector
 from rlcli.collectors.ray_settings import check_fits, check_ray, ray_settings
 from rlcli.contracts import (
@@ -37,6 +38,7 @@ from rlcli.contracts import (
 from rlcli.envs import GymEnvFactory, VectorMode
 from rlcli.envs.masks import mask_width
 from rlcli.registry import ACTORS, ALGOS, BUFFERS, ENVS, ConfigError, check_kwargs, require
+from rlcli.run.offline import MAKE_ONE, OfflineData, OfflineSettings
 from rlcli.schedules import ScheduledValue, build_schedules
 from rlcli.services.runtime import (
     configure_torch,
@@ -125,6 +127,7 @@ class Components:
     stop_reward: float | None
     video_envs: VectorEnv | None = None  # log.video_every > 0: one test env that renders frames
     clock: PhaseClock = field(default_factory=PhaseClock)
+    offline: OfflineData | None = None  # dataset=: the run learns from it alone (envs is then test_envs itself)
     recent_returns: collections.deque[float] = field(default_factory=lambda: collections.deque(maxlen=100))
     recent_lengths: collections.deque[int] = field(default_factory=lambda: collections.deque(maxlen=100))
 
@@ -136,13 +139,27 @@ class Components:
     def buffer(self) -> Storage:
         return self.learner.buffer
 
+    @property
+    def unit(self) -> str:
+        """What the run's clock counts: env steps, or (dataset=) gradient steps."""
+        return "env steps" if self.offline is None else "gradient steps"
+
+    @property
+    def steps_per_phase(self) -> int:
+        """The clock's steps per loop iteration: a collect phase's env steps, or an offline run's gradient steps."""
+        if isinstance(self.collector, OfflineCollector):
+            return self.collector.steps
+        return int(self.algo.steps_per_collect) * self.settings.num_envs
+
     def close(self, terminate: bool = False) -> None:
         """Close the collector and the envs. `terminate`: an async vector env's workers are ended at once, not waited
         for (after a step that timed out or was interrupted, a worker may still be inside it)."""
         self.collector.close()
+        closed: list[VectorEnv] = []
         for envs in (self.envs, self.test_envs, self.video_envs):
-            if envs is not None:
+            if envs is not None and not any(envs is done for done in closed):
                 close_envs(envs, terminate)
+                closed.append(envs)
 
 
 def close_envs(envs: VectorEnv, terminate: bool = False) -> None:
@@ -261,25 +278,40 @@ def build(cfg: DictConfig, start_workers: bool = True) -> Components:
 
     algo_cfg = algo_section(cfg)
     spec: AlgoSpec = ALGOS.spec(algo_cfg["name"])
+    offline = offline_data(cfg, spec, rays is not None)
+    if offline is not None:
+        settings.num_envs = 1  # no training envs: the algorithm is built as for one (its acting is never used)
     env_factory: GymEnvFactory = ENVS.build(section(cfg, "env"))
+    if offline is not None and offline.settings.normalize_obs:
+        env_factory.normalize_obs = True  # the networks' normalizer, set from the dataset below and never updated
     masks = spec.action_masks
-    # collector=ray: the training envs live on the workers; this process keeps one env for the spaces
-    envs = env_factory.make(settings.num_envs if rays is None else 1, settings.vector_mode,
-                            gamma=float(algo_cfg.get("gamma", 0.99)), masks=masks)
     test_envs = env_factory.make(settings.test_episodes, settings.vector_mode, eval=True, masks=masks)
+    envs = test_envs
     video_envs = None
     try:
+        if offline is None:  # collector=ray: the training envs live on the workers; this process keeps one for spaces
+            envs = env_factory.make(settings.num_envs if rays is None else 1, settings.vector_mode,
+                                    gamma=float(algo_cfg.get("gamma", 0.99)), masks=masks)
         video_envs = make_video_envs(cfg, env_factory, settings.vector_mode, masks)
         obs_space, act_space = envs.single_observation_space, envs.single_action_space
-        _check_memory(cfg, obs_space, act_space, settings.num_envs, spec.on_policy)
+        if offline is None:
+            _check_memory(cfg, obs_space, act_space, settings.num_envs, spec.on_policy)
+        else:
+            check_dataset_fits(offline, obs_space, act_space)
         agent = build_agent(cfg, env_factory, obs_space, act_space, device, settings.num_envs)
         algo, addons, carry_size, obs_dtype = agent.algo, agent.addons, agent.carry_size, agent.obs_dtype
         init_from = cfg.actor.get("init_from")
         if init_from:
             load_network_weights(algo.networks, Path(str(init_from)),
                                  trusted=bool(cfg.get("trusted_checkpoint", False)))
+        buffer_cfg = section(cfg, "buffer")
+        if offline is not None:  # the storage holds the dataset, exactly
+            if carry_size:
+                raise ConfigError(f"an offline run learns from single transitions; actor={cfg.actor.name} is "
+                                  "recurrent: use actor=mlp (or another feed-forward network)")
+            buffer_cfg["capacity"] = len(offline.dataset)
         buffer = BUFFERS.build(
-            section(cfg, "buffer"), n_steps=algo.steps_per_collect, num_envs=settings.num_envs,
+            buffer_cfg, n_steps=algo.steps_per_collect, num_envs=settings.num_envs,
             obs_shape=obs_space.shape, action_shape=act_space.shape, discrete=isinstance(act_space, Discrete),
             device=device, gamma=algo.gamma, goal=env_factory.goal,
             **({"carry_size": carry_size} if carry_size else {}),
@@ -297,19 +329,22 @@ def build(cfg: DictConfig, start_workers: bool = True) -> Components:
 
             enable_compile(algo)
         learner: Learner = OnPolicyLearner(algo, buffer) if spec.on_policy else OffPolicyLearner(algo, buffer)
-        if isinstance(learner, OffPolicyLearner):
+        if offline is not None:
+            assert isinstance(learner, OffPolicyLearner)
+            steps_per_iteration = start_offline(learner, offline, act_space)
+        elif isinstance(learner, OffPolicyLearner):
             capacity, batch_size = learner.buffer.capacity, learner.algo.batch_size
             require(capacity >= batch_size, "buffer.capacity", capacity,
                     f"must hold at least algo.batch_size={batch_size} transitions")
     except BaseException:
-        envs.close()
-        test_envs.close()
-        if video_envs is not None:
-            video_envs.close()
+        for opened in {id(e): e for e in (envs, test_envs, video_envs) if e is not None}.values():
+            opened.close()
         raise
     clock = PhaseClock()
     collector: ExperienceCollector
-    if rays is None:
+    if offline is not None:
+        collector = OfflineCollector(steps_per_iteration, offline.describe(), clock)
+    elif rays is None:
         collector = Collector(envs, algo.networks.normalizer, device, seed=cfg.seed,
                               carry_size=carry_size, clock=clock, obs_dtype=obs_dtype, masks=masks)
     else:
@@ -323,7 +358,67 @@ def build(cfg: DictConfig, start_workers: bool = True) -> Components:
             raise
     stop_reward = env_factory.reward_threshold if isinstance(settings.stop_reward, str) else settings.stop_reward
     return Components(cfg, settings, device, spec, envs, test_envs, learner, collector, schedules, addons,
-                      obs_dtype, carry_size, stop_reward, video_envs, clock)
+                      obs_dtype, carry_size, stop_reward, video_envs, clock, offline=offline)
+
+
+def offline_data(cfg: DictConfig, spec: AlgoSpec, ray: bool) -> OfflineData | None:
+    """The dataset of a run with `dataset=`, read and fingerprinted, with its settings checked (None: an ordinary
+    run). An offline algorithm without a dataset, or an on-policy one with it, is one line."""
+    from rlcli.run import offline as offline_run
+
+    source = offline_run.dataset_source(cfg)
+    name = cfg.algo.name
+    if source is None:
+        if spec.offline:
+            raise ConfigError(f"algo={name} learns from a dataset only: give dataset=<a dataset's path or Minari id>; "
+                              f"{MAKE_ONE}")
+        return None
+    if spec.on_policy:
+        able = [n for n in ALGOS.names() if not ALGOS.spec(n).on_policy]
+        raise ConfigError(f"algo={name} is on-policy and cannot learn from dataset={source!r}; choose from: "
+                          f"{', '.join(able)}")
+    require(not ray, "collector", cfg.collector.name, "an offline run steps no env: use collector=local")
+    offline_cfg = cfg.get("offline")
+    settings = section(cfg, "offline") if offline_cfg is not None else {}
+    check_kwargs(OfflineSettings, settings, prefix="offline")
+    offline_settings = OfflineSettings(**settings)
+    dataset = offline_run.read(source)
+    offline_run.check_env(dataset, source, str(cfg.env.id))
+    return OfflineData(source, dataset, offline_run.fingerprint(dataset), offline_settings)
+
+
+def check_dataset_fits(offline: OfflineData, obs_space: Any, act_space: Any) -> None:
+    """The dataset's observations and actions fit the env it is tested in (offline/checks.py), in one line."""
+    from rlcli.offline.checks import check_against_env
+
+    check_against_env(offline.dataset, obs_space, act_space)
+
+
+def start_offline(learner: OffPolicyLearner, offline: OfflineData, act_space: Any) -> int:
+    """Fill the learner's storage with the dataset (rewards scaled, observation statistics frozen into the
+    networks when asked) and return the gradient steps of one loop iteration. Learning starts at once: the dataset
+    is the warm-up that `algo.learning_starts` gives an online run."""
+    from rlcli.offline.replay import fill_replay
+    from rlcli.run.offline import observation_moments, reward_multiplier
+
+    algo, data = learner.algo, offline.dataset
+    steps = int(getattr(algo, "gradient_steps", 1))
+    require(steps != 0, "algo.gradient_steps", steps, "must be >= 1 in an offline run (train.total_steps counts "
+            "gradient steps)")
+    if steps < 0:  # -1: one gradient step per step the collector reports
+        steps = int(algo.steps_per_collect)
+    algo.learning_starts = 0
+    if offline.settings.normalize_obs:
+        mean, var = observation_moments(data)
+        normalizer = algo.networks.normalizer
+        normalizer.mean.copy_(torch.as_tensor(mean))
+        normalizer.var.copy_(torch.as_tensor(var))
+        normalizer.count.fill_(float(len(data)))
+    try:
+        fill_replay(learner.buffer, data, act_space, reward_factor=reward_multiplier(data, offline.settings))  # type: ignore[arg-type]
+    except ValueError as error:
+        raise ConfigError(f"dataset={offline.source!r}: {error} (use buffer=replay)") from None
+    return steps
 
 
 def make_video_envs(cfg: DictConfig, env_factory: GymEnvFactory, vector_mode: VectorMode,

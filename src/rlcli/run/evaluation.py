@@ -31,11 +31,16 @@ def test_phase(c: Components, state: TrainState, run_dir: Path, log: RunLogger,
         save_best(c, state, run_dir)
         state.stale_best = False  # this run's own best replaced the stopped run's later one
         log.scalars({"eval/best_return": result.mean_return}, state.env_steps)
-        log.message(f"new best test return {fmt_return(result.mean_return)} at {state.env_steps:,} env steps: "
+        log.message(f"new best test return {fmt_return(result.mean_return)} at {state.env_steps:,} {c.unit}: "
                     "checkpoints/best.pt")
-    log.scalars({"eval/return_mean": result.mean_return, "eval/return_std": float(result.returns.std()),
-                 "eval/ep_len_mean": float(result.lengths.mean())}, state.env_steps)
-    log.test_result(state.env_steps, result.returns.tolist(), result.lengths.tolist())
+    scalars = {"eval/return_mean": result.mean_return, "eval/return_std": float(result.returns.std()),
+               "eval/ep_len_mean": float(result.lengths.mean())}
+    score = None if c.offline is None else c.offline.dataset.normalized_score(result.mean_return)
+    if score is not None:  # D4RL's normalized score, where the dataset has reference returns
+        scalars["eval/normalized_score"] = score
+    log.scalars(scalars, state.env_steps)
+    log.test_result(state.env_steps, result.returns.tolist(), result.lengths.tolist(),
+                    {} if score is None else {"normalized_score": score})
     return result
 
 

@@ -50,7 +50,7 @@ def tb_cadence(c: Components) -> int:
     s = c.settings
     if isinstance(s.tb_every, int):
         return s.tb_every
-    per_phase = int(c.algo.steps_per_collect) * s.num_envs
+    per_phase = c.steps_per_phase
     return max(per_phase, s.total_steps // (1000 if isinstance(c.learner, OnPolicyLearner) else 300))
 
 
@@ -64,7 +64,8 @@ def log_phase(c: Components, state: TrainState, it: Iteration, log: RunLogger, t
             scalars["time/sps"] = it.sps
             scalars.update(clock.scalars())
             scalars.update(it.stats.scalars)  # the collector's own (collector=ray: policy lag, restarts)
-            scalars["rollout/episodes"] = state.episodes
+            if c.offline is None:  # an offline run plays no training episodes
+                scalars["rollout/episodes"] = state.episodes
             if c.recent_returns:
                 scalars["rollout/return_mean"] = float(np.mean(c.recent_returns))
                 scalars["rollout/ep_len_mean"] = float(np.mean(c.recent_lengths))

@@ -208,6 +208,11 @@ def why_not_replayed(arg: str, context: ReplayContext) -> str | None:
         return (f"{called} calls a resolver, which reads this machine when the config is resolved (a replayed value "
                 f"may only refer to another setting, as ${{algo.lr}}); give {key}=<value> on this command line "
                 "instead")
+    if key == "dataset" and not (value is None or (isinstance(value, str) and "${" not in value)):
+        if key in context.given_again:
+            return REPLACED
+        return (f"dataset={value!r} is not a plain path or id (a replayed dataset= names a file or a Minari id, "
+                "nothing else); give dataset=<path or id> on this command line instead")
     if key == "env.id" and (":" in str(value) or "${" in str(value)):  # (a reference could name a module too)
         if context.trusted:
             return None

@@ -62,12 +62,36 @@ def capture(c: Components, state: TrainState) -> dict[str, Any]:
         "config": OmegaConf.to_container(c.cfg, resolve=True),
         "state": counters(state),
         "algo": c.algo.state_dict(),
-        "buffer": c.buffer.state_dict(),
+        "buffer": stored_buffer(c),
         "rng": checkpoint.rng_state(),
         "collector": c.collector.state_dict(),
         "envs": c.collector.env_state(),
         "recent": {"returns": list(c.recent_returns), "lengths": list(c.recent_lengths)},
     }
+
+
+def stored_buffer(c: Components) -> dict[str, Any]:
+    """The storage's state; for a run with `dataset=`, only where the dataset came from and its fingerprint (the
+    storage holds nothing else, and a dataset may be gigabytes): a resume reads it again and checks it."""
+    if c.offline is not None:
+        return {"dataset": {"source": c.offline.source, **c.offline.fingerprint}}
+    return c.buffer.state_dict()
+
+
+def restore_buffer(c: Components, stored: dict[str, Any], path: Path) -> None:
+    """Put the storage back: an offline run's was filled from the dataset at build, which must be the same one."""
+    saved = stored.get("dataset") if isinstance(stored, dict) else None
+    if c.offline is None:
+        if saved is not None:
+            raise checkpoint.CheckpointError(f"{path} is an offline run's (dataset={saved.get('source')!r}): resume "
+                                             "it with its dataset")
+        c.buffer.load_state_dict(stored)
+        return
+    if saved is None:
+        raise checkpoint.CheckpointError(f"{path} holds an online run's replay, not dataset={c.offline.source!r}'s")
+    from rlcli.run.offline import check_fingerprint
+
+    check_fingerprint({k: v for k, v in saved.items() if k != "source"}, c.offline, path.name)
 
 
 BEST = "best.pt"
@@ -108,7 +132,7 @@ def restore(c: Components, path: Path) -> TrainState:
                                path, c.algo)
     with new_settings_kept(c.algo, changes):  # a resume that changes algo.lr on request: the new lr, not the saved
         c.algo.load_state_dict(data["algo"])
-    c.buffer.load_state_dict(data["buffer"])
+    restore_buffer(c, data["buffer"], path)
     state = TrainState(**data["state"])
     if changes:
         state.new_change = change_record(changes, state.env_steps, path.name)

@@ -170,10 +170,10 @@ class Trainer:
         log = RunLogger(self.run_dir, c.settings.total_steps, console, bool(c.cfg.log.tensorboard),
                         start_step=state.env_steps, start_seconds=state.train_seconds,
                         prefix=self.options.console_prefix, tracking=tracking)
-        log.message(f"rlcli: {c.cfg.algo.name} on {self.options.env_label or c.cfg.env.id}, {planned:,} env steps, "
+        log.message(f"rlcli: {c.cfg.algo.name} on {self.options.env_label or c.cfg.env.id}, {planned:,} {c.unit}, "
                     f"device {c.device}, run dir {self.run_dir}"
                     + (f", {c.collector.describe()}" if c.collector.describe() else "")
-                    + (f", resumed at {state.env_steps:,} env steps" if state.env_steps else ""))
+                    + (f", resumed at {state.env_steps:,} {c.unit}" if state.env_steps else ""))
         if state.new_change is not None:  # a resume that changed settings on request (run/resume.py)
             notice = change_notice(state.new_change)
             say(f"rl-train: warning: {notice}")
@@ -302,7 +302,7 @@ class Trainer:
         final = self._save()
         sps = (state.env_steps - self._steps_at_start) / (time.perf_counter() - self._started)
         said = {"budget": "budget reached", "stop_reward": "stopped early"}.get(self.stop_reason, self.stop_reason)
-        log.result(f"done: {state.env_steps:,} env steps in {state.train_seconds:.1f} s ({sps:.0f} SPS), "
+        log.result(f"done: {state.env_steps:,} {self.c.unit} in {state.train_seconds:.1f} s ({sps:.0f} SPS), "
                    f"last test return {fmt_return(state.last_test_return)}, {said}")
         log.result(f"time: {self.c.clock.summary(top=8)}")
         # summary names of their own: a scalar tag at the final step would be a second point of that tag

@@ -139,10 +139,12 @@ class RunLogger:
             self.tracking.scalars(metrics, step)
         self.latest.update(metrics)
 
-    def test_result(self, step: int, returns: list[float], lengths: list[int]) -> None:
-        """Machine-readable record of every test phase (for rl-report and scripts)."""
+    def test_result(self, step: int, returns: list[float], lengths: list[int],
+                    extra: dict[str, float] | None = None) -> None:
+        """Machine-readable record of every test phase (for rl-report and scripts); `extra`: more numbers of the
+        phase (an offline run's normalized_score)."""
         record = {"env_steps": step, "wall_s": round(time.time() - self._start, 3),
-                  "returns": returns, "lengths": lengths}
+                  "returns": returns, "lengths": lengths, **(extra or {})}
         jsonl.append_record(self.run_dir / "eval.jsonl", record)
 
     def table(self, step: int) -> None:
