@@ -139,6 +139,9 @@ def _scores(args: argparse.Namespace, dataset: Any, policy: Any) -> list[str]:
         how = "none: a random policy's dataset has no expert; give --ref-max-score"
     said.append(f"ref_max_score {_number(dataset.ref_max_score)} ({how})")
     dataset.metadata["reference_scores"] = "; ".join(said)
+    if None not in (dataset.ref_min_score, dataset.ref_max_score) and dataset.ref_max_score <= dataset.ref_min_score:
+        said.append("note: ref_max_score <= ref_min_score (the run does no better than random here), so normalized "
+                    "scores mean little; give --ref-max-score from a better policy")
     return said
 
 
