@@ -43,7 +43,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def parser() -> argparse.ArgumentParser:
-    top = _Parser(prog="rl-dataset", description=__doc__.split("\n\n")[0],
+    top = _Parser(prog="rl-dataset", description=__doc__.split("\n\n")[0] + "\n\n" + USAGE,
                   formatter_class=argparse.RawDescriptionHelpFormatter, epilog="\n\n".join(__doc__.split("\n\n")[2:]))
     commands = top.add_subparsers(dest="command", required=True, parser_class=_Parser)
     make = commands.add_parser("make", help="roll out a run's policy or a random one, or take a run's replay buffer")
