@@ -196,3 +196,27 @@ def test_rlcli_train_takes_a_dataset(npz, tmp_path, monkeypatch):
                       run_dir=tmp_path / "run")
     assert run.env_steps == 100 and run.final_test_return is not None
     assert json.loads((tmp_path / "run" / "eval.jsonl").read_text().splitlines()[-1])["normalized_score"] < 100
+
+
+def test_rl_report_gives_the_normalized_score_mean_and_ci_over_seeds(tmp_path, capsys):
+    """Three seeds of one offline configuration with known scores: last and best per run, mean +- 1.96 SE."""
+    import yaml
+
+    from rlcli.entry import rl_report
+
+    finals, bests = [40.0, 50.0, 60.0], [70.0, 80.0, 90.0]
+    for seed, (last, best) in enumerate(zip(finals, bests, strict=True)):
+        run = tmp_path / f"run{seed}"
+        (run / ".hydra").mkdir(parents=True)
+        (run / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump(["algo=iql", "dataset=d.npz", f"seed={seed}"]))
+        (run / ".hydra" / "config.yaml").write_text(yaml.safe_dump({"seed": seed}))
+        records = [{"env_steps": 100, "returns": [1.0], "normalized_score": best},
+                   {"env_steps": 200, "returns": [0.5], "normalized_score": last}]
+        (run / "eval.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    (group,) = rl_report.group_runs(rl_report.find_runs([tmp_path]))
+    row = rl_report.summarize(group)
+    half = 1.96 * np.std(finals, ddof=1) / np.sqrt(3)
+    assert row["final_score"] == pytest.approx((50.0, half)) and row["best_score"][0] == pytest.approx(80.0)
+    rl_report.main([str(tmp_path)])
+    out = capsys.readouterr().out
+    assert "final score" in out and f"50.0 ± {half:.1f}" in out and "gradient steps" in out

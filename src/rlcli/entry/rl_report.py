@@ -3,7 +3,9 @@
 A run is a directory with `.hydra/` (what it was asked to do) and `eval.jsonl` (every test phase:
 env steps, wall seconds, episode returns), both written by rl-train. Runs whose command lines
 differ only by `seed=` form one configuration; the table gives, per configuration, the final and
-best test return as mean +- std over seeds and the interquartile mean (IQM) of the final returns.
+best test return as mean +- std over seeds and the interquartile mean (IQM) of the final returns. Offline runs on
+a dataset with reference returns also record each test phase's D4RL normalized score: the table then gives the
+final and best score as mean +- a 95% confidence interval over seeds (as CORL's tables do).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ class Run:
     seed: Any
     steps: list[int] = field(default_factory=list)  # test phases: env steps
     returns: list[float] = field(default_factory=list)  # and mean test return
+    scores: list[float] = field(default_factory=list)  # and normalized score (offline runs with reference returns)
     env_steps: int | None = None
     wall_s: float | None = None
     status: str = "unknown"
@@ -46,6 +49,14 @@ class Run:
     @property
     def best(self) -> float | None:
         return max(self.returns) if self.returns else None
+
+    @property
+    def final_score(self) -> float | None:
+        return self.scores[-1] if self.scores else None
+
+    @property
+    def best_score(self) -> float | None:
+        return max(self.scores) if self.scores else None
 
 
 def _yaml(path: Path) -> Any:
@@ -89,6 +100,9 @@ def load_run(path: Path) -> Run:
             continue  # a record that is whole but not a test phase's
         run.steps.append(steps)
         run.returns.append(mean)
+        score = record.get("normalized_score")
+        if _number(score):
+            run.scores.append(float(score))
         run.wall_s = wall_s
         run.env_steps = steps
     status = None
@@ -150,9 +164,19 @@ def _mean_std(values: list[float]) -> tuple[float, float] | None:
     return float(np.mean(values)), float(np.std(values))
 
 
+def _mean_ci(values: list[float]) -> tuple[float, float] | None:
+    """Mean and the half-width of its 95% confidence interval (normal approximation, 1.96 standard errors; 0 for
+    one seed), as the curves' bands."""
+    if not values:
+        return None
+    half = 1.96 * float(np.std(values, ddof=1)) / math.sqrt(len(values)) if len(values) > 1 else 0.0
+    return float(np.mean(values)), half
+
+
 def summarize(group: Group) -> dict[str, Any]:
     """The numbers of one table row (None where no run had them)."""
     finals, bests = group.values("final"), group.values("best")
+    scores = {"final_score": _mean_ci(group.values("final_score")), "best_score": _mean_ci(group.values("best_score"))}
     steps, wall = group.values("env_steps"), group.values("wall_s")
     return {
         "seeds": sorted((r.seed for r in group.runs), key=str),
@@ -161,11 +185,19 @@ def summarize(group: Group) -> dict[str, Any]:
         "env_steps": float(np.mean(steps)) if steps else None,
         "wall_s": float(np.mean(wall)) if wall else None,
         "incomplete": sum(r.status not in ("completed", "has tests") for r in group.runs),
+        **scores,
     }
 
 
 def _pm(pair: tuple[float, float] | None, n: int) -> str:
     """mean ± std; with one seed there is no spread to show."""
+    if pair is None:
+        return "-"
+    return f"{pair[0]:.1f} ± {pair[1]:.1f}" if n > 1 else f"{pair[0]:.1f} ± -"
+
+
+def _ci(pair: tuple[float, float] | None, n: int) -> str:
+    """mean ± 95% CI half-width; with one seed there is no interval to show."""
     if pair is None:
         return "-"
     return f"{pair[0]:.1f} ± {pair[1]:.1f}" if n > 1 else f"{pair[0]:.1f} ± -"
@@ -178,7 +210,10 @@ def print_table(groups: list[Group], keys: list[str]) -> None:
     table = Table(header_style="bold cyan")
     for key in keys:
         table.add_column(key, overflow="fold")
-    for column in ("seeds", "final return", "final IQM", "best return", "env steps", "wall s"):
+    scored = any(r.scores for g in groups for r in g.runs)
+    columns = ("seeds", "final return", "final IQM", "best return", *(("final score", "best score") if scored else ()),
+               "gradient steps" if all("dataset" in g.config for g in groups) else "env steps", "wall s")
+    for column in columns:
         table.add_column(column, justify="right")
     for group in groups:
         row = summarize(group)
@@ -188,6 +223,7 @@ def print_table(groups: list[Group], keys: list[str]) -> None:
         n = len(group.values("final"))
         table.add_row(*(group.config.get(k, "-") for k in keys), seeds, _pm(row["final"], n),
                       "-" if row["final_iqm"] is None else f"{row['final_iqm']:.1f}", _pm(row["best"], n),
+                      *((_ci(row["final_score"], n), _ci(row["best_score"], n)) if scored else ()),
                       "-" if row["env_steps"] is None else f"{row['env_steps']:,.0f}",
                       "-" if row["wall_s"] is None else f"{row['wall_s']:.1f}")
     console = Console()
@@ -198,7 +234,8 @@ def print_table(groups: list[Group], keys: list[str]) -> None:
 
 def write_csv(groups: list[Group], keys: list[str], path: Path) -> None:
     columns = [*keys, "n_seeds", "seeds", "final_mean", "final_std", "final_iqm", "best_mean", "best_std",
-               "env_steps_mean", "wall_s_mean"]
+               "env_steps_mean", "wall_s_mean", "final_score_mean", "final_score_ci95", "best_score_mean",
+               "best_score_ci95"]
     with open(path, "w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(columns)
@@ -207,7 +244,8 @@ def write_csv(groups: list[Group], keys: list[str], path: Path) -> None:
             final, best = row["final"] or (None, None), row["best"] or (None, None)
             writer.writerow([*(group.config.get(k, "") for k in keys), len(row["seeds"]),
                              " ".join(map(str, row["seeds"])), *final, row["final_iqm"], *best,
-                             row["env_steps"], row["wall_s"]])
+                             row["env_steps"], row["wall_s"], *(row["final_score"] or (None, None)),
+                             *(row["best_score"] or (None, None))])
 
 
 def mean_curve(runs: list[Run]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
