@@ -161,6 +161,17 @@ def test_an_id_not_in_the_local_root_is_one_line(root):
         load_dataset(str(root / "missing.npz"))
 
 
+def test_a_failed_download_is_one_line(root, monkeypatch):
+    def no_network(dataset_id, force_download=False):
+        raise OSError("[Errno 101] Network is unreachable\n  during handshake")
+
+    monkeypatch.setattr(minari, "download_dataset", no_network)
+    with pytest.raises(ConfigError) as error:
+        load_dataset("D4RL/door/human-v2", download=True)
+    assert str(error.value) == ("dataset 'D4RL/door/human-v2' is not in the local Minari root "
+                                f"{root} and could not be downloaded (OSError: [Errno 101] Network is unreachable)")
+
+
 def test_minari_missing_says_how_to_install(monkeypatch, pendulum, tmp_path):
     monkeypatch.setitem(sys.modules, "minari", None)
     with pytest.raises(ConfigError, match=r"pip install -e '\.\[offline\]'"):

@@ -4,12 +4,13 @@
                     [--deterministic] [--load best|last|STEPS] [--seed S] [--root DIR] [--overwrite]
                     [--ref-min-score X] [--ref-max-score Y]
     rl-dataset make --from-buffer RUN --out OUT [--root DIR] [--overwrite] [--ref-min-score X] [--ref-max-score Y]
-    rl-dataset concat A B [C ...] --out OUT [--root DIR] [--overwrite]
-    rl-dataset info SOURCE
+    rl-dataset concat A B [C ...] --out OUT [--root DIR] [--overwrite] [--download]
+    rl-dataset info SOURCE [--download]
 
 OUT is a Minari dataset id (name-v<N>, e.g. pendulum/medium-v0), written under the local Minari root (--root,
 else MINARI_DATASETS_PATH, else ~/.minari/datasets) and readable by minari.load_dataset, or a path ending in .npz.
-A SOURCE (or A, B) is such an id, a Minari dataset directory, a .npz file or a D4RL-style .hdf5 file.
+A SOURCE (or A, B) is such an id, a Minari dataset directory, a .npz file or a D4RL-style .hdf5 file; an id that
+is not local is one line, unless --download lets Minari fetch it (a machine with network).
 
 Reference scores (D4RL's normalized score is 100 * (R - ref_min) / (ref_max - ref_min)) come from
 --ref-min-score / --ref-max-score, else they are measured and recorded: ref_min as a uniform random policy's mean
@@ -67,6 +68,10 @@ def parser() -> argparse.ArgumentParser:
         command.add_argument("--ref-max-score", type=float, help="the normalized score's 100 (else measured)")
     info = commands.add_parser("info", help="size, episodes, returns, env and reference scores of a dataset")
     info.add_argument("source", metavar="SOURCE")
+    for command in commands.choices.values():
+        if command is not make:
+            command.add_argument("--download", action="store_true",
+                                 help="let Minari fetch a remote id that is not local (needs a network)")
     return top
 
 
@@ -206,7 +211,7 @@ def concat(args: argparse.Namespace) -> None:
     if len(args.sources) < 2:
         raise ConfigError("concat needs at least two datasets")
     _check_out(args.out, args.root, args.overwrite)
-    parts = [load_dataset(source) for source in args.sources]
+    parts = [load_dataset(source, download=args.download) for source in args.sources]
     dataset = join(parts, name=args.out)
     said = []
     for key, flag in (("ref_min_score", args.ref_min_score), ("ref_max_score", args.ref_max_score)):
@@ -226,7 +231,7 @@ def info(args: argparse.Namespace) -> None:
     from rlcli.offline.load import load_dataset
     from rlcli.offline.make import summarize
 
-    dataset = load_dataset(args.source)
+    dataset = load_dataset(args.source, download=args.download)
     s = summarize(dataset)
     fits = _fits_env(dataset)
     print(f"dataset      {s.name}")

@@ -72,8 +72,8 @@ def load_dataset(source: str | Path, download: bool = False) -> Dataset:
         raise ConfigError(f"dataset {text!r} is neither a .npz/.hdf5 file, a Minari dataset directory nor a Minari "
                           f"id (name-v<N>, e.g. pendulum/random-v0) in the local Minari root {where} ({have})")
     raise ConfigError(f"dataset {text!r} is not in the local Minari root {where} ({have}), and this machine cannot "
-                      "download it (no network); make one with rl-dataset make, copy it there, or set "
-                      "MINARI_DATASETS_PATH")
+                      "download it (no network); make one with rl-dataset make, copy it there, set "
+                      "MINARI_DATASETS_PATH, or on a machine with network pass --download (download=True)")
 
 
 def _download(dataset_id: str, where: Path) -> Dataset:

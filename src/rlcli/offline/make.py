@@ -212,6 +212,23 @@ def run_env_settings(policy: Any) -> tuple[dict[str, Any], int | None]:
     return kwargs, env.get("max_episode_steps")
 
 
+def env_metadata(kwargs: dict[str, Any], limit: int | None) -> dict[str, object]:
+    """What rebuilds the env besides its id (save_minari puts it in the env spec), when it differs from the
+    registered defaults."""
+    out: dict[str, object] = {}
+    if kwargs:
+        out["env_kwargs"] = {str(k): v for k, v in kwargs.items()}
+    if limit is not None:
+        out["max_episode_steps"] = int(limit)
+    return out
+
+
+# settings of rlcli's env config that change what the agent sees or earns: a replay buffer recorded under them
+# holds observations or rewards that the plain env (its id) does not give; value: the setting's neutral value
+TRANSFORMING = {"observation_indices": None, "sparse_reward": False, "atari": False, "frame_stack": 1,
+                "time_feature": False, "frame_skip": 1, "resize": None, "grayscale": False}
+
+
 def make_from_run(run: str | Path, steps: int, noise: Noise | None = None, deterministic: bool = False,
                   seed: int = 0, which: str = "best", progress: Progress | None = None) -> tuple[Dataset, Any]:
     """`steps` transitions of a trained run's policy in its env (sampled from its distribution unless
@@ -232,7 +249,7 @@ def make_from_run(run: str | Path, steps: int, noise: Noise | None = None, deter
     metadata: dict[str, object] = {
         "source": "run", "run": str(run), "checkpoint": str(policy.checkpoint), "algo": policy.algo_name,
         "deterministic": deterministic, "noise": None if noise is None else str(noise), "seed": seed,
-        "steps": steps}
+        "steps": steps, **env_metadata(kwargs, limit)}
     return _dataset(arrays, policy.env_id, f"{policy.env_id}-{policy.algo_name}", metadata), policy
 
 
@@ -325,8 +342,14 @@ def make_from_buffer(run: str | Path) -> tuple[Dataset, Any]:
     if n_step != 1:
         raise ConfigError(f"{file}: its buffer stores {n_step}-step returns (buffer.n_step={n_step}), not one step's "
                           "rewards; a dataset needs buffer.n_step=1")
-    if config.get("env", {}).get("normalize_reward"):
+    env_config = config.get("env", {})
+    if env_config.get("normalize_reward"):
         raise ConfigError(f"{file}: its buffer's rewards were scaled (env.normalize_reward=true), not the env's own")
+    for key, neutral in TRANSFORMING.items():
+        if env_config.get(key, neutral) not in (None, neutral):
+            raise ConfigError(f"{file}: its buffer holds what the agent saw under env.{key}={env_config[key]!r}, "
+                              f"which the env id {env_config.get('id')} alone does not give; --from-buffer takes "
+                              "runs on the plain env (use --from-run, which steps the env itself)")
     size, pos = int(buffer.get("size", len(buffer["rewards"]))), int(buffer.get("pos", 0))
     if size == 0:
         raise ConfigError(f"{file}: its replay buffer is empty")
@@ -347,7 +370,9 @@ def make_from_buffer(run: str | Path) -> tuple[Dataset, Any]:
               "truncations": truncations}
     env_id = str(loaded.env_factory.spec.id)
     metadata: dict[str, object] = {"source": "buffer", "run": str(run), "checkpoint": str(file), "algo": algo,
-                                   "env_steps": int(data.get("env_steps", 0)), "buffer_size": size}
+                                   "env_steps": int(data.get("env_steps", 0)), "buffer_size": size,
+                                   **env_metadata(dict(env_config.get("kwargs") or {}),
+                                                  env_config.get("max_episode_steps"))}
     dataset = _dataset(arrays, env_id, f"{env_id}-{algo}-replay", metadata)
     from rlcli.entry.api import Policy
 

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import warnings
@@ -109,6 +110,12 @@ def save_minari(dataset: Dataset, dataset_id: str, root: str | Path | None = Non
             env = gymnasium.spec(dataset.env_id)
         except gymnasium.error.Error:
             env = None  # not registered in this process: the spaces alone
+    if env is not None:  # the kwargs and time limit the data was recorded with, so recover_environment rebuilds it
+        kwargs, limit = dataset.metadata.get("env_kwargs"), dataset.metadata.get("max_episode_steps")
+        if isinstance(kwargs, dict) and kwargs:
+            env = dataclasses.replace(env, kwargs={**env.kwargs, **kwargs})
+        if isinstance(limit, int):
+            env = dataclasses.replace(env, max_episode_steps=limit)
     observation_space, action_space = (None, None) if env is not None else _spaces(dataset)
     if env is None and dataset.env_id is not None:
         warnings.warn(f"env {dataset.env_id} is not registered here: the Minari dataset gets no env spec", stacklevel=2)
