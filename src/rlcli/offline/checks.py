@@ -112,15 +112,15 @@ def check_against_env(dataset: Dataset, observation_space: Any, action_space: An
         if tuple(actions.shape[1:]) != shape:
             raise _fail(dataset, "actions", f"have shape {tuple(actions.shape[1:])} per row, expected {shape} (the "
                                             f"action space{env}: {action_space})")
-        low = np.broadcast_to(action_space.low, shape)
-        high = np.broadcast_to(action_space.high, shape)
-        bad = (actions < low) | (actions > high)
-        if bad.any():
-            where = tuple(int(i) for i in np.argwhere(bad)[0])
+        lows = np.broadcast_to(action_space.low, shape)
+        highs = np.broadcast_to(action_space.high, shape)
+        outside = (actions < lows) | (actions > highs)
+        if outside.any():
+            where = tuple(int(i) for i in np.argwhere(outside)[0])
             index = where[1:]
             raise _fail(dataset, "actions", f"hold {actions[where]} at row {where[0]}"
                                             f"{f' index {list(index)}' if index else ''}, expected within "
-                                            f"[{low[index]}, {high[index]}] (the action space{env}'s bounds)")
+                                            f"[{lows[index]}, {highs[index]}] (the action space{env}'s bounds)")
         return
     raise _fail(dataset, "actions", f"cannot be checked against {action_space}: rlcli's datasets hold Box or "
                                     "Discrete actions")

@@ -89,7 +89,7 @@ def make_env(env_id: str, kwargs: dict[str, Any] | None = None, max_episode_step
         known = [k for k in gymnasium.registry if "/" not in k or k.startswith("ALE/")]
         raise ConfigError(f"unknown env {env_id!r}{did_you_mean(env_id, known)}: give a registered gymnasium id "
                           "(e.g. Pendulum-v1)") from None
-    extra = {} if max_episode_steps is None else {"max_episode_steps": int(max_episode_steps)}
+    extra: dict[str, Any] = {} if max_episode_steps is None else {"max_episode_steps": int(max_episode_steps)}
     try:
         return gymnasium.make(env_id, **(kwargs or {}), **extra)
     except Exception as error:  # a missing extra (mujoco, box2d), bad kwargs
@@ -155,7 +155,7 @@ def random_score(env_id: str, seed: int = 0, episodes: int = REFERENCE_EPISODES)
 
 
 # ------------------------------------------------------------------------------------------------ datasets
-def _dataset(arrays: dict[str, np.ndarray], env_id: str, name: str, metadata: dict[str, object]) -> Dataset:
+def _dataset(arrays: dict[str, Any], env_id: str, name: str, metadata: dict[str, object]) -> Dataset:
     return check_dataset(Dataset(**arrays, env_id=env_id, name=name, metadata=metadata))
 
 
@@ -395,7 +395,7 @@ def concat(datasets: list[Dataset], name: str = "concat") -> Dataset:
             if a.shape[1:] != b.shape[1:] or a.dtype != b.dtype:
                 raise ConfigError(f"dataset {other.name!r}: {field} have shape {b.shape[1:]} and dtype {b.dtype}, "
                                   f"expected {a.shape[1:]} and {a.dtype} (as {first.name!r} has)")
-    arrays: dict[str, np.ndarray] = {}
+    arrays: dict[str, Any] = {}
     for field in ("observations", "actions", "rewards", "next_observations", "terminations"):
         arrays[field] = np.concatenate([getattr(d, field) for d in datasets])
     truncations = []

@@ -21,7 +21,9 @@ from rlcli.registry import ConfigError
 
 def _json_metadata(dataset: Dataset) -> dict[str, Any]:
     """The dataset's metadata as JSON takes it (numpy scalars and paths become plain values)."""
-    return json.loads(json.dumps(dataset.metadata, default=lambda v: v.item() if hasattr(v, "item") else str(v)))
+    plain: dict[str, Any] = json.loads(json.dumps(dataset.metadata,
+                                                  default=lambda v: v.item() if hasattr(v, "item") else str(v)))
+    return plain
 
 
 def save_npz(dataset: Dataset, path: str | Path, overwrite: bool = False) -> Path:
