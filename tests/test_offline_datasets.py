@@ -15,6 +15,7 @@ from rlcli.offline.checks import check_against_env, check_dataset
 from rlcli.offline.dataset import Dataset
 from rlcli.offline.load import load_dataset
 from rlcli.offline.make import (
+    _insertion_order,
     concat,
     episodes_from_chains,
     make_from_buffer,
@@ -255,6 +256,9 @@ def test_episodes_of_interleaved_envs_are_chained():
     assert order.tolist() == [0, 2, 4, 1, 3, 5]
     assert terminations.tolist() == [False, False, False, False, True, False]
     assert truncations.tolist() == [False, False, True, False, False, True]
+    # a full ring's oldest slot is where the next write goes
+    assert _insertion_order(5, 2, capacity=5).tolist() == [2, 3, 4, 0, 1]
+    assert _insertion_order(3, 3, capacity=5).tolist() == [0, 1, 2]
 
 
 def test_concat_is_medium_expert(pendulum):
