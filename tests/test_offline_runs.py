@@ -19,8 +19,8 @@ from rlcli.offline.dataset import Dataset
 from rlcli.registry import ConfigError
 
 FIELDS = ("observations", "actions", "rewards", "next_observations", "terminations", "truncations")
-# a tiny SAC learning from the dataset (the offline algorithms take its place as they land)
-TINY = ["algo=sac", "actor.hidden_sizes=[32,32]", "algo.batch_size=64", "train.test_episodes=2",
+# a tiny TD3+BC learning from the dataset
+TINY = ["algo=td3_bc", "actor.hidden_sizes=[32,32]", "algo.batch_size=64", "train.test_episodes=2",
         "train.stop_reward=null", "log.console=false", "deterministic=true"]
 
 
@@ -94,6 +94,8 @@ def test_the_env_comes_from_the_dataset_unless_typed(npz, tmp_path):
 # ------------------------------------------------------------------------------------------ rl-train errors
 @pytest.mark.slow
 def test_bad_datasets_and_envs_are_one_line_and_leave_no_run_dir(npz, tmp_path):
+    line = one_line(rl(["algo=td3_bc"], tmp_path))
+    assert "algo=td3_bc learns from a dataset only: give dataset=" in line and "rl-dataset make" in line, line
     line = one_line(rl(["algo=sac", f"dataset={tmp_path / 'missing.npz'}"], tmp_path))
     assert "missing.npz" in line and "rl-dataset make" in line, line
     line = one_line(rl(["algo=sac", f"dataset={npz}", "env=CartPole-v1"], tmp_path))
@@ -118,7 +120,7 @@ def offline_run(npz, tmp_path_factory) -> Path:
 @pytest.mark.slow
 def test_an_offline_run_counts_gradient_steps_and_logs_normalized_scores(offline_run, npz):
     log = (offline_run / "train.log").read_text()
-    assert "sac on Pendulum-v1, 300 gradient steps" in log and "dataset pendulum.npz (1,000 transitions)" in log
+    assert "td3_bc on Pendulum-v1, 300 gradient steps" in log and "dataset pendulum.npz (1,000 transitions)" in log
     assert "done: 300 gradient steps" in log
     records = [json.loads(line) for line in (offline_run / "eval.jsonl").open()]
     assert [r["env_steps"] for r in records] == [100, 200, 300]
