@@ -42,6 +42,9 @@ class BCNetworks(nn.Module):
 @ALGOS.register("bc", spec=AlgoSpec(on_policy=False, action_spaces=("Box", "Discrete"), networks=("mlp",),
                                     compiles=True, offline=True))
 class BC:
+    """Behavioural cloning (offline): the policy fit to a dataset's actions, by mean squared error (Box: a tanh policy
+    in the unit box) or cross-entropy (Discrete); it acts greedily."""
+
     gamma = 0.99  # no loss reads it; the contract's replay discount, which the storage is built with
 
     def __init__(

@@ -27,6 +27,9 @@ from rlcli.registry import ALGOS, ConfigError, require
 
 @ALGOS.register("rebrac", spec=OFFLINE_TD3)
 class ReBRAC(BehaviorRegularizedTD3):
+    """ReBRAC (Tarasov et al. 2023, offline): TD3+BC with the behaviour penalty in both the policy's and the critics'
+    losses, LayerNorm critics, deeper networks and large batches."""
+
     def __init__(self, recipe: NetworkRecipe, action_space: gym.spaces.Space, num_envs: int,
                  actor_bc_coef: float = 1.0, critic_bc_coef: float = 1.0, normalize_q: bool = True,
                  actor_layer_norm: bool = False, critic_layer_norm: bool = True, lr: float = 1e-3,

@@ -52,6 +52,9 @@ class BehaviorRegularizedTD3(TD3):
 
 @ALGOS.register("td3_bc", spec=OFFLINE_TD3)
 class TD3BC(BehaviorRegularizedTD3):
+    """TD3+BC (Fujimoto & Gu 2021, offline): TD3 whose policy loss adds the squared distance to the dataset's action
+    and weighs Q by alpha / mean|Q|."""
+
     def __init__(self, recipe: NetworkRecipe, action_space: gym.spaces.Space, num_envs: int, alpha: float = 2.5,
                  lr: float = 3e-4, batch_size: int = 256, learning_starts: int = 0, **td3_settings: Any) -> None:
         require(alpha >= 0, "algo.alpha", alpha, "must be >= 0 (the weight of Q against the BC term)")
