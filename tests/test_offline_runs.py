@@ -222,3 +222,19 @@ def test_rl_report_gives_the_normalized_score_mean_and_ci_over_seeds(tmp_path, c
     rl_report.main([str(tmp_path)])
     out = capsys.readouterr().out
     assert "final score" in out and f"50.0 ± {half:.1f}" in out and "gradient steps" in out
+
+
+def test_offline_config_errors_come_before_torch_is_imported(npz):
+    """A missing dataset, a bad offline setting and another env are one line before torch's ~2 s import."""
+    import sys
+
+    code = ("import sys\nfrom rlcli.entry import rl_train\n"
+            f"for extra in (['dataset=/nonexistent/d.npz'], ['dataset={npz}', 'offline.reward_scale=x'],\n"
+            f"              ['dataset={npz}', 'env=CartPole-v1']):\n"
+            "    try:\n        rl_train.main(['algo=td3_bc', *extra])\n"
+            "    except SystemExit as exit:\n        print(exit.code, 'torch' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.stdout.split() == ["2", "False"] * 3, out.stdout + out.stderr
+    lines = out.stderr.splitlines()
+    assert len(lines) == 3 and all(line.startswith("rl-train: error: ") for line in lines), out.stderr
+    assert "offline.reward_scale" in lines[1] and "recorded on env Pendulum-v1" in lines[2]

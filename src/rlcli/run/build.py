@@ -38,7 +38,7 @@ from rlcli.contracts import (
 from rlcli.envs import GymEnvFactory, VectorMode
 from rlcli.envs.masks import mask_width
 from rlcli.registry import ACTORS, ALGOS, BUFFERS, ENVS, ConfigError, check_kwargs, require
-from rlcli.run.offline import MAKE_ONE, OfflineData, OfflineSettings
+from rlcli.run.offline import MAKE_ONE, OfflineData
 from rlcli.schedules import ScheduledValue, build_schedules
 from rlcli.services.runtime import (
     configure_torch,
@@ -378,10 +378,7 @@ def offline_data(cfg: DictConfig, spec: AlgoSpec, ray: bool) -> OfflineData | No
         raise ConfigError(f"algo={name} is on-policy and cannot learn from dataset={source!r}; choose from: "
                           f"{', '.join(able)}")
     require(not ray, "collector", cfg.collector.name, "an offline run steps no env: use collector=local")
-    offline_cfg = cfg.get("offline")
-    settings = section(cfg, "offline") if offline_cfg is not None else {}
-    check_kwargs(OfflineSettings, settings, prefix="offline")
-    offline_settings = OfflineSettings(**settings)
+    offline_settings = offline_run.settings_of(cfg)
     dataset = offline_run.read(source)
     offline_run.check_env(dataset, source, str(cfg.env.id))
     return OfflineData(source, dataset, offline_run.fingerprint(dataset), offline_settings)

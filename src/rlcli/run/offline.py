@@ -66,6 +66,28 @@ def dataset_source(cfg: Any) -> str | None:
     return str(value)
 
 
+def settings_of(cfg: Any) -> OfflineSettings:
+    """The `offline:` section, checked (unknown keys and bad values in one line)."""
+    from omegaconf import OmegaConf
+
+    from rlcli.registry import check_kwargs
+
+    node = cfg.get("offline")
+    given = OmegaConf.to_container(node, resolve=True) if node is not None else {}
+    given = given if isinstance(given, dict) else {}
+    check_kwargs(OfflineSettings, given, prefix="offline")
+    return OfflineSettings(**{str(k): v for k, v in given.items()})
+
+
+def check_early(cfg: Any) -> None:
+    """What rl-train checks of an offline run before torch is imported: the dataset reads, its settings, its env."""
+    source = dataset_source(cfg)
+    if source is None:
+        return
+    settings_of(cfg)
+    check_env(read(source), source, str(cfg.env.id))
+
+
 def read(source: str) -> Dataset:
     """The dataset at `source` (offline/load.py's readers), read once per process; ConfigError in one line."""
     if source not in _READ:
