@@ -39,14 +39,15 @@ class ReBRAC(BehaviorRegularizedTD3):
         self.actor_bc_coef, self.critic_bc_coef, self.normalize_q = actor_bc_coef, critic_bc_coef, normalize_q
         super().__init__(recipe, action_space, num_envs, lr=lr, batch_size=batch_size,
                          learning_starts=learning_starts, **td3_settings)
-        net = self.networks
-        for layer_norm, online, target, optimizer in ((actor_layer_norm, "policy", "policy_target", "policy_optimizer"),
-                                                      (critic_layer_norm, "critics", "critics_target",
-                                                       "critic_optimizer")):
-            if layer_norm:  # new parameters: a fresh target copy and optimizer over them
-                with_layer_norm(getattr(net, online))
-                setattr(net, target, copy.deepcopy(getattr(net, online)).requires_grad_(False))
-                setattr(self, optimizer, adam(getattr(net, online).parameters(), lr=lr))
+        net = self.networks  # LayerNorm adds parameters: the target copies and optimizers are made again with them
+        if actor_layer_norm:
+            with_layer_norm(net.policy)
+            net.policy_target = copy.deepcopy(net.policy).requires_grad_(False)
+            self.policy_optimizer = adam(net.policy.parameters(), lr=lr)
+        if critic_layer_norm:
+            with_layer_norm(net.critics)
+            net.critics_target = copy.deepcopy(net.critics).requires_grad_(False)
+            self.critic_optimizer = adam(net.critics.parameters(), lr=lr)
         self.schedulable = (*self.schedulable, "actor_bc_coef", "critic_bc_coef")
         self.build_steps(self.critic_loss, self.policy_loss)
         self.next_actions: tuple[torch.Tensor, torch.Tensor] | None = None  # per slot: the data's next action, 1/0
@@ -55,14 +56,14 @@ class ReBRAC(BehaviorRegularizedTD3):
     def update(self, buffer: ReplayStorage | SequenceStorage, clock: RunClock) -> dict[str, torch.Tensor]:
         key = (id(buffer), len(buffer), int(getattr(buffer, "pos", 0)))
         if len(buffer) and key != self.next_actions_of:  # once for a dataset; again as an online run adds to it
-            self.next_actions, self.next_actions_of = stored_next_actions(buffer), key
+            device = next(self.networks.parameters()).device  # where the batches' indices are
+            self.next_actions, self.next_actions_of = stored_next_actions(buffer, device), key
         return super().update(buffer, clock)
 
     def critic_inputs(self, batch: Any) -> tuple[torch.Tensor, torch.Tensor]:
         assert self.next_actions is not None, "update() reads the storage's next actions first"
         actions, follows = self.next_actions
-        rows = batch.indices.to(actions.device)
-        return actions[rows].to(batch.obs.device), follows[rows].to(batch.obs.device)
+        return actions[batch.indices], follows[batch.indices]
 
     def critic_loss(self, batch: Any, noise: torch.Tensor | None = None, next_data_actions: torch.Tensor | None = None,
                     follows: torch.Tensor | None = None) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
@@ -104,7 +105,7 @@ def with_layer_norm(module: nn.Module) -> None:
                 child.insert(j + 1, nn.LayerNorm(child[j - 1].out_features))
 
 
-def stored_next_actions(buffer: Any) -> tuple[torch.Tensor, torch.Tensor]:
+def stored_next_actions(buffer: Any, device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
     """Per stored slot: the action in the following slot, and 1.0 where that slot's observation is this slot's
     next observation (the dataset's next action), else 0.0. Slots past the storage's size are never sampled."""
     if not all(hasattr(buffer, name) for name in ("obs", "next_obs", "actions")):
@@ -113,4 +114,4 @@ def stored_next_actions(buffer: Any) -> tuple[torch.Tensor, torch.Tensor]:
     n = len(buffer)
     obs, next_obs, actions = buffer.obs[:n], buffer.next_obs[:n], buffer.actions[:n]
     follows = (obs.roll(-1, 0) == next_obs).flatten(1).all(1)
-    return actions.roll(-1, 0), follows.float()
+    return actions.roll(-1, 0).to(device), follows.float().to(device)

@@ -23,8 +23,8 @@ OFFLINE_TD3 = AlgoSpec(on_policy=False, action_spaces=("Box",), networks=("mlp",
 
 class BehaviorRegularizedTD3(TD3):
     """TD3 whose losses also read the dataset: the policy's takes the batch's actions (its `policy_loss(obs,
-    actions) -> (loss, bc_mse)`), the critics' may take more (`critic_inputs(batch)`, after the smoothing's draws).
-    What TD3+BC and ReBRAC share; not registered itself."""
+    actions) -> (loss, bc_loss)`, bc_loss being its behaviour-cloning term unweighted, logged), the critics' may take
+    more (`critic_inputs(batch)`, after the smoothing's draws). What TD3+BC and ReBRAC share; not registered itself."""
 
     def policy_loss(self, obs: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         raise NotImplementedError
@@ -43,10 +43,10 @@ class BehaviorRegularizedTD3(TD3):
         self.gradient_updates += 1
         metrics = {"value_loss": critic_loss.detach(), "q_mean": q_mean}
         if self.gradient_updates % self.policy_delay == 0:
-            policy_loss, bc_mse = self.policy_train_step(batch.obs, batch.actions)
+            policy_loss, bc_loss = self.policy_train_step(batch.obs, batch.actions)
             polyak_update(net.critics_target, net.critics, self.tau)
             polyak_update(net.policy_target, net.policy, self.tau)
-            metrics |= {"policy_loss": policy_loss.detach(), "bc_mse": bc_mse}
+            metrics |= {"policy_loss": policy_loss.detach(), "bc_loss": bc_loss}
         return errors, metrics
 
 
