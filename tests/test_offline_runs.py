@@ -77,8 +77,11 @@ def test_fingerprint_changes_with_any_value_and_reward_scale_is_iqls():
         OfflineSettings(reward_scale="iql")  # type: ignore[arg-type]
 
 
-def test_the_env_comes_from_the_dataset_unless_typed(npz, tmp_path):
+def test_the_env_comes_from_the_dataset_unless_typed(npz, tmp_path, monkeypatch):
     from rlcli.entry.rl_train import offline_env_args
+
+    monkeypatch.chdir(npz.parent)  # a relative path is recorded absolute: a resume from elsewhere finds it
+    assert offline_env_args([f"dataset={npz.name}"]) == [f"dataset='{npz}'", "env=Pendulum-v1"]
 
     assert offline_env_args(["algo=sac", f"dataset={npz}"])[-1] == "env=Pendulum-v1"  # conf/env/Pendulum-v1.yaml
     assert offline_env_args(["algo=sac", f"dataset={npz}", "env=Pendulum-v1"]).count("env=Pendulum-v1") == 1

@@ -114,15 +114,22 @@ def finished_run_args(args: list[str], overrides: list[str]) -> tuple[list[str],
 
 def offline_env_args(args: list[str]) -> list[str]:
     """`dataset=` without env= or env.id=: the run is tested in the dataset's env, added to the command line (so the
-    run directory is named after it and a resume replays it). Reads the dataset (numpy only, no torch)."""
+    run directory is named after it and a resume replays it). A relative path that exists is made absolute, so that
+    a resume from another directory reads the same file. Reads the dataset (numpy only, no torch)."""
     sources = [value_of(a) for a in args if key_of(a) == "dataset"]
     if not sources or sources[-1] in ("", "null", "None") or "," in sources[-1]:
         return args
+    source = sources[-1]
+    path = Path(source).expanduser()
+    if not path.is_absolute() and path.exists():  # a relative path: absolute, so a resume from elsewhere finds it
+        source = str(path.resolve())
+        quoted = "'" + source.replace("\\", "\\\\").replace("'", "\\'") + "'"
+        args = [a for a in args if key_of(a) != "dataset"] + [f"dataset={quoted}"]
     if any(key_of(a) in ("env", "env.id") for a in args if "=" in a and not a.startswith("-")):
         return args
     from rlcli.run.offline import env_choice, read
 
-    return [*args, *env_choice(read(sources[-1]), sources[-1], conf_dir())]
+    return [*args, *env_choice(read(source), source, conf_dir())]
 
 
 def check_env_id(cfg: DictConfig) -> None:
