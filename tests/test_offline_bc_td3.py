@@ -106,11 +106,16 @@ def test_rebrac_critic_target_subtracts_the_penalty_toward_the_data_next_action(
 def test_rebrac_reads_each_transitions_next_action_where_the_data_continues():
     data = pendulum_dataset(450)  # episodes of 200, 200 and 50 steps
     buffer = dataset_replay(data, PENDULUM)
-    actions, follows = stored_next_actions(buffer)
+    actions, follows = stored_next_actions(buffer, torch.arange(len(data)))
     ends = data.episode_ends
     np.testing.assert_array_equal(np.flatnonzero(follows.numpy() == 0), ends)
     inside = np.setdiff1d(np.arange(len(data)), ends)
     torch.testing.assert_close(actions[inside], buffer.actions[inside + 1])
+    # a full ring: the newest slot's successor is the oldest, which does not follow it
+    ring = dataset_replay(pendulum_dataset(200), PENDULUM)
+    ring.add(torch.zeros(1, 3), torch.zeros(1, 1), np.zeros(1), np.ones((1, 3)), np.zeros(1, bool), np.zeros(1, bool),
+             np.ones(1, bool))  # overwrites slot 0
+    assert stored_next_actions(ring, torch.tensor([199, 0, 1]))[1].tolist() == [0.0, 0.0, 1.0]
 
 
 def test_rebrac_puts_layer_norm_in_the_critics_only_by_default():

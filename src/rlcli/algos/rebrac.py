@@ -3,9 +3,10 @@
 Policy: (actor_bc_coef * ||pi(s) - a||^2 - lambda * min_i Q_i(s, pi(s))).mean(), lambda = 1 / mean|min Q| (detached)
 when normalize_q, else 1. Critics: TD3's target at the smoothed target action a' minus
 critic_bc_coef * ||a' - a_next||^2, a_next being the action the dataset took at s' (the paper's eq. and CORL's
-rebrac.py). Replay batches carry no next action, so it is read from the storage: the action stored in the slot after
-a transition's, where that slot's observation is the transition's next observation (a dataset fills replay in episode
-order). Where none follows (an episode's last step) there is no penalty; a terminal step has no bootstrap anyway.
+rebrac.py). Replay batches carry no next action, so each batch's are read from the storage: the action stored in the
+slot after a transition's, where that slot's observation is the transition's next observation (a dataset fills replay
+in episode order). Where none follows (an episode's last step) there is no penalty; a terminal step has no bootstrap
+anyway. Online transitions of several envs interleave, so an offline-to-online run penalizes only the dataset's.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from torch import nn
 
 from rlcli.actors.offpolicy import NetworkRecipe
 from rlcli.algos.base import adam
-from rlcli.algos.offpolicy import critics_td_loss
+from rlcli.algos.offpolicy import critics_td_loss, gradient_steps_now, run_gradient_steps
 from rlcli.algos.td3_bc import OFFLINE_TD3, BehaviorRegularizedTD3
 from rlcli.contracts import ReplayStorage, RunClock, SequenceStorage
 from rlcli.registry import ALGOS, ConfigError, require
@@ -50,20 +51,14 @@ class ReBRAC(BehaviorRegularizedTD3):
             self.critic_optimizer = adam(net.critics.parameters(), lr=lr)
         self.schedulable = (*self.schedulable, "actor_bc_coef", "critic_bc_coef")
         self.build_steps(self.critic_loss, self.policy_loss)
-        self.next_actions: tuple[torch.Tensor, torch.Tensor] | None = None  # per slot: the data's next action, 1/0
-        self.next_actions_of: tuple[int, int, int] | None = None  # (storage, its size, its write position)
 
     def update(self, buffer: ReplayStorage | SequenceStorage, clock: RunClock) -> dict[str, torch.Tensor]:
-        key = (id(buffer), len(buffer), int(getattr(buffer, "pos", 0)))
-        if len(buffer) and key != self.next_actions_of:  # once for a dataset; again as an online run adds to it
-            device = next(self.networks.parameters()).device  # where the batches' indices are
-            self.next_actions, self.next_actions_of = stored_next_actions(buffer, device), key
-        return super().update(buffer, clock)
-
-    def critic_inputs(self, batch: Any) -> tuple[torch.Tensor, torch.Tensor]:
-        assert self.next_actions is not None, "update() reads the storage's next actions first"
-        actions, follows = self.next_actions
-        return actions[batch.indices], follows[batch.indices]
+        """TD3's update phase, each batch's next data actions read from the storage for the critics' penalty."""
+        if len(buffer) == 0:
+            return {}
+        steps = gradient_steps_now(self.gradient_steps, clock)
+        return run_gradient_steps(buffer, self.batch_size, steps,  # type: ignore[arg-type]
+                                  lambda batch: self._gradient_step(batch, *stored_next_actions(buffer, batch.indices)))
 
     def critic_loss(self, batch: Any, noise: torch.Tensor | None = None, next_data_actions: torch.Tensor | None = None,
                     follows: torch.Tensor | None = None) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
@@ -105,13 +100,14 @@ def with_layer_norm(module: nn.Module) -> None:
                 child.insert(j + 1, nn.LayerNorm(child[j - 1].out_features))
 
 
-def stored_next_actions(buffer: Any, device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
-    """Per stored slot: the action in the following slot, and 1.0 where that slot's observation is this slot's
-    next observation (the dataset's next action), else 0.0. Slots past the storage's size are never sampled."""
-    if not all(hasattr(buffer, name) for name in ("obs", "next_obs", "actions")):
+def stored_next_actions(buffer: Any, indices: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """For each sampled slot: the action stored in the slot after it, and 1.0 where that slot holds the transition
+    that follows in the data (its observation is this one's next observation), else 0.0 (an episode's end, the
+    ring's newest slot, or envs interleaved online). On the indices' device."""
+    if not all(hasattr(buffer, name) for name in ("obs", "next_obs", "actions", "capacity")):
         raise ConfigError(f"algo=rebrac reads each transition's next action from transition replay (buffer=replay); "
                           f"{type(buffer).__name__} keeps no obs/next_obs/actions tensors")
-    n = len(buffer)
-    obs, next_obs, actions = buffer.obs[:n], buffer.next_obs[:n], buffer.actions[:n]
-    follows = (obs.roll(-1, 0) == next_obs).flatten(1).all(1)
-    return actions.roll(-1, 0).to(device), follows.float().to(device)
+    rows = indices.to(buffer.actions.device)
+    after = (rows + 1) % buffer.capacity
+    follows = (buffer.obs[after] == buffer.next_obs[rows]).flatten(1).all(1) & (after < len(buffer))
+    return buffer.actions[after].to(indices.device), follows.float().to(indices.device)

@@ -24,22 +24,18 @@ OFFLINE_TD3 = AlgoSpec(on_policy=False, action_spaces=("Box",), networks=("mlp",
 class BehaviorRegularizedTD3(TD3):
     """TD3 whose losses also read the dataset: the policy's takes the batch's actions (its `policy_loss(obs,
     actions) -> (loss, bc_loss)`, bc_loss being its behaviour-cloning term unweighted, logged), the critics' may take
-    more (`critic_inputs(batch)`, after the smoothing's draws). What TD3+BC and ReBRAC share; not registered itself."""
+    more (`critic_inputs`, after the batch and the smoothing's draws). What TD3+BC and ReBRAC share; not registered."""
 
     def policy_loss(self, obs: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         raise NotImplementedError
 
-    def critic_inputs(self, batch: Any) -> tuple[Any, ...]:
-        """What the critics' loss takes after the batch and the smoothing's draws (TD3+BC: nothing more)."""
-        return ()
-
-    def _gradient_step(self, batch: Any) -> StepOutput:
+    def _gradient_step(self, batch: Any, *critic_inputs: torch.Tensor) -> StepOutput:
         """TD3's step (the critics' every time; the policy's and the targets' every policy_delay-th) with the
         dataset's actions going into the policy's loss."""
         net = self.networks
         noise = (torch.randn(batch.obs.shape[0], self.action_dim, device=batch.obs.device)
                  if self.target_policy_noise > 0 else None)
-        critic_loss, (errors, q_mean) = self.critic_train_step(batch, noise, *self.critic_inputs(batch))
+        critic_loss, (errors, q_mean) = self.critic_train_step(batch, noise, *critic_inputs)
         self.gradient_updates += 1
         metrics = {"value_loss": critic_loss.detach(), "q_mean": q_mean}
         if self.gradient_updates % self.policy_delay == 0:
