@@ -241,3 +241,28 @@ def test_offline_config_errors_come_before_torch_is_imported(npz):
     lines = out.stderr.splitlines()
     assert len(lines) == 3 and all(line.startswith("rl-train: error: ") for line in lines), out.stderr
     assert "offline.reward_scale" in lines[1] and "recorded on env Pendulum-v1" in lines[2]
+
+
+@pytest.mark.slow
+def test_offline_to_online_resumes_bit_identically_across_the_switch(npz, tmp_path):
+    """200 gradient steps offline, then 200 env steps online into the storage that mixes the dataset and the new
+    experience (half of each batch from each); SIGKILL after the switch, resume, the same run as an unbroken one."""
+    args = [*TINY, f"dataset={npz}", "train.total_steps=200", "offline.online_steps=200", "train.test_every=100",
+            "train.checkpoint_every=50", "train.log_every=100", "offline.reward_scale=returns"]
+    straight = forked_cli.start([*args, f"hydra.run.dir={tmp_path / 'straight'}"], tmp_path)
+    killed = tmp_path / "killed"
+    proc = forked_cli.start([*args, f"hydra.run.dir={killed}"], tmp_path)
+    wait_for_checkpoint(killed, proc)
+    while final(killed)["state"]["env_steps"] <= 200 and proc.poll() is None:  # the newest good checkpoint's
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGKILL)
+    proc.communicate(timeout=60)
+    _, err = straight.communicate(timeout=300)
+    assert straight.returncode == 0, err
+    assert 200 < final(killed)["state"]["env_steps"] < 400
+    resumed = rl([f"resume={killed}"], tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    assert_same_run(tmp_path / "straight", killed)
+    end = final(killed)
+    assert end["state"]["episodes"] == 1 and end["collector"]["reported"] == 200  # one 200-step online episode
+    assert end["buffer"]["online"]["size"] == 1000 + 200 and len(end["buffer"]["online"]["rewards"]) == 200

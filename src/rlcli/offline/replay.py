@@ -7,10 +7,13 @@ algorithms act (algos/offpolicy.py BoxScaler); Discrete actions as indices.
 
 from __future__ import annotations
 
+from typing import Any
+
 import gymnasium as gym
 import numpy as np
 import torch
 
+from rlcli.batches import ReplayBatch
 from rlcli.buffers.replay import ReplayBuffer
 from rlcli.offline.dataset import Dataset
 
@@ -42,3 +45,49 @@ def fill_replay(buffer: ReplayBuffer, dataset: Dataset, action_space: gym.spaces
     buffer._write(buffer._obs(dataset.observations), torch.as_tensor(actions, device=buffer.storage),
                   buffer._t(dataset.rewards * np.float32(reward_factor) if reward_factor != 1.0 else dataset.rewards),
                   buffer._obs(dataset.next_observations), buffer._t(discounts))
+
+
+class MixedReplay:
+    """An offline-to-online run's storage: the dataset first (rows [0, dataset_size)), then what the collector adds
+    online, in one ReplayBuffer of room for both. Once online experience exists, each batch draws
+    `offline_fraction` of its rows from the dataset and the rest from the online rows (Cal-QL's symmetric sampling
+    at 0.5; None: uniform over everything stored). Online rewards are scaled as the dataset's were. A checkpoint
+    holds the online rows only: the dataset is read again on resume."""
+
+    def __init__(self, storage: ReplayBuffer, dataset_size: int, offline_fraction: float | None,
+                 reward_factor: float = 1.0) -> None:
+        self.storage, self.dataset_size = storage, dataset_size
+        self.offline_fraction, self.reward_factor = offline_fraction, reward_factor
+        self.capacity = storage.capacity
+        self.default_schedules = storage.default_schedules
+
+    def __len__(self) -> int:
+        return len(self.storage)
+
+    def add(self, obs: torch.Tensor, actions: torch.Tensor, rewards: np.ndarray, next_obs: np.ndarray,
+            terminated: np.ndarray, dones: np.ndarray, valid: np.ndarray) -> None:
+        if self.reward_factor != 1.0:
+            rewards = rewards * np.float32(self.reward_factor)
+        self.storage.add(obs, actions, rewards, next_obs, terminated, dones, valid)
+
+    def sample(self, batch_size: int, step: int = 0, steps: int = 1) -> ReplayBatch:
+        size, n = self.storage.size, self.dataset_size
+        if self.offline_fraction is None or size <= n:
+            return self.storage.sample(batch_size, step, steps)
+        from_data = int(round(self.offline_fraction * batch_size))
+        idx = torch.cat([torch.randint(0, n, (from_data,)), torch.randint(n, size, (batch_size - from_data,))])
+        return self.storage._batch(idx)
+
+    def update_priorities(self, indices: torch.Tensor, td_errors: torch.Tensor) -> None:
+        self.storage.update_priorities(indices, td_errors)
+
+    def state_dict(self) -> dict[str, Any]:
+        s, n = self.storage, self.dataset_size
+        return {"pos": s.pos, "size": s.size,
+                **{k: getattr(s, k)[n:s.size].clone() for k in ("obs", "next_obs", "actions", "rewards", "discounts")}}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        s, n = self.storage, self.dataset_size
+        s.pos, s.size = int(state["pos"]), int(state["size"])
+        for k in ("obs", "next_obs", "actions", "rewards", "discounts"):
+            getattr(s, k)[n:s.size] = state[k].to(s.storage)

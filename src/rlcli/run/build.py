@@ -141,8 +141,11 @@ class Components:
 
     @property
     def unit(self) -> str:
-        """What the run's clock counts: env steps, or (dataset=) gradient steps."""
-        return "env steps" if self.offline is None else "gradient steps"
+        """What the run's clock counts: env steps, or (dataset=) gradient steps, then (offline.online_steps) env
+        steps."""
+        if self.offline is None:
+            return "env steps"
+        return "gradient steps" if not self.offline.settings.online_steps else "steps"
 
     @property
     def steps_per_phase(self) -> int:
@@ -288,8 +291,9 @@ def build(cfg: DictConfig, start_workers: bool = True) -> Components:
     test_envs = env_factory.make(settings.test_episodes, settings.vector_mode, eval=True, masks=masks)
     envs = test_envs
     video_envs = None
+    online = offline is None or offline.settings.online_steps > 0
     try:
-        if offline is None:  # collector=ray: the training envs live on the workers; this process keeps one for spaces
+        if online:  # collector=ray: the training envs live on the workers; this process keeps one for spaces
             envs = env_factory.make(settings.num_envs if rays is None else 1, settings.vector_mode,
                                     gamma=float(algo_cfg.get("gamma", 0.99)), masks=masks)
         video_envs = make_video_envs(cfg, env_factory, settings.vector_mode, masks)
@@ -309,7 +313,7 @@ def build(cfg: DictConfig, start_workers: bool = True) -> Components:
             if carry_size:
                 raise ConfigError(f"an offline run learns from single transitions; actor={cfg.actor.name} is "
                                   "recurrent: use actor=mlp (or another feed-forward network)")
-            buffer_cfg["capacity"] = len(offline.dataset)
+            buffer_cfg["capacity"] = len(offline.dataset) + offline.settings.online_steps
         buffer = BUFFERS.build(
             buffer_cfg, n_steps=algo.steps_per_collect, num_envs=settings.num_envs,
             obs_shape=obs_space.shape, action_shape=act_space.shape, discrete=isinstance(act_space, Discrete),
@@ -332,6 +336,13 @@ def build(cfg: DictConfig, start_workers: bool = True) -> Components:
         if offline is not None:
             assert isinstance(learner, OffPolicyLearner)
             steps_per_iteration = start_offline(learner, offline, act_space)
+            if offline.settings.online_steps:  # the dataset and the online experience in one storage, mixed
+                from rlcli.offline.replay import MixedReplay
+                from rlcli.run.offline import reward_multiplier
+
+                mixed = MixedReplay(buffer, len(offline.dataset), offline.settings.offline_fraction,
+                                    reward_multiplier(offline.dataset, offline.settings))
+                learner = OffPolicyLearner(learner.algo, mixed)
         elif isinstance(learner, OffPolicyLearner):
             capacity, batch_size = learner.buffer.capacity, learner.algo.batch_size
             require(capacity >= batch_size, "buffer.capacity", capacity,
@@ -344,6 +355,9 @@ def build(cfg: DictConfig, start_workers: bool = True) -> Components:
     collector: ExperienceCollector
     if offline is not None:
         collector = OfflineCollector(steps_per_iteration, offline.describe(), clock)
+        if offline.settings.online_steps:
+            collector = offline_then_online(collector, envs, algo, device, cfg, clock, obs_dtype, masks, offline)
+            settings.total_steps += offline.settings.online_steps
     elif rays is None:
         collector = Collector(envs, algo.networks.normalizer, device, seed=cfg.seed,
                               carry_size=carry_size, clock=clock, obs_dtype=obs_dtype, masks=masks)
@@ -382,6 +396,23 @@ def offline_data(cfg: DictConfig, spec: AlgoSpec, ray: bool) -> OfflineData | No
     dataset = offline_run.read(source)
     offline_run.check_env(dataset, source, str(cfg.env.id))
     return OfflineData(source, dataset, offline_run.fingerprint(dataset), offline_settings)
+
+
+def offline_then_online(offline_collector: OfflineCollector, envs: VectorEnv, algo: Any, device: torch.device,
+                        cfg: DictConfig, clock: PhaseClock, obs_dtype: torch.dtype, masks: bool,
+                        offline: OfflineData) -> ExperienceCollector:
+    """offline.online_steps: the offline collector until train.total_steps, then one training env stepped by the
+    ordinary collector (with offline.normalize_obs, the dataset's statistics stay frozen)."""
+    from typing import cast
+
+    from rlcli.actors.normalizer import RunningNorm
+    from rlcli.collectors.offline import FrozenNorm, OfflineThenOnline
+
+    normalizer = algo.networks.normalizer
+    if offline.settings.normalize_obs:
+        normalizer = cast(RunningNorm, FrozenNorm(normalizer))
+    online = Collector(envs, normalizer, device, seed=cfg.seed, clock=clock, obs_dtype=obs_dtype, masks=masks)
+    return OfflineThenOnline(offline_collector, online, int(cfg.train.total_steps))
 
 
 def check_dataset_fits(offline: OfflineData, obs_space: Any, act_space: Any) -> None:

@@ -28,6 +28,8 @@ class OfflineSettings:
     normalize_obs: bool = False
     reward_scale: Literal["none", "returns"] = "none"
     reward_factor: float = 1.0
+    online_steps: int = 0
+    offline_fraction: float | None = 0.5
 
     def __post_init__(self) -> None:
         require(isinstance(self.normalize_obs, bool), "offline.normalize_obs", self.normalize_obs,
@@ -37,6 +39,13 @@ class OfflineSettings:
         factor = self.reward_factor
         require(isinstance(factor, (int, float)) and not isinstance(factor, bool) and np.isfinite(factor)
                 and factor > 0, "offline.reward_factor", factor, "must be a finite number > 0")
+        steps = self.online_steps
+        require(isinstance(steps, int) and not isinstance(steps, bool) and steps >= 0, "offline.online_steps", steps,
+                "must be an integer >= 0 (env steps after the offline budget; 0: none)")
+        share = self.offline_fraction
+        require(share is None or (isinstance(share, (int, float)) and not isinstance(share, bool)
+                                  and 0.0 <= share <= 1.0), "offline.offline_fraction", share,
+                "must be in [0, 1] (the dataset's share of each batch once online), or null (uniform)")
 
 
 @dataclass

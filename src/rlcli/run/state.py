@@ -74,7 +74,10 @@ def stored_buffer(c: Components) -> dict[str, Any]:
     """The storage's state; for a run with `dataset=`, only where the dataset came from and its fingerprint (the
     storage holds nothing else, and a dataset may be gigabytes): a resume reads it again and checks it."""
     if c.offline is not None:
-        return {"dataset": {"source": c.offline.source, **c.offline.fingerprint}}
+        stored: dict[str, Any] = {"dataset": {"source": c.offline.source, **c.offline.fingerprint}}
+        if c.offline.settings.online_steps:  # offline.online_steps: the online rows after the dataset's
+            stored["online"] = c.buffer.state_dict()
+        return stored
     return c.buffer.state_dict()
 
 
@@ -92,6 +95,8 @@ def restore_buffer(c: Components, stored: dict[str, Any], path: Path) -> None:
     from rlcli.run.offline import check_fingerprint
 
     check_fingerprint({k: v for k, v in saved.items() if k != "source"}, c.offline, path.name)
+    if "online" in stored:
+        c.buffer.load_state_dict(stored["online"])
 
 
 BEST = "best.pt"
