@@ -100,7 +100,8 @@ def train(overrides: Sequence[str] | str | None = None, *, env: EnvSource | None
     stays resumable). `resume`: a run directory or checkpoint (or "auto" with `run_dir=`), as `resume=` on the
     command line. `more_steps`: with `resume`, train this many env steps beyond the checkpoint's (SB3's
     `learn(n, reset_num_timesteps=False)`), instead of an absolute train.total_steps. `run_dir`: where the run
-    goes (hydra.run.dir; by default runs/<algo>/<env>/<time stamp> under the current directory).
+    goes (hydra.run.dir; by default runs/<algo>/<env>/<time stamp> under the current directory). `dataset="..."`
+    (a dataset's path or Minari id) makes it an offline run, as `rl-train dataset=...` (docs/guide/offline.md).
     `policy_kwargs`: SB3's network settings (net_arch, activation_fn, ortho_init, log_std_init, ...) as rlcli's
     actor keys. A keyword that is not a top-level setting but one of the algorithm's (`n_steps=64`,
     `learning_rate=1e-3`) is that algorithm's setting, as in SB3's `PPO(..., n_steps=64)`.
