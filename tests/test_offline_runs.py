@@ -243,6 +243,18 @@ def test_offline_config_errors_come_before_torch_is_imported(npz):
     assert "offline.reward_scale" in lines[1] and "recorded on env Pendulum-v1" in lines[2]
 
 
+def test_the_envs_running_normalizations_are_refused_offline():
+    from omegaconf import OmegaConf
+
+    from rlcli.run.offline import check_env_settings
+
+    with pytest.raises(ConfigError, match="use offline.normalize_obs=true"):
+        check_env_settings(OmegaConf.create({"env": {"normalize_obs": True}}))
+    with pytest.raises(ConfigError, match="use offline.reward_scale=returns"):
+        check_env_settings(OmegaConf.create({"env": {"normalize_reward": True}}))
+    check_env_settings(OmegaConf.create({"env": {"normalize_obs": False}}))
+
+
 @pytest.mark.slow
 def test_offline_to_online_resumes_bit_identically_across_the_switch(npz, tmp_path):
     """200 gradient steps offline, then 200 env steps online into the storage that mixes the dataset and the new

@@ -393,6 +393,7 @@ def offline_data(cfg: DictConfig, spec: AlgoSpec, ray: bool) -> OfflineData | No
                           f"{', '.join(able)}")
     require(not ray, "collector", cfg.collector.name, "an offline run steps no env: use collector=local")
     offline_settings = offline_run.settings_of(cfg)
+    offline_run.check_env_settings(cfg)
     dataset = offline_run.read(source)
     offline_run.check_env(dataset, source, str(cfg.env.id))
     return OfflineData(source, dataset, offline_run.fingerprint(dataset), offline_settings)

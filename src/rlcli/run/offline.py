@@ -94,7 +94,20 @@ def check_early(cfg: Any) -> None:
     if source is None:
         return
     settings_of(cfg)
+    check_env_settings(cfg)
     check_env(read(source), source, str(cfg.env.id))
+
+
+def check_env_settings(cfg: Any) -> None:
+    """The env's running normalizations gather statistics from training envs, which an offline run does not step:
+    the dataset's own statistics are offline.normalize_obs and offline.reward_scale."""
+    env = cfg.get("env") or {}
+    if env.get("normalize_obs", False) is True:
+        raise ConfigError("env.normalize_obs=true keeps running statistics of the training envs, which an offline run "
+                          "does not step: use offline.normalize_obs=true (the dataset's mean and std)")
+    if env.get("normalize_reward", False) is True:
+        raise ConfigError("env.normalize_reward=true scales by running statistics of the training envs' returns, which "
+                          "an offline run does not step: use offline.reward_scale=returns or offline.reward_factor")
 
 
 def read(source: str) -> Dataset:
