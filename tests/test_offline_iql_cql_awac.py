@@ -29,6 +29,15 @@ PENDULUM_BOX = gym.spaces.Box(-2.0, 2.0, (1,), np.float32)
 DISCRETE = gym.spaces.Discrete(3)
 
 
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Small networks step fastest on one thread (the trainer's torch_threads=1); two fight over shared cores."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 def recipe(obs_dim=3, sizes=(8,)):
     return NetworkRecipe(obs_dim, list(sizes), "relu", False, RunningNorm((obs_dim,), enabled=False))
 
@@ -303,10 +312,13 @@ def pendulum_replay():
     return dataset_replay(pendulum_dataset(5000, noise=0.3), PENDULUM_BOX)
 
 
-LEARNERS = {  # small networks and batches, larger learning rates than CORL's: a few thousand steps, not a million
-    "iql": (IQL, 1500, {"lr": 1e-3, "batch_size": 128}),
+# Small networks and batches, larger learning rates than CORL's: 1,000-1,500 gradient steps, not a million. Measured
+# here (seeds 0 and 1, 3 test episodes): iql -291 / -295 at 1,000; awac -300 / -294 at 1,500; cql -481 / -539 at 1,500
+# (CQL's critics need the longest: its policy only climbs them, where the others regress the dataset's actions).
+LEARNERS = {
+    "iql": (IQL, 1000, {"lr": 1e-3, "batch_size": 128}),
     "awac": (AWAC, 1500, {"lr": 1e-3, "batch_size": 128}),
-    "cql": (CQL, 2000, {"lr": 1e-3, "policy_lr": 1e-3, "batch_size": 128, "cql_n_actions": 4, "cql_alpha": 5.0}),
+    "cql": (CQL, 1500, {"lr": 3e-3, "policy_lr": 1e-3, "batch_size": 128, "cql_n_actions": 2, "cql_alpha": 5.0}),
 }
 
 
@@ -320,7 +332,7 @@ def test_learns_pendulum_from_a_noisy_controllers_data(name, pendulum_replay):
     assert mean_return(env_policy(algo), episodes=3) > -700  # random: about -1,200; the controller: -130..-190
 
 
-def cartpole_dataset(steps, seed=0, random_fraction=0.3):
+def cartpole_dataset(steps, seed=0, random_fraction=0.6):
     """CartPole-v1 from a lean-and-rate controller (push toward where the pole falls), each action replaced by a
     random one with probability `random_fraction`."""
     env, rng = gym.make("CartPole-v1"), np.random.default_rng(seed)
@@ -359,9 +371,13 @@ def cartpole_return(algo, episodes=3, seed=100):
 
 
 @pytest.mark.slow
-def test_discrete_cql_learns_cartpole_from_a_noisy_controllers_data():
-    replay = dataset_replay(cartpole_dataset(5000), gym.spaces.Discrete(2))
+def test_discrete_cql_learns_cartpole_better_than_its_data():
+    """The data's episodes last 100 steps on average; discrete CQL's greedy policy reached 500 from 500 gradient steps
+    on (measured here), where plain DQN (cql_alpha=0) still fell over within 25 steps after 1,000."""
+    dataset = cartpole_dataset(5000)
+    assert len(dataset) / len(dataset.episode_ends) < 150
+    replay = dataset_replay(dataset, gym.spaces.Discrete(2))
     torch.manual_seed(0)
     algo = build(DiscreteCQL, gym.spaces.Discrete(2), obs_dim=4, sizes=(64, 64), lr=1e-3, batch_size=128)
-    learn(algo, replay, 1500)
+    learn(algo, replay, 1000)
     assert cartpole_return(algo) > 150
