@@ -38,6 +38,9 @@ def awac_advantages(q_data: torch.Tensor, q_policy: torch.Tensor) -> torch.Tenso
 @ALGOS.register("awac", spec=AlgoSpec(on_policy=False, action_spaces=("Box",), networks=("mlp",), compiles=True,
                                       offline=True))
 class AWAC(AdvantageWeightedActorCritic):
+    """Advantage-Weighted Actor-Critic (Nair et al. 2020, offline then online): twin critics of the current policy,
+    the actor advantage-weighted regression on the dataset's actions with weights exp(A / lambda)."""
+
     networks: AWACNetworks
 
     def __init__(

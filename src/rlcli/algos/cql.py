@@ -56,6 +56,9 @@ def repeat_rows(x: torch.Tensor, n: int) -> torch.Tensor:
 @ALGOS.register("cql", spec=AlgoSpec(on_policy=False, action_spaces=("Box",), networks=("mlp",), compiles=True,
                                      offline=True))
 class CQL(SAC):
+    """Conservative Q-Learning (Kumar et al. 2020, offline, Box actions): SAC whose critics push down a logsumexp of Q
+    over sampled actions and push up Q at the dataset's."""
+
     def __init__(
         self,
         recipe: NetworkRecipe,

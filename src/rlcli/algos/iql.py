@@ -55,6 +55,9 @@ class IQLNetworks(nn.Module):
 @ALGOS.register("iql", spec=AlgoSpec(on_policy=False, action_spaces=("Box",), networks=("mlp",), compiles=True,
                                      offline=True))
 class IQL(AdvantageWeightedActorCritic):
+    """Implicit Q-Learning (Kostrikov et al. 2021, offline): V an upper expectile of Q over the dataset's actions, Q
+    toward r + gamma V(s'), the actor advantage-weighted regression on the dataset's actions."""
+
     networks: IQLNetworks
 
     def __init__(
