@@ -2,11 +2,10 @@
 (rlcli/sweeps/population/soft_actor_critic.py), TD3 and DDPG members (rlcli/sweeps/population/twin_delayed.py)."""
 
 import copy
-import subprocess
 
+import forked_cli
 import pytest
 import torch
-from conftest import RL_TRAIN
 from test_population import run
 from test_population_offpolicy import assert_first_update_is_each_single_runs
 from test_resume import final
@@ -251,6 +250,5 @@ def test_an_actor_critic_population_sweep_writes_what_the_basic_launcher_writes(
         assert all(torch.allclose(nets_a[k], nets_b[k], atol=1e-4) for k in nets_a), job
         assert torch.allclose(a["buffer"]["actions"], b["buffer"]["actions"], atol=1e-4)
         assert '"status": "completed"' in (pop / "status.json").read_text()
-    evaluated = subprocess.run([str(RL_TRAIN.parent / "rl-eval"), str(tmp_path / "pop" / "1"), "episodes=2"],
-                               cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    evaluated = forked_cli.run([str(tmp_path / "pop" / "1"), "episodes=2"], tmp_path, timeout=300, program="rl-eval")
     assert evaluated.returncode == 0, evaluated.stderr

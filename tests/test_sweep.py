@@ -7,10 +7,17 @@ import subprocess
 import time
 from pathlib import Path
 
+import forked_cli
 import pytest
 import yaml
 from conftest import RL_TRAIN, ray_cluster_on_localhost
-from test_population import _wait_until_gone, _wait_until_saved, _worker_pids, kill_a_worker_then_expect_one_line
+from test_population import (
+    _wait_until_gone,
+    _wait_until_saved,
+    _worker_pids,
+    finish,
+    kill_a_worker_then_expect_one_line,
+)
 from test_resume import assert_equal_state, final
 
 PLUGINS = str(Path(__file__).parent / "plugins")
@@ -26,10 +33,9 @@ def statuses(sweep_dir: Path) -> dict[int, dict]:
 def test_basic_multirun_keeps_going_past_a_failed_job(cli, tmp_path):
     """Job 1 crashes mid-run: job 0 still completes, the summary names the failure, exit code 1."""
     env = dict(os.environ, PYTHONPATH=PLUGINS, HYDRA_FULL_ERROR="0")
-    out = subprocess.run(
-        [str(RL_TRAIN), "-m", "env=gym", "env.id=odd_envs:CrashAfter-v0", "+env.kwargs.crash_after=100000,30",
-         "train.vector_mode=sync", *TINY, "hydra.sweep.dir=sw"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env)
+    out = forked_cli.run(
+        ["-m", "env=gym", "env.id=odd_envs:CrashAfter-v0", "+env.kwargs.crash_after=100000,30",
+         "train.vector_mode=sync", *TINY, "hydra.sweep.dir=sw"], tmp_path, timeout=300, env=env)
     assert out.returncode == 1, out.stderr[-2000:]
     jobs = statuses(tmp_path / "sw")
     assert jobs[0]["status"] == "completed" and jobs[0]["env_steps"] >= 1000
@@ -53,8 +59,8 @@ def test_joblib_sweep_in_parallel_then_rl_report_plots_it(cli, tmp_path):
     assert (tmp_path / "jl" / "0" / "checkpoints" / "latest").is_file()
     assert "seed=1" in out.stderr and "completed" in out.stderr  # the summary table
 
-    report = subprocess.run([str(RL_TRAIN.parent / "rl-report"), "jl", "--plot", "curves.png", "--csv", "t.csv"],
-                            cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    report = forked_cli.run(["jl", "--plot", "curves.png", "--csv", "t.csv"], tmp_path, timeout=120,
+                            program="rl-report")
     assert report.returncode == 0, report.stderr
     assert "2: 0,1" in report.stdout  # one configuration, two seeds
     import matplotlib.image
@@ -104,7 +110,7 @@ def test_killed_sweep_is_finished_with_resume_auto(tmp_path):
     before = statuses(tmp_path / "sw")
     assert before[0]["status"] == "completed" and before[1]["status"] == "running" and 2 not in before
     ended_0 = before[0]["ended"]
-    out = subprocess.run([*args, "resume=auto"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    out = finish([*args, "resume=auto"], tmp_path)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "[job 0]" in out.stderr and "already completed, skipped" in out.stderr
     assert "[job 1]" in out.stderr and "resuming from ckpt_" in out.stderr
@@ -133,14 +139,19 @@ def test_sigterm_to_a_basic_sweep_names_resume_auto_which_finishes_every_job(tmp
     assert f"hydra.sweep.dir={tmp_path / 'sw'} resume=auto" in line, line
     assert f"this job alone: rl-train resume={jobs_dir / '0'}" in line, line
     assert statuses(jobs_dir)[0]["status"] == "interrupted" and not (jobs_dir / "1").exists()
-    resumed = subprocess.run([*args, "resume=auto"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    resumed = finish([*args, "resume=auto"], tmp_path)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     jobs = statuses(jobs_dir)
     assert all(jobs[i]["status"] == "completed" and jobs[i]["env_steps"] >= 6000 for i in (0, 1)), jobs
 
 
-JOBLIB_JOBS = ["algo.n_steps=16", "algo.batch_size=32", "algo.n_epochs=2", "train.num_envs=2", "train.total_steps=8192",
-               "train.checkpoint_every=256", "train.test_every=4096", "train.test_episodes=2", "train.stop_reward=null",
+# 4,096 steps a job (8,192 before; the three tests that use these jobs took 214 s in CI): the signal still comes
+# after the first checkpoint (256) and long before a job ends, a test phase still falls in the resumed part (2,048),
+# and resume=auto trains half as much to finish them
+JOBLIB_STEPS = 4096
+JOBLIB_JOBS = ["algo.n_steps=16", "algo.batch_size=32", "algo.n_epochs=2", "train.num_envs=2",
+               f"train.total_steps={JOBLIB_STEPS}",
+               "train.checkpoint_every=256", "train.test_every=2048", "train.test_episodes=2", "train.stop_reward=null",
                "log.tensorboard=false", "log.console=false", "deterministic=true", "hydra/launcher=joblib",
                "hydra.launcher.n_jobs=2"]
 
@@ -165,16 +176,15 @@ def test_sigterm_stops_a_joblib_sweep_with_checkpoints_and_resume_auto_finishes_
     jobs = statuses(tmp_path / "sw")
     for job in (0, 1):
         assert jobs[job]["status"] == "interrupted", jobs[job]
-        assert 0 < final(tmp_path / "sw" / str(job))["state"]["env_steps"] < 8192
+        assert 0 < final(tmp_path / "sw" / str(job))["state"]["env_steps"] < JOBLIB_STEPS
     assert jobs[2]["status"] == "interrupted" and "not started" in jobs[2]["error"], jobs[2]
     assert not (tmp_path / "sw" / "2" / "checkpoints").exists()
 
-    resumed = subprocess.run([*args, "resume=auto"], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    resumed = finish([*args, "resume=auto"], tmp_path)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     jobs = statuses(tmp_path / "sw")
-    assert all(jobs[i]["status"] == "completed" and jobs[i]["env_steps"] == 8192 for i in (0, 1, 2)), jobs
-    straight = subprocess.run([str(RL_TRAIN), "-m", "seed=0", *JOBLIB_JOBS, "hydra.sweep.dir=straight"], cwd=tmp_path,
-                              capture_output=True, text=True, timeout=600)
+    assert all(jobs[i]["status"] == "completed" and jobs[i]["env_steps"] == JOBLIB_STEPS for i in (0, 1, 2)), jobs
+    straight = finish([str(RL_TRAIN), "-m", "seed=0", *JOBLIB_JOBS, "hydra.sweep.dir=straight"], tmp_path)
     assert straight.returncode == 0, straight.stderr[-3000:]
     assert_equal_state(final(tmp_path / "straight" / "0")["algo"], final(tmp_path / "sw" / "0")["algo"],
                        "algo")
@@ -202,11 +212,10 @@ def test_a_killed_joblib_worker_is_one_line_and_a_killed_launcher_stops_its_work
     _wait_until_gone(workers)
     assert [r["status"] for r in statuses(tmp_path / "b").values()] == ["interrupted"] * 2
     for sweep in "ab":
-        resumed = subprocess.run([*args, f"hydra.sweep.dir={sweep}", "resume=auto"], cwd=tmp_path,
-                                 capture_output=True, text=True, timeout=600)
+        resumed = finish([*args, f"hydra.sweep.dir={sweep}", "resume=auto"], tmp_path)
         assert resumed.returncode == 0, resumed.stderr[-3000:]
         jobs = statuses(tmp_path / sweep)
-        assert all(jobs[i]["status"] == "completed" and jobs[i]["env_steps"] == 8192 for i in (0, 1)), jobs
+        assert all(jobs[i]["status"] == "completed" and jobs[i]["env_steps"] == JOBLIB_STEPS for i in (0, 1)), jobs
 
 
 @pytest.mark.slow
@@ -261,9 +270,9 @@ def test_ray_cluster_on_localhost_runs_a_sweep_and_stops_it_on_sigterm(tmp_path)
         assert "Traceback" not in err and "rl-train: SIGTERM: the sweep stopped" in err, err[-3000:]
         jobs = statuses(tmp_path / "stopped")
         assert sorted(jobs) == [0, 1] and all(jobs[i]["status"] == "interrupted" for i in (0, 1)), jobs
-        assert all(0 < final(tmp_path / "stopped" / str(i))["state"]["env_steps"] < 8192 for i in (0, 1))
+        assert all(0 < final(tmp_path / "stopped" / str(i))["state"]["env_steps"] < JOBLIB_STEPS for i in (0, 1))
         resumed = subprocess.run([*ray_jobs, "resume=auto"], cwd=tmp_path, capture_output=True, text=True,
                                  env=env, timeout=600)
         assert resumed.returncode == 0, resumed.stderr[-3000:]
         jobs = statuses(tmp_path / "stopped")
-        assert all(jobs[i]["status"] == "completed" and jobs[i]["env_steps"] == 8192 for i in (0, 1, 2)), jobs
+        assert all(jobs[i]["status"] == "completed" and jobs[i]["env_steps"] == JOBLIB_STEPS for i in (0, 1, 2)), jobs
