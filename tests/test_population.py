@@ -342,8 +342,7 @@ def test_a_population_sweep_writes_what_the_basic_launcher_writes(tmp_path, para
     # a member's checkpoint stands alone: member-sized, and rl-eval reads it as any run's
     sizes = [(tmp_path / sweep / "1" / "checkpoints" / "best.pt").stat().st_size for sweep in ("pop", "basic")]
     assert sizes[0] < 1.2 * sizes[1]
-    evaluated = subprocess.run([str(RL_TRAIN.parent / "rl-eval"), str(tmp_path / "pop" / "1"), "episodes=2"],
-                               cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    evaluated = forked_cli.run([str(tmp_path / "pop" / "1"), "episodes=2"], tmp_path, timeout=300, program="rl-eval")
     assert evaluated.returncode == 0, evaluated.stderr
 
 
@@ -473,6 +472,13 @@ def test_sigterm_then_resume_auto_is_bit_identical_to_an_uninterrupted_populatio
         assert_equal_state(a["buffer"], b["buffer"], "buffer")
 
 
+def finish(command: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    """`rl-train ...` (command[0] is RL_TRAIN) to its end, forked (tests/forked_cli.py: 2 s less of start-up) where
+    the test is about what it trains, not about which process it is (the runs a test signals or kills stay real)."""
+    assert command[0] == str(RL_TRAIN), command[0]
+    return forked_cli.run(command[1:], cwd)
+
+
 def _wait_until_saved(proc: subprocess.Popen, sweep: Path, jobs: str = "0123") -> None:
     """Until each of `jobs` in the sweep that `proc` runs has a checkpoint (at most 180 s; `proc` still running)."""
     deadline = time.time() + 180
@@ -488,8 +494,7 @@ def test_sigterm_stops_populations_in_worker_processes_with_checkpoints_then_res
     their members' records said "running"); resume=auto then ends where one uninterrupted process ends."""
     args = [str(RL_TRAIN), "-m", *PPO, *TINY, "seed=0,1,2,3", "train.total_steps=2048", "train.checkpoint_every=256",
             "deterministic=true", "hydra/launcher=population", "hydra.launcher.n_jobs=1"]
-    straight = subprocess.run([*args, "hydra.sweep.dir=straight"], cwd=tmp_path, capture_output=True, text=True,
-                              timeout=600)
+    straight = finish([*args, "hydra.sweep.dir=straight"], tmp_path)
     assert straight.returncode == 0, straight.stderr[-3000:]
     two = [*args[:-1], "hydra.launcher.n_jobs=2", "hydra.sweep.dir=stopped"]
     proc = subprocess.Popen(two, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -503,7 +508,7 @@ def test_sigterm_stops_populations_in_worker_processes_with_checkpoints_then_res
     stopped_at = [final(tmp_path / "stopped" / job)["state"]["env_steps"] for job in "0123"]
     # a worker's two members saved at the same step (the halves: jobs 0, 1 and jobs 2, 3), before the end
     assert stopped_at[0] == stopped_at[1] and stopped_at[2] == stopped_at[3] and max(stopped_at) < 2048, stopped_at
-    resumed = subprocess.run([*two, "resume=auto"], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    resumed = finish([*two, "resume=auto"], tmp_path)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     for job in "0123":
         a, b = final(tmp_path / "straight" / job), final(tmp_path / "stopped" / job)
@@ -516,7 +521,9 @@ def test_a_stopped_parallel_sweep_starts_none_of_its_waiting_populations(tmp_pat
     """Three populations (n_epochs 3, 4, 5; seeds 0, 1) on two workers: the third waits for a worker. A SIGTERM
     stops the two that train, and the third never starts (it trained to its end after the stop before: joblib
     handed it to a worker that had stopped); resume=auto then trains all six members to their end."""
-    args = [str(RL_TRAIN), "-m", *PPO, *TINY, "algo.n_epochs=3,4,5", "seed=0,1", "train.total_steps=8192",
+    # 4,096 steps a member (8,192 before): the stop still comes at the first checkpoints (256), and the resume trains
+    # half as much
+    args = [str(RL_TRAIN), "-m", *PPO, *TINY, "algo.n_epochs=3,4,5", "seed=0,1", "train.total_steps=4096",
             "train.checkpoint_every=256", "hydra/launcher=population", "hydra.launcher.n_jobs=2",
             "hydra.sweep.dir=sweep"]
     proc = subprocess.Popen(args, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -526,11 +533,11 @@ def test_a_stopped_parallel_sweep_starts_none_of_its_waiting_populations(tmp_pat
     assert proc.returncode == 128 + signal.SIGTERM, err[-3000:]
     assert not any((tmp_path / "sweep" / job).exists() for job in "45"), sorted(p.name for p in
                                                                                (tmp_path / "sweep").iterdir())
-    resumed = subprocess.run([*args, "resume=auto"], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    resumed = finish([*args, "resume=auto"], tmp_path)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     for job in "012345":
         record = json.loads((tmp_path / "sweep" / job / "status.json").read_text())
-        assert record["status"] == "completed" and record["env_steps"] == 8192, record
+        assert record["status"] == "completed" and record["env_steps"] == 4096, record
 
 
 def _worker_pids(parent: int, with_server: bool = False) -> list[int]:
@@ -579,16 +586,17 @@ def _wait_until_gone(pids: list[int]) -> None:
 def test_a_killed_worker_process_is_one_line_and_resume_auto_finishes_every_member(tmp_path):
     """kill -9 on one worker (what the out-of-memory killer does): joblib stops the other worker too; rl-train says
     so in one line (it was a joblib traceback) and exits 1, and resume=auto takes every member to its end."""
-    args = [str(RL_TRAIN), "-m", *PPO, *TINY, "seed=0,1,2,3", "train.total_steps=8192", "train.checkpoint_every=256",
+    # 4,096 steps a member (8,192 before): the kill still comes at the first checkpoints (256), the resume trains half
+    args = [str(RL_TRAIN), "-m", *PPO, *TINY, "seed=0,1,2,3", "train.total_steps=4096", "train.checkpoint_every=256",
             "hydra/launcher=population", "hydra.launcher.n_jobs=2", "hydra.sweep.dir=sweep"]
     proc = subprocess.Popen(args, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     _wait_until_saved(proc, tmp_path / "sweep")
     kill_a_worker_then_expect_one_line(proc, "population")
-    resumed = subprocess.run([*args, "resume=auto"], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    resumed = finish([*args, "resume=auto"], tmp_path)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     for job in "0123":
         record = json.loads((tmp_path / "sweep" / job / "status.json").read_text())
-        assert record["status"] == "completed" and record["env_steps"] == 8192, record
+        assert record["status"] == "completed" and record["env_steps"] == 4096, record
 
 
 @pytest.mark.slow
@@ -597,7 +605,9 @@ def test_workers_whose_launcher_was_killed_stop_with_checkpoints_and_exit(tmp_pa
     """kill -9 on rl-train: its workers notice within a second, stop as on SIGTERM (every member's checkpoint,
     records `interrupted`) and exit, instead of training on unseen and holding their members' run locks; resume=auto
     then takes every member to its end."""
-    args = [str(RL_TRAIN), "-m", *PPO, *TINY, "seed=0,1,2,3", "train.total_steps=16384", "train.checkpoint_every=256",
+    # 8,192 steps a member (16,384 before): the kill comes at the first checkpoints (256), leaving the workers thousands
+    # of steps to be caught in, and the resume trains half as much
+    args = [str(RL_TRAIN), "-m", *PPO, *TINY, "seed=0,1,2,3", "train.total_steps=8192", "train.checkpoint_every=256",
             "hydra/launcher=population", "hydra.launcher.n_jobs=2", "hydra.sweep.dir=sweep"]
     proc = subprocess.Popen(args, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     _wait_until_saved(proc, tmp_path / "sweep")
@@ -609,11 +619,11 @@ def test_workers_whose_launcher_was_killed_stop_with_checkpoints_and_exit(tmp_pa
     for job in "0123":
         record = json.loads((tmp_path / "sweep" / job / "status.json").read_text())
         assert record["status"] == "interrupted", record
-    resumed = subprocess.run([*args, "resume=auto"], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    resumed = finish([*args, "resume=auto"], tmp_path)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     for job in "0123":
         record = json.loads((tmp_path / "sweep" / job / "status.json").read_text())
-        assert record["status"] == "completed" and record["env_steps"] == 16384, record
+        assert record["status"] == "completed" and record["env_steps"] == 8192, record
 
 
 def test_a_signal_repeated_within_the_echo_window_is_one_signal(monkeypatch):
