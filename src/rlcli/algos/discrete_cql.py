@@ -41,6 +41,7 @@ class DiscreteCQL(DQN):
         tau: float = 0.005,
         target_update_interval: int = 1,
         cql_alpha: float = 1.0,
+        exploration_initial_eps: float = 0.05,
         max_grad_norm: float | None = None,
         **dqn_settings: Any,
     ) -> None:
@@ -48,7 +49,8 @@ class DiscreteCQL(DQN):
         self.cql_alpha = cql_alpha
         super().__init__(recipe, action_space, num_envs, lr=lr, batch_size=batch_size, learning_starts=learning_starts,
                          train_freq=train_freq, gradient_steps=gradient_steps, tau=tau,
-                         target_update_interval=target_update_interval, max_grad_norm=max_grad_norm, **dqn_settings)
+                         target_update_interval=target_update_interval,
+                         exploration_initial_eps=exploration_initial_eps, max_grad_norm=max_grad_norm, **dqn_settings)
         self.schedulable += ("cql_alpha",)
 
     def transition_loss(self, batch: Any) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
