@@ -67,9 +67,10 @@ def precheck(args: list[str], keep: bool = False, warnings: list[str] | None = N
     `warnings`: the run's budget warnings are added to it (a sweep says them once for all its jobs)."""
     cfg = compose_config(args)  # group, key and syntax errors come here, before torch is imported
     check_env_id(cfg)
-    from rlcli.run.offline import check_early
+    if cfg.get("dataset") is not None:
+        from rlcli.run.offline import check_early
 
-    check_early(cfg)  # dataset=: it reads, its settings, its env
+        check_early(cfg)  # it reads, its settings, its env
     from rlcli.run.state import prepare
 
     # Building checks everything (ranges, env ids, devices, action spaces) and writes nothing.
