@@ -76,18 +76,19 @@ def log_phase(c: Components, state: TrainState, it: Iteration, log: RunLogger, t
         log.progress(state.env_steps, it.sps, state.last_test_return, clock)
 
 
-def stop_line(reason: str, state: TrainState, stop_reward: float | None, run_dir: Path, env_id: str = "") -> str:
+def stop_line(reason: str, state: TrainState, stop_reward: float | None, run_dir: Path, env_id: str = "",
+              unit: str = "env steps") -> str:
     """The console's line for a run that ends before its budget: why, and how to go on where that makes sense (a run
     on a Python function's env goes on only from Python, with that function: rl-train cannot make its env)."""
     last = fmt_return(state.last_test_return)
     if reason == "stop_reward":
-        return f"test return {last} >= stop reward {stop_reward}: stopping at {state.env_steps:,} env steps"
+        return f"test return {last} >= stop reward {stop_reward}: stopping at {state.env_steps:,} {unit}"
     if reason == "pruned":
-        return f"pruned at {state.env_steps:,} env steps (test return {last}): the sweeper judged this trial hopeless"
+        return f"pruned at {state.env_steps:,} {unit} (test return {last}): the sweeper judged this trial hopeless"
     from rlcli.envs import PYTHON_ENV_PREFIX, python_env_function
 
     go_on = f"rl-train resume={run_dir}"
     if env_id.startswith(PYTHON_ENV_PREFIX):
         go_on = f"rlcli.train(resume={str(run_dir)!r}, env={python_env_function(env_id)})"
-    return (f"stopped by a callback ({reason}) at {state.env_steps:,} env steps (test return {last}); "
+    return (f"stopped by a callback ({reason}) at {state.env_steps:,} {unit} (test return {last}); "
             f"continue it with: {go_on}")

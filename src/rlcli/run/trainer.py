@@ -142,7 +142,8 @@ class Trainer:
         video_phase(self.c, state, it, self.run_dir, log)
         log_phase(self.c, state, it, log, self._tb_every)
         if it.stop is not None and not it.last_phase:  # at the budget's end it is simply the end
-            log.message(stop_line(it.stop, state, self.c.stop_reward, self.run_dir, str(self.c.cfg.env.id)))
+            log.message(stop_line(it.stop, state, self.c.stop_reward, self.run_dir, str(self.c.cfg.env.id),
+                                  self.c.unit))
             self.stop_reason = it.stop
             return True
         self.stop_on_signal(log)  # Ctrl-C / SIGTERM: checkpoint, exit
@@ -280,7 +281,7 @@ class Trainer:
         self.signals.at_safe_point()
         self._save()
         name = signal.Signals(self.signals.received).name
-        stopped = f"{name}: stopped at {self.state.env_steps:,} env steps with a checkpoint saved; "
+        stopped = f"{name}: stopped at {self.state.env_steps:,} {self.c.unit} with a checkpoint saved; "
         sweep_dir = self.options.sweep_group
         if sweep_dir is None:
             stopped += f"resume with: rl-train resume={self.run_dir}"
@@ -332,10 +333,10 @@ class Trainer:
         good = self._last_good()
         steps = checkpoint.checkpoint_steps(good) if good is not None else 0
         if good is not None:
-            where = (f"the last good checkpoint is {good.relative_to(self.run_dir)} ({steps:,} env steps): "
+            where = (f"the last good checkpoint is {good.relative_to(self.run_dir)} ({steps:,} {self.c.unit}): "
                      f"rl-train resume={self.run_dir}")
         elif not self.run_dir.is_dir():  # deleted (or moved) while training: its checkpoints went with it
-            saved = f" (this run's last at {self.saved_at:,} env steps)" if self.saved_at is not None else ""
+            saved = f" (this run's last at {self.saved_at:,} {self.c.unit})" if self.saved_at is not None else ""
             where = (f"the run directory {self.run_dir} is gone, with every checkpoint it held{saved}: nothing is "
                      "left to resume from")
         else:
