@@ -279,3 +279,17 @@ def test_offline_to_online_resumes_bit_identically_across_the_switch(npz, tmp_pa
     end = final(killed)
     assert end["state"]["episodes"] == 0 and end["collector"]["reported"] == 100  # half a 200-step episode online
     assert end["buffer"]["online"]["size"] == 1000 + 100 and len(end["buffer"]["online"]["rewards"]) == 100
+
+
+def test_a_resume_replays_dataset_only_as_a_plain_path_or_id():
+    from rlcli.run.resume import REPLACED, ReplayContext, _groups, owned_roots, why_not_replayed
+
+    context = ReplayContext(owned_roots(), _groups(), [], set(), False)
+    for plain in ("dataset=/data/pendulum.npz", "dataset='/data/a b.npz'", "dataset=pendulum/medium-v0",
+                  "dataset=null"):
+        assert why_not_replayed(plain, context) is None, plain
+    for code in ("dataset=${oc.env:HOME}", "dataset=${algo.lr}", "dataset=[a,b]", "dataset={a: 1}"):
+        assert "not a plain path or id" in str(why_not_replayed(code, context)) or "resolver" in str(
+            why_not_replayed(code, context)), code
+    again = ReplayContext(owned_roots(), _groups(), [], {"dataset"}, False)
+    assert why_not_replayed("dataset=${algo.lr}", again) == REPLACED
