@@ -84,13 +84,21 @@ class ActorCritic(nn.Module):
         value_outputs: int = 1,
         encoder: nn.Module | None = None,
         sde: SdeOptions | None = None,
+        policy_size: int | None = None,
     ):
         super().__init__()
         self.encoder = nn.Flatten() if encoder is None else encoder
         obs_dim = int(np.prod(observation_space.shape)) if encoder is None else int(encoder.out_features)
         self.obs_shape = tuple(observation_space.shape)
         self.normalizer = RunningNorm(self.obs_shape, clip=clip_obs, enabled=normalize_obs)
-        self.pi_body = mlp(obs_dim, hidden_sizes, activation)
+        # MAPPO's centralized critic (envs/multiagent.py): the policy reads the first `policy_size` inputs (the agent's
+        # own observation), the value network all of them (with the global state)
+        self.policy_size = policy_size
+        if policy_size is not None and shared:
+            raise ConfigError("actor.shared=true gives policy and value one body, but a centralized critic's value "
+                              "network sees more inputs than the policy (env.critic_state=true): use "
+                              "actor.shared=false")
+        self.pi_body = mlp(obs_dim if policy_size is None else policy_size, hidden_sizes, activation)
         self.v_body = self.pi_body if shared else mlp(obs_dim, hidden_sizes, activation)
         features = hidden_sizes[-1] if hidden_sizes else obs_dim
         self.discrete = isinstance(action_space, gym.spaces.Discrete)
@@ -115,7 +123,7 @@ class ActorCritic(nn.Module):
 
     def _features(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         x = self.encoder(obs)  # already normalized by the caller: see `normalizer`
-        pi = self.pi_body(x)
+        pi = self.pi_body(self._policy_inputs(x))
         return pi, (pi if self.v_body is self.pi_body else self.v_body(x))
 
     def act(self, obs: torch.Tensor, deterministic: bool = False, state: RecurrentState | None = None,
@@ -147,7 +155,10 @@ class ActorCritic(nn.Module):
 
     def policy_params(self, obs: torch.Tensor) -> torch.Tensor:
         """The policy head's output (log-probs or means) at these states: for KL terms between policies."""
-        return self.head(self.pi_body(self.encoder(obs)))
+        return self.head(self.pi_body(self._policy_inputs(self.encoder(obs))))
+
+    def _policy_inputs(self, x: torch.Tensor) -> torch.Tensor:
+        return x if self.policy_size is None else x[..., :self.policy_size]
 
     def _values(self, v: torch.Tensor) -> torch.Tensor:
         """[B] for one value head, [B, value_outputs] for several."""
@@ -216,4 +227,5 @@ def build_mlp_actor(
         observation_space, action_space, list(hidden_sizes), activation, shared, ortho_init,
         0.0 if log_std_init is None else log_std_init, normalize_obs, clip_obs, value_outputs,
         sde=SdeOptions(full_std, use_expln) if use_sde else None,
+        policy_size=getattr(observation_space, "policy_size", None),  # a centralized critic (envs/multiagent.py)
     )

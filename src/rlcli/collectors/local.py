@@ -31,6 +31,7 @@ from rlcli.contracts import (
 )
 from rlcli.envs import finished_episodes
 from rlcli.envs.masks import mask_width, masks_from_infos
+from rlcli.envs.multiagent import agent_returns, find_attr
 from rlcli.envs.state import capturable, get_env_state, set_env_state
 from rlcli.registry import ConfigError
 from rlcli.services.deadlines import DEADLINES, StepTimedOut
@@ -45,6 +46,7 @@ class CollectStats:
     episode_steps: list[int] = field(default_factory=list)  # the step of the phase at which each one finished
     transitions: int = 0  # steps that stored a transition: all but the reset step that follows an episode's end
     scalars: dict[str, float] = field(default_factory=dict)  # the collector's own figures (collector/*), logged
+    agent_episodes: dict[str, list[float]] = field(default_factory=dict)  # env=pz: each agent's returns this phase
 
 
 class ExperienceCollector(Protocol):
@@ -95,6 +97,7 @@ class Collector:
         self.masks = masks  # the algorithm acts on valid-action masks (AlgoSpec.action_masks)
         self.obs_dtype = obs_dtype  # uint8 for pixels: they stay uint8 until the network scales them
         self.clock = clock or PhaseClock()
+        self.agent_names: list[str] = find_attr(envs, "agent_names") or []  # env=pz: the group's agents, by row
         self.act_s = self.env_s = self.buffer_s = 0.0  # this collect phase's seconds so far
         self.reset(seed)
 
@@ -245,6 +248,8 @@ class Collector:
         stats.episode_returns.extend(returns.tolist())
         stats.episode_lengths.extend(lengths.tolist())
         stats.episode_steps.extend([step] * len(returns))
+        if self.agent_names:  # env=pz: each agent's return, next to the team sums above (envs/multiagent.py)
+            self._agent_returns(stats, infos)
         self.obs = torch.as_tensor(next_obs, dtype=self.obs_dtype, device=self.device)
         self.action_mask = self._masks(infos)
         self.episode_start = self.prev_done.copy()  # after a reset step comes a new episode's first step
@@ -253,6 +258,14 @@ class Collector:
         self.act_s += t1 - t0
         self.env_s += t2 - t1
         self.buffer_s += t3 - t2
+
+    def _agent_returns(self, stats: CollectStats, infos: dict[str, Any]) -> None:
+        """rollout/return_<agent>: the mean return of each agent over this phase's finished episodes."""
+        for name, returns in agent_returns(infos, self.agent_names).items():
+            if returns:
+                seen = stats.agent_episodes.setdefault(name, [])
+                seen.extend(returns)
+                stats.scalars[f"rollout/return_{name}"] = float(np.mean(seen))
 
     def actions_to_take(self, learner: Learner, out: ActOutput | None, random_actions: bool) -> torch.Tensor:
         """The acting's actions, or (an off-policy warm-up) uniformly random ones, drawn from torch's generator so

@@ -15,6 +15,7 @@ from rlcli.actors.normalizer import RunningNorm
 from rlcli.collectors.env_faults import EnvError, timed_out
 from rlcli.contracts import Algorithm, MaskedPolicy, RecurrentState
 from rlcli.envs.masks import mask_width, masks_from_infos
+from rlcli.envs.multiagent import find_attr
 from rlcli.services.deadlines import DEADLINES, StepTimedOut
 
 
@@ -22,6 +23,7 @@ from rlcli.services.deadlines import DEADLINES, StepTimedOut
 class TestStats:
     returns: np.ndarray
     lengths: np.ndarray
+    agent_returns: dict[str, np.ndarray] | None = None  # env=pz: each agent's return per episode (returns: the sums)
 
     @property
     def mean_return(self) -> float:
@@ -38,7 +40,12 @@ class TestEpisodes:
 
     def __init__(self, envs: VectorEnv, seed: int, frames: FrameSink | None = None) -> None:
         self.envs, self.frames = envs, frames
-        n = envs.num_envs
+        # env=pz (envs/multiagent.py): one episode per copy of the env, reported on its first row
+        rows = find_attr(envs, "episode_rows")
+        self.rows = np.arange(envs.num_envs) if rows is None else np.asarray(rows)
+        self.agent_names: list[str] = find_attr(envs, "agent_names") if rows is not None else []
+        n = len(self.rows)
+        self.agent_returns = np.zeros((n, len(self.agent_names)))
         self.returns, self.lengths = np.zeros(n), np.zeros(n, dtype=np.int64)
         self.finished = np.zeros(n, dtype=bool)
         self.obs, self.infos = envs.reset(seed=seed)
@@ -57,13 +64,17 @@ class TestEpisodes:
         if self.frames is not None:
             _pass_frames(self.envs, self.finished, self.frames)
         if "_episode" in self.infos:
-            first = self.infos["_episode"] & ~self.finished
-            self.returns[first] = self.infos["episode"]["r"][first]
-            self.lengths[first] = self.infos["episode"]["l"][first]
+            first = self.infos["_episode"][self.rows] & ~self.finished
+            self.returns[first] = self.infos["episode"]["r"][self.rows][first]
+            self.lengths[first] = self.infos["episode"]["l"][self.rows][first]
+            if self.agent_names:
+                per_agent = self.infos["agent_episode"]["r"].reshape(len(self.rows), len(self.agent_names))
+                self.agent_returns[first] = per_agent[first]
             self.finished |= first
 
     def stats(self) -> TestStats:
-        return TestStats(self.returns, self.lengths)
+        agents = {name: self.agent_returns[:, i] for i, name in enumerate(self.agent_names)} or None
+        return TestStats(self.returns, self.lengths, agents)
 
 
 def evaluate(envs: VectorEnv, algo: Algorithm, normalizer: RunningNorm, device: torch.device, seed: int,

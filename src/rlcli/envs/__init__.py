@@ -22,6 +22,7 @@ from rlcli.envs import (  # noqa: F401  (register the shipped envs)
     image_and_flag,
     match_digits,
     memory_cue,
+    multiagent,
     pixel_goal,
     slow_step,
     valid_moves,

@@ -35,6 +35,12 @@ def _layers(envs: Any) -> list[Any]:
                     layers.append(sub)
                     sub = getattr(sub, "env", None)
             break
+        if hasattr(obj, "copies"):  # env=pz: each copy's wrapper chain (envs/multiagent.py)
+            from rlcli.envs.multiagent import copy_layers
+
+            for copy in obj.copies:
+                layers.extend(copy_layers(copy))
+            break
         obj = getattr(obj, "env", None)
     return layers
 

@@ -38,9 +38,12 @@ def test_phase(c: Components, state: TrainState, run_dir: Path, log: RunLogger,
     score = None if c.offline is None else c.offline.dataset.normalized_score(result.mean_return)
     if score is not None:  # D4RL's normalized score, where the dataset has reference returns
         scalars["eval/normalized_score"] = score
+    extra: dict[str, object] = {} if score is None else {"normalized_score": score}
+    if result.agent_returns:  # env=pz: returns are team sums; each agent's own return beside them
+        scalars.update({f"eval/return_{name}": float(r.mean()) for name, r in result.agent_returns.items()})
+        extra["agent_returns"] = {name: r.tolist() for name, r in result.agent_returns.items()}
     log.scalars(scalars, state.env_steps)
-    log.test_result(state.env_steps, result.returns.tolist(), result.lengths.tolist(),
-                    {} if score is None else {"normalized_score": score})
+    log.test_result(state.env_steps, result.returns.tolist(), result.lengths.tolist(), extra)
     return result
 
 

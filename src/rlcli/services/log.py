@@ -140,7 +140,7 @@ class RunLogger:
         self.latest.update(metrics)
 
     def test_result(self, step: int, returns: list[float], lengths: list[int],
-                    extra: dict[str, float] | None = None) -> None:
+                    extra: dict[str, object] | None = None) -> None:
         """Machine-readable record of every test phase (for rl-report and scripts); `extra`: more numbers of the
         phase (an offline run's normalized_score)."""
         record = {"env_steps": step, "wall_s": round(time.time() - self._start, 3),

@@ -1,0 +1,338 @@
+"""PettingZoo Parallel envs as one gymnasium VectorEnv with a row per agent (`env=pz`).
+
+M copies of an env with N agents in its group become M * N rows, copy c's agent i at row c * N + i, so the
+on-policy collector, rollout buffer and PPO run unchanged with the agents as a batch dimension and one set of
+parameters shared by the group (IPPO; MAPPO with `critic_state`, which appends the global state to every row for
+the value network alone: actors/mlp.py reads `CentralizedObs.policy_size`).
+
+Episodes follow gymnasium's NEXT_STEP autoreset, per copy: an agent that PettingZoo ends (terminated or truncated)
+reports that flag on its row at that step and on every later step of the copy, so the collector treats those steps
+as reset steps and stores nothing from them; once every agent of the group is done, the copy's next step is its
+reset step. A copy's episode is one episode: its return is the team sum over the group's agents (never divided),
+reported on the copy's first row (`episode_rows`), with each agent's own return under `agent_episode`.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium.vector import AutoresetMode, VectorEnv
+from gymnasium.vector.utils import batch_space
+
+from rlcli.registry import ENVS, ConfigError, require
+
+
+class CentralizedObs(gym.spaces.Box):
+    """A row's observation `[own obs | agent one-hot | global state]`: the policy reads the first `policy_size`
+    entries, the value network all of them (MAPPO's centralized critic)."""
+
+    def __init__(self, low: np.ndarray, high: np.ndarray, policy_size: int) -> None:
+        super().__init__(low, high, dtype=np.float32)
+        self.policy_size = policy_size
+
+
+@dataclass(frozen=True)
+class ParallelEnvSpec:
+    """What the rest of rlcli reads of an env's spec (its id, for messages and run names)."""
+
+    id: str
+    entry_point: str
+    reward_threshold: float | None = None
+
+
+def resolve_parallel_env(env_id: str | None) -> Any:
+    """`package.module` (its `parallel_env`) or `package.module:function` -> a function that makes the env."""
+    if not env_id:
+        raise ConfigError("env.id is not set; use env=<shipped multi-agent env> or env=pz env.id=<module> "
+                          "(e.g. mpe2.simple_spread_v3, or module:function for your own ParallelEnv)")
+    module_name, _, attr = env_id.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as error:
+        hint = " (pip install -e '.[multiagent]')" if module_name.split(".")[0] in ("pettingzoo", "mpe2") else ""
+        raise ConfigError(f"env.id={env_id!r}: cannot import module '{module_name}' ({error}){hint}") from None
+    if attr:
+        fn = getattr(module, attr, None)
+        if fn is None:
+            raise ConfigError(f"env.id={env_id!r}: module '{module_name}' has no '{attr}'")
+        return fn
+    fn = getattr(module, "parallel_env", None)
+    if fn is None:
+        aec = " it has only the AEC (turn-based) env," if hasattr(module, "env") else ""
+        raise ConfigError(f"env.id={env_id!r}: module '{module_name}' has no parallel_env();{aec} env=pz takes "
+                          "PettingZoo Parallel envs (module:function for a function that makes one)")
+    return fn
+
+
+def _is_parallel(env: Any) -> bool:
+    from pettingzoo import AECEnv, ParallelEnv
+
+    if isinstance(env, AECEnv) or hasattr(env, "agent_selection"):
+        return False
+    return isinstance(env, ParallelEnv) or (hasattr(env, "possible_agents") and hasattr(env, "step"))
+
+
+class ParallelVectorEnv(VectorEnv):
+    """M copies of a PettingZoo ParallelEnv as a VectorEnv of M * N rows (module docstring). Copy c is reset
+    with seed `seed + c * N`, so its rows' seeds never overlap another copy's (and a copy whose agents are
+    independent single-agent envs can seed agent i with `seed + i`, as a single-agent vector env of M * N envs)."""
+
+    metadata = {"autoreset_mode": AutoresetMode.NEXT_STEP}
+    state_capturable = True
+
+    def __init__(self, copies: list[Any], env_id: str, agents: list[str] | None, agent_id: bool,
+                 critic_state: bool) -> None:
+        first = copies[0]
+        if not _is_parallel(first):
+            raise ConfigError(f"env.id={env_id!r} made a {type(first).__name__}, an AEC (turn-based) env; env=pz takes "
+                              "PettingZoo Parallel envs: use the module's parallel_env() or "
+                              "pettingzoo.utils.conversions.aec_to_parallel")
+        self.copies, self.env_id = copies, env_id
+        possible = list(first.possible_agents)
+        group = possible if agents is None else [str(a) for a in agents]
+        for name in group:
+            if name not in possible:
+                raise ConfigError(f"env.agents: {name!r} is not an agent of {env_id}; its agents: "
+                                  f"{', '.join(possible)}")
+        require(len(group) > 0 and len(set(group)) == len(group), "env.agents", group,
+                f"must name distinct agents among: {', '.join(possible)}")
+        self.agent_names, self.others = group, [a for a in possible if a not in group]
+        obs_space, act_space = first.observation_space(group[0]), first.action_space(group[0])
+        for name in group[1:]:
+            for kind, space, ref in (("observation", first.observation_space(name), obs_space),
+                                     ("action", first.action_space(name), act_space)):
+                if space != ref:
+                    raise ConfigError(f"env.agents: agent {name!r} of {env_id} has the {kind} space {space}, "
+                                      f"{group[0]!r} has {ref}; one group shares one network, so its agents must share "
+                                      "spaces (list agents with equal spaces in env.agents; rlcli does not pad)")
+        if not isinstance(obs_space, gym.spaces.Box):
+            raise ConfigError(f"env {env_id}: agent {group[0]!r} has {obs_space} observations; env=pz takes Box ones")
+        self.n_agents, self.num_copies = len(group), len(copies)
+        self.num_envs = self.num_copies * self.n_agents
+        self.own_size = int(np.prod(obs_space.shape))
+        self.agent_id, self.critic_state = agent_id, critic_state
+        self._use_env_state = critic_state and self._has_state(first)
+        self.state_size = 0
+        if critic_state:
+            self.state_size = (int(np.prod(first.state_space.shape)) if self._use_env_state
+                               else sum(int(np.prod(first.observation_space(a).shape)) for a in possible))
+        policy_size = self.own_size + (self.n_agents if agent_id else 0)
+        size = policy_size + self.state_size
+        low, high = np.full(size, -np.inf, np.float32), np.full(size, np.inf, np.float32)
+        low[:self.own_size] = np.asarray(obs_space.low, np.float32).reshape(-1)
+        high[:self.own_size] = np.asarray(obs_space.high, np.float32).reshape(-1)
+        if agent_id:
+            low[self.own_size:policy_size], high[self.own_size:policy_size] = 0.0, 1.0
+        self.single_observation_space = (CentralizedObs(low, high, policy_size) if critic_state
+                                         else gym.spaces.Box(low, high, dtype=np.float32))
+        self.single_action_space = act_space
+        self.observation_space = batch_space(self.single_observation_space, self.num_envs)
+        self.action_space = batch_space(act_space, self.num_envs)
+        self.episode_rows = np.arange(self.num_copies) * self.n_agents  # the row that reports each copy's episode
+        m, n = self.num_copies, self.n_agents
+        self._obs = np.zeros((m, n, size), np.float32)
+        if agent_id:
+            self._obs[:, :, self.own_size:policy_size] = np.eye(n, dtype=np.float32)
+        self._alive = np.zeros((m, n), bool)
+        self._ended_by_termination = np.zeros((m, n), bool)
+        self._needs_reset = np.zeros(m, bool)
+        self._returns = np.zeros((m, n))
+        self._lengths = np.zeros(m, np.int64)
+
+    @staticmethod
+    def _has_state(env: Any) -> bool:
+        """Whether the env gives a global state (`state()` and `state_space`), else the joint observation is used."""
+        if getattr(env, "state_space", None) is None:
+            return False
+        try:
+            env.reset(seed=0)  # PettingZoo's state() needs a reset first; a run's first reset reseeds it
+            return env.state() is not None
+        except (NotImplementedError, AttributeError, TypeError):
+            return False
+
+    def _write(self, c: int, obs: dict[str, Any]) -> None:
+        """Copy c's rows from PettingZoo's dict of observations (agents that are gone keep their last one)."""
+        env = self.copies[c]
+        for i, name in enumerate(self.agent_names):
+            if name in obs:
+                self._obs[c, i, :self.own_size] = np.asarray(obs[name], np.float32).reshape(-1)
+        if self.critic_state:
+            if self._use_env_state:
+                state = np.asarray(env.state(), np.float32).reshape(-1)
+            else:
+                state = np.concatenate([np.asarray(obs[a], np.float32).reshape(-1) if a in obs
+                                        else np.zeros(int(np.prod(env.observation_space(a).shape)), np.float32)
+                                        for a in env.possible_agents])
+            self._obs[c, :, -self.state_size:] = state
+
+    def _reset_copy(self, c: int, seed: int | None) -> None:
+        obs, _ = self.copies[c].reset(seed=seed)
+        self._alive[c] = [name in obs for name in self.agent_names]
+        self._ended_by_termination[c] = False
+        self._needs_reset[c] = False
+        self._returns[c] = 0.0
+        self._lengths[c] = 0
+        self._write(c, obs)
+
+    def reset(self, *, seed: int | list[int | None] | None = None,
+              options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict[str, Any]]:
+        for c in range(self.num_copies):
+            if isinstance(seed, list):
+                copy_seed = seed[c * self.n_agents]
+            else:
+                copy_seed = None if seed is None else seed + c * self.n_agents
+            self._reset_copy(c, copy_seed)
+        return self._obs.reshape(self.num_envs, -1).copy(), {}
+
+    def _noop(self, space: gym.spaces.Space[Any]) -> Any:
+        """What an agent outside the group does: nothing (action 0, a zero vector clipped into its bounds)."""
+        if isinstance(space, gym.spaces.Box):
+            return np.clip(np.zeros(space.shape, space.dtype), space.low, space.high)
+        return np.zeros(space.shape, space.dtype) if space.shape else 0
+
+    def step(self, actions: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        m, n = self.num_copies, self.n_agents
+        actions = np.asarray(actions)
+        rewards = np.zeros((m, n))
+        terminated = np.zeros((m, n), bool)
+        truncated = np.zeros((m, n), bool)
+        ended = np.zeros(m, bool)
+        for c, env in enumerate(self.copies):
+            if self._needs_reset[c]:  # the reset step after the copy's episode: no reward, every row not done
+                self._reset_copy(c, None)
+                continue
+            was_alive = self._alive[c].copy()
+            live = set(env.agents)
+            acts = {name: actions[c * n + i] for i, name in enumerate(self.agent_names)
+                    if was_alive[i] and name in live}
+            acts.update({name: self._noop(env.action_space(name)) for name in self.others if name in live})
+            obs, rew, term, trunc, _ = env.step(acts)
+            self._write(c, obs)
+            for i, name in enumerate(self.agent_names):
+                if not was_alive[i]:  # ended earlier: its flag again, so the collector stores nothing of this row
+                    terminated[c, i] = self._ended_by_termination[c, i]
+                    truncated[c, i] = not self._ended_by_termination[c, i]
+                    continue
+                rewards[c, i] = float(rew.get(name, 0.0))
+                t, u = bool(term.get(name, False)), bool(trunc.get(name, False))
+                if not (t or u) and name not in obs:  # gone without a flag: count it as truncated
+                    u = True
+                if t or u:
+                    self._alive[c, i] = False
+                    self._ended_by_termination[c, i] = t
+                terminated[c, i], truncated[c, i] = t, u and not t
+            self._returns[c] += rewards[c]
+            self._lengths[c] += 1
+            if not self._alive[c].any() or not env.agents:
+                self._alive[c] = False
+                self._needs_reset[c] = True
+                ended[c] = True
+                gone = ~terminated[c] & ~truncated[c]  # the group's episode ends for every row of the copy
+                truncated[c] |= gone
+        infos: dict[str, Any] = {}
+        if ended.any():
+            team = np.zeros((m, n))
+            team[:, 0] = self._returns.sum(axis=1)  # the team sum, never divided
+            rows_ended = np.zeros((m, n), bool)
+            rows_ended[:, 0] = ended
+            lengths = np.zeros((m, n), np.int64)
+            lengths[:, 0] = self._lengths
+            infos = {"episode": {"r": team.reshape(-1), "l": lengths.reshape(-1)}, "_episode": rows_ended.reshape(-1),
+                     "agent_episode": {"r": self._returns.reshape(-1).copy()},
+                     "_agent_episode": np.repeat(ended, n)}
+        return (self._obs.reshape(self.num_envs, -1).copy(), rewards.reshape(-1), terminated.reshape(-1),
+                truncated.reshape(-1), infos)
+
+    def render(self) -> tuple[Any, ...] | None:
+        """One frame per copy (envs made with render_mode='rgb_array')."""
+        return tuple(env.render() for env in self.copies)
+
+    def close_extras(self, **kwargs: Any) -> None:
+        for env in self.copies:
+            env.close()
+
+
+def copy_layers(env: Any) -> list[Any]:
+    """A copy's wrapper chain down to the raw env, whose attributes hold its state (for exact resume)."""
+    layers: list[Any] = []
+    while env is not None and all(env is not seen for seen in layers):
+        layers.append(env)
+        env = getattr(env, "aec_env", None) or getattr(env, "env", None)
+    return layers
+
+
+def agent_returns(infos: dict[str, Any], names: list[str]) -> dict[str, list[float]]:
+    """Each agent's return in the copies whose episode ended in this step: {agent name: [returns]}."""
+    if "_agent_episode" not in infos:
+        return {}
+    r, mask, n = infos["agent_episode"]["r"], infos["_agent_episode"], len(names)
+    return {name: r[i::n][mask[i::n]].tolist() for i, name in enumerate(names)}
+
+
+def find_attr(envs: Any, name: str) -> Any:
+    """An attribute of the innermost vector env (through vector wrappers), or None."""
+    while envs is not None:
+        if name in vars(envs) or hasattr(type(envs), name):
+            return getattr(envs, name)
+        envs = getattr(envs, "env", None)
+    return None
+
+
+@ENVS.register("pz")
+class PettingZooEnvFactory:
+    """Settings for a PettingZoo Parallel env; `make()` builds a ParallelVectorEnv of its copies.
+
+    Training envs: `num_envs` (train.num_envs) counts rows, one per agent, so the rollout, the budget and env steps
+    count agent steps; it must be a multiple of the group's agents. Test envs: `num_envs` (train.test_episodes)
+    counts copies, each one test episode whose return is the team sum."""
+
+    def __init__(self, id: str | None, kwargs: dict[str, Any] | None = None, agents: list[str] | None = None,
+                 agent_id: bool = True, critic_state: bool = False, normalize_obs: bool = False,
+                 clip_obs: float = 10.0, reward_threshold: float | None = None) -> None:
+        self.creator = resolve_parallel_env(id)
+        self.id = str(id)
+        self.kwargs = dict(kwargs or {})
+        self.agents = None if agents is None else [str(a) for a in agents]
+        self.agent_id, self.critic_state = agent_id, critic_state
+        require(clip_obs > 0, "env.clip_obs", clip_obs, "must be > 0")
+        self.normalize_obs, self.clip_obs = normalize_obs, clip_obs
+        self.goal = None  # no goal-conditioned multi-agent envs
+        self.spec = ParallelEnvSpec(self.id, self.id, reward_threshold)
+        probe = self._copies(1)
+        self.n_agents = probe.n_agents  # checks the agents and their spaces now, before any run state exists
+        probe.close()
+
+    @property
+    def reward_threshold(self) -> float | None:
+        """env.reward_threshold: a team return (the sum over the group's agents) that stops the run."""
+        return self.spec.reward_threshold
+
+    def _copies(self, count: int, render_mode: str | None = None) -> ParallelVectorEnv:
+        kwargs = dict(self.kwargs, **({"render_mode": render_mode} if render_mode else {}))
+        try:
+            copies = [self.creator(**kwargs) for _ in range(count)]
+        except TypeError as error:
+            detail = (str(error).strip().splitlines() or [type(error).__name__])[-1]
+            raise ConfigError(f"env {self.id} refused env.kwargs={self.kwargs}: {detail}") from None
+        return ParallelVectorEnv(copies, self.id, self.agents, self.agent_id, self.critic_state)
+
+    def make(self, num_envs: int, mode: str = "auto", *, gamma: float = 0.99, eval: bool = False,
+             render: bool = False, masks: bool = False) -> VectorEnv:
+        """Training envs: `num_envs` rows (num_envs / agents copies); test envs (`eval`): `num_envs` copies."""
+        if masks:
+            raise ConfigError(f"env {self.id}: env=pz passes no valid-action masks yet; use algo=ppo, ippo or mappo")
+        if mode not in ("auto", "sync"):
+            raise ConfigError(f"train.vector_mode={mode}: env=pz steps its copies in this process; choose from: "
+                              "auto, sync")
+        if eval:
+            return self._copies(num_envs, "rgb_array" if render else None)
+        if num_envs % self.n_agents:
+            lower = max(self.n_agents, num_envs - num_envs % self.n_agents)
+            raise ConfigError(f"train.num_envs={num_envs}: env {self.id} has {self.n_agents} agents, one row each, so "
+                              f"train.num_envs must be a multiple of {self.n_agents} (e.g. {lower} = "
+                              f"{lower // self.n_agents} copies)")
+        return self._copies(num_envs // self.n_agents)
