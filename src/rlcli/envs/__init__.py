@@ -31,6 +31,7 @@ from rlcli.envs.dict_obs import has_images, pack_dict_observations
 from rlcli.envs.goals import GoalLayout, goal_layout
 from rlcli.envs.image import image_wrappers
 from rlcli.envs.masks import ActionMaskInInfo
+from rlcli.envs.multiagent import ParallelEnvSpec, is_parallel_env_id
 from rlcli.envs.wrappers import SparseReward, TimeFeature, one_hot_encodable, one_hot_observations
 from rlcli.registry import ENVS, ConfigError, did_you_mean, require
 
@@ -57,8 +58,11 @@ def python_env_missing(env_id: str, load: str = "<run dir or file>", resume: str
             f"rlcli.train(resume={resume}, env={fn}) to continue training (rl-train and rl-eval cannot make it)")
 
 
-def resolve_env_id(env_id: str | None) -> gym.envs.registration.EnvSpec:
-    """Look a gymnasium id up (importing `module` first for `module:Env-v0`), or fail in one line."""
+def resolve_env_id(env_id: str | None) -> gym.envs.registration.EnvSpec | ParallelEnvSpec:
+    """Look a gymnasium id up (importing `module` first for `module:Env-v0`), or fail in one line. A PettingZoo
+    Parallel env's id (env=pz: a module with parallel_env(), or module:function) gives its ParallelEnvSpec."""
+    if env_id and env_id not in gym.registry and is_parallel_env_id(env_id):
+        return ParallelEnvSpec(env_id, env_id)
     if not env_id:
         raise ConfigError("env.id is not set; use env=<shipped id> or env=gym env.id=<gymnasium id>")
     if env_id.startswith("ALE/") and env_id not in gym.registry:
@@ -118,8 +122,15 @@ class GymEnvFactory:
         frame_skip: int = 1,
         resize: list[int] | None = None,
         grayscale: bool = False,
+        critic_state: bool = False,
     ) -> None:
-        self.spec = resolve_env_id(id)
+        spec = resolve_env_id(id)
+        if isinstance(spec, ParallelEnvSpec):
+            raise ConfigError(f"env.id={id!r} is a PettingZoo Parallel env (many agents); use env=pz env.id={id}")
+        if critic_state:  # set by algo=mappo
+            raise ConfigError(f"env.critic_state=true (algo=mappo's centralized critic) needs a multi-agent env; "
+                              f"env {id} has one agent: use algo=ppo, or env=pz (e.g. env=simple_spread_v3)")
+        self.spec = spec
         if "mujoco" in str(self.spec.entry_point):  # its deprecation warnings: once, to train.log (library_noise.py)
             from rlcli.envs.library_noise import quiet_mujoco
 

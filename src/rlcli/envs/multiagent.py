@@ -68,6 +68,17 @@ def resolve_parallel_env(env_id: str | None) -> Any:
     return fn
 
 
+def is_parallel_env_id(env_id: str) -> bool:
+    """Whether `env_id` names a PettingZoo Parallel env's maker (a module with parallel_env(), or module:function
+    where module has that function); False where it does not import."""
+    module_name, _, attr = env_id.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except Exception:  # noqa: BLE001  (not a module at all: a gymnasium id, which resolve_env_id words)
+        return False
+    return callable(getattr(module, attr or "parallel_env", None))
+
+
 def _is_parallel(env: Any) -> bool:
     from pettingzoo import AECEnv, ParallelEnv
 
