@@ -293,3 +293,30 @@ def test_a_resume_replays_dataset_only_as_a_plain_path_or_id():
             why_not_replayed(code, context)), code
     again = ReplayContext(owned_roots(), _groups(), [], {"dataset"}, False)
     assert why_not_replayed("dataset=${algo.lr}", again) == REPLACED
+
+
+def test_mixed_replay_draws_the_offline_fraction_and_keeps_only_online_rows():
+    import gymnasium as gym
+    import torch
+    from offline_fixtures import dataset_replay
+
+    from rlcli.offline.replay import MixedReplay
+
+    data, space = pendulum_dataset(100), gym.spaces.Box(-2.0, 2.0, (1,))
+    storage = dataset_replay(data, space)
+    big = type(storage)(130, 1, 1, (3,), (1,), False, torch.device("cpu"), 0.99)
+    big.load_state_dict({**storage.state_dict(), "pos": 100})  # as a storage of room for both, filled by the data
+    mixed = MixedReplay(big, 100, 0.25, reward_factor=2.0)
+    assert mixed.sample(8).indices.max() < 100  # nothing online yet: the dataset only
+    obs = torch.zeros(1, 3)
+    for _ in range(10):
+        mixed.add(obs, torch.zeros(1, 1), np.ones(1, np.float32), np.zeros((1, 3)), np.zeros(1, bool),
+                  np.zeros(1, bool), np.ones(1, bool))
+    assert float(big.rewards[105]) == 2.0  # online rewards scaled as the dataset's
+    indices = mixed.sample(40).indices
+    assert int((indices < 100).sum()) == 10 and int(indices.max()) < 110
+    state = mixed.state_dict()
+    assert state["size"] == 110 and len(state["rewards"]) == 10
+    again = MixedReplay(type(storage)(130, 1, 1, (3,), (1,), False, torch.device("cpu"), 0.99), 100, 0.25)
+    again.load_state_dict(state)
+    assert torch.equal(again.storage.rewards[100:110], big.rewards[100:110]) and again.storage.size == 110

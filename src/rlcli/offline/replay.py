@@ -64,6 +64,19 @@ class MixedReplay:
     def __len__(self) -> int:
         return len(self.storage)
 
+    # the storage's rows, read by algorithms that look past a batch (ReBRAC's next data action)
+    @property
+    def obs(self) -> torch.Tensor:
+        return self.storage.obs
+
+    @property
+    def next_obs(self) -> torch.Tensor:
+        return self.storage.next_obs
+
+    @property
+    def actions(self) -> torch.Tensor:
+        return self.storage.actions
+
     def add(self, obs: torch.Tensor, actions: torch.Tensor, rewards: np.ndarray, next_obs: np.ndarray,
             terminated: np.ndarray, dones: np.ndarray, valid: np.ndarray) -> None:
         if self.reward_factor != 1.0:
