@@ -10,8 +10,8 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "rlcli"
 SHARED = {"contracts", "registry", "batches", "schedules"}  # src/rlcli/*.py: what every layer agrees on
 # Lower numbers are lower layers; folders of one number may not import each other either way.
-LAYERS = {"services": 1, "envs": 2, "buffers": 2, "actors": 3, "algos": 4, "collectors": 5, "run": 6,
-          "sweeps": 7, "entry": 8}
+LAYERS = {"services": 1, "envs": 2, "buffers": 2, "actors": 3, "offline": 3, "algos": 4, "collectors": 5,
+          "run": 6, "sweeps": 7, "entry": 8}
 
 
 def layer_of(module: str) -> tuple[str, int] | None:

@@ -11,10 +11,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from rlcli.offline.checks import check_against_env, check_dataset
-from rlcli.offline.dataset import Dataset
-from rlcli.offline.load import load_dataset
-from rlcli.offline.make import (
+from rlcli.entry.dataset_making import (
     _insertion_order,
     concat,
     episodes_from_chains,
@@ -24,6 +21,9 @@ from rlcli.offline.make import (
     parse_noise,
     summarize,
 )
+from rlcli.offline.checks import check_against_env, check_dataset
+from rlcli.offline.dataset import Dataset
+from rlcli.offline.load import load_dataset
 from rlcli.offline.save import save_minari, save_npz
 from rlcli.registry import ConfigError
 

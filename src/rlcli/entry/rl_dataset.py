@@ -124,7 +124,7 @@ def _run_with_progress(total: int, description: str, work: Any) -> Any:
 
 def _scores(args: argparse.Namespace, dataset: Any, policy: Any) -> list[str]:
     """Set the reference scores from the flags or measure them; say which was used."""
-    from rlcli.offline.make import REFERENCE_EPISODES, random_score, run_score
+    from rlcli.entry.dataset_making import REFERENCE_EPISODES, random_score, run_score
 
     said = []
     if args.ref_min_score is not None:
@@ -155,7 +155,7 @@ def _number(value: float | None) -> str:
 
 
 def _describe(dataset: Any) -> str:
-    from rlcli.offline.make import summarize
+    from rlcli.entry.dataset_making import summarize
 
     s = summarize(dataset)
     return (f"{s.transitions:,} transitions, {s.episodes} episodes, return mean {s.mean_return:.2f} "
@@ -164,7 +164,7 @@ def _describe(dataset: Any) -> str:
 
 # ------------------------------------------------------------------------------------------------ commands
 def make(args: argparse.Namespace) -> None:
-    from rlcli.offline import make as making
+    from rlcli.entry import dataset_making as making
     from rlcli.registry import ConfigError
 
     noise = making.parse_noise(args.noise)
@@ -204,8 +204,8 @@ def make(args: argparse.Namespace) -> None:
 
 
 def concat(args: argparse.Namespace) -> None:
+    from rlcli.entry.dataset_making import concat as join
     from rlcli.offline.load import load_dataset
-    from rlcli.offline.make import concat as join
     from rlcli.registry import ConfigError
 
     if len(args.sources) < 2:
@@ -228,8 +228,8 @@ def concat(args: argparse.Namespace) -> None:
 
 
 def info(args: argparse.Namespace) -> None:
+    from rlcli.entry.dataset_making import summarize
     from rlcli.offline.load import load_dataset
-    from rlcli.offline.make import summarize
 
     dataset = load_dataset(args.source, download=args.download)
     s = summarize(dataset)
@@ -252,8 +252,8 @@ def _fits_env(dataset: Any) -> str:
     """' (spaces checked)' when the env can be made here and the dataset fits it; the mismatch is an error."""
     if dataset.env_id is None:
         return ""
+    from rlcli.entry.dataset_making import make_env
     from rlcli.offline.checks import check_against_env
-    from rlcli.offline.make import make_env
     from rlcli.registry import ConfigError
 
     try:
