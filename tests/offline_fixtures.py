@@ -17,6 +17,7 @@ from rlcli.offline.replay import fill_replay
 
 PENDULUM_RANDOM_RETURN = -1200.0  # about a uniform policy's mean return (ref_min for the normalized score)
 PENDULUM_EXPERT_RETURN = -132.0  # the controller's mean return over 10 episodes (ref_max)
+CARTPOLE_RANDOM_RETURN = 22.0  # about a uniform policy's mean return on CartPole-v1
 
 
 def pendulum_controller(obs: np.ndarray) -> np.ndarray:
@@ -29,23 +30,20 @@ def pendulum_controller(obs: np.ndarray) -> np.ndarray:
     return np.where(c > 0.9, hold, swing)[..., None].astype(np.float32)
 
 
-def pendulum_dataset(steps: int, seed: int = 0, noise: float = 0.0, random_fraction: float = 0.0) -> Dataset:
-    """`steps` transitions of Pendulum-v1 (whole 200-step episodes, the last one cut short and truncated)."""
-    env = gym.make("Pendulum-v1")
+def rollout_dataset(env_id: str, policy, steps: int, seed: int = 0, name: str = "dataset",
+                    ref_scores: tuple[float | None, float | None] = (None, None)) -> Dataset:
+    """`steps` transitions of `env_id` acted by `policy(obs, rng, t) -> action` (t: the step within its episode),
+    whole episodes, the last one cut short and marked truncated; episode k resets with seed `seed * 10_000 + k`."""
+    env = gym.make(env_id)
     rng = np.random.default_rng(seed)
     rows: dict[str, list] = {k: [] for k in ("obs", "act", "rew", "next", "term", "trunc")}
     episode = 0
     while len(rows["rew"]) < steps:
         obs, _ = env.reset(seed=seed * 10_000 + episode)
-        at_random = rng.random() < random_fraction
-        done = False
+        done, t = False, 0
         while not done and len(rows["rew"]) < steps:
-            if at_random:
-                action = rng.uniform(-2.0, 2.0, size=(1,)).astype(np.float32)
-            else:
-                action = pendulum_controller(obs)
-                if noise:
-                    action = np.clip(action + noise * rng.standard_normal(1), -2.0, 2.0).astype(np.float32)
+            action = policy(obs, rng, t)
+            t += 1
             next_obs, reward, terminated, truncated, _ = env.step(action)
             truncated = truncated or len(rows["rew"]) + 1 == steps
             for key, value in zip(rows, (obs, action, reward, next_obs, terminated, truncated), strict=True):
@@ -53,11 +51,46 @@ def pendulum_dataset(steps: int, seed: int = 0, noise: float = 0.0, random_fract
             obs, done = next_obs, terminated or truncated
         episode += 1
     env.close()
-    return Dataset(np.array(rows["obs"], np.float32), np.array(rows["act"], np.float32),
+    discrete = isinstance(env.action_space, gym.spaces.Discrete)
+    return Dataset(np.array(rows["obs"], np.float32), np.array(rows["act"], np.int64 if discrete else np.float32),
                    np.array(rows["rew"], np.float32), np.array(rows["next"], np.float32),
-                   np.array(rows["term"], bool), np.array(rows["trunc"], bool), env_id="Pendulum-v1",
-                   ref_min_score=PENDULUM_RANDOM_RETURN, ref_max_score=PENDULUM_EXPERT_RETURN,
-                   name=f"pendulum-controller-noise{noise}", metadata={"seed": seed})
+                   np.array(rows["term"], bool), np.array(rows["trunc"], bool), env_id=env_id,
+                   ref_min_score=ref_scores[0], ref_max_score=ref_scores[1], name=name, metadata={"seed": seed})
+
+
+def pendulum_dataset(steps: int, seed: int = 0, noise: float = 0.0, random_fraction: float = 0.0) -> Dataset:
+    """Pendulum-v1 from the swing-up controller, its torque perturbed by Gaussian `noise`; each episode acts
+    uniformly at random instead with probability `random_fraction`."""
+    at_random = [False]
+
+    def policy(obs: np.ndarray, rng: np.random.Generator, t: int) -> np.ndarray:
+        if t == 0:  # each episode is the controller's or a random policy's throughout
+            at_random[0] = rng.random() < random_fraction
+        if at_random[0]:
+            return rng.uniform(-2.0, 2.0, size=(1,)).astype(np.float32)
+        action = pendulum_controller(obs)
+        if noise:
+            action = np.clip(action + noise * rng.standard_normal(1), -2.0, 2.0).astype(np.float32)
+        return action
+
+    return rollout_dataset("Pendulum-v1", policy, steps, seed, f"pendulum-controller-noise{noise}",
+                           (PENDULUM_RANDOM_RETURN, PENDULUM_EXPERT_RETURN))
+
+
+def cartpole_controller(obs: np.ndarray) -> int:
+    """Push toward where the pole is falling (its angle, angular rate and a little cart velocity): 500 each time."""
+    return int(obs[2] + 0.5 * obs[3] + 0.05 * obs[1] > 0)
+
+
+def cartpole_dataset(steps: int, seed: int = 0, random_fraction: float = 0.1) -> Dataset:
+    """CartPole-v1 from `cartpole_controller`, each action replaced by a random one with probability
+    `random_fraction` (so the data also shows falls and recoveries)."""
+
+    def policy(obs: np.ndarray, rng: np.random.Generator, t: int) -> int:
+        return int(rng.integers(2)) if rng.random() < random_fraction else cartpole_controller(obs)
+
+    return rollout_dataset("CartPole-v1", policy, steps, seed, f"cartpole-controller-random{random_fraction}",
+                           (CARTPOLE_RANDOM_RETURN, 500.0))
 
 
 def dataset_replay(dataset: Dataset, action_space: gym.spaces.Space, gamma: float = 0.99,

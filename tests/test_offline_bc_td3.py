@@ -7,7 +7,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from offline_fixtures import dataset_replay, mean_return, pendulum_dataset
+from offline_fixtures import cartpole_dataset, dataset_replay, mean_return, pendulum_dataset
 from torch import nn
 
 from rlcli.actors.normalizer import RunningNorm
@@ -17,7 +17,6 @@ from rlcli.algos.rebrac import ReBRAC, stored_next_actions
 from rlcli.algos.td3_bc import TD3BC
 from rlcli.batches import ReplayBatch
 from rlcli.contracts import RunClock
-from rlcli.offline.dataset import Dataset
 from rlcli.registry import ConfigError
 
 PENDULUM = gym.spaces.Box(-2.0, 2.0, (1,), np.float32)
@@ -145,28 +144,6 @@ def test_bad_settings_are_one_line(make, message):
 # --------------------------------------------------------------------------------------------- resume
 
 
-def cartpole_dataset(steps, seed=0, epsilon=0.1):
-    """CartPole-v1 by pushing toward where the pole is falling (500 every episode), a random push `epsilon` of
-    the time, so the data also shows recoveries."""
-    env, rng = gym.make("CartPole-v1"), np.random.default_rng(seed)
-    rows = {k: [] for k in ("obs", "act", "rew", "next", "term", "trunc")}
-    episode = 0
-    while len(rows["rew"]) < steps:
-        obs, _ = env.reset(seed=seed * 10_000 + episode)
-        done = False
-        while not done and len(rows["rew"]) < steps:
-            action = int(rng.integers(2)) if rng.random() < epsilon else int(obs[2] + 0.5 * obs[3] > 0)
-            next_obs, reward, terminated, truncated, _ = env.step(action)
-            truncated = truncated or len(rows["rew"]) + 1 == steps
-            for key, value in zip(rows, (obs, action, reward, next_obs, terminated, truncated), strict=True):
-                rows[key].append(value)
-            obs, done = next_obs, terminated or truncated
-        episode += 1
-    return Dataset(np.array(rows["obs"], np.float32), np.array(rows["act"], np.int64),
-                   np.array(rows["rew"], np.float32), np.array(rows["next"], np.float32),
-                   np.array(rows["term"], bool), np.array(rows["trunc"], bool), env_id="CartPole-v1")
-
-
 MAKERS = {
     "bc_box": lambda: BC(recipe(), PENDULUM, 1, batch_size=32),
     "bc_discrete": lambda: BC(recipe(4), CARTPOLE, 1, batch_size=32),
@@ -245,7 +222,7 @@ def test_learns_pendulum_from_noisy_controller_data(name, pendulum_replay, one_t
 
 @pytest.mark.slow
 def test_discrete_bc_learns_cartpole_from_controller_data(one_thread):
-    buffer = dataset_replay(cartpole_dataset(5000), CARTPOLE)
+    buffer = dataset_replay(cartpole_dataset(5000, random_fraction=0.1), CARTPOLE)
     torch.manual_seed(0)
     algo = BC(recipe(4, (64, 64)), CARTPOLE, 1, lr=1e-3)
     train(algo, buffer, 1500)

@@ -8,7 +8,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from offline_fixtures import dataset_replay, mean_return, pendulum_dataset
+from offline_fixtures import cartpole_dataset, dataset_replay, mean_return, pendulum_dataset
 from torch.distributions import Normal
 
 from rlcli.actors.normalizer import RunningNorm
@@ -20,7 +20,6 @@ from rlcli.algos.discrete_cql import DiscreteCQL, discrete_cql_penalty
 from rlcli.algos.iql import IQL, expectile_loss
 from rlcli.batches import ReplayBatch
 from rlcli.contracts import RunClock
-from rlcli.offline.dataset import Dataset
 from rlcli.registry import ConfigError
 from rlcli.schedules import apply_schedules, build_schedules
 
@@ -332,31 +331,6 @@ def test_learns_pendulum_from_a_noisy_controllers_data(name, pendulum_replay):
     assert mean_return(env_policy(algo), episodes=3) > -700  # random: about -1,200; the controller: -130..-190
 
 
-def cartpole_dataset(steps, seed=0, random_fraction=0.6):
-    """CartPole-v1 from a lean-and-rate controller (push toward where the pole falls), each action replaced by a
-    random one with probability `random_fraction`."""
-    env, rng = gym.make("CartPole-v1"), np.random.default_rng(seed)
-    rows = {k: [] for k in ("obs", "act", "rew", "next", "term", "trunc")}
-    episode = 0
-    while len(rows["rew"]) < steps:
-        obs, _ = env.reset(seed=seed * 10_000 + episode)
-        done = False
-        while not done and len(rows["rew"]) < steps:
-            action = int(obs[2] + 0.5 * obs[3] + 0.05 * obs[1] > 0)
-            if rng.random() < random_fraction:
-                action = int(rng.integers(2))
-            next_obs, reward, terminated, truncated, _ = env.step(action)
-            truncated = truncated or len(rows["rew"]) + 1 == steps
-            for key, value in zip(rows, (obs, action, reward, next_obs, terminated, truncated), strict=True):
-                rows[key].append(value)
-            obs, done = next_obs, terminated or truncated
-        episode += 1
-    env.close()
-    return Dataset(np.array(rows["obs"], np.float32), np.array(rows["act"], np.int64),
-                   np.array(rows["rew"], np.float32), np.array(rows["next"], np.float32),
-                   np.array(rows["term"], bool), np.array(rows["trunc"], bool), env_id="CartPole-v1")
-
-
 def cartpole_return(algo, episodes=3, seed=100):
     env, total = gym.make("CartPole-v1"), 0.0
     for episode in range(episodes):
@@ -374,7 +348,7 @@ def cartpole_return(algo, episodes=3, seed=100):
 def test_discrete_cql_learns_cartpole_better_than_its_data():
     """The data's episodes last 100 steps on average; discrete CQL's greedy policy reached 500 from 500 gradient steps
     on (measured here), where plain DQN (cql_alpha=0) still fell over within 25 steps after 1,000."""
-    dataset = cartpole_dataset(5000)
+    dataset = cartpole_dataset(5000, random_fraction=0.6)
     assert len(dataset) / len(dataset.episode_ends) < 150
     replay = dataset_replay(dataset, gym.spaces.Discrete(2))
     torch.manual_seed(0)
