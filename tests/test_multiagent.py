@@ -118,6 +118,25 @@ def mismatched_spaces():
     return env
 
 
+def test_the_env_state_of_mpe_copies_is_saved_and_restored_for_an_exact_resume():
+    from rlcli.envs.state import capturable, get_env_state, set_env_state
+    from rlcli.services.plain_state import decode, encode
+
+    pytest.importorskip("mpe2")
+    make = lambda: factory(id="mpe2.simple_spread_v3", critic_state=True).make(6)  # noqa: E731
+    vec, other = make(), make()
+    vec.reset(seed=1)
+    other.reset(seed=2)
+    actions = np.random.default_rng(0).integers(5, size=(30, 6))
+    for a in actions[:12]:
+        vec.step(a)
+    assert capturable(vec)
+    set_env_state(other, decode(encode(get_env_state(vec))))  # through the checkpoint's plain form
+    for a in actions[12:]:  # past the end of the 25-step episode: the reset draws from the restored RNG
+        for x, y in zip(vec.step(a), other.step(a), strict=True):
+            assert str(x) == str(y) if isinstance(x, dict) else np.array_equal(x, y)
+
+
 def test_mappo_policy_reads_only_its_agents_part_and_the_value_the_global_state():
     from rlcli.actors.mlp import build_mlp_actor
 
@@ -174,13 +193,13 @@ def train(args: list[str], run_dir: Path) -> None:
 @pytest.mark.slow
 def test_shared_ippo_on_independent_copies_is_the_single_agent_run_with_twice_the_envs(tmp_path):
     """Two agents, each in its own Pendulum, no agent one-hot: the rows are the single-agent run's envs (copy c's
-    agent i is seeded seed + 2c + i, as env 2c + i), both agents' episodes end at 200 steps together (so the copy
+    agent i is seeded seed + 2c + i, as env 2c + i), both agents' episodes end at 50 steps together (so the copy
     resets when a single-agent env would), and PPO sees the same batches: the same weights, bit for bit."""
-    common = ["algo=ppo", "algo.n_steps=64", "algo.batch_size=128", "algo.n_epochs=1", "train.num_envs=4",
-              "train.total_steps=1024", "train.test_every=0", "train.vector_mode=sync"]
-    train([*common, "env=gym", "env.id=Pendulum-v1"], tmp_path / "single")
+    common = ["algo=ppo", "algo.n_steps=32", "algo.batch_size=64", "algo.n_epochs=2", "train.num_envs=4",
+              "train.total_steps=512", "train.test_every=0", "train.vector_mode=sync"]  # episodes end at 50, 100
+    train([*common, "env=gym", "env.id=Pendulum-v1", "env.max_episode_steps=50"], tmp_path / "single")
     train([*common, "env=pz", "env.id=rlcli.envs.pz_toys:gym_copies", "+env.kwargs.env_id=Pendulum-v1",
-           "+env.kwargs.agents=2", "env.agent_id=false"], tmp_path / "agents")
+           "+env.kwargs.agents=2", "+env.kwargs.max_episode_steps=50", "env.agent_id=false"], tmp_path / "agents")
     single, agents = final(tmp_path / "single"), final(tmp_path / "agents")
     assert_equal_state(single["algo"], agents["algo"], "algo")  # networks and optimizer
     a, b = scalars(tmp_path / "single"), scalars(tmp_path / "agents")

@@ -80,10 +80,10 @@ class GymCopies(ParallelEnv):  # type: ignore[misc]
 
     metadata = {"name": "gym_copies_v0", "render_modes": []}
 
-    def __init__(self, env_id: str = "Pendulum-v1", agents: int = 2) -> None:
+    def __init__(self, env_id: str = "Pendulum-v1", agents: int = 2, max_episode_steps: int | None = None) -> None:
         self.possible_agents = [f"agent_{i}" for i in range(agents)]
         self.agents: list[str] = []
-        self.gym_envs = [gym.make(env_id) for _ in range(agents)]
+        self.gym_envs = [gym.make(env_id, max_episode_steps=max_episode_steps) for _ in range(agents)]
 
     def observation_space(self, agent: str) -> gym.spaces.Space[Any]:
         return self.gym_envs[0].observation_space

@@ -150,6 +150,9 @@ class RunLogger:
     def table(self, step: int) -> None:
         """A compact one-row table of the latest numbers, also written as one line to train.log."""
         shown = [(header, fmt.format(self.latest[tag])) for tag, header, fmt in _TABLE if tag in self.latest]
+        # env=pz: "return" is the team sum; each agent's own return after it (rollout/return_<agent>)
+        shown[1:1] = [(tag.removeprefix("rollout/return_"), f"{value:.1f}") for tag, value in self.latest.items()
+                      if tag.startswith("rollout/return_") and tag != "rollout/return_mean"]
         line = f"step {step} | " + " | ".join(f"{h} {v}" for h, v in shown)
         logger.info("%s", line)
         if self._progress is None or not results.is_terminal:

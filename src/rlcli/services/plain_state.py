@@ -131,6 +131,9 @@ def restore_into(current: Any, value: Any) -> Any:
             raise ValueError(f"expected MuJoCo data, the env has {_qualname(current)}")
         _set_mujoco_state(current, decode(value["state"]))
         return current
+    if (isinstance(value, (list, tuple)) and isinstance(current, (list, tuple)) and len(value) == len(current)
+            and any(isinstance(v, dict) and TAG in v for v in value)):  # a list of objects (env=pz: mpe2's entities)
+        return type(current)(restore_into(c, v) for c, v in zip(current, value, strict=True))
     return copy.deepcopy(value)
 
 
