@@ -203,7 +203,10 @@ def test_onnx_policy_acts_as_rlcli_does(runs, name):
 
 def test_exported_policy_plays_rl_evals_episode_without_rlcli(runs):
     run = runs["ppo"]
-    assert rl_eval(str(run), "load=last", "export=onnx", cwd=run.parent).returncode == 0
+    # test_onnx_policy_acts_as_rlcli_does[ppo] checks this export; where it ran in this worker, its file is reused
+    # (an ONNX export is one of the slowest things rl-eval does: dynamo traces the policy)
+    if not (run / "export" / "last.onnx").is_file():
+        assert rl_eval(str(run), "load=last", "export=onnx", cwd=run.parent).returncode == 0
     out = rl_eval(str(run), "load=last", "episodes=1", "num_envs=1", "seed=3", cwd=run.parent)
     assert out.returncode == 0, out.stderr
     expected = json.loads((run / "eval" / "last.json").read_text())["returns"][0]
