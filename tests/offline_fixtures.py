@@ -117,3 +117,20 @@ def mean_return(act, episodes: int = 5, seed: int = 100) -> float:
             done = terminated or truncated
     env.close()
     return total / episodes
+
+
+def dataset_file(kind: str) -> str:
+    """A small dataset as an .npz path, made once per machine and reused (xdist workers may race: the write is
+    atomic and the contents deterministic): `pendulum` (2,000 noisy-controller steps) or `cartpole` (2,000)."""
+    import os
+    import tempfile
+    from pathlib import Path
+
+    from rlcli.offline.save import save_npz
+
+    makers = {"pendulum": lambda: pendulum_dataset(2000, noise=0.3), "cartpole": lambda: cartpole_dataset(2000)}
+    path = Path(tempfile.gettempdir()) / "rlcli-test-datasets" / f"{kind}-2000-v1.npz"
+    if not path.exists():
+        mine = save_npz(makers[kind](), path.with_name(f"{path.stem}-{os.getpid()}.npz"), overwrite=True)
+        mine.replace(path)
+    return str(path)

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import RL_TRAIN
+from offline_fixtures import dataset_file
 from test_resume import assert_equal_state, final
 
 from rlcli.algos.compiled import FAST_TANH_VARIABLE
@@ -703,7 +704,8 @@ def test_the_declared_population_kinds_are_what_batches_and_everything_else_is_r
         spec = ALGOS.spec(name)
         env = "ValidMoves-v0" if spec.action_masks else "CartPole-v1" if "Discrete" in spec.action_spaces \
             else "Pendulum-v1"
-        runs = [prepare(compose_config([f"algo={name}", f"env={env}", f"seed={s}"]))[0] for s in (0, 1)]
+        data = [f"dataset={dataset_file('cartpole' if env == 'CartPole-v1' else 'pendulum')}"] if spec.offline else []
+        runs = [prepare(compose_config([f"algo={name}", f"env={env}", f"seed={s}", *data]))[0] for s in (0, 1)]
         if spec.population is None:
             with pytest.raises(ConfigError, match=f"cannot train in a population yet: {re.escape(can_batch())} can"):
                 population_update([c.algo for c in runs], [c.buffer for c in runs])

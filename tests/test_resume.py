@@ -12,6 +12,7 @@ import forked_cli
 import numpy as np
 import pytest
 import torch
+from offline_fixtures import dataset_file
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from rlcli.registry import ALGOS
@@ -24,6 +25,7 @@ CADENCE = ["train.checkpoint_every=512", "train.test_every=1024", "train.log_eve
 # vector env with reward and observation normalization whose statistics must survive the resume too.
 PENDULUM = ["env=Pendulum-v1", "env.normalize_obs=true", "env.normalize_reward=true", "train.num_envs=2"]
 SMALL_OFF_POLICY = ["algo.learning_starts=512", "algo.batch_size=64", "actor.hidden_sizes=[32,32]"]
+SMALL_OFFLINE = ["algo.batch_size=64", "actor.hidden_sizes=[32,32]"]
 CASES = {
     "ppo-CartPole": ["algo=ppo", "algo.n_steps=32", "env=CartPole-v1"],
     "ppo-Pendulum": ["algo=ppo", "algo.n_steps=32", *PENDULUM],
@@ -104,6 +106,11 @@ CASES = {
                             "algo.use_sde=true", "algo.sde_sample_freq=4"],
     "tqc-Pendulum-per": ["algo=tqc", *PENDULUM, "buffer=per", *SMALL_OFF_POLICY, "algo.train_freq=8",
                          "algo.gradient_steps=4", "algo.n_quantiles=5"],
+    # offline (dataset=): the steps are gradient steps over the dataset, which the checkpoint names but does not hold
+    **{f"{algo}-{kind}-offline": [f"algo={algo}", f"dataset={dataset_file(kind)}", *SMALL_OFFLINE,
+                                  "env=Pendulum-v1" if kind == "pendulum" else "env=CartPole-v1"]
+       for algo, kind in (("bc", "cartpole"), ("td3_bc", "pendulum"), ("rebrac", "pendulum"), ("iql", "pendulum"),
+                          ("cql", "pendulum"), ("awac", "pendulum"), ("discrete_cql", "cartpole"))},
 }
 
 
@@ -200,7 +207,8 @@ def test_sigterm_then_resume_is_bit_identical_to_an_uninterrupted_run(case, tmp_
 
     resumed = run([f"resume={stopped}"], tmp_path)
     assert resumed.returncode == 0, resumed.stderr
-    assert f"resumed at {steps_at_stop:,} env steps" in (stopped / "train.log").read_text()
+    unit = "gradient steps" if "-offline" in case else "env steps"
+    assert f"resumed at {steps_at_stop:,} {unit}" in (stopped / "train.log").read_text()
     assert_same_run(tmp_path / "straight", stopped)
 
 
