@@ -1,7 +1,8 @@
-"""The training loop: collect -> update -> test -> log -> checkpoint, on one clock.
+"""The training loop: collect, update, then the callbacks (test, video, log, stop, signal, checkpoint), on one clock.
 
 The trainer owns every counter (`TrainState`); nothing else keeps its own step count. It runs over
-the components that `build` made (build.py) and saves them through run_state.py.
+the components that `build` made (build.py) and saves them through run/state.py. What follows an update is a list of
+callbacks in a fixed order (builtin_callbacks.py); a user's callbacks (callbacks.py) are called at their points.
 """
 
 from __future__ import annotations
@@ -24,10 +25,9 @@ from rlcli.envs import library_noise
 from rlcli.run import lock as run_lock
 from rlcli.run.budget import budget_warnings, planned_steps, said_by_the_sweep
 from rlcli.run.build import Components
+from rlcli.run.builtin_callbacks import Iteration, builtin_callbacks, crossed
 from rlcli.run.callbacks import Callback, CallbackList, RunContext
 from rlcli.run.divergence import Diverged, NonfiniteGuard
-from rlcli.run.evaluation import test_phase
-from rlcli.run.loop_steps import Iteration, crossed, log_phase, stop_line, tb_cadence, video_phase
 from rlcli.run.resume import already_done_line, change_notice
 from rlcli.run.state import TrainState, drop_stale_best, save
 from rlcli.run.stop import STOP_GRACE_SECONDS, RunFailed, StopNow, StoppedBySignal, StopSignals
@@ -65,17 +65,21 @@ class PlannedUpdate(NamedTuple):
     """What an iteration's update needs from the loop, and what a skipped update goes back to."""
 
     clock: RunClock
-    scheduled: dict[str, float]
     snapshot: dict[str, Any] | None
 
 
 class Trainer:
+    log: RunLogger  # from start() on
+    tracking: Tracking | None
+    context: RunContext
+
     def __init__(self, components: Components, run_dir: Path, state: TrainState | None = None,
                  options: TrainerOptions | None = None) -> None:
         self.c, self.run_dir = components, run_dir
         self.state = state or TrainState()
         self.options = options or TrainerOptions()
-        self.callbacks = CallbackList(self.options.callbacks)
+        self.callbacks = CallbackList(self.options.callbacks)  # the user's, a pruner's, a sweep's
+        self.steps = builtin_callbacks(self)  # the loop's own, after each update (builtin_callbacks.py)
         self.stop_reason: str | None = None  # budget, stop_reward, pruned or a callback's reason, once run ends
         # a single run's first Ctrl-C stops within seconds; a sweep's job waits for its safe point (see StopSignals)
         self.signals = StopSignals(grace=None if self.options.sweep_group is not None else STOP_GRACE_SECONDS)
@@ -97,66 +101,51 @@ class Trainer:
             self._fail(str(error))
 
     def _run(self) -> float:
-        state, total = self.state, self.c.settings.total_steps
         if self.already_done():
             return self.say_already_done()
-        log, tracking = self.start()
+        self.start()
         restore_signals = self.signals.catch()
         restore_deadlines = DEADLINES.install(self.c.settings.step_timeout)  # train.step_timeout, per env step
         try:
-            while state.env_steps < total:
+            while self.state.env_steps < self.c.settings.total_steps:
                 it = self.collect()
-                if not self._update(it, log):
+                if not self.update(it):
                     continue  # rolled back to the last good checkpoint: collect again from there
-                if self.after_update(it, log, tracking):
+                if self.after_update(it):
                     break
         except (EnvError, CollectorError, Diverged) as error:
-            self.fail_run(log, self.describe_failure(error))
+            self.fail_run(self.describe_failure(error))
         except StopNow as stop:  # a second signal, or the first one's safe point too far away: now, no checkpoint
             stop.run_dir, good = str(self.run_dir), self._last_good()
             stop.checkpoint = "" if good is None else str(good.relative_to(self.run_dir))
             with contextlib.suppress(Exception):
                 logger.info("%s", stop.line().removeprefix("rl-train: "))
-            log.close(status="KILLED")
+            self.log.close(status="KILLED")
             self.close(terminate=True)  # a step it interrupted may still be running in a worker
             raise
         except BaseException:
-            log.close(status="KILLED" if self.signals.received is not None else "FAILED")  # no-op after a clean stop
+            self.log.close(status="KILLED" if self.signals.received is not None else "FAILED")  # no-op if stopped
             raise
         finally:
             restore_deadlines()
             restore_signals()
-        return self.finish(log, tracking)
+        return self.finish()
+
+    def after_update(self, it: Iteration, tested: TestStats | None = None) -> bool:
+        """The built-in callbacks in their order (test, video, log, stop line, signal, checkpoint). True: stop.
+        `tested`: this iteration's test episodes, when the caller ran them (a population's members, together)."""
+        it.tested = tested
+        return any(step.after_iteration(it) for step in self.steps)  # the first True ends the iteration
 
     def describe_failure(self, error: EnvError | CollectorError | Diverged) -> str:
         if isinstance(error, EnvError):
             return f"env {self.c.cfg.env.id} {error} at env step {self.state.env_steps + error.step:,}"
         return str(error)
 
-    def after_update(self, it: Iteration, log: RunLogger, tracking: Tracking | None,
-                     tested: TestStats | None = None) -> bool:
-        """Test, video, log, a stop, a signal, a checkpoint: everything after an iteration's update. True: stop.
-        `tested`: this iteration's test episodes, when the caller ran them (a population's members, together)."""
-        state = self.state
-        self._test_phase(it, log, tested)
-        video_phase(self.c, state, it, self.run_dir, log)
-        log_phase(self.c, state, it, log, self._tb_every)
-        if it.stop is not None and not it.last_phase:  # at the budget's end it is simply the end
-            log.message(stop_line(it.stop, state, self.c.stop_reward, self.run_dir, str(self.c.cfg.env.id),
-                                  self.c.unit))
-            self.stop_reason = it.stop
-            return True
-        self.stop_on_signal(log)  # Ctrl-C / SIGTERM: checkpoint, exit
-        total = self.c.settings.total_steps
-        if crossed(state.env_steps, it.previous, self.c.settings.checkpoint_every) and state.env_steps < total:
-            self._save()
-            if tracking is not None:
-                tracking.flush()  # the tracked runs hold at least what the checkpoint holds
-        return False
-
     # ------------------------------------------------------------------------------- the loop's steps
-    def start(self) -> tuple[RunLogger, Tracking | None]:
-        """Before the first collect: warnings, tracking, the logger and its header, the clocks, the callbacks."""
+    def start(self) -> None:
+        """Before the first collect: warnings, tracking, the logger and its header, the clocks, the callbacks and
+        the schedules' values for the first collect."""
         c, state = self.c, self.state
         state.finished = False
         run_lock.remove_stale_temporaries(self.run_dir)  # this process holds the run dir: none is in flight
@@ -166,11 +155,11 @@ class Trainer:
             if not said_by_the_sweep():  # a -m sweep said it once for all its jobs
                 say(f"rl-train: warning: {warning}")
             logger.info("warning: %s", warning)  # train.log only: the line above is the console's
-        tracking = self._start_tracking()
+        self.tracking = tracking = self._start_tracking()
         console = self.options.console or ("full" if c.cfg.log.console else "off")
-        log = RunLogger(self.run_dir, c.settings.total_steps, console, bool(c.cfg.log.tensorboard),
-                        start_step=state.env_steps, start_seconds=state.train_seconds,
-                        prefix=self.options.console_prefix, tracking=tracking)
+        self.log = log = RunLogger(self.run_dir, c.settings.total_steps, console, bool(c.cfg.log.tensorboard),
+                                   start_step=state.env_steps, start_seconds=state.train_seconds,
+                                   prefix=self.options.console_prefix, tracking=tracking)
         log.message(f"rlcli: {c.cfg.algo.name} on {self.options.env_label or c.cfg.env.id}, {planned:,} {c.unit}, "
                     f"device {c.device}, run dir {self.run_dir}"
                     + (f", {c.collector.describe()}" if c.collector.describe() else "")
@@ -182,7 +171,6 @@ class Trainer:
             state.new_change = None
         for where in tracking.describe() if tracking is not None else []:
             log.message(f"tracking: {where}" + (" (continued)" if state.env_steps else ""))
-        self._tb_every = tb_cadence(c)
         c.clock.restart()
         self._restart_clock()
         started = self.options.job_started
@@ -192,7 +180,12 @@ class Trainer:
                         "process" if started is None else "job")
         self.context = RunContext(self.run_dir, state, c.algo, c.cfg, log.scalars)
         self.callbacks.on_start(self.context)
-        return log, tracking
+        self._apply_schedules()
+
+    def _apply_schedules(self) -> dict[str, float]:
+        """Every scheduled value at the run's progress now. Once per iteration, right after its collect: the update
+        learns with these values and the next collect acts with them (progress counts env steps only)."""
+        return apply_schedules(self.c.schedules, RunClock(self.state.env_steps, self.c.settings.total_steps).progress)
 
     def _restart_clock(self) -> None:
         """SPS and train_seconds count from here (the start, or a rollback that rewound the counters)."""
@@ -200,17 +193,14 @@ class Trainer:
         self._seconds_before_run = self.state.train_seconds
 
     def collect(self) -> Iteration:
-        warming_up = self.before_collect()
-        return self.after_collect(self.c.collector.collect(self.c.learner, random_actions=warming_up))
+        return self.after_collect(self.c.collector.collect(self.c.learner, random_actions=self.warming_up()))
 
-    def before_collect(self) -> bool:
-        """The schedules' acting values; True while an off-policy run warms up with random actions."""
-        c, state = self.c, self.state
-        apply_schedules(c.schedules, RunClock(state.env_steps, c.settings.total_steps).progress)  # acting values
-        return not learning_started(c.learner, state.env_steps)
+    def warming_up(self) -> bool:
+        """True while an off-policy run acts at random, before algo.learning_starts."""
+        return not learning_started(self.c.learner, self.state.env_steps)
 
     def after_collect(self, stats: CollectStats) -> Iteration:
-        """Count the collect phase's steps and episodes; the callbacks may ask to stop."""
+        """Count the collect phase's steps and episodes, the callbacks may ask to stop, then the schedules."""
         c, state = self.c, self.state
         it = Iteration(previous=state.env_steps, stats=stats)
         state.env_steps += stats.steps
@@ -218,40 +208,39 @@ class Trainer:
         c.recent_returns.extend(stats.episode_returns)
         c.recent_lengths.extend(stats.episode_lengths)
         it.stop = self.callbacks.after_collect(self.context, stats)
+        it.scheduled = self._apply_schedules()
         return it
 
-    def _update(self, it: Iteration, log: RunLogger) -> bool:
+    def update(self, it: Iteration) -> bool:
         """One update (once learning starts), checked for non-finite values. False: rolled back, start over."""
-        planned = self.before_update(it.stats.transitions)
+        planned = self.before_update(it)
         metrics = None
         if planned is not None:
             with self.c.clock("update"):
                 metrics = self.c.learner.update(planned.clock)
-        return self.record_update(it, planned, metrics, log)
+        return self.record_update(it, planned, metrics)
 
-    def before_update(self, transitions: int) -> PlannedUpdate | None:
-        """The schedules' learning values and the skip snapshot, when this iteration updates (None: it does not).
-        `transitions`: what the collect phase the update follows stored (SB3's gradient_steps=-1 counts them)."""
-        c, s, state = self.c, self.c.settings, self.state
-        if not learning_started(c.learner, state.env_steps):
+    def before_update(self, it: Iteration) -> PlannedUpdate | None:
+        """The update's clock and the skip snapshot, when this iteration updates (None: it does not). The clock
+        carries the transitions the collect phase stored (SB3's gradient_steps=-1 counts them)."""
+        if not learning_started(self.c.learner, self.state.env_steps):
             return None
-        run_clock = RunClock(state.env_steps, s.total_steps, transitions)
-        scheduled = apply_schedules(c.schedules, run_clock.progress)  # learning values
-        return PlannedUpdate(run_clock, scheduled, self.guard.snapshot())
+        run_clock = RunClock(self.state.env_steps, self.c.settings.total_steps, it.stats.transitions)
+        return PlannedUpdate(run_clock, self.guard.snapshot())
 
-    def record_update(self, it: Iteration, planned: PlannedUpdate | None, metrics: dict[str, Any] | None,
-                       log: RunLogger) -> bool:
+    def record_update(self, it: Iteration, planned: PlannedUpdate | None, metrics: dict[str, Any] | None) -> bool:
         """Check the update's numbers and weights, count it, tell the callbacks. False: rolled back, start over."""
         s, state = self.c.settings, self.state
         if planned is not None:
             assert metrics is not None
             problem = self.guard.check(metrics, state.updates)
             if problem is not None:
-                metrics = self.guard.handle(problem, planned.snapshot, state, log)  # stops, rolls back or skips
+                metrics = self.guard.handle(problem, planned.snapshot, state, self.log)  # stop, roll back or skip
                 if metrics is None:
                     self._restart_clock()
+                    self._apply_schedules()  # the next collect acts at the checkpoint's progress
                     return False
-            it.metrics = {**metrics, **{f"schedule_{k}": v for k, v in planned.scheduled.items()}}
+            it.metrics = {**metrics, **{f"schedule_{k}": v for k, v in it.scheduled.items()}}
             state.updates += 1
             it.stop = it.stop or self.callbacks.after_update(self.context, it.metrics)
         it.sps = (state.env_steps - self._steps_at_start) / (time.perf_counter() - self._started)
@@ -263,23 +252,12 @@ class Trainer:
         every = self.c.settings.test_every
         return crossed(self.state.env_steps, it.previous, every) or (it.last_phase and every > 0)
 
-    def _test_phase(self, it: Iteration, log: RunLogger, tested: TestStats | None = None) -> None:
-        c, state = self.c, self.state
-        if not self.test_due(it):
-            return
-        with c.clock("test"):
-            result = test_phase(c, state, self.run_dir, log, tested)
-        requested = self.callbacks.after_test(self.context, result)  # every callback sees every test
-        last = state.last_test_return
-        reached = c.stop_reward is not None and last is not None and last >= c.stop_reward
-        it.stop = "stop_reward" if reached else it.stop or requested
-
-    def stop_on_signal(self, log: RunLogger) -> None:
+    def stop_on_signal(self) -> None:
         """The safe point for Ctrl-C / SIGTERM: a checkpoint, one line, exit code 128 + the signal."""
         if self.signals.received is None:
             return
         self.signals.at_safe_point()
-        self._save()
+        self.save()
         name = signal.Signals(self.signals.received).name
         stopped = f"{name}: stopped at {self.state.env_steps:,} {self.c.unit} with a checkpoint saved; "
         sweep_dir = self.options.sweep_group
@@ -288,6 +266,7 @@ class Trainer:
         else:  # resuming this job alone would leave the sweep's other jobs (waiting, stopped) where they are
             stopped += (f"finish the sweep with the same command plus hydra.sweep.dir={sweep_dir} resume=auto "
                         f"(this job alone: rl-train resume={self.run_dir})")
+        log = self.log
         log.message(stopped)
         if not log.show_console:  # log.console=false: stderr still says why the run ended, and how on
             say(f"rl-train: {stopped}")
@@ -295,12 +274,12 @@ class Trainer:
         self.close()
         raise StoppedBySignal(self.signals.received)
 
-    def finish(self, log: RunLogger, tracking: Tracking | None) -> float:
+    def finish(self) -> float:
         """The final checkpoint, the result lines, the run's summary."""
-        state = self.state
+        state, log = self.state, self.log
         self.stop_reason = self.stop_reason or "budget"
         state.finished = self.stop_reason in ("budget", "stop_reward")  # otherwise it can be resumed and finished
-        final = self._save()
+        final = self.save()
         sps = (state.env_steps - self._steps_at_start) / (time.perf_counter() - self._started)
         said = {"budget": "budget reached", "stop_reward": "stopped early"}.get(self.stop_reason, self.stop_reason)
         log.result(f"done: {state.env_steps:,} {self.c.unit} in {state.train_seconds:.1f} s ({sps:.0f} SPS), "
@@ -310,13 +289,13 @@ class Trainer:
         summary = {"final/test_return": state.last_test_return, "final/best_test_return": state.best_test_return,
                    "final/env_steps": state.env_steps, "final/train_seconds": state.train_seconds}
         log.close(summary={k: float(v) for k, v in summary.items() if v is not None},
-                  files=run_files(self.run_dir, final, log.message) if tracking is not None else [])
+                  files=run_files(self.run_dir, final, log.message) if self.tracking is not None else [])
         self.close()
         self.callbacks.on_end(self.context, self.stop_reason)
         return _as_return(state.last_test_return)
 
-    def fail_run(self, log: RunLogger, message: str) -> NoReturn:
-        log.close(status="FAILED")
+    def fail_run(self, message: str) -> NoReturn:
+        self.log.close(status="FAILED")
         self.close(terminate=True)  # a step that timed out may still be running in an async env's worker
         self._fail(message)
 
@@ -375,7 +354,7 @@ class Trainer:
         return state.env_steps >= self.c.settings.total_steps or reached
 
     # ------------------------------------------------------------------------------- checkpoints
-    def _save(self) -> Path:
+    def save(self) -> Path:
         if not self.run_dir.is_dir():  # deleted or moved while training: not silently re-made with checkpoints only
             raise FileNotFoundError(2, "No such file or directory", str(self.run_dir))
         self.guard.check_before_saving(self.state.env_steps)

@@ -29,9 +29,9 @@ def train_population(members: list[Member], population: Population) -> int | Non
         while any(m.live for m in members):
             waiting = _WaitingAccount([m for m in members if m.live])
             for member in [m for m in members if m.live]:
-                # the schedules' acting values; True while an off-policy member warms up. No turn: it draws and
-                # logs nothing, and swapping a member's RNG states in and out costs ~85 us (numpy's most of it)
-                member.warming_up = member.trainer.before_collect()
+                # True while an off-policy member warms up. No turn: it draws and logs nothing, and swapping a
+                # member's RNG states in and out costs ~85 us (numpy's most of it)
+                member.warming_up = member.trainer.warming_up()
             for member, collected in zip(members, collect_together(members, population), strict=True):
                 if member.live:
                     with member.turn():
@@ -86,7 +86,7 @@ def _start(member: Member) -> None:
         trainer.say_already_done()
         member.end()
         return
-    member.log, member.tracking = trainer.start()
+    trainer.start()
 
 
 def _after_collect(member: Member, collected: CollectStats | CollectorError | None) -> None:
@@ -95,7 +95,7 @@ def _after_collect(member: Member, collected: CollectStats | CollectorError | No
         return
     assert collected is not None
     member.it = member.trainer.after_collect(collected)
-    member.planned = member.trainer.before_update(collected.transitions)
+    member.planned = member.trainer.before_update(member.it)
 
 
 def _update(members: list[Member], population: Population) -> None:
@@ -115,10 +115,10 @@ def _update(members: list[Member], population: Population) -> None:
 def _record_update(member: Member) -> bool:
     """The member's update checked and counted; False: it rolled back to its last good checkpoint (it collects again
     from there) or ended."""
-    trainer, it, log = member.trainer, member.it, member.log
-    assert it is not None and log is not None
+    trainer, it = member.trainer, member.it
+    assert it is not None
     try:
-        return trainer.record_update(it, member.planned, member.metrics, log)
+        return trainer.record_update(it, member.planned, member.metrics)
     except (CollectorError, Diverged) as error:
         _fail(member, error)
     except RunFailed as failed:
@@ -128,12 +128,12 @@ def _record_update(member: Member) -> bool:
 
 def _after_update(member: Member, tested: TestStats | None) -> None:
     """Its test (`tested`: the episodes it ran with the others), logs, stop and checkpoint steps."""
-    trainer, it, log = member.trainer, member.it, member.log
-    assert it is not None and log is not None
+    trainer, it = member.trainer, member.it
+    assert it is not None
     try:
         total = trainer.c.settings.total_steps
-        if trainer.after_update(it, log, member.tracking, tested) or trainer.state.env_steps >= total:
-            trainer.finish(log, member.tracking)
+        if trainer.after_update(it, tested) or trainer.state.env_steps >= total:
+            trainer.finish()
             member.end()
     except (CollectorError, Diverged) as error:
         _fail(member, error)
@@ -143,17 +143,15 @@ def _after_update(member: Member, tested: TestStats | None) -> None:
 
 def _stop(member: Member, signum: int) -> None:
     member.trainer.signals.received = signum
-    assert member.log is not None
     try:
-        member.trainer.stop_on_signal(member.log)  # a checkpoint, one line, then StoppedBySignal
+        member.trainer.stop_on_signal()  # a checkpoint, one line, then StoppedBySignal
     except StoppedBySignal as stopped:
         member.end(stopped)
 
 
 def _fail(member: Member, error: CollectorError | Diverged) -> None:
     """A failing env or a diverged member ends that member only (one line, as a single run says it)."""
-    assert member.log is not None
     try:
-        member.trainer.fail_run(member.log, member.trainer.describe_failure(error))
+        member.trainer.fail_run(member.trainer.describe_failure(error))
     except RunFailed as failed:
         member.end(failed)

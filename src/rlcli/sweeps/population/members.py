@@ -10,11 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from rlcli.run import lock as run_lock
-from rlcli.run.loop_steps import Iteration
+from rlcli.run.builtin_callbacks import Iteration
 from rlcli.run.trainer import PlannedUpdate, Trainer
 from rlcli.services import checkpoint
-from rlcli.services.log import RunLogger
-from rlcli.services.tracking import Tracking
 from rlcli.sweeps.jobs import end_record
 from rlcli.sweeps.population.numpy_stream import NumpyStream
 
@@ -30,8 +28,6 @@ class Member:
     shown: str  # the job's overrides, for the console
     record: dict[str, Any]  # its status.json record (sweeps/jobs.py)
     rng: dict[str, Any] = field(default_factory=checkpoint.rng_state)  # taken right after it was built or resumed
-    log: RunLogger | None = None
-    tracking: Tracking | None = None
     it: Iteration | None = None
     planned: PlannedUpdate | None = None
     metrics: dict[str, Any] | None = None  # its share of the batched update
