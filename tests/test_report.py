@@ -80,7 +80,7 @@ def test_mean_curve_and_band():
             report.Run(Path("b"), {}, 1, steps=[0, 10], returns=[2.0, 20.0])]
     grid, mean, half = report.mean_curve(runs)
     assert grid.tolist() == [0, 10] and mean.tolist() == [1.0, 15.0]
-    assert half[1] == pytest.approx(1.96 * np.std([10, 20], ddof=1) / math.sqrt(2))
+    assert half[1] == pytest.approx(12.706 * np.std([10, 20], ddof=1) / math.sqrt(2))  # Student t, 1 dof
 
 
 def test_one_seed_and_one_test_still_show(tmp_path):
