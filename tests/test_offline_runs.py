@@ -204,7 +204,7 @@ def test_rlcli_train_takes_a_dataset(npz, tmp_path, monkeypatch):
 
 
 def test_rl_report_gives_the_normalized_score_mean_and_ci_over_seeds(tmp_path, capsys):
-    """Three seeds of one offline configuration with known scores: last and best per run, mean +- the 95% t-interval (4.303 SE for 3 seeds)."""
+    """Three seeds of one offline configuration with known scores: last and best per run, mean +- the t-interval."""
     import yaml
 
     from rlcli.entry import rl_report
