@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import at
+from offline_fixtures import dataset_file
 from test_configs import composed
 
 from rlcli.algos.ppo import adapt_kl_coef
@@ -178,7 +179,11 @@ def test_every_algorithms_schedule_example_in_its_yaml_builds():
             continue
         # an env whose actions the algorithm takes, from its registered spec (no list of names to extend)
         env = {"maskable_ppo": "ValidMoves-v0", "rnd_ppo": "MountainCar-v0"}.get(path.stem)
+        data = []
+        if env is None and ALGOS.spec(path.stem).offline:  # learns from a dataset recorded on the env it tests in
+            env = "Pendulum-v1" if "Box" in ALGOS.spec(path.stem).action_spaces else "CartPole-v1"
+            data = [f"dataset={dataset_file('pendulum' if env == 'Pendulum-v1' else 'cartpole')}"]
         if env is None:
             env = "Acrobot-v1" if "Discrete" in ALGOS.spec(path.stem).action_spaces else "Pendulum-v1"
-        parts = build(composed(f"algo={path.stem}", f"env={env}", "+" + example.group(1)))
+        parts = build(composed(f"algo={path.stem}", f"env={env}", "+" + example.group(1), *data))
         parts.close()
