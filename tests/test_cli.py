@@ -11,7 +11,7 @@ import torch
 from conftest import RL_TRAIN
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from rlcli.registry import ALGOS
+from rlcli.run.compose import group_options
 from rlcli.services import checkpoint
 
 TINY = ["train.total_steps=2048", "train.test_every=1024", "train.log_every=1024", "train.test_episodes=2",
@@ -80,7 +80,7 @@ def test_deterministic_runs_are_bit_identical(cli, tmp_path):
 
 BAD_INPUT = [
     (["algo=nope"], "unknown algo 'nope'",
-     f"choose from: {', '.join(ALGOS.names())}"),  # every registered algorithm, in order
+     f"choose from: {', '.join(group_options('algo'))}"),  # every algo config (the registered ones, ippo, mappo)
     (["algo=rnd_ppo", "actor=lstm"], "algo=rnd_ppo does not support actor=lstm", "choose from: mlp"),
     (["+env.kwargs.foo=1"], "env CartPole-v1 refused env.kwargs={'foo': 1}", "unexpected keyword argument 'foo'"),
     (["algo=maskable_ppo", "env=ValidMoves-v0", "env.kwargs.mask_in=nope"], "mask_in='nope'",
