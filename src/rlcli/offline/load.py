@@ -73,7 +73,8 @@ def load_dataset(source: str | Path, download: bool = False) -> Dataset:
                           f"id (name-v<N>, e.g. pendulum/random-v0) in the local Minari root {where} ({have})")
     raise ConfigError(f"dataset {text!r} is not in the local Minari root {where} ({have}), and this machine cannot "
                       "download it (no network); make one with rl-dataset make, copy it there, set "
-                      "MINARI_DATASETS_PATH, or on a machine with network pass --download (download=True)")
+                      "MINARI_DATASETS_PATH, or on a machine with network fetch it first (rl-dataset info <id> "
+                      "--download)")
 
 
 def _download(dataset_id: str, where: Path) -> Dataset:
