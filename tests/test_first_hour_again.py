@@ -31,7 +31,8 @@ def test_a_shipped_tuned_config_does_not_warn_about_its_own_budget():
 
     algo = SimpleNamespace(steps_per_collect=32, learning_starts=0)
     c = SimpleNamespace(settings=SimpleNamespace(total_steps=100_000, num_envs=8), algo=algo,
-                        learner=SimpleNamespace(algo=algo), spec=SimpleNamespace(on_policy=True))
+                        learner=SimpleNamespace(algo=algo), spec=SimpleNamespace(on_policy=True),
+                        steps_per_phase=32 * 8, offline=None)
     assert budget_warnings(c, 100_096, typed={"algo", "env"}) == []  # the flagship command
     # typed, a rounding of at most 1% is not worth a line either (issue 56: the Python guide's first example)
     assert budget_warnings(c, 100_096, typed={"train.total_steps"}) == []

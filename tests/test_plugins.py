@@ -58,7 +58,8 @@ def test_plugin_choices_and_keys_get_the_usual_one_line_errors(plugin_site, tmp_
     assert out.returncode == 2 and "cannot handle Box actions" in out.stderr, out.stderr
     out = run(["algo=vpg_example", "compile=true"], tmp_path, plugin_site)  # its spec does not say `compiles`
     assert out.returncode == 2 and len(out.stderr.splitlines()) == 1, out.stderr
-    assert "compile=true is not implemented for algo=vpg_example yet; it is for: a2c, c51, crossq" in out.stderr
+    assert ("compile=true is not implemented for algo=vpg_example yet; it is for: a2c, awac, bc, c51, cql, crossq"
+            in out.stderr)
     out = run(["algo=vpg_example"], tmp_path)  # not installed: not a choice
     assert out.returncode == 2 and "unknown algo 'vpg_example'" in out.stderr
 
