@@ -9,6 +9,7 @@ import forked_cli
 import numpy as np
 import pytest
 import torch
+from test_resume import assert_equal_state
 
 pytest.importorskip("pettingzoo")
 from pettingzoo.test import parallel_api_test  # noqa: E402
@@ -157,23 +158,6 @@ def test_mappo_policy_reads_only_its_agents_part_and_the_value_the_global_state(
 
 def final(run_dir: Path) -> dict:
     return checkpoint.load(next(iter(checkpoint.candidates(run_dir / "checkpoints"))))
-
-
-def assert_equal_state(a, b, path="") -> None:
-    if isinstance(a, torch.Tensor):
-        assert torch.equal(a, b), path
-    elif isinstance(a, np.ndarray):
-        assert np.array_equal(a, b), path
-    elif isinstance(a, dict):
-        assert a.keys() == b.keys(), path
-        for key in a:
-            assert_equal_state(a[key], b[key], f"{path}/{key}")
-    elif isinstance(a, (list, tuple)):
-        assert len(a) == len(b), path
-        for i, (x, y) in enumerate(zip(a, b, strict=True)):
-            assert_equal_state(x, y, f"{path}[{i}]")
-    else:
-        assert a == b, path
 
 
 def scalars(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
