@@ -6,6 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import forked_cli
 import pytest
 from conftest import LOSE_A_SIGTERM, run_cli
 
@@ -18,8 +19,10 @@ TINY = ["algo=ppo", "env=CartPole-v1", "algo.n_steps=32", "algo.batch_size=64", 
 
 
 def rl_eval(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    """`rl-eval args` to its end, forked from the tests' server process as rl-train's runs are (tests/forked_cli.py:
+    a process of its own that skips ~2 s of imports; the tests here and in test_video_export start dozens)."""
     env = dict(os.environ, HYDRA_FULL_ERROR="0")
-    return subprocess.run([str(RL_EVAL), *args], cwd=cwd, capture_output=True, text=True, timeout=300, env=env)
+    return forked_cli.run(args, cwd, timeout=300, env=env, program="rl-eval")
 
 
 def one_line_error(out: subprocess.CompletedProcess) -> str:
