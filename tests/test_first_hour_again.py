@@ -4,6 +4,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import forked_cli
 import pytest
 from conftest import REPO, RL_TRAIN, run_cli
 
@@ -50,14 +51,12 @@ def test_rl_eval_on_a_parent_of_runs_on_several_envs_says_what_it_found(tmp_path
                       "train.total_steps=64",
                       "train.test_every=0", "log.console=false", f"hydra.run.dir=runs/{env}", cwd=tmp_path)
         assert out.returncode == 0, out.stderr
-    out = subprocess.run([str(BIN / "rl-eval"), "runs", "load=last"], cwd=tmp_path, capture_output=True, text=True,
-                         timeout=120)
+    out = forked_cli.run(["runs", "load=last"], tmp_path, timeout=120, program="rl-eval")
     lines = [line for line in out.stderr.splitlines() if line.strip()]
     assert out.returncode == 2 and len(lines) == 1, out.stderr
     assert "holds runs on 2 envs" in lines[0] and "Acrobot-v1: 1 run" in lines[0] and "CartPole-v1: 1 run" in lines[0]
     assert not list(tmp_path.rglob("eval/*.json"))  # nothing written
-    out = subprocess.run([str(BIN / "rl-eval"), "runs/CartPole-v1", "load=last", "episodes=1"], cwd=tmp_path,
-                         capture_output=True, text=True, timeout=120)
+    out = forked_cli.run(["runs/CartPole-v1", "load=last", "episodes=1"], tmp_path, timeout=120, program="rl-eval")
     assert out.returncode == 0, out.stderr
 
 

@@ -19,13 +19,9 @@ def _final_return(run_dir):
     return _test_returns(run_dir)[-1]
 
 
-@pytest.mark.slow
-def test_ppo_solves_cartpole(cli, tmp_path):
-    # Default tuned config (RL-Zoo's, 100k steps); stops once the 10-episode test mean reaches 475.
-    out = cli("algo=ppo", "env=CartPole-v1", "seed=1", "train.test_every=5000", "log.console=false",
-              f"hydra.run.dir={tmp_path / 'run'}", timeout=900)
-    assert out.returncode == 0, out.stderr
-    assert _final_return(tmp_path / "run") >= 475
+# PPO's default tuned CartPole config (RL-Zoo's, 100k steps; stops once the 10-episode test mean reaches 475) is
+# trained with seed 1 by tests/test_python_api.py's notebook test, which asserts the 475 and then uses the run: the
+# same config, seed and threshold as the CLI test that was here (two identical ~30 s runs in CI before).
 
 
 @pytest.mark.slow
@@ -90,12 +86,14 @@ def test_sac_learns_pendulum(cli, tmp_path):
 
 @pytest.mark.slow
 def test_dqn_with_her_solves_15_bit_flipping_where_plain_replay_fails(cli, tmp_path):
-    # Tuned config: 15 bits, 4 envs; -15 means no episode reached its goal, about -6.5 is optimal.
+    # Tuned config: 15 bits, 4 envs; -15 means no episode reached its goal, about -6.5 is optimal. HER stops at -7
+    # (seed 1: -6.1 at 10,000 steps, 2026-11-28); plain replay gets as many steps and no phase reaches a goal (it
+    # had 20,000, also all at -15: 12 s more of CI time for the same answer).
     her = cli("algo=dqn", "env=BitFlipping-v0", "buffer=her", "seed=1", "train.test_every=5000", "log.console=false",
               f"hydra.run.dir={tmp_path / 'her'}", timeout=900)
     assert her.returncode == 0, her.stderr
     assert _final_return(tmp_path / "her") >= -7.0
-    plain = cli("algo=dqn", "env=BitFlipping-v0", "buffer=replay", "seed=1", "train.total_steps=20000",
+    plain = cli("algo=dqn", "env=BitFlipping-v0", "buffer=replay", "seed=1", "train.total_steps=10000",
                 "train.test_every=5000", "log.console=false", f"hydra.run.dir={tmp_path / 'plain'}", timeout=900)
     assert plain.returncode == 0, plain.stderr
     assert max(_test_returns(tmp_path / "plain")) <= -14.0

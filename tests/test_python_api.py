@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 
+import forked_cli
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -36,8 +37,7 @@ def test_notebook_train_cartpole_to_475_then_load_predict_evaluate_export(tmp_pa
     assert len(evaluation.returns) == 5 and evaluation.lengths == [int(r) for r in evaluation.returns]
     assert evaluation.mean_return >= 475
     # the same numbers as rl-eval's for the same checkpoint and seed
-    out = subprocess.run([os.path.join(os.path.dirname(sys.executable), "rl-eval"), str(run.run_dir), "episodes=5"],
-                         capture_output=True, text=True, timeout=300)
+    out = forked_cli.run([str(run.run_dir), "episodes=5"], tmp_path, timeout=300, program="rl-eval")
     assert out.returncode == 0, out.stderr
     assert json.loads((run.run_dir / "eval" / "best.json").read_text())["returns"] == evaluation.returns
     path = rlcli.export(policy, "torchscript")
