@@ -688,6 +688,7 @@ def test_the_declared_population_kinds_are_what_batches_and_everything_else_is_r
     from rlcli.registry import ALGOS
     from rlcli.sweeps.population.catalog import can_batch
     from rlcli.sweeps.population.cross_q import BatchableCrossQ
+    from rlcli.sweeps.population.lockstep import WrittenForARunner
     from rlcli.sweeps.population.offpolicy import BatchableGradientSteps
     from rlcli.sweeps.population.onpolicy import BatchableUpdate
     from rlcli.sweeps.population.soft_actor_critic import BatchableSoftActorCritic
@@ -695,7 +696,7 @@ def test_the_declared_population_kinds_are_what_batches_and_everything_else_is_r
 
     shapes = {"on_policy": BatchableUpdate, "value_based": BatchableGradientSteps,
               "soft_actor_critic": BatchableSoftActorCritic, "twin_delayed": BatchableTwinDelayed,
-              "cross_q": BatchableCrossQ}
+              "cross_q": BatchableCrossQ, "lockstep": WrittenForARunner}
     built_in = [n for n in ALGOS.names() if ALGOS.get(n).__module__.startswith("rlcli.")]
     declared = [n for n in built_in if ALGOS.spec(n).population is not None]
     assert can_batch() == f"{', '.join(declared[:-1])} and {declared[-1]}"
@@ -711,7 +712,8 @@ def test_the_declared_population_kinds_are_what_batches_and_everything_else_is_r
                 population_update([c.algo for c in runs], [c.buffer for c in runs])
             continue
         assert isinstance(runs[0].algo, shapes[spec.population]), name
-        refusal = runs[0].algo.population_refusal()  # a default the kind cannot batch (ddpg: episodic collects)
+        refuses = getattr(runs[0].algo, "population_refusal", lambda: None)
+        refusal = refuses()  # a default the kind cannot batch (ddpg: episodic collects)
         if refusal is not None:
             with pytest.raises(ConfigError, match=f"{re.escape(refusal)} cannot train in a population yet; "):
                 population_update([c.algo for c in runs], [c.buffer for c in runs])

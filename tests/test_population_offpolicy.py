@@ -165,7 +165,8 @@ def test_what_an_off_policy_population_cannot_batch_is_one_line():
     with pytest.raises(ConfigError, match="a recurrent Q-network"):
         OffPolicyPopulationUpdate([c.algo, c.algo], [c.buffer, c.buffer])
     sac = prepare(compose_config(["env=Pendulum-v1", "algo=sac"]))[0]
-    with pytest.raises(ConfigError, match="SAC cannot train in a population of value-based members: c51, dqn and qrd"):
+    with pytest.raises(ConfigError,
+                       match="SAC cannot train in a population of value-based members: c51, discrete_cql, dqn and qrd"):
         OffPolicyPopulationUpdate([sac.algo, sac.algo], [sac.buffer, sac.buffer])
 
 

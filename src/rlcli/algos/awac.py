@@ -7,6 +7,7 @@ fine-tuning; hyperparameters are CORL's (algorithms/offline/awac.py).
 from __future__ import annotations
 
 import copy
+from typing import Any
 
 import gymnasium as gym
 import torch
@@ -15,7 +16,8 @@ from torch import nn
 from rlcli.actors.offpolicy import Critics, NetworkRecipe
 from rlcli.algos.awr import AdvantageWeightedActorCritic, GaussianActor, advantage_weights, awr_policy_loss
 from rlcli.algos.base import adam
-from rlcli.algos.offpolicy import StepOutput, critics_td_loss, polyak_update
+from rlcli.algos.offpolicy import StepOutput, critics_td_loss
+from rlcli.algos.runner import batch_rows
 from rlcli.batches import ReplayBatch
 from rlcli.contracts import AlgoSpec
 from rlcli.registry import ALGOS, require
@@ -36,7 +38,7 @@ def awac_advantages(q_data: torch.Tensor, q_policy: torch.Tensor) -> torch.Tenso
 
 
 @ALGOS.register("awac", spec=AlgoSpec(on_policy=False, action_spaces=("Box",), networks=("mlp",), compiles=True,
-                                      offline=True))
+                                      offline=True, population="lockstep"))
 class AWAC(AdvantageWeightedActorCritic):
     """Advantage-Weighted Actor-Critic (Nair et al. 2020, offline then online): twin critics of the current policy,
     the actor advantage-weighted regression on the dataset's actions with weights exp(A / lambda)."""
@@ -71,16 +73,16 @@ class AWAC(AdvantageWeightedActorCritic):
         self.schedulable += ("awac_lambda",)
         self.build_steps(self.critic_loss, self.policy_loss)  # the critics' step, then the actor's (CORL's order)
 
-    def _gradient_step(self, batch: ReplayBatch) -> StepOutput:
-        shape, device = (batch.obs.shape[0], self.action_dim), batch.obs.device
+    def _gradient_step(self, batch: ReplayBatch, run: Any) -> StepOutput:
+        shape, device = (batch_rows(batch), self.action_dim), batch.rewards.device
         # the policy's draws, next actions' then the actions' the advantage baseline takes, from the run's stream
-        next_noise, noise = torch.randn(shape, device=device), torch.randn(shape, device=device)
-        critic_loss, errors = self.critic_train_step(batch, next_noise)
-        policy_loss, (advantages, weights) = self.policy_train_step(batch, noise)
-        polyak_update(self.networks.critics_target, self.networks.critics, self.tau)
+        next_noise, noise = run.draw(lambda: (torch.randn(shape, device=device), torch.randn(shape, device=device)))
+        critic_loss, errors = run(self.critic_train_step, batch, next_noise)
+        policy_loss, (advantages, weights) = run(self.policy_train_step, batch, noise)
+        run.polyak(self.networks.critics_target, self.networks.critics)
         self.gradient_updates += 1
         return errors, {"value_loss": critic_loss.detach(), "policy_loss": policy_loss.detach(),
-                        "advantage": advantages.mean(), "awr_weight": weights.mean()}
+                        "advantage": run.mean(advantages), "awr_weight": run.mean(weights)}
 
     def critic_loss(self, batch: ReplayBatch, next_noise: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Both critics toward r + discount min Q_target(s', a' ~ pi(s')) (CORL's sum of the two MSEs)."""

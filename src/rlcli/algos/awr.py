@@ -24,10 +24,9 @@ from rlcli.algos.offpolicy import (
     StepOutput,
     check_offpolicy,
     collect_phase,
-    gradient_steps_now,
     resolve_gradient_steps,
-    run_gradient_steps,
 )
+from rlcli.algos.runner import single_run_update
 from rlcli.batches import ReplayBatch
 from rlcli.contracts import ActOutput, RecurrentState, ReplayStorage, RunClock
 from rlcli.registry import require
@@ -120,10 +119,10 @@ class AdvantageWeightedActorCritic(BoxActorCritic):
         return act_with(self.networks.policy, obs, deterministic)
 
     def update(self, buffer: ReplayStorage, clock: RunClock) -> dict[str, torch.Tensor]:
-        return run_gradient_steps(buffer, self.batch_size, gradient_steps_now(self.gradient_steps, clock),
-                                  self._gradient_step)
+        return single_run_update(self, buffer, clock)
 
-    def _gradient_step(self, batch: ReplayBatch) -> StepOutput:
+    def _gradient_step(self, batch: ReplayBatch, run: Any) -> StepOutput:
+        """One gradient step, written for a runner (algos/runner.py)."""
         raise NotImplementedError
 
     def named_optimizers(self) -> dict[str, torch.optim.Optimizer]:

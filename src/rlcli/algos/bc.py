@@ -22,10 +22,9 @@ from rlcli.algos.offpolicy import (
     BoxScaler,
     StepOutput,
     check_offpolicy,
-    gradient_steps_now,
     resolve_gradient_steps,
-    run_gradient_steps,
 )
+from rlcli.algos.runner import single_run_update
 from rlcli.contracts import ActOutput, AlgoSpec, RecurrentState, ReplayStorage, RunClock, SequenceStorage
 from rlcli.registry import ALGOS, require
 
@@ -40,7 +39,7 @@ class BCNetworks(nn.Module):
 
 
 @ALGOS.register("bc", spec=AlgoSpec(on_policy=False, action_spaces=("Box", "Discrete"), networks=("mlp",),
-                                    compiles=True, offline=True))
+                                    compiles=True, offline=True, population="lockstep"))
 class BC:
     """Behavioural cloning (offline): the policy fit to a dataset's actions, by mean squared error (Box: a tanh policy
     in the unit box) or cross-entropy (Discrete); it acts greedily."""
@@ -72,6 +71,7 @@ class BC:
         self.default_schedules: dict[str, Any] = {}
         self.schedulable: tuple[str, ...] = ("max_grad_norm",)
         self.train_step = LossStep(self.networks, self.optimizer, self.loss, clip_of=self)
+        self.gradient_updates = 0
 
     def loss(self, obs: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, tuple[()]]:
         """MSE to the dataset's unit-box actions (Box), or cross-entropy to its action indices (Discrete)."""
@@ -98,18 +98,18 @@ class BC:
         return [self.optimizer]
 
     def update(self, buffer: ReplayStorage | SequenceStorage, clock: RunClock) -> dict[str, torch.Tensor]:
-        if len(buffer) == 0:
-            return {}
-        steps = gradient_steps_now(self.gradient_steps, clock)
-        return run_gradient_steps(buffer, self.batch_size, steps, self._gradient_step)  # type: ignore[arg-type]
+        return single_run_update(self, buffer, clock)
 
-    def _gradient_step(self, batch: Any) -> StepOutput:
-        loss, _ = self.train_step(batch.obs, batch.actions)
+    def _gradient_step(self, batch: Any, run: Any) -> StepOutput:
+        loss, _ = run(self.train_step, batch.obs, batch.actions)
+        self.gradient_updates += 1
         return None, {"policy_loss": loss.detach()}
 
     def state_dict(self) -> dict[str, Any]:
-        return {"networks": self.networks.state_dict(), "optimizer": self.optimizer.state_dict()}
+        return {"networks": self.networks.state_dict(), "optimizer": self.optimizer.state_dict(),
+                "gradient_updates": self.gradient_updates}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.networks.load_state_dict(state["networks"])
         self.optimizer.load_state_dict(state["optimizer"])
+        self.gradient_updates = int(state.get("gradient_updates", 0))  # (counted since 2026-11-28)

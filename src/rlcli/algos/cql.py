@@ -16,11 +16,13 @@ import torch
 from torch import nn
 
 from rlcli.actors.offpolicy import NetworkRecipe
-from rlcli.algos.base import adam, gradient_step
+from rlcli.algos.base import adam
+from rlcli.algos.loss_step import LossStep
 from rlcli.algos.offpolicy import StepOutput, critics_td_loss
+from rlcli.algos.runner import batch_rows, single_run_update
 from rlcli.algos.sac import SAC
 from rlcli.batches import ReplayBatch
-from rlcli.contracts import AlgoSpec
+from rlcli.contracts import AlgoSpec, ReplayStorage, RunClock, SequenceStorage
 from rlcli.registry import ALGOS, require
 
 
@@ -54,7 +56,7 @@ def repeat_rows(x: torch.Tensor, n: int) -> torch.Tensor:
 
 
 @ALGOS.register("cql", spec=AlgoSpec(on_policy=False, action_spaces=("Box",), networks=("mlp",), compiles=True,
-                                     offline=True))
+                                     offline=True, population="lockstep"))
 class CQL(SAC):
     """Conservative Q-Learning (Kumar et al. 2020, offline, Box actions): SAC whose critics push down a logsumexp of Q
     over sampled actions and push up Q at the dataset's."""
@@ -98,6 +100,8 @@ class CQL(SAC):
         # the Lagrange multiplier's log (CORL starts it at 1.0), in the networks so checkpoints and devices carry it
         self.networks.log_alpha_prime = nn.Parameter(torch.tensor(1.0))
         self.alpha_prime_optimizer = adam([self.networks.log_alpha_prime], lr=lr)
+        self.alpha_prime_train_step = LossStep(self.networks, self.alpha_prime_optimizer, self.alpha_prime_loss, self)
+        self.temperature_train_step = LossStep(self.networks, self.temperature.optimizer, self.temperature_loss, self)
         self.schedulable += ("cql_alpha",)
 
     def penalty_weight(self) -> torch.Tensor:
@@ -112,20 +116,47 @@ class CQL(SAC):
         return CQLDraws(torch.rand(shape, device=device) * 2 - 1, torch.randn(shape, device=device),
                         torch.randn(shape, device=device))
 
-    def _gradient_step(self, batch: Any, buffer: Any) -> StepOutput:
-        """The critics' step (TD loss + penalty), the policy's and the temperature's (SAC's), then alpha' (Lagrange)."""
-        alpha, weight = self.alpha(), self.penalty_weight()
-        shape, device = (batch.obs.shape[0], self.action_dim), batch.obs.device
-        next_noise, noise = torch.randn(shape, device=device), torch.randn(shape, device=device)
-        draws = self.draws(batch.obs.shape[0], device)
-        critic_loss, (errors, penalty) = self.critic_train_step(batch, alpha, next_noise, draws, weight)
-        policy_loss, log_probs = self.policy_train_step(batch.obs, alpha, noise)
+    def update(self, buffer: ReplayStorage | SequenceStorage, clock: RunClock) -> dict[str, torch.Tensor]:
+        return single_run_update(self, buffer, clock)
+
+    def _gradient_step(self, batch: Any, run: Any) -> StepOutput:
+        """The critics' step (TD loss + penalty), the policy's, alpha' (Lagrange), then SAC's temperature step and
+        target update; written for a runner (algos/runner.py)."""
+        net = self.networks
+        alpha, weight = run.read(self.current_alpha), run.read(self.penalty_weight)
+        shape, device = (batch_rows(batch), self.action_dim), batch.rewards.device
+        # the policy's draws (next actions', then actions'), then the penalty's, from the run's stream
+        next_noise, noise, *penalty_draws = run.draw(lambda: (torch.randn(shape, device=device),
+                                                              torch.randn(shape, device=device),
+                                                              *self.draws(shape[0], device)))
+        critic_loss, (errors, penalty) = run(self.critic_train_step, batch, alpha, next_noise,
+                                             CQLDraws(*penalty_draws), weight)
+        policy_loss, log_probs = run(self.policy_train_step, batch.obs, alpha, noise)
         if self.lagrange:  # alpha' grows while the penalty stays above the target gap
-            alpha_prime = self.networks.log_alpha_prime.exp().clamp(0.0, 1e6)
-            gradient_step(self.alpha_prime_optimizer, -(alpha_prime * self.cql_alpha * (penalty - self.target_gap))
-                          .mean(), [self.networks.log_alpha_prime], self.max_grad_norm)
-        metrics = self._finish_step(critic_loss, policy_loss, log_probs, torch.mean, alpha)
-        return errors, {**metrics, "cql_penalty": penalty.mean(), "cql_weight": weight}
+            run(self.alpha_prime_train_step, penalty)
+        if self.temperature.learned:
+            run(self.temperature_train_step, log_probs)
+        self.gradient_updates += 1
+        if self.gradient_updates % self.target_update_interval == 0:
+            run.polyak(net.critics_target, net.critics)
+        return errors, {"value_loss": critic_loss.detach(), "policy_loss": policy_loss.detach(), "alpha": alpha,
+                        "entropy": -run.mean(log_probs), "cql_penalty": run.mean(penalty), "cql_weight": weight}
+
+    def current_alpha(self) -> torch.Tensor:
+        """SAC's alpha, read through the networks' log_alpha (a population swaps each member's in)."""
+        if self.temperature.fixed is not None:
+            return torch.tensor(self.temperature.fixed, device=self.networks.log_alpha.device)
+        return self.networks.log_alpha.detach().exp()
+
+    def temperature_loss(self, log_probs: torch.Tensor) -> tuple[torch.Tensor, tuple[()]]:
+        """SAC's temperature loss (algos/entropy.py): -mean(log_alpha * (log pi + target entropy))."""
+        target = self.temperature.target_entropy
+        return -(self.networks.log_alpha * (log_probs.detach() + target)).mean(), ()
+
+    def alpha_prime_loss(self, penalty: torch.Tensor) -> tuple[torch.Tensor, tuple[()]]:
+        """The Lagrange multiplier's loss: -alpha' * cql_alpha * (penalty - target gap), alpha' = exp(log alpha')."""
+        alpha_prime = self.networks.log_alpha_prime.exp().clamp(0.0, 1e6)
+        return -(alpha_prime * self.cql_alpha * (penalty - self.target_gap)).mean(), ()
 
     def soft_td_loss(self, batch: ReplayBatch, alpha: torch.Tensor, noise: torch.Tensor | None = None,
                      draws: CQLDraws | None = None,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import copy
 import math
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import gymnasium as gym
 import torch
@@ -20,7 +20,7 @@ from rlcli.actors.offpolicy import Critics, DeterministicPolicy, NetworkRecipe
 from rlcli.algos.awr import AdvantageWeightedActorCritic, GaussianActor, advantage_weights, awr_policy_loss
 from rlcli.algos.base import adam
 from rlcli.algos.loss_step import LossStep
-from rlcli.algos.offpolicy import StepOutput, critics_td_loss, polyak_update
+from rlcli.algos.offpolicy import StepOutput, critics_td_loss
 from rlcli.batches import ReplayBatch
 from rlcli.contracts import AlgoSpec
 from rlcli.registry import ALGOS, require
@@ -53,7 +53,7 @@ class IQLNetworks(nn.Module):
 
 
 @ALGOS.register("iql", spec=AlgoSpec(on_policy=False, action_spaces=("Box",), networks=("mlp",), compiles=True,
-                                     offline=True))
+                                     offline=True, population="lockstep"))
 class IQL(AdvantageWeightedActorCritic):
     """Implicit Q-Learning (Kostrikov et al. 2021, offline): V an upper expectile of Q over the dataset's actions, Q
     toward r + gamma V(s'), the actor advantage-weighted regression on the dataset's actions."""
@@ -116,15 +116,15 @@ class IQL(AdvantageWeightedActorCritic):
     def named_optimizers(self) -> dict[str, torch.optim.Optimizer]:
         return {**super().named_optimizers(), "value_optimizer": self.value_optimizer}
 
-    def _gradient_step(self, batch: ReplayBatch) -> StepOutput:
-        value_loss, (advantages, next_v) = self.value_train_step(batch)
-        critic_loss, errors = self.critic_train_step(batch, next_v)
-        polyak_update(self.networks.critics_target, self.networks.critics, self.tau)
-        policy_loss, weights = self.policy_train_step(batch, advantages)
+    def _gradient_step(self, batch: ReplayBatch, run: Any) -> StepOutput:
+        value_loss, (advantages, next_v) = run(self.value_train_step, batch)
+        critic_loss, errors = run(self.critic_train_step, batch, next_v)
+        run.polyak(self.networks.critics_target, self.networks.critics)
+        policy_loss, weights = run(self.policy_train_step, batch, advantages)
         self.gradient_updates += 1
         return errors, {"value_loss": value_loss.detach(), "q_loss": critic_loss.detach(),
-                        "policy_loss": policy_loss.detach(), "advantage": advantages.mean(),
-                        "awr_weight": weights.mean()}
+                        "policy_loss": policy_loss.detach(), "advantage": run.mean(advantages),
+                        "awr_weight": run.mean(weights)}
 
     def value_loss(self, batch: ReplayBatch) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
         """V's expectile loss toward min of the target twin Q at the dataset's actions; with the advantages

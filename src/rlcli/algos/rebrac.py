@@ -20,9 +20,8 @@ from torch import nn
 
 from rlcli.actors.offpolicy import NetworkRecipe
 from rlcli.algos.base import adam
-from rlcli.algos.offpolicy import critics_td_loss, gradient_steps_now, run_gradient_steps
+from rlcli.algos.offpolicy import critics_td_loss
 from rlcli.algos.td3_bc import OFFLINE_TD3, BehaviorRegularizedTD3
-from rlcli.contracts import ReplayStorage, RunClock, SequenceStorage
 from rlcli.registry import ALGOS, ConfigError, require
 
 
@@ -52,13 +51,9 @@ class ReBRAC(BehaviorRegularizedTD3):
         self.schedulable = (*self.schedulable, "actor_bc_coef", "critic_bc_coef")
         self.build_steps(self.critic_loss, self.policy_loss)
 
-    def update(self, buffer: ReplayStorage | SequenceStorage, clock: RunClock) -> dict[str, torch.Tensor]:
-        """TD3's update phase, each batch's next data actions read from the storage for the critics' penalty."""
-        if len(buffer) == 0:
-            return {}
-        steps = gradient_steps_now(self.gradient_steps, clock)
-        return run_gradient_steps(buffer, self.batch_size, steps,  # type: ignore[arg-type]
-                                  lambda batch: self._gradient_step(batch, *stored_next_actions(buffer, batch.indices)))
+    def critic_inputs(self, batch: Any, storage: Any) -> tuple[torch.Tensor, ...]:
+        """The data's next action after each sampled transition, and where one follows (the critics' penalty)."""
+        return stored_next_actions(storage, batch.indices)
 
     def critic_loss(self, batch: Any, noise: torch.Tensor | None = None, next_data_actions: torch.Tensor | None = None,
                     follows: torch.Tensor | None = None) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
@@ -109,5 +104,6 @@ def stored_next_actions(buffer: Any, indices: torch.Tensor) -> tuple[torch.Tenso
                           f"{type(buffer).__name__} keeps no obs/next_obs/actions tensors")
     rows = indices.to(buffer.actions.device)
     after = (rows + 1) % buffer.capacity
-    follows = (buffer.obs[after] == buffer.next_obs[rows]).flatten(1).all(1) & (after < len(buffer))
+    # (any shape of indices: a population's are [members, batch])
+    follows = (buffer.obs[after] == buffer.next_obs[rows]).flatten(rows.dim()).all(-1) & (after < len(buffer))
     return buffer.actions[after].to(indices.device), follows.float().to(indices.device)

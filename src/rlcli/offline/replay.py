@@ -7,6 +7,7 @@ algorithms act (algos/offpolicy.py BoxScaler); Discrete actions as indices.
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 import gymnasium as gym
@@ -32,7 +33,9 @@ def fill_replay(buffer: ReplayBuffer, dataset: Dataset, action_space: gym.spaces
                 reward_factor: float = 1.0) -> None:
     """Write every transition of `dataset` into `buffer` (one-step: discount = gamma, 0 where terminated).
     The buffer must hold them all; an offline-to-online run gives it room for the online steps after them.
-    `reward_factor`: the stored rewards are the dataset's times this (offline.reward_scale / reward_factor)."""
+    `reward_factor`: the stored rewards are the dataset's times this (offline.reward_scale / reward_factor).
+    A plain replay storage of exactly the dataset's size is never written again, so storages filled alike from the
+    same dataset in one process (a population's members) share one copy of its tensors."""
     n = len(dataset)
     if buffer.n_step != 1:
         raise ValueError("fill_replay: a dataset fills one-step replay (buffer.n_step=1)")
@@ -40,11 +43,42 @@ def fill_replay(buffer: ReplayBuffer, dataset: Dataset, action_space: gym.spaces
         raise ValueError(f"fill_replay: the buffer holds {buffer.capacity:,} transitions, the dataset {n:,}")
     if n == 0:
         return
+    key = _sharing_key(buffer, dataset, action_space, reward_factor)
+    if key is not None and _share(buffer, dataset, key):
+        return
     discounts = buffer.gamma * (1.0 - dataset.terminations.astype(np.float32))
     actions = unit_box_actions(dataset.actions, action_space)
     buffer._write(buffer._obs(dataset.observations), torch.as_tensor(actions, device=buffer.storage),
                   buffer._t(dataset.rewards * np.float32(reward_factor) if reward_factor != 1.0 else dataset.rewards),
                   buffer._obs(dataset.next_observations), buffer._t(discounts))
+    if key is not None:
+        _FILLED[key] = (weakref.ref(dataset), *(weakref.ref(getattr(buffer, name)) for name in _FIELDS))
+
+
+_FIELDS = ("obs", "next_obs", "actions", "rewards", "discounts")
+# (the dataset's id and what the filled tensors depend on) -> weak references to the dataset and those tensors
+_FILLED: dict[tuple[Any, ...], tuple[weakref.ref[Any], ...]] = {}
+
+
+def _sharing_key(buffer: ReplayBuffer, dataset: Dataset, action_space: gym.spaces.Space,
+                 reward_factor: float) -> tuple[Any, ...] | None:
+    """None where the storage may be written after the dataset (room for online steps) or keeps more per slot
+    than its tensors (prioritized replay's priorities)."""
+    if type(buffer) is not ReplayBuffer or buffer.capacity != len(dataset):
+        return None
+    return (id(dataset), float(reward_factor), float(buffer.gamma), repr(action_space), str(buffer.storage),
+            buffer.obs_dtype, buffer.capacity)
+
+
+def _share(buffer: ReplayBuffer, dataset: Dataset, key: tuple[Any, ...]) -> bool:
+    """Point `buffer` at the tensors an alike storage was filled with from this very dataset (False: none alive)."""
+    held = [ref() for ref in _FILLED.get(key, ())]
+    if not held or any(x is None for x in held) or held[0] is not dataset:
+        return False
+    for name, tensor in zip(_FIELDS, held[1:], strict=True):
+        setattr(buffer, name, tensor)
+    buffer.pos, buffer.size = len(dataset) % buffer.capacity, len(dataset)
+    return True
 
 
 class MixedReplay:

@@ -15,6 +15,7 @@ import torch
 
 from rlcli.collectors.env_faults import CollectorError
 from rlcli.collectors.local import Collector, CollectStats
+from rlcli.collectors.offline import OfflineCollector
 from rlcli.contracts import ActOutput
 from rlcli.sweeps.population import streams
 from rlcli.sweeps.population.kinds import Population
@@ -39,11 +40,15 @@ def collect_together(members: Sequence[Member], population: Population,
                      ) -> list[CollectStats | CollectorError | None]:
     """One collect phase of each live member (None for the others; the error for a member whose env failed,
     which then stops stepping while the others go on)."""
-    rows = [m for m in members if m.live]
+    live = [m for m in members if m.live]
     failed: dict[int, CollectorError] = {}
+    # an offline member's collector steps no env: its phase is its single run's (a count of gradient steps)
+    stats = {id(m): m.trainer.c.collector.collect(m.trainer.c.learner) for m in live
+             if isinstance(m.trainer.c.collector, OfflineCollector)}
+    rows = [m for m in live if id(m) not in stats]
     # the local collector, which the launcher checked (collector=ray's workers step their envs themselves)
     collectors = {id(m): cast(Collector, m.trainer.c.collector) for m in rows}
-    stats = {id(m): collectors[id(m)].begin(m.trainer.c.learner) for m in rows}
+    stats |= {id(m): collectors[id(m)].begin(m.trainer.c.learner) for m in rows}
     # checked once: isinstance against a runtime-checkable protocol takes ~30 us, per member and env step it was a
     # tenth of a PPO population's acting
     one_call = population if isinstance(population, ActsInOneCall) else None

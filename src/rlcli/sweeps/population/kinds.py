@@ -10,13 +10,14 @@ from typing import Any
 from rlcli.registry import ConfigError
 from rlcli.sweeps.population.catalog import can_batch, declared_kind
 from rlcli.sweeps.population.cross_q import CrossQPopulationUpdate
+from rlcli.sweeps.population.lockstep import LockstepPopulation
 from rlcli.sweeps.population.offpolicy import OffPolicyPopulationUpdate
 from rlcli.sweeps.population.onpolicy import PopulationUpdate
 from rlcli.sweeps.population.soft_actor_critic import SoftActorCriticPopulationUpdate
 from rlcli.sweeps.population.twin_delayed import TwinDelayedPopulationUpdate
 
 Population = (PopulationUpdate | OffPolicyPopulationUpdate | SoftActorCriticPopulationUpdate
-              | TwinDelayedPopulationUpdate)
+              | TwinDelayedPopulationUpdate | LockstepPopulation)
 
 
 def population_update(algos: Sequence[Any], storages: Sequence[Any]) -> Population:
@@ -35,4 +36,6 @@ def population_update(algos: Sequence[Any], storages: Sequence[Any]) -> Populati
         return TwinDelayedPopulationUpdate(algos, storages)
     if kind == "cross_q":
         return CrossQPopulationUpdate(algos, storages)
+    if kind == "lockstep":
+        return LockstepPopulation(algos, storages)
     raise ConfigError(f"{type(algos[0]).__name__} cannot train in a population yet: {can_batch()} can")

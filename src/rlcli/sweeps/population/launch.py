@@ -313,13 +313,16 @@ def _prepare_member(cfg: DictConfig) -> Any:
 def _batched_update(members: list[Any]) -> Any:
     """The population's update, or None (after a warning naming why) when these members cannot batch."""
     from rlcli.collectors.local import Collector
+    from rlcli.collectors.offline import OfflineCollector, OfflineThenOnline
     from rlcli.services.log import console
     from rlcli.sweeps.population.kinds import population_update
 
     if len(members) == 1:
         return None
     try:
-        if not all(isinstance(m.trainer.c.collector, Collector) for m in members):
+        if any(isinstance(m.trainer.c.collector, OfflineThenOnline) for m in members):
+            raise ConfigError("offline.online_steps > 0 cannot train in a population yet (offline runs can)")
+        if not all(isinstance(m.trainer.c.collector, (Collector, OfflineCollector)) for m in members):
             raise ConfigError("collector=ray cannot train in a population (its workers step the envs): the local "
                               "collector can")
         return population_update([m.trainer.c.algo for m in members], [m.trainer.c.buffer for m in members])

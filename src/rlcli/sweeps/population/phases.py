@@ -45,7 +45,7 @@ def check_replay_members(algos: Sequence[Any], storages: Sequence[Any], batchabl
     the population swaps to each member's stream; recurrent networks' sequences cannot batch. `batchable`: what
     can batch."""
     for algo, storage in zip(algos, storages, strict=True):
-        refusal = algo.population_refusal()
+        refusal = algo.population_refusal() if hasattr(algo, "population_refusal") else None
         if refusal is not None:
             raise ConfigError(f"{refusal} cannot train in a population yet; {batchable} without it can")
         if not isinstance(storage, REPLAY_STORAGES):

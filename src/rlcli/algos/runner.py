@@ -1,0 +1,70 @@
+"""How an algorithm's gradient step reaches its networks, its optimizers and the run's random stream.
+
+An algorithm written this way has one step, `_gradient_step(batch, run)`, and does everything that touches a
+network's weights, an optimizer or a random draw through `run`:
+
+    run(step, *args)            the LossStep's gradient step: (loss, aux), as `step(*args)`
+    run.draw(lambda: ...)       random numbers drawn from the run's stream
+    run.read(self.method)       a value the networks hold, outside any gradient (SAC's alpha)
+    run.polyak(target, source)  the target network toward its source at the algorithm's `tau`
+    run.mean(x)                 a metric's mean over the batch
+    run.storage                 the replay storage the batch came from (ReBRAC reads the data's next actions)
+
+A single run's `SingleRun` does each as written. A population (sweeps/population/lockstep.py) runs the same step once
+for all its members: the batch, the draws and every tensor a step returns carry a leading members axis, each LossStep's
+loss is vectorized over the members' stacked weights (`vmap`) and each member's own optimizer steps its row. So the
+step itself does no arithmetic on tensors (a mean over a stacked batch would mix the members): what it computes is
+in a loss, or `run.mean`; the sizes it draws take the batch's from `batch_rows`. Counters it keeps
+(`gradient_updates`) go on as plain Python: the population's members step in lockstep.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import torch
+from torch import nn
+
+from rlcli.algos.loss_step import LossStep
+from rlcli.algos.offpolicy import StepOutput, gradient_steps_now, polyak_update, run_gradient_steps
+from rlcli.contracts import ReplayStorage, RunClock
+
+T = TypeVar("T")
+
+
+def batch_rows(batch: Any) -> int:
+    """The transitions in a batch (the last axis of its rewards: a population's batch has members first)."""
+    return int(batch.rewards.shape[-1])
+
+
+class SingleRun:
+    """One run's way: each call as it reads."""
+
+    def __init__(self, algo: Any, storage: Any) -> None:
+        self.algo, self.storage = algo, storage
+
+    def __call__(self, step: LossStep, *args: Any) -> tuple[torch.Tensor, Any]:
+        return step(*args)
+
+    def draw(self, draw: Callable[[], T]) -> T:
+        return draw()
+
+    def read(self, read: Callable[[], T]) -> T:
+        return read()
+
+    def polyak(self, target: nn.Module, source: nn.Module) -> None:
+        polyak_update(target, source, self.algo.tau)
+
+    def mean(self, x: torch.Tensor) -> torch.Tensor:
+        return x.mean()
+
+
+def single_run_update(algo: Any, storage: ReplayStorage, clock: RunClock) -> dict[str, torch.Tensor]:
+    """An update phase of an algorithm written for a runner: its gradient steps this phase, each on a batch from
+    `storage`, through one `SingleRun` (nothing while the storage holds no whole transition yet)."""
+    if len(storage) == 0:
+        return {}
+    run = SingleRun(algo, storage)
+    step: Callable[[Any], StepOutput] = lambda batch: algo._gradient_step(batch, run)  # noqa: E731
+    return run_gradient_steps(storage, algo.batch_size, gradient_steps_now(algo.gradient_steps, clock), step)
