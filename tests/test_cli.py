@@ -6,9 +6,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import forked_cli
 import pytest
 import torch
-from conftest import RL_TRAIN
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from rlcli.run.compose import group_options
@@ -131,9 +131,10 @@ BAD_INPUT = [
 
 @pytest.mark.parametrize(("args", "names", "allowed"), BAD_INPUT, ids=[" ".join(b[0]) for b in BAD_INPUT])
 def test_bad_input_is_one_clear_line_and_leaves_nothing_behind(args, names, allowed, tmp_path):
+    # forked from the tests' server process (tests/forked_cli.py: PYTHONPATH's folders go on sys.path as the
+    # interpreter would put them), not ~3 s of imports in a fresh process for each of these cases
     env = dict(os.environ, PYTHONPATH=PLUGINS)
-    out = subprocess.run([str(RL_TRAIN), *args, "log.console=false"], cwd=tmp_path, capture_output=True,
-                         text=True, timeout=120, env=env)
+    out = forked_cli.run([*args, "log.console=false"], tmp_path, timeout=120, env=env)
     lines = [line for line in out.stderr.splitlines() if line.strip()]
     assert out.returncode == 2, out.stderr
     assert len(lines) == 1, out.stderr
@@ -143,8 +144,8 @@ def test_bad_input_is_one_clear_line_and_leaves_nothing_behind(args, names, allo
 
 def test_module_colon_ids_work_for_registered_plugin_envs(tmp_path):
     env = dict(os.environ, PYTHONPATH=PLUGINS)
-    out = subprocess.run([str(RL_TRAIN), "--cfg", "job", "env=gym", "env.id=odd_envs:MultiBinaryToy-v0"],
-                         cwd=tmp_path, capture_output=True, text=True, timeout=120, env=env)
+    out = forked_cli.run(["--cfg", "job", "env=gym", "env.id=odd_envs:MultiBinaryToy-v0"], tmp_path, timeout=120,
+                         env=env)
     assert out.returncode == 0 and "odd_envs:MultiBinaryToy-v0" in out.stdout
 
 

@@ -7,6 +7,7 @@ import sys
 import time
 from pathlib import Path
 
+import forked_cli
 import gymnasium as gym
 import pytest
 from conftest import LOSE_A_SIGTERM, REPO, RL_TRAIN, run_cli
@@ -26,8 +27,7 @@ def test_a_missing_env_package_is_one_line_naming_the_pip_command(tmp_path):
         "        raise gym.error.DependencyNotInstalled('foo is not installed, run `pip install foo`')\n\n\n"
         "gym.register('NeedsDep-v0', entry_point=NeedsDep)\n")
     env = dict(os.environ, PYTHONPATH=str(tmp_path), HYDRA_FULL_ERROR="0")
-    out = subprocess.run([str(RL_TRAIN), "env=gym", "env.id=needs_dep:NeedsDep-v0"], cwd=tmp_path, env=env,
-                         capture_output=True, text=True, timeout=300)
+    out = forked_cli.run(["env=gym", "env.id=needs_dep:NeedsDep-v0"], tmp_path, timeout=300, env=env)
     line = one_line_error(out)
     assert "NeedsDep-v0 needs a package that is not installed: foo is not installed, run `pip install foo`" in line
     assert not any(tmp_path.rglob("*.log"))  # nothing written
