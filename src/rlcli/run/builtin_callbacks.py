@@ -1,29 +1,38 @@
-"""The loop's own steps after an update, as callbacks in one explicit order (`builtin_callbacks`).
+"""The run's own callbacks: `rlcli.Callback`s at the same points as a user's, in one explicit order.
 
-Each is a small object with one point, `after_iteration(it)`, that reads the run through its trainer; True ends the
-loop there. They are the trainer's, so they see what a user's callback does not (the logger, the signals, the
-iteration). A user's callbacks (callbacks.py) run at fixed places among them: `after_update` before the first,
-`after_test` inside the test phase, `on_checkpoint` after every checkpoint, `on_end` after the final one.
+`builtin_callbacks` lists them with the user's among them; the order matters at each point (see its docstring).
+Each is made with what it needs (the components, the trainer's save) and reads the run through the `RunContext`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import logging
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from rlcli.collectors.local import CollectStats
-from rlcli.contracts import OnPolicyLearner
+from rlcli.contracts import OnPolicyLearner, RunClock
+from rlcli.run.budget import budget_warnings, planned_steps, said_by_the_sweep
 from rlcli.run.build import Components
+from rlcli.run.callbacks import Callback, Iteration, RunContext, StopRequest
 from rlcli.run.evaluation import record_video, test_phase
+from rlcli.run.resume import change_notice
 from rlcli.run.state import TrainState
-from rlcli.services.log import fmt_return
+from rlcli.schedules import apply_schedules
+from rlcli.services.log import RunLogger, fmt_return, say
+from rlcli.services.runtime import seconds_since_process_start
+from rlcli.services.tracking import run_files, start_for_run
 
 if TYPE_CHECKING:
+    from rlcli.collectors.local import CollectStats
     from rlcli.collectors.testing import TestStats
-    from rlcli.run.trainer import Trainer
+    from rlcli.run.trainer import Trainer, TrainerOptions
+
+__all__ = ["Iteration", "builtin_callbacks", "crossed", "schedules_now", "test_due"]
+
+logger = logging.getLogger("rlcli")
 
 
 def crossed(step: int, previous: int, every: int) -> bool:
@@ -31,56 +40,146 @@ def crossed(step: int, previous: int, every: int) -> bool:
     return every > 0 and step // every > previous // every
 
 
-@dataclass
-class Iteration:
-    """One pass of the loop: what its collect and update produced, for the steps after them."""
-
-    previous: int  # env steps before this iteration's collect
-    stats: CollectStats
-    scheduled: dict[str, float] = field(default_factory=dict)  # the schedules' values for this iteration
-    metrics: dict[str, Any] = field(default_factory=dict)
-    sps: float = 0.0
-    last_phase: bool = False  # the budget is reached with this iteration
-    stop: str | None = None  # why the run ends after this iteration: stop_reward, pruned, a callback's reason
-    tested: TestStats | None = None  # this iteration's test episodes when the caller ran them (a population)
+def test_due(c: Components, state: TrainState, it: Iteration) -> bool:
+    """Whether this iteration ends with a test phase: each test.every env steps, and at the budget's end."""
+    every = c.settings.test_every
+    return crossed(state.env_steps, it.previous, every) or (it.last_phase and every > 0)
 
 
-class LoopCallback:
-    """A built-in step of every iteration after its update; `after_iteration` returns True to end the loop."""
-
-    def __init__(self, trainer: Trainer) -> None:
-        self.t = trainer
-
-    def after_iteration(self, it: Iteration) -> bool:
-        raise NotImplementedError
+def schedules_now(c: Components, state: TrainState) -> dict[str, float]:
+    """Every scheduled value at the run's progress now (progress counts env steps only)."""
+    return apply_schedules(c.schedules, RunClock(state.env_steps, c.settings.total_steps).progress)
 
 
-class TestPhase(LoopCallback):
-    """Test episodes every test.every env steps and at the budget's end (best.pt kept by test_phase); the user's
-    after_test sees every one; train.stop_reward reached ends the run after this iteration's logs."""
+class BudgetWarnings(Callback):
+    """Before anything else: what a user should know about a budget that does not do what it says (budget.py)."""
 
-    def after_iteration(self, it: Iteration) -> bool:
-        t = self.t
-        if not t.test_due(it):
-            return False
-        with t.c.clock("test"):
-            result = test_phase(t.c, t.state, t.run_dir, t.log, it.tested)
-        requested = t.callbacks.after_test(t.context, result)
-        last, stop_reward = t.state.last_test_return, t.c.stop_reward
+    def __init__(self, c: Components, typed_keys: set[str] | None) -> None:
+        self.c, self.typed_keys = c, typed_keys
+
+    def on_start(self, run: RunContext) -> None:
+        for warning in budget_warnings(self.c, planned_steps(self.c, run.state.env_steps), self.typed_keys):
+            if not said_by_the_sweep():  # a -m sweep said it once for all its jobs
+                say(f"rl-train: warning: {warning}")
+            logger.info("warning: %s", warning)  # train.log only: the line above is the console's
+
+
+class FinalCheckpoint(Callback):
+    """The run's last checkpoint, first thing at its end (the log's result lines name it to the tracked runs)."""
+
+    def __init__(self, save: Callable[[], Path]) -> None:
+        self.save = save
+
+    def on_end(self, run: RunContext, reason: str) -> None:
+        self.save()
+
+
+class RunLog(Callback):
+    """The run's log from its start to its end. on_start: the tracked runs (MLflow / W&B) and the logger opened, the
+    header line, a resume's changed settings, where the tracked runs are, then the clocks start. on_end: the result
+    lines, the logs closed with the run's summary, then the envs closed (before the user's on_end)."""
+
+    def __init__(self, c: Components, options: TrainerOptions, close: Callable[[], None]) -> None:
+        self.c, self.options, self.close = c, options, close
+        self.last_checkpoint: Path | None = None
+
+    def on_start(self, run: RunContext) -> None:
+        c, state, options = self.c, run.state, self.options
+        tracking = start_for_run(c.cfg, run.run_dir, state.env_steps, state.tracking, options.sweep_group,
+                                 options.in_python, on_error=self.close)
+        if tracking is not None:
+            state.tracking = tracking.run_ids
+        console = options.console or ("full" if c.cfg.log.console else "off")
+        run.logger = log = RunLogger(run.run_dir, c.settings.total_steps, console, bool(c.cfg.log.tensorboard),
+                                     start_step=state.env_steps, start_seconds=state.train_seconds,
+                                     prefix=options.console_prefix, tracking=tracking)
+        log.message(f"rlcli: {c.cfg.algo.name} on {options.env_label or c.cfg.env.id}, "
+                    f"{planned_steps(c, state.env_steps):,} {c.unit}, device {c.device}, run dir {run.run_dir}"
+                    + (f", {c.collector.describe()}" if c.collector.describe() else "")
+                    + (f", resumed at {state.env_steps:,} {c.unit}" if state.env_steps else ""))
+        if state.new_change is not None:  # a resume that changed settings on request (run/resume.py)
+            notice = change_notice(state.new_change)
+            say(f"rl-train: warning: {notice}")
+            logger.info("warning: %s", notice)  # train.log: the run's history
+            state.new_change = None
+        for where in tracking.describe() if tracking is not None else []:
+            log.message(f"tracking: {where}" + (" (continued)" if state.env_steps else ""))
+        c.clock.restart()
+        run._restart_clock()
+        started = options.job_started
+        age = seconds_since_process_start() if started is None else run._since[0] - started
+        if age is not None:
+            logger.info("start-up: the first env step comes %.2f s after the %s started", age,
+                        "process" if started is None else "job")
+
+    def on_checkpoint(self, run: RunContext, path: Path) -> None:
+        self.last_checkpoint = path
+
+    def on_end(self, run: RunContext, reason: str) -> None:
+        state, log, sps = run.state, run.logger, run.sps
+        said = {"budget": "budget reached", "stop_reward": "stopped early"}.get(reason, reason)
+        log.result(f"done: {state.env_steps:,} {self.c.unit} in {state.train_seconds:.1f} s ({sps:.0f} SPS), "
+                   f"last test return {fmt_return(state.last_test_return)}, {said}")
+        log.result(f"time: {self.c.clock.summary(top=8)}")
+        # summary names of their own: a scalar tag at the final step would be a second point of that tag
+        summary = {"final/test_return": state.last_test_return, "final/best_test_return": state.best_test_return,
+                   "final/env_steps": state.env_steps, "final/train_seconds": state.train_seconds}
+        final = self.last_checkpoint
+        files = run_files(run.run_dir, final, log.message) if log.tracking is not None and final is not None else []
+        log.close(summary={k: float(v) for k, v in summary.items() if v is not None}, files=files)
+        self.close()
+
+
+class Schedules(Callback):
+    """Every scheduled value at the run's progress: at the start, then once per iteration right after its collect
+    (the update learns with these values and the next collect acts with them). After the user's callbacks."""
+
+    def __init__(self, c: Components) -> None:
+        self.c = c
+
+    def on_start(self, run: RunContext) -> None:
+        schedules_now(self.c, run.state)
+
+    def after_collect(self, run: RunContext, stats: CollectStats) -> StopRequest:
+        assert run.iteration is not None
+        run.iteration.scheduled = schedules_now(self.c, run.state)
+        return None
+
+
+class TestPhase(Callback):
+    """Test episodes every test.every env steps and at the budget's end (best.pt kept by test_phase); every
+    callback's after_test sees them (`tell`); train.stop_reward reached ends the run after this iteration's logs."""
+
+    def __init__(self, c: Components, tell: Callable[[RunContext, TestStats], str | None]) -> None:
+        self.c, self.tell = c, tell
+
+    def after_iteration(self, run: RunContext) -> StopRequest:
+        c, state, it = self.c, run.state, run.iteration
+        assert it is not None
+        if not test_due(c, state, it):
+            return None
+        with c.clock("test"):
+            result = test_phase(c, state, run.run_dir, run.logger, it.tested)
+        requested = self.tell(run, result)
+        last, stop_reward = state.last_test_return, c.stop_reward
         reached = stop_reward is not None and last is not None and last >= stop_reward
         it.stop = "stop_reward" if reached else it.stop or requested
-        return False
+        return None
 
 
-class Video(LoopCallback):
+class Video(Callback):
     """One recorded test episode each time log.video_every env steps pass."""
 
-    def after_iteration(self, it: Iteration) -> bool:
-        c = self.t.c
-        if c.video_envs is not None and crossed(self.t.state.env_steps, it.previous, int(c.cfg.log.video_every)):
+    def __init__(self, c: Components) -> None:
+        self.c = c
+
+    def after_iteration(self, run: RunContext) -> StopRequest:
+        c, it = self.c, run.iteration
+        assert it is not None
+        if c.video_envs is not None and crossed(run.state.env_steps, it.previous, int(c.cfg.log.video_every)):
             with c.clock("test"):
-                record_video(c, self.t.state.env_steps, self.t.run_dir, self.t.log)
-        return False
+                record_video(c, run.state.env_steps, run.run_dir, run.logger)
+        return None
 
 
 def tb_cadence(c: Components) -> int:
@@ -93,16 +192,16 @@ def tb_cadence(c: Components) -> int:
     return max(per_phase, s.total_steps // (1000 if isinstance(c.learner, OnPolicyLearner) else 300))
 
 
-class Logging(LoopCallback):
+class Logging(Callback):
     """TensorBoard points (and the tracked runs') at their cadence, console tables at theirs, the progress bar
     every iteration."""
 
-    def __init__(self, trainer: Trainer) -> None:
-        super().__init__(trainer)
-        self.tb_every = tb_cadence(trainer.c)
+    def __init__(self, c: Components) -> None:
+        self.c, self.tb_every = c, tb_cadence(c)
 
-    def after_iteration(self, it: Iteration) -> bool:
-        c, state, log = self.t.c, self.t.state, self.t.log
+    def after_iteration(self, run: RunContext) -> StopRequest:
+        c, state, log, it = self.c, run.state, run.logger, run.iteration
+        assert it is not None
         s, clock = c.settings, c.clock
         table_due = crossed(state.env_steps, it.previous, s.log_every) or it.last_phase or it.stop == "stop_reward"
         if table_due or crossed(state.env_steps, it.previous, self.tb_every):
@@ -121,48 +220,66 @@ class Logging(LoopCallback):
                     log.table(state.env_steps)
         with clock("log"):
             log.progress(state.env_steps, it.sps, state.last_test_return, clock)
-        return False
+        return None
 
 
-class StopMessage(LoopCallback):
+class StopMessage(Callback):
     """A run that ends before its budget (stop reward, pruned, a callback's request) says why and how to go on."""
 
-    def after_iteration(self, it: Iteration) -> bool:
-        t = self.t
-        if it.stop is None or it.last_phase:  # at the budget's end it is simply the end
-            return False
-        t.log.message(stop_line(it.stop, t.state, t.c.stop_reward, t.run_dir, str(t.c.cfg.env.id), t.c.unit))
-        t.stop_reason = it.stop
-        return True
+    def __init__(self, c: Components) -> None:
+        self.c = c
+
+    def after_iteration(self, run: RunContext) -> StopRequest:
+        it = run.iteration
+        assert it is not None
+        if it.ends_early:  # at the budget's end it is simply the end
+            run.logger.message(stop_line(it.stop or "", run.state, self.c.stop_reward, run.run_dir,
+                                         str(self.c.cfg.env.id), self.c.unit))
+        return None
 
 
-class SignalSafePoint(LoopCallback):
-    """Ctrl-C / SIGTERM are acted on here: a checkpoint, one line, StoppedBySignal (Trainer.stop_on_signal)."""
+class SignalSafePoint(Callback):
+    """Ctrl-C / SIGTERM are acted on here, unless the run ends at this iteration anyway: a checkpoint, one line,
+    StoppedBySignal (Trainer.stop_on_signal)."""
 
-    def after_iteration(self, it: Iteration) -> bool:
-        self.t.stop_on_signal()
-        return False
+    def __init__(self, stop_on_signal: Callable[[], None]) -> None:
+        self.stop_on_signal = stop_on_signal
 
-
-class Checkpoints(LoopCallback):
-    """A checkpoint each train.checkpoint_every env steps before the budget's end (the final one is finish's),
-    then the tracked runs flushed, so that they hold at least what the checkpoint holds."""
-
-    def after_iteration(self, it: Iteration) -> bool:
-        t = self.t
-        steps = t.state.env_steps
-        if crossed(steps, it.previous, t.c.settings.checkpoint_every) and steps < t.c.settings.total_steps:
-            t.save()
-            if t.tracking is not None:
-                t.tracking.flush()
-        return False
+    def after_iteration(self, run: RunContext) -> StopRequest:
+        assert run.iteration is not None
+        if not run.iteration.ends_early:
+            self.stop_on_signal()
+        return None
 
 
-def builtin_callbacks(trainer: Trainer) -> list[LoopCallback]:
-    """The order matters: the log sees the test's return and stop, a stop leaves before the signal's checkpoint,
-    a signal's checkpoint replaces the cadence's."""
-    return [TestPhase(trainer), Video(trainer), Logging(trainer), StopMessage(trainer), SignalSafePoint(trainer),
-            Checkpoints(trainer)]
+class Checkpoints(Callback):
+    """A checkpoint each train.checkpoint_every env steps before the budget's end (the final one is
+    FinalCheckpoint's), then the tracked runs flushed, so that they hold at least what the checkpoint holds."""
+
+    def __init__(self, c: Components, save: Callable[[], Path]) -> None:
+        self.c, self.save = c, save
+
+    def after_iteration(self, run: RunContext) -> StopRequest:
+        it, steps, s = run.iteration, run.state.env_steps, self.c.settings
+        assert it is not None
+        if not it.ends_early and crossed(steps, it.previous, s.checkpoint_every) and steps < s.total_steps:
+            self.save()
+            if run.logger.tracking is not None:
+                run.logger.tracking.flush()
+        return None
+
+
+def builtin_callbacks(trainer: Trainer, users: Sequence[Callback]) -> list[Callback]:
+    """The run's callbacks with the user's among them. The order matters: at on_start the warnings come before the
+    header and the user's after the log opened, the schedules last; the guard sees an update first; at the end of an
+    iteration the user's come first, the log sees the test's return and stop, a stop leaves before the signal's
+    checkpoint, a signal's checkpoint replaces the cadence's; at the end the final checkpoint, then the result lines,
+    then the user's on_end."""
+    c = trainer.c
+    return [BudgetWarnings(c, trainer.options.typed_keys), FinalCheckpoint(trainer.save),
+            RunLog(c, trainer.options, trainer.close), trainer.guard, *users, Schedules(c),
+            TestPhase(c, lambda run, result: trainer.callbacks.after_test(run, result)), Video(c), Logging(c),
+            StopMessage(c), SignalSafePoint(trainer.stop_on_signal), Checkpoints(c, trainer.save)]
 
 
 def stop_line(reason: str, state: TrainState, stop_reward: float | None, run_dir: Path, env_id: str = "",

@@ -1,16 +1,20 @@
 """What a run does when an update goes non-finite (`train.on_nonfinite`): stop, skip the update, or roll back.
 
 The check itself (finite.py) is one host sync per update; this module decides what follows, so that a diverging
-run never trains on NaN to the end of its budget nor writes a non-finite checkpoint over a good one.
+run never trains on NaN to the end of its budget nor writes a non-finite checkpoint over a good one. The guard is the
+first of the run's callbacks at before_update (its snapshot) and after_update (its check), so that a user's callback
+sees an update only once it stands.
 """
 
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from rlcli.run.build import Components
+from rlcli.run.callbacks import Callback, RunContext, StopRequest
 from rlcli.run.finite import check_update
 from rlcli.run.resume import describe_change
 from rlcli.run.state import TrainState, restore
@@ -22,26 +26,50 @@ class Diverged(RuntimeError):
     """A non-finite update that train.on_nonfinite does not let the run go past; the message is one line."""
 
 
-class NonfiniteGuard:
+class RolledBack(Exception):
+    """The update went non-finite and the run went back to its last good checkpoint: the iteration is dropped and
+    the loop collects again from there (the trainer catches it)."""
+
+
+class NonfiniteGuard(Callback):
     """Checks each update and acts on train.on_nonfinite, at most train.max_nonfinite times in this process."""
 
     def __init__(self, components: Components, run_dir: Path) -> None:
         self.c, self.run_dir = components, run_dir
         self.events = 0  # non-finite updates met by this process
+        self.snapshot: dict[str, Any] | None = None  # what a skipped update goes back to
 
-    def snapshot(self) -> dict[str, Any] | None:
-        """What a skipped update goes back to (on_nonfinite=skip only: a copy of the algorithm's state)."""
-        return copy.deepcopy(self.c.algo.state_dict()) if self.c.settings.on_nonfinite == "skip" else None
+    def before_update(self, run: RunContext) -> None:
+        """on_nonfinite=skip only: a copy of the algorithm's state, for the update to go back to."""
+        self.snapshot = copy.deepcopy(self.c.algo.state_dict()) if self.c.settings.on_nonfinite == "skip" else None
+
+    def after_update(self, run: RunContext, metrics: Mapping[str, Any]) -> StopRequest:
+        """The update checked (it is counted in run.state.updates already): stop raises Diverged, rollback raises
+        RolledBack, skip puts the weights back and the update's metrics become `nonfinite_events` (the later
+        callbacks and the logs see that)."""
+        it = run.iteration
+        assert it is not None
+        scheduled = {f"schedule_{k}" for k in it.scheduled}
+        problem = self.check({k: v for k, v in metrics.items() if k not in scheduled}, run.state.updates - 1)
+        if problem is None:
+            return None
+        replaced = self.handle(problem, self.snapshot, run.state, run.logger)
+        if replaced is None:
+            raise RolledBack
+        kept = {k: v for k, v in it.metrics.items() if k in scheduled}
+        it.metrics.clear()
+        it.metrics.update({**replaced, **kept})
+        return None
 
     def weights(self) -> list[Any]:
         networks = self.c.algo.networks
         return [*networks.parameters(), *networks.buffers()]
 
-    def check(self, metrics: dict[str, Any], updates: int) -> str | None:
+    def check(self, metrics: Mapping[str, Any], updates: int) -> str | None:
         """What went non-finite in this update, or None. The weights are read every update of an on-policy run or
         with on_nonfinite=skip (its snapshot must be finite), else every 8th (~0.3 ms for SAC's 340k parameters,
         2-3% of a one-step update): a non-finite weight shows in the next update's losses anyway, and every
-        checkpoint checks them all."""
+        checkpoint checks them all. `updates`: the updates before this one."""
         s = self.c.settings
         due = self.c.spec.on_policy or s.on_nonfinite == "skip" or updates % 8 == 0
         return check_update(metrics, self.weights() if due else [])
