@@ -5,13 +5,21 @@ gradient steps and test episodes. docs/results/offline.md shows what it gave.
 
     python scripts/offline_bench.py --quick                                   # a ~2-minute smoke run
     nice -n 10 python scripts/offline_bench.py --work /tmp/ob \\
-        --d3rlpy-python /tmp/d3rlpy-venv/bin/python                           # what docs/results/offline.md ran
+        --d3rlpy-python /tmp/d3rlpy-venv/bin/python                           # docs/results/offline.md's Pendulum-v1
+    nice -n 10 python scripts/offline_bench.py --env Hopper-v5 --work /tmp/hb --sac-steps 60000 \\
+        --steps 4000 --test-every 1000 --test-episodes 5 --hidden 64 64 \\
+        --d3rlpy-python /tmp/d3rlpy-venv/bin/python   # its Hopper-v5 section (whose SAC run was stopped at 43,928)
+
+The SAC run takes the env's tuned config where conf/tuned/sac/<env>.yaml has one (Hopper-v5: RL-Zoo's, 10,000
+random steps first); --sac-overrides adds Hydra overrides to it. A SAC run stopped by SIGTERM saves a checkpoint
+(its buffer included) and the script stops; run it again and the dataset is made from that checkpoint.
 
 Every step is a subprocess (rl-train, rl-dataset, rl-report, the d3rlpy helper), one at a time, each on one torch
 thread. A step whose output is already under --work is not run again (delete it to redo it), so an interrupted
 run goes on where it stopped. Prints markdown tables and writes every figure to <work>/offline_bench.json.
 
 d3rlpy's venv: python3 -m venv /tmp/d3rlpy-venv && /tmp/d3rlpy-venv/bin/pip install torch==2.13.0 d3rlpy==2.8.1
+(for a MuJoCo env add mujoco==3.17.0 imageio: gymnasium 1.0.0's MuJoCo envs import both).
 """
 
 from __future__ import annotations
@@ -113,9 +121,10 @@ def t_half(values: list[float]) -> float:
 
 
 def ci(values: list[float]) -> dict[str, Any]:
+    """Mean and 95% interval over seeds: ci95 is Student's t (rl-report's since 28211b6), ci95_z the normal 1.96."""
     n = len(values)
     half = 1.96 * float(np.std(values, ddof=1)) / math.sqrt(n) if n > 1 else 0.0
-    return {"mean": float(np.mean(values)), "ci95": half, "ci95_t": t_half(values), "values": list(values)}
+    return {"mean": float(np.mean(values)), "ci95": t_half(values), "ci95_z": half, "values": list(values)}
 
 
 def fmt(c: dict[str, Any] | None, digits: int = 1) -> str:
@@ -132,6 +141,7 @@ def main() -> None:
     p.add_argument("--work", type=Path, default=Path("/tmp/offline_bench"), help="where runs and datasets go")
     p.add_argument("--env", default="Pendulum-v1")
     p.add_argument("--sac-steps", type=int, default=10000, help="env steps of the SAC run whose buffer is the dataset")
+    p.add_argument("--sac-overrides", nargs="*", default=[], help="extra Hydra overrides of the SAC run")
     p.add_argument("--steps", type=int, default=4000, help="gradient steps of each offline run")
     p.add_argument("--test-every", type=int, default=1000, help="gradient steps between test phases")
     p.add_argument("--test-episodes", type=int, default=10)
@@ -162,13 +172,17 @@ def main() -> None:
     if not any((sac_dir / "checkpoints").glob("ckpt_*.pt")):
         out["walls"]["sac"] = run([str(BIN / "rl-train"), "algo=sac", f"env={args.env}", "seed=0",
                                    f"train.total_steps={args.sac_steps}", f"train.test_every={args.sac_steps // 2}",
-                                   "train.stop_reward=null", *common, f"hydra.run.dir={sac_dir}"],
+                                   "train.stop_reward=null", *common, *args.sac_overrides,
+                                   f"hydra.run.dir={sac_dir}"],
                                   work / "logs" / "sac.log")
     npz = work / "medium-replay.npz"
     if not npz.exists():
         out["walls"]["dataset"] = run([str(BIN / "rl-dataset"), "make", "--from-buffer", str(sac_dir),
                                        "--out", str(npz)], work / "logs" / "dataset.log")
+    import rlcli
     from rlcli.offline.load import load_dataset
+
+    out["machine"]["rlcli"] = str(Path(rlcli.__file__).parent)  # PYTHONPATH can point this at a snapshot
 
     ds = load_dataset(str(npz))
     ends = np.flatnonzero(np.asarray(ds.terminations) | np.asarray(ds.truncations))
