@@ -58,7 +58,8 @@ DRAWS_APART = ("ppo", "a2c", "pg", "ppo-cnn", "ppo-shared", "ppo-target-kl", "pp
 OWN_SETTING = {"pqn": "algo.q_lambda=0.3"}
 
 # the declared kinds, as refusals list them
-ALL_BATCHABLE = "a2c, c51, crossq, ddpg, dqn, pg, ppo, ppo_kl, pqn, qrdqn, sac, td3 and tqc"
+ALL_BATCHABLE = ("a2c, awac, bc, c51, cql, crossq, ddpg, discrete_cql, dqn, iql, pg, ppo, ppo_kl, pqn, qrdqn, rebrac, "
+                 "sac, td3, td3_bc and tqc")
 
 
 def overrides(algo: str, *more: str) -> list[str]:
@@ -379,8 +380,8 @@ def test_what_cannot_batch_runs_one_job_at_a_time_after_a_warning(tmp_path):
               "log.console=false", "hydra/launcher=population", "hydra.launcher.n_jobs=1", "hydra.sweep.dir=sw",
               cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
-    assert ("population launcher: a recurrent Q-network (actor=gru/lstm) cannot train in a population yet; c51, dqn "
-            "and qrdqn"
+    assert ("population launcher: a recurrent Q-network (actor=gru/lstm) cannot train in a population yet; c51, "
+            "discrete_cql, dqn and qrdqn"
             in out.stderr + out.stdout)
     for job in ("0", "1"):
         assert '"status": "completed"' in (tmp_path / "sw" / job / "status.json").read_text()
@@ -692,11 +693,10 @@ def test_the_declared_population_kinds_are_what_batches_and_everything_else_is_r
     from rlcli.sweeps.population.offpolicy import BatchableGradientSteps
     from rlcli.sweeps.population.onpolicy import BatchableUpdate
     from rlcli.sweeps.population.soft_actor_critic import BatchableSoftActorCritic
-    from rlcli.sweeps.population.twin_delayed import BatchableTwinDelayed
 
     shapes = {"on_policy": BatchableUpdate, "value_based": BatchableGradientSteps,
-              "soft_actor_critic": BatchableSoftActorCritic, "twin_delayed": BatchableTwinDelayed,
-              "cross_q": BatchableCrossQ, "lockstep": WrittenForARunner}
+              "soft_actor_critic": BatchableSoftActorCritic, "cross_q": BatchableCrossQ,
+              "lockstep": WrittenForARunner}
     built_in = [n for n in ALGOS.names() if ALGOS.get(n).__module__.startswith("rlcli.")]
     declared = [n for n in built_in if ALGOS.spec(n).population is not None]
     assert can_batch() == f"{', '.join(declared[:-1])} and {declared[-1]}"
@@ -863,7 +863,7 @@ def test_due_members_test_together_as_each_would_alone(algo, tmp_path):
     """The members due a test phase run their test episodes in step (one forward for all members per step): each
     gets the episodes its own test phase would give; a member not due runs none."""
     check_testing_together(TESTED[algo], discrete=algo in ("ppo", "pqn", "dqn"), tmp_path=tmp_path,
-                           one_call=algo == "ppo")
+                           one_call=algo in ("ppo", "td3"))
 
 
 def check_testing_together(overrides: list[str], discrete: bool, tmp_path, rtol: float = 1e-4,
@@ -884,7 +884,8 @@ def check_testing_together(overrides: list[str], discrete: bool, tmp_path, rtol:
     if together is not None:  # which kinds act in one call: counted
         population.act_deterministically = lambda *args: calls.append(out := together(*args)) or out
     tested = test_together(members, [True, False, True], population)
-    # categorical members (PPO's) take their deterministic actions in one call; the others member by member
+    # categorical members (PPO's) take their deterministic actions in one call, lockstep members (TD3's) each its own
+    # act through the population's act_deterministically; the others member by member
     assert any(out is not None for out in calls) is one_call
     assert sorted(tested) == [0, 2]
     for index in (0, 2):

@@ -1,5 +1,5 @@
 """hydra/launcher=population for the actor-critics: SAC and TQC members
-(rlcli/sweeps/population/soft_actor_critic.py), TD3 and DDPG members (rlcli/sweeps/population/twin_delayed.py)."""
+(rlcli/sweeps/population/soft_actor_critic.py), TD3 and DDPG members (rlcli/sweeps/population/lockstep.py)."""
 
 import copy
 
@@ -18,9 +18,9 @@ from rlcli.run.trainer import Trainer
 from rlcli.sweeps.population.collect import collect_together
 from rlcli.sweeps.population.cross_q import CrossQPopulationUpdate
 from rlcli.sweeps.population.kinds import population_update
+from rlcli.sweeps.population.lockstep import LockstepPopulation
 from rlcli.sweeps.population.members import Member
 from rlcli.sweeps.population.soft_actor_critic import SoftActorCriticPopulationUpdate
-from rlcli.sweeps.population.twin_delayed import TwinDelayedPopulationUpdate
 
 TINY = ["env=Pendulum-v1", "train.num_envs=2", "train.test_every=256", "train.test_episodes=1",
         "train.stop_reward=null", "log.tensorboard=false", "log.console=false", "algo.learning_starts=64",
@@ -132,23 +132,24 @@ def test_members_acting_in_one_call_is_each_members_act_on_bit_for_bit(algo):
 
 
 @pytest.mark.parametrize("algo", ["td3", "ddpg"])
-def test_td3_members_acting_in_one_call_is_each_members_act_on_bit_for_bit(algo):
-    """TD3 / DDPG members' exploration noise drawn first (each from its stream; Ornstein-Uhlenbeck's state
-    stepped once, as act_on steps it), then one call for all: each member's act_on actions."""
+def test_td3_members_acting_through_the_population_is_each_members_act_bit_for_bit(algo):
+    """TD3 / DDPG members (a lockstep population) act with their own `act` on their rows, each under its stream:
+    its exploration noise (Ornstein-Uhlenbeck's state stepped once) and actions are its single run's."""
     built = [prepare(compose_config([*TINY, *ALGOS[algo], f"seed={seed}"]))[0] for seed in (0, 1)]
-    twins = [copy.deepcopy(c.algo) for c in built]  # the same noise state, for act_on
+    twins = [copy.deepcopy(c.algo) for c in built]  # the same noise state, for act
     population = population_update([c.algo for c in built], [c.buffer for c in built])
-    outputs = torch.full((2, 2, twins[0].action_dim), 0.999)  # at the bound: the clamp matters
+    obs = torch.randn(2, 2, 3)
+    outputs, _ = population.policy_and_values(obs)
     expected, noise = {}, {}
     for m in (0, 1):
         torch.manual_seed(30 + m)
-        expected[m] = twins[m].act_on(outputs[m])
+        expected[m] = twins[m].act(obs[m])
         torch.manual_seed(30 + m)
         noise[m] = population.acting_noise(m, outputs[m])
     got = population.act_members(outputs, noise)
     for m in (0, 1):
         assert torch.equal(got[m].actions, expected[m].actions)
-        assert not torch.equal(got[m].actions, outputs[m])  # noise was added
+        assert not torch.equal(got[m].actions, twins[m].act(obs[m], deterministic=True).actions)  # noise was added
         assert torch.equal(built[m].algo.noise.state, twins[m].noise.state)  # an OU state stepped alike
 
 
@@ -160,9 +161,10 @@ def test_a_td3_members_first_update_is_its_single_runs_within_float_tolerance(al
                filled(algo, "seed=3")]  # the last is still warming up: carried, not stepped
     clock = RunClock(96, 1024, 48)
     population, _ = assert_first_update_is_each_single_runs(members, [clock, clock, clock, None])
-    assert isinstance(population, TwinDelayedPopulationUpdate)
+    assert isinstance(population, LockstepPopulation)
     if "compile=true" in ALGOS[algo]:  # both steps ran as the population's compiled graphs
-        assert population._compiled is not None and all(s.compile_seconds is not None for s in population._compiled)
+        assert population.compiled is not None and len(population.compiled) == 2
+        assert all(s.compile_seconds is not None for s in population.compiled.values())
     for components, _ in members[:3]:  # TD3: two critic steps, one delayed policy step; DDPG: two of each
         assert components.algo.gradient_updates == 2
         assert len(components.algo.policy_optimizer.state) > 0

@@ -26,18 +26,16 @@ from rlcli.algos.offpolicy import (
     check_offpolicy,
     collect_phase,
     critics_td_loss,
-    gradient_steps_now,
-    polyak_update,
     resolve_gradient_steps,
-    run_gradient_steps,
 )
+from rlcli.algos.runner import batch_rows, single_run_update
 from rlcli.contracts import ActOutput, AlgoSpec, RecurrentState, ReplayStorage, RunClock, SequenceStorage
 from rlcli.registry import ALGOS, require
 from rlcli.schedules import to_zero
 
 # no recurrent critics for TD3/DDPG yet
 SPEC = AlgoSpec(on_policy=False, action_spaces=("Box",), networks=("mlp", "cnn"), compiles=True,
-                population="twin_delayed")
+                population="lockstep")
 
 
 class TD3Networks(nn.Module):
@@ -106,45 +104,45 @@ class TD3(BoxActorCritic):
 
     @torch.inference_mode()
     def act(self, obs: torch.Tensor, deterministic: bool = False, state: RecurrentState | None = None) -> ActOutput:
-        return self.act_on(self.policy_outputs(obs), deterministic=deterministic)
-
-    def policy_outputs(self, obs: torch.Tensor) -> torch.Tensor:
-        """Acting's network part (the policy's actions in [-1, 1]), which a population computes for all members."""
-        return self.networks.policy(obs)
-
-    def act_on(self, actions: torch.Tensor, values: torch.Tensor | None = None, deterministic: bool = False,
-               carry: torch.Tensor | None = None) -> ActOutput:
-        """Acting after the network: the exploration noise on the policy's actions (`values`: the on-policy
-        family's slot, unused)."""
+        """The policy's actions, with the exploration noise unless deterministic."""
+        actions = self.networks.policy(obs)
         if not deterministic:
             actions = explored(actions, self.noise.sample(actions.shape, self.noise_scale))
         zeros = torch.zeros(actions.shape[0], device=actions.device)
-        return ActOutput(actions, zeros, zeros, carry)
-
-    def population_refusal(self) -> str | None:
-        """What keeps this member out of a batched population (sweeps/population/twin_delayed.py), or None."""
-        return None
+        return ActOutput(actions, zeros, zeros)
 
     def update(self, buffer: ReplayStorage | SequenceStorage, clock: RunClock) -> dict[str, torch.Tensor]:
-        if len(buffer) == 0:  # n-step storage holds nothing yet (learning_starts=0, train_freq < n_step)
-            return {}
-        steps = gradient_steps_now(self.gradient_steps, clock)
-        return run_gradient_steps(buffer, self.batch_size, steps, self._gradient_step)
+        return single_run_update(self, buffer, clock)
 
-    def _gradient_step(self, batch: Any) -> StepOutput:
-        """The critics' step on one batch; every policy_delay-th one, the policy's and the target updates too."""
+    def critic_inputs(self, batch: Any, storage: Any) -> tuple[torch.Tensor, ...]:
+        """What the critics' loss takes after the batch and the smoothing's draws (ReBRAC: the data's next actions)."""
+        return ()
+
+    def policy_inputs(self, batch: Any) -> tuple[torch.Tensor, ...]:
+        """What the policy's loss takes (TD3+BC: the dataset's actions too)."""
+        return (batch.obs,)
+
+    def policy_metrics(self, aux: Any) -> dict[str, torch.Tensor]:
+        """The policy loss's own metrics, from what it returned beside the loss (TD3+BC: its BC term)."""
+        return {}
+
+    def _gradient_step(self, batch: Any, run: Any) -> StepOutput:
+        """The critics' step on one batch; every policy_delay-th one, the policy's and the target updates too;
+        written for a runner (algos/runner.py)."""
         net = self.networks
+        shape, device = (batch_rows(batch), self.action_dim), batch.rewards.device
         # the smoothing's draws, from the run's stream (where the loss would draw them: nothing in between draws)
-        noise = (torch.randn(batch.obs.shape[0], self.action_dim, device=batch.obs.device)
-                 if self.target_policy_noise > 0 else None)
-        critic_loss, (errors, q_mean) = self.critic_train_step(batch, noise)  # observations normalized by the buffer
+        noise = run.draw(lambda: torch.randn(shape, device=device)) if self.target_policy_noise > 0 else None
+        critic_loss, (errors, q_mean) = run(self.critic_train_step, batch, noise,
+                                            *self.critic_inputs(batch, run.storage))
         self.gradient_updates += 1
         metrics = {"value_loss": critic_loss.detach(), "q_mean": q_mean}
         if self.gradient_updates % self.policy_delay == 0:
-            policy_loss, _ = self.policy_train_step(batch.obs)  # no weight gradients for the critic it climbs
-            polyak_update(net.critics_target, net.critics, self.tau)
-            polyak_update(net.policy_target, net.policy, self.tau)
-            metrics["policy_loss"] = policy_loss.detach()
+            # through the critics just stepped
+            policy_loss, aux = run(self.policy_train_step, *self.policy_inputs(batch))
+            run.polyak(net.critics_target, net.critics)
+            run.polyak(net.policy_target, net.policy)
+            metrics |= {"policy_loss": policy_loss.detach(), **self.policy_metrics(aux)}
         return errors, metrics
 
     def critic_loss(self, batch: Any, noise: torch.Tensor | None = None,

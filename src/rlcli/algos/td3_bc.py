@@ -13,10 +13,8 @@ import gymnasium as gym
 import torch
 
 from rlcli.actors.offpolicy import NetworkRecipe
-from rlcli.algos.offpolicy import StepOutput
-from rlcli.algos.runner import batch_rows, single_run_update
 from rlcli.algos.td3 import TD3
-from rlcli.contracts import AlgoSpec, ReplayStorage, RunClock, SequenceStorage
+from rlcli.contracts import AlgoSpec
 from rlcli.registry import ALGOS, require
 
 OFFLINE_TD3 = AlgoSpec(on_policy=False, action_spaces=("Box",), networks=("mlp",), compiles=True, offline=True,
@@ -31,29 +29,11 @@ class BehaviorRegularizedTD3(TD3):
     def policy_loss(self, obs: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         raise NotImplementedError
 
-    def update(self, buffer: ReplayStorage | SequenceStorage, clock: RunClock) -> dict[str, torch.Tensor]:
-        return single_run_update(self, buffer, clock)
+    def policy_inputs(self, batch: Any) -> tuple[torch.Tensor, ...]:
+        return batch.obs, batch.actions
 
-    def critic_inputs(self, batch: Any, storage: Any) -> tuple[torch.Tensor, ...]:
-        """What the critics' loss takes after the batch and the smoothing's draws (ReBRAC: the data's next actions)."""
-        return ()
-
-    def _gradient_step(self, batch: Any, run: Any) -> StepOutput:
-        """TD3's step (the critics' every time; the policy's and the targets' every policy_delay-th) with the
-        dataset's actions going into the policy's loss, written for a runner (algos/runner.py)."""
-        net = self.networks
-        shape, device = (batch_rows(batch), self.action_dim), batch.rewards.device
-        noise = run.draw(lambda: torch.randn(shape, device=device)) if self.target_policy_noise > 0 else None
-        critic_loss, (errors, q_mean) = run(self.critic_train_step, batch, noise,
-                                            *self.critic_inputs(batch, run.storage))
-        self.gradient_updates += 1
-        metrics = {"value_loss": critic_loss.detach(), "q_mean": q_mean}
-        if self.gradient_updates % self.policy_delay == 0:
-            policy_loss, bc_loss = run(self.policy_train_step, batch.obs, batch.actions)
-            run.polyak(net.critics_target, net.critics)
-            run.polyak(net.policy_target, net.policy)
-            metrics |= {"policy_loss": policy_loss.detach(), "bc_loss": bc_loss}
-        return errors, metrics
+    def policy_metrics(self, aux: Any) -> dict[str, torch.Tensor]:
+        return {"bc_loss": aux}
 
 
 @ALGOS.register("td3_bc", spec=OFFLINE_TD3)

@@ -1,4 +1,4 @@
-"""What the actor-critic populations (SAC / TQC in soft_actor_critic.py, TD3 / DDPG in twin_delayed.py) share:
+"""What the soft actor-critic population (SAC / TQC in soft_actor_critic.py) builds on:
 the members' stacked networks split into the parts each optimizer trains, their target networks paired with their
 sources, acting's network part for all members in one call, and the update phase around the kind's own gradient
 step."""
@@ -78,5 +78,5 @@ class ActorCriticPopulation:
     def gradient_step(self, stepping: list[int], k: int, steps: list[int], storages: Sequence[Any],
                       torch_rngs: list[Stream], limit: torch.Tensor | None) -> dict[int, dict[str, Any]]:
         """The stepping members' k-th gradient step of the phase (each member's draws from its own stream): the
-        kind's own, in soft_actor_critic.py and twin_delayed.py."""
+        kind's own, in soft_actor_critic.py."""
         raise NotImplementedError

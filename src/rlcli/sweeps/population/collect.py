@@ -26,7 +26,8 @@ from rlcli.sweeps.population.members import Member
 class ActsInOneCall(Protocol):
     """A population whose acting after the network (the distribution's sampling) is one call for all members,
     each member's draws taken beforehand from its own stream (onpolicy.py's categorical sampling,
-    soft_actor_critic.py's squashed Gaussian, offpolicy.py's epsilon-greedy, twin_delayed.py's exploration noise);
+    soft_actor_critic.py's squashed Gaussian, offpolicy.py's epsilon-greedy; lockstep.py's members each act with
+    their own `act`);
     `acting_noise` gives None where a member must act on its own. (`values`: the batched values, which the
     on-policy members' actions carry.)"""
 

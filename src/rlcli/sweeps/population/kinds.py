@@ -1,6 +1,7 @@
 """Which batched update a population's algorithm takes, as its registered spec declares (`AlgoSpec.population`): the
-on-policy family's, the value-based off-policy one's, the soft actor-critics', CrossQ's or the deterministic ones';
-anything else is refused in one line naming what can batch (sweeps/population/catalog.py)."""
+on-policy family's, the value-based off-policy one's, the soft actor-critics', CrossQ's, or the lockstep one of the
+algorithms written for a runner (TD3, DDPG and the offline ones); anything else is refused in one line naming what
+can batch (sweeps/population/catalog.py)."""
 
 from __future__ import annotations
 
@@ -14,10 +15,8 @@ from rlcli.sweeps.population.lockstep import LockstepPopulation
 from rlcli.sweeps.population.offpolicy import OffPolicyPopulationUpdate
 from rlcli.sweeps.population.onpolicy import PopulationUpdate
 from rlcli.sweeps.population.soft_actor_critic import SoftActorCriticPopulationUpdate
-from rlcli.sweeps.population.twin_delayed import TwinDelayedPopulationUpdate
 
-Population = (PopulationUpdate | OffPolicyPopulationUpdate | SoftActorCriticPopulationUpdate
-              | TwinDelayedPopulationUpdate | LockstepPopulation)
+Population = PopulationUpdate | OffPolicyPopulationUpdate | SoftActorCriticPopulationUpdate | LockstepPopulation
 
 
 def population_update(algos: Sequence[Any], storages: Sequence[Any]) -> Population:
@@ -32,8 +31,6 @@ def population_update(algos: Sequence[Any], storages: Sequence[Any]) -> Populati
         return OffPolicyPopulationUpdate(algos, storages)
     if kind == "soft_actor_critic":
         return SoftActorCriticPopulationUpdate(algos, storages)
-    if kind == "twin_delayed":
-        return TwinDelayedPopulationUpdate(algos, storages)
     if kind == "cross_q":
         return CrossQPopulationUpdate(algos, storages)
     if kind == "lockstep":

@@ -7,8 +7,9 @@ own torch stream, in its single run's order; a LossStep's loss is the algorithm'
 weights by `vmap` through `functional_call`, and each member's own optimizer steps its row (with its own clip and
 learning rate); a target network follows its source at each member's own `tau`. The members step in lockstep: they
 are one population because their settings agree (but for the seed, lr, tau and max_grad_norm), and their step
-counters are equal. Today the offline algorithms are written this way (their populations learn over one copy of
-the dataset: offline/replay.py shares it); compile=true members train one at a time.
+counters are equal. compile=true: each LossStep of all members is one compiled graph (compiled.py). Acting is each
+member's own `act`, in turn. The offline algorithms, TD3 and DDPG are written this way (offline populations learn
+over one copy of the dataset: offline/replay.py shares it).
 """
 
 from __future__ import annotations
@@ -26,19 +27,29 @@ from rlcli.batches import ReplayBatch
 from rlcli.contracts import ActOutput, RunClock
 from rlcli.registry import ConfigError
 from rlcli.sweeps.population.catalog import can_batch
+from rlcli.sweeps.population.compiled import CompiledMembersStep
 from rlcli.sweeps.population.phases import check_replay_members, update_phases
-from rlcli.sweeps.population.stacking import clip_limits, polyak_members, stack_members, stack_weights, step_members
+from rlcli.sweeps.population.stacking import (
+    clip_limits,
+    members_mask,
+    polyak_members,
+    stack_members,
+    stack_weights,
+    step_members,
+)
 from rlcli.sweeps.population.streams import Stream, drawn_with
 
 T = TypeVar("T")
 
-# what members of one lockstep population may differ in (beside the seed): each member's optimizer, clip and Polyak
-# rate are its own; anything else its step reads is the first member's
-OWN_SETTINGS = frozenset({"tau", "max_grad_norm"})
+# what members of one lockstep population may differ in (beside the seed and lr, which their own optimizers hold):
+# each member's clip and Polyak rate are its own, its discount is in its own storage's batches (a runner's losses
+# read `batch.discounts`, never `self.gamma`), and it acts with its own exploration noise; anything else its step
+# reads is the first member's
+OWN_SETTINGS = frozenset({"tau", "max_grad_norm", "gamma", "noise.std"})
 
 
 def batched_lockstep() -> str:
-    return f"{can_batch('lockstep')} (MLP networks, one dataset, eager)"
+    return f"{can_batch('lockstep')} (MLP or CNN networks, buffer=replay, nstep, per, ere or her)"
 
 
 @runtime_checkable
@@ -85,11 +96,24 @@ class LockstepPopulation:
             for name in names:
                 self.params[name].requires_grad_(True)
         self._losses: dict[tuple[int, str, tuple[int | None, ...]], Callable[..., Any]] = {}
+        # compile=true members (all or none: compile is part of the population key): each LossStep of all members
+        # one compiled graph, built at its first call
+        self.compiled: dict[str, CompiledMembersStep] | None = {} if compile_enabled(algos[0]) else None
 
-    # acting: only test phases (an offline member steps no env); each member's own deterministic `act`
+    # acting: each member's own `act` on its rows, under its own stream (the caller swaps it in): its single run's
+    # actions and draws, bit for bit; the network part is not batched (an offline member acts only in tests)
     @torch.inference_mode()
     def policy_and_values(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return obs, obs.new_zeros(obs.shape[:2])
+
+    def acting_noise(self, member: int, outputs: torch.Tensor) -> ActOutput:
+        with torch.inference_mode():
+            out: ActOutput = self.algos[member].act(outputs)
+        return out
+
+    def act_members(self, outputs: torch.Tensor, draws: dict[int, ActOutput],
+                    values: torch.Tensor | None = None) -> dict[int, ActOutput]:
+        return draws
 
     @torch.inference_mode()
     def act_deterministically(self, outputs: torch.Tensor, values: torch.Tensor,
@@ -145,10 +169,23 @@ class MembersRun:
         attr = next(name for name, value in vars(first).items() if value is step)
         trained = pop.steps[attr]
         params = {k: v if k in trained else v.detach() for k, v in pop.params.items()}
-        losses, aux = pop.members_loss(first, attr, args)(params, pop.buffers, *args)
         steps = [getattr(a, attr) for a in pop.algos]
-        step_members(pop.params, losses, {name: pop.rows[name] for name in trained}, self.stepping,
-                     clip_limits([s.max_grad_norm for s in steps], pop.device),
+        limit = clip_limits([s.max_grad_norm for s in steps], pop.device)
+        if pop.compiled is not None:
+            if attr not in pop.compiled:
+                def members_losses(params: dict[str, torch.Tensor], buffers: dict[str, torch.Tensor],
+                                   inputs: tuple[Any, ...], terms: dict[str, torch.Tensor]) -> tuple[torch.Tensor, Any]:
+                    values, aux = pop.members_loss(first, attr, inputs)(params, buffers, *inputs)
+                    return values, (values.detach(), aux)
+
+                pop.compiled[attr] = CompiledMembersStep(members_losses, pop.params, pop.buffers,
+                                                         {name: pop.rows[name] for name in trained},
+                                                         [s.optimizer for s in steps], limit)
+            done: tuple[torch.Tensor, Any] = pop.compiled[attr].step(args, {}, members_mask(
+                self.stepping, len(pop.algos), pop.device))
+            return done
+        losses, aux = pop.members_loss(first, attr, args)(params, pop.buffers, *args)
+        step_members(pop.params, losses, {name: pop.rows[name] for name in trained}, self.stepping, limit,
                      [steps[m].optimizer for m in self.stepping])
         return losses, aux
 
@@ -198,8 +235,6 @@ def _plain_settings(algo: Any, prefix: str = "") -> dict[str, Any]:
 
 def _check_lockstep(algos: Sequence[Any]) -> None:
     """One line naming what keeps these members out of one lockstep population."""
-    if any(compile_enabled(a) for a in algos):
-        raise ConfigError(f"compile=true members of {can_batch('lockstep')} do not batch yet; eager ones do")
     first = _plain_settings(algos[0])
     for algo in algos[1:]:
         other = _plain_settings(algo)
