@@ -84,6 +84,9 @@ def test_the_env_comes_from_the_dataset_unless_typed(npz, tmp_path, monkeypatch)
     assert offline_env_args([f"dataset={npz.name}"]) == [f"dataset='{npz}'", "env=Pendulum-v1"]
 
     assert offline_env_args(["algo=sac", f"dataset={npz}"])[-1] == "env=Pendulum-v1"  # conf/env/Pendulum-v1.yaml
+    # added where dataset= is, not after a flag's value (`--cfg job env=...` was argparse's error)
+    assert offline_env_args(["algo=iql", f"dataset={npz.name}", "--cfg", "job"]) == \
+        ["algo=iql", f"dataset='{npz}'", "env=Pendulum-v1", "--cfg", "job"]
     assert offline_env_args(["algo=sac", f"dataset={npz}", "env=Pendulum-v1"]).count("env=Pendulum-v1") == 1
     data = pendulum_dataset(10)
     data.env_id = "PendulumLike-v9"  # an id without a conf/env/ file: env=gym env.id=<id>

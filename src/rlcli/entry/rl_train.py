@@ -121,16 +121,18 @@ def offline_env_args(args: list[str]) -> list[str]:
     if not sources or sources[-1] in ("", "null", "None") or "," in sources[-1]:
         return args
     source = sources[-1]
+    # what is added goes where the dataset= override is (not after a flag's value: `--cfg job env=...` is an error)
+    at = max(i for i, a in enumerate(args) if key_of(a) == "dataset")
     path = Path(source).expanduser()
     if not path.is_absolute() and path.exists():  # a relative path: absolute, so a resume from elsewhere finds it
         source = str(path.resolve())
         quoted = "'" + source.replace("\\", "\\\\").replace("'", "\\'") + "'"
-        args = [a for a in args if key_of(a) != "dataset"] + [f"dataset={quoted}"]
+        args = [*args[:at], f"dataset={quoted}", *args[at + 1:]]
     if any(key_of(a) in ("env", "env.id") for a in args if "=" in a and not a.startswith("-")):
         return args
     from rlcli.run.offline import env_choice, read
 
-    return [*args, *env_choice(read(source), source, conf_dir())]
+    return [*args[:at + 1], *env_choice(read(source), source, conf_dir()), *args[at + 1:]]
 
 
 def check_env_id(cfg: DictConfig) -> None:
