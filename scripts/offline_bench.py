@@ -139,6 +139,9 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--work", type=Path, default=Path("/tmp/offline_bench"), help="where runs and datasets go")
+    p.add_argument("--tuned", action="store_true",
+                   help="give the offline runs their tuned presets (conf/tuned/<algo>/<env>.yaml, CORL's for "
+                        "Hopper-v5); by default they run with the algorithms' defaults, as the d3rlpy side does")
     p.add_argument("--env", default="Pendulum-v1")
     p.add_argument("--sac-steps", type=int, default=10000, help="env steps of the SAC run whose buffer is the dataset")
     p.add_argument("--sac-overrides", nargs="*", default=[], help="extra Hydra overrides of the SAC run")
@@ -213,6 +216,8 @@ def main() -> None:
                         "seed=" + ",".join(map(str, args.seeds)), f"train.total_steps={args.steps}",
                         f"train.test_every={args.test_every}", f"train.test_episodes={args.test_episodes}",
                         "train.stop_reward=null", f"actor.hidden_sizes={hidden}", *common,
+                        # the algorithm's defaults, as d3rlpy gets them, unless --tuned (conf/tuned/<algo>/<env>.yaml)
+                        *([] if args.tuned else ["~tuned"]),
                         f"hydra.sweep.dir={sweep}"], work / "logs" / f"{algo}.log")
             (sweep / "bench_wall_s.txt").write_text(f"{wall}\n")  # kept for a later run of this script
             jobs = sorted((d for d in sweep.glob("*") if (d / ".hydra").is_dir()), key=lambda d: d.name)
