@@ -204,6 +204,10 @@ def check_config(cfg: DictConfig) -> None:
         raise ConfigError(f"buffer={buffer_name} does not fit the {kind} algo={algo_name}; "
                           f"choose from: {', '.join(valid)}")
     BUFFERS.check(section(cfg, "buffer"), context=BUFFER_CONTEXT)
+    if not spec.on_policy and cfg.env.get("critic_state"):  # env=pz: the value network's extra inputs (MAPPO)
+        raise ConfigError(f"env.critic_state=true gives the centralized critic of algo=mappo (its value network alone "
+                          f"reads the global state); algo={algo_name}'s networks, its policy too, would all read it: "
+                          "use env.critic_state=false (independent learners: IQL, ISAC, IDDPG)")
     network_name = cfg.actor.name
     if spec.networks is not None and network_name not in spec.networks:
         raise ConfigError(f"algo={algo_name} does not support actor={network_name} yet; "
