@@ -271,12 +271,25 @@ class Policy:
         """The torch modules (an nn.Module): parameters, `state_dict()`, `to(device)`."""
         return self._loaded.agent.algo.networks
 
-    def predict(self, obs: Any, state: np.ndarray | None = None, episode_start: Any = None,
-                deterministic: bool = True, action_mask: Any = None) -> tuple[np.ndarray, np.ndarray | None]:
+    def predict(self, obs: Any, state: Any = None, episode_start: Any = None,
+                deterministic: bool = True, action_mask: Any = None
+                ) -> tuple[np.ndarray | dict[str, Any], np.ndarray | dict[str, Any] | None]:
         """The env action(s) for `obs` (one observation, or a batch with a leading dimension) and the next recurrent
         state (None for a feed-forward policy). A recurrent policy takes the state it returned last; `state=None` or
         `episode_start` true for an entry starts that entry's episode afresh. Masked policies (maskable_ppo) need
-        `action_mask`: True for the valid actions."""
+        `action_mask`: True for the valid actions.
+
+        A multi-agent run (env=pz) also takes PettingZoo's dict {agent: observation} and gives {agent: action}, for
+        `env.step(actions)`: one action for each agent of the dict (the state too is a dict by agent). After an
+        agent's last step PettingZoo's dict still holds its final observation: pass `{a: obs[a] for a in env.agents}`
+        to act for the agents still in the episode alone."""
+        if isinstance(obs, Mapping) and self._agent_rows is not None:
+            return self._predict_agents(obs, self._agent_rows, state, episode_start, deterministic)
+        return self._predict_rows(obs, state, episode_start, deterministic, action_mask)
+
+    def _predict_rows(self, obs: Any, state: np.ndarray | None, episode_start: Any, deterministic: bool,
+                      action_mask: Any) -> tuple[np.ndarray, np.ndarray | None]:
+        """`predict` of one observation or a batch, as the run's envs give them."""
         import numpy as np
         import torch
 
@@ -294,9 +307,10 @@ class Policy:
             x = _real_observations(obs, self.env_id)
             single = x.shape == tuple(observation_space.shape)
         if not single and x.shape[1:] != tuple(observation_space.shape):
+            agents = "" if self._agent_rows is None else "; or a dict {agent: observation}, as PettingZoo gives them"
             raise RlcliError(f"obs of shape {x.shape} does not fit {self.env_id}'s observations of shape "
                              f"{tuple(observation_space.shape)} (or a batch of them, [n, "
-                             f"{', '.join(map(str, observation_space.shape))}])")
+                             f"{', '.join(map(str, observation_space.shape))}]){agents}")
         batch = x[None] if single else x
         n = len(batch)
         with torch.inference_mode():
@@ -321,6 +335,68 @@ class Policy:
         if single:
             return actions[0], None if next_state is None else next_state[0]
         return actions, next_state
+
+    @cached_property
+    def _agent_rows(self) -> AgentRows | None:
+        """A multi-agent run's (env=pz) rows, as its envs make them from PettingZoo's observations; else None."""
+        if str(self._loaded.cfg.env.get("name")) != "pz":
+            return None
+        import numpy as np
+
+        from rlcli.envs.multiagent import ParallelVectorEnv
+
+        probe = self.make_env()
+        try:
+            vec = probe
+            while not isinstance(vec, ParallelVectorEnv):
+                vec = vec.env
+            env = vec.copies[0]
+            return AgentRows(list(vec.agent_names), list(env.possible_agents),
+                             {name: vec.noop(env.action_space(name)) for name in vec.others},
+                             tuple(env.observation_space(vec.agent_names[0]).shape), vec.own_size, vec.agent_id,
+                             int(np.prod(vec.single_observation_space.shape or ())))
+        finally:
+            probe.close()
+
+    def _predict_agents(self, obs: Mapping[Any, Any], rows: AgentRows, state: Any, episode_start: Any,
+                        deterministic: bool) -> tuple[dict[str, Any], dict[str, Any] | None]:
+        """`predict` of PettingZoo's dict of observations: each agent of the run's group acts on its row (its own
+        observation, its one-hot; a centralized critic's global state is left zero: the policy never reads it);
+        agents outside the group get what training gave them, nothing (action 0, a zero vector)."""
+        import numpy as np
+
+        unknown = [k for k in obs if k not in rows.possible]
+        if unknown:
+            raise InvalidValue(f"obs has the key {unknown[0]!r}, not an agent of {self.env_id}; its agents: "
+                               f"{', '.join(map(str, rows.possible))}")
+        acting = [name for name in rows.names if name in obs]
+        x = np.zeros((len(acting), rows.row_size), np.float32)
+        for k, name in enumerate(acting):
+            own = _real_observations(obs[name], self.env_id)
+            if own.shape != rows.obs_shape:
+                raise InvalidValue(f"obs[{name!r}] has the shape {own.shape}; {self.env_id}'s agents observe "
+                                   f"{rows.obs_shape} (give one observation per agent)")
+            x[k, :rows.own_size] = own.reshape(-1)
+            if rows.agent_id:
+                x[k, rows.own_size + rows.names.index(name)] = 1.0
+        actions: dict[str, Any] = {name: noop for name, noop in rows.others.items() if name in obs}
+        if not acting:
+            return actions, ({} if self.recurrent else None)
+        carry, starts = None, None
+        if self.recurrent:  # per agent: its carry from the last call, or a fresh one (an agent absent from `state`)
+            if state is not None and not isinstance(state, Mapping):
+                raise InvalidType("state: with a dict of observations, give the dict of states that predict returned")
+            known = state or {}
+            size = self._loaded.agent.carry_size
+            carry = np.stack([np.asarray(known[n], np.float32).reshape(size) if n in known
+                              else np.zeros(size, np.float32) for n in acting])
+            begin = episode_start if isinstance(episode_start, Mapping) else {n: episode_start for n in acting}
+            starts = np.array([n not in known or bool(begin.get(n) or False) for n in acting])
+        out, next_state = self._predict_rows(x, carry, starts, deterministic, None)
+        actions.update({name: out[k] for k, name in enumerate(acting)})
+        if next_state is None:
+            return actions, None
+        return actions, {name: next_state[k] for k, name in enumerate(acting)}
 
     def save(self, path: str | Path) -> Path:
         """SB3's `model.save(path)`: this policy (its config, networks and observation statistics, in rlcli's
@@ -428,6 +504,21 @@ class Policy:
 
     def __repr__(self) -> str:
         return f"Policy({self.algo_name} on {self.env_id}, from {self.checkpoint}, device {self.device})"
+
+
+@dataclass(frozen=True)
+class AgentRows:
+    """How a multi-agent run's envs (envs/multiagent.py) make an agent's row: `names` the group's agents (row order),
+    `possible` every agent of the env, `others` what the agents outside the group do, the agents' own observation
+    shape, its size in the row, whether their one-hot follows it, and the row's size."""
+
+    names: list[str]
+    possible: list[str]
+    others: dict[str, Any]
+    obs_shape: tuple[int, ...]
+    own_size: int
+    agent_id: bool
+    row_size: int
 
 
 def _real_observations(obs: Any, env_id: str) -> np.ndarray:

@@ -21,6 +21,8 @@ class Evaluation:
     returns: list[float]
     lengths: list[int]
     videos: list[Path] = field(default_factory=list)
+    # a multi-agent run (env=pz): each agent's return per episode; `returns` are their sums (never divided)
+    agent_returns: dict[str, list[float]] | None = None
 
     @property
     def mean_return(self) -> float:
@@ -65,7 +67,7 @@ def evaluate(policy: Policy, env: str | Callable[..., Any] | None = None, episod
         raise RlcliError(str(error)) from None
     except EnvFailed as error:  # the env's own exception stays attached: it is the user's env's bug to read
         raise RlcliError(str(error)) from error.__cause__
-    return Evaluation(result.returns, result.lengths, [r.path for r in recordings])
+    return Evaluation(result.returns, result.lengths, [r.path for r in recordings], result.agent_returns)
 
 
 def _on_env(loaded: Loaded, env: str | Callable[..., Any]) -> Loaded:

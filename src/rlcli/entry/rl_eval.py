@@ -64,15 +64,20 @@ class Result:
     returns: list[float]
     lengths: list[int]
     seconds: float
+    # env=pz: each agent's return per episode; `returns` are their sums over the group (never divided)
+    agent_returns: dict[str, list[float]] | None = None
 
     def record(self, options: dict[str, Any]) -> dict[str, Any]:
         import numpy as np
 
         r = np.asarray(self.returns)
+        agents = {} if self.agent_returns is None else {
+            "agent_returns": self.agent_returns,
+            "agent_means": {name: float(np.mean(a)) for name, a in self.agent_returns.items()}}
         return {"checkpoint": str(self.checkpoint), "env": self.env_id, **options, "episodes": len(r),
                 "mean": float(r.mean()), "std": float(r.std()), "min": float(r.min()), "max": float(r.max()),
                 "mean_length": float(np.mean(self.lengths)), "wall_s": round(self.seconds, 3),
-                "returns": self.returns, "lengths": self.lengths}
+                "returns": self.returns, "lengths": self.lengths, **agents}
 
 
 def _fail(message: str, code: int = 2) -> NoReturn:
@@ -162,6 +167,7 @@ def evaluate_checkpoint(loaded: Loaded, options: dict[str, Any], name: str) -> t
     try:
         returns: list[float] = []
         lengths: list[int] = []
+        agents: dict[str, list[float]] = {}
         start, round_ = time.perf_counter(), 0
         while len(returns) < episodes:
             envs.first_episode = round_ * num_envs  # what its one-line failure names
@@ -173,13 +179,16 @@ def evaluate_checkpoint(loaded: Loaded, options: dict[str, Any], name: str) -> t
                 recordings = sink.finish(stats.returns, stats.lengths)
             returns += stats.returns.tolist()
             lengths += stats.lengths.tolist()
+            for agent_name, agent_returns in (stats.agent_returns or {}).items():
+                agents.setdefault(agent_name, []).extend(agent_returns.tolist())
             round_ += 1
     finally:
         if sink is not None:
             sink.close()
         envs.close()
     result = Result(loaded.path.parent.parent, loaded.path, loaded.env_factory.spec.id, returns[:episodes],
-                    lengths[:episodes], time.perf_counter() - start)
+                    lengths[:episodes], time.perf_counter() - start,
+                    {name: a[:episodes] for name, a in agents.items()} or None)
     return result, recordings
 
 
@@ -202,6 +211,11 @@ def print_table(results: list[Result], title: str) -> None:
     if not console.is_terminal:
         console = Console(width=200)
     console.print(table)
+    for r in results:  # env=pz: the return above is the team sum over the group's agents; each agent's mean
+        if r.agent_returns:
+            means = ", ".join(f"{name} {fmt_return(float(np.mean(a)))}" for name, a in r.agent_returns.items())
+            console.print(f"{r.run_dir}: per agent (mean return; the team return is their sum): {means}",
+                          highlight=False, soft_wrap=True)
 
 
 def main(argv: list[str] | None = None) -> None:

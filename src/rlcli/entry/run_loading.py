@@ -74,17 +74,23 @@ def checkpoint_of(run_dir: Path, load: str, warn: Callable[[str], None] | None =
     return path
 
 
-def refuse_named_module(path: Path, env_id: Any, caller: str) -> None:
-    """Refuse an entry-point env id (`module:Env-v0`) that a checkpoint's config names, unless its module is already
-    imported: building it would import (run) that module, and reading a file must not run code the file names. The
-    user builds it by naming the id again, or says the file is trusted."""
+# env=pz ids name a module to import (`mpe2.simple_spread_v3`, `module:function`): these packages' are trusted, as
+# rlcli's own are for every env (rlcli itself, and the packages of its multiagent extra)
+TRUSTED_PACKAGES = ("rlcli", "pettingzoo", "mpe2")
+
+
+def refuse_named_module(path: Path, env_id: Any, caller: str, multiagent: bool = False) -> None:
+    """Refuse an entry-point env id (`module:Env-v0`; with `multiagent`, env=pz's `module` too) that a checkpoint's
+    config names, unless its module is already imported or is rlcli's own (or PettingZoo's, mpe2's): building it
+    would import (run) that module, and reading a file must not run code the file names. The user builds it by
+    naming the id again, or says the file is trusted."""
     from rlcli.registry import ConfigError
 
-    if not isinstance(env_id, str) or ":" not in env_id:
+    if not isinstance(env_id, str) or not (multiagent or ":" in env_id):
         return
     module = env_id.split(":", 1)[0]
-    if module in sys.modules:
-        return  # nothing is imported: the module is already loaded in this process
+    if module in sys.modules or module.split(".")[0] in (TRUSTED_PACKAGES if multiagent else TRUSTED_PACKAGES[:1]):
+        return  # nothing foreign is imported: the module is already loaded, or part of rlcli and its extras
     if caller == "python":
         again, trust = f"env={env_id!r}", "trusted_checkpoint=True"
     else:
@@ -165,7 +171,8 @@ def load_agent(path: Path, options: dict[str, Any], env_overrides: list[str]) ->
         seed_everything(options["seed"])
     env_config = section(cfg, "env")
     if not any(o.split("=", 1)[0] == "env.id" for o in env_overrides) and not options.get("trusted_checkpoint"):
-        refuse_named_module(path, env_config.get("id"), options.get("caller", "rl-eval"))
+        refuse_named_module(path, env_config.get("id"), options.get("caller", "rl-eval"),
+                            multiagent=env_config.get("name") == "pz")
     refuse_python_env(path, env_config.get("id"))
     env_factory = ENVS.build(env_config)
     if cfg.get("dataset") and OmegaConf.select(cfg, "offline.normalize_obs", default=False) is True:

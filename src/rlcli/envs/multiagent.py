@@ -199,7 +199,7 @@ class ParallelVectorEnv(VectorEnv):
             self._reset_copy(c, copy_seed)
         return self._obs.reshape(self.num_envs, -1).copy(), {}
 
-    def _noop(self, space: gym.spaces.Space[Any]) -> Any:
+    def noop(self, space: gym.spaces.Space[Any]) -> Any:
         """What an agent outside the group does: nothing (action 0, a zero vector clipped into its bounds)."""
         if isinstance(space, gym.spaces.Box):
             return np.clip(np.zeros(space.shape, space.dtype), space.low, space.high)
@@ -220,7 +220,7 @@ class ParallelVectorEnv(VectorEnv):
             live = set(env.agents)
             acts = {name: actions[c * n + i] for i, name in enumerate(self.agent_names)
                     if was_alive[i] and name in live}
-            acts.update({name: self._noop(env.action_space(name)) for name in self.others if name in live})
+            acts.update({name: self.noop(env.action_space(name)) for name in self.others if name in live})
             obs, rew, term, trunc, _ = env.step(acts)
             self._write(c, obs)
             for i, name in enumerate(self.agent_names):

@@ -1,0 +1,128 @@
+"""A multi-agent run (env=pz) after training: rlcli.load(run).predict on PettingZoo's dict of observations, rl-eval
+and rlcli.evaluate with each agent's return beside the team sum (never divided)."""
+
+import json
+from pathlib import Path
+
+import forked_cli
+import numpy as np
+import pytest
+
+pytest.importorskip("pettingzoo")
+from test_multiagent import train  # noqa: E402
+
+import rlcli  # noqa: E402
+from rlcli.entry.run_loading import refuse_named_module  # noqa: E402
+from rlcli.envs.multiagent import ParallelVectorEnv  # noqa: E402
+from rlcli.envs.pz_toys import CoopMatch  # noqa: E402
+from rlcli.registry import ConfigError  # noqa: E402
+
+IQL = ["algo=dqn", "env=coop_match", "seed=3", "train.total_steps=2000", "train.test_every=1000",
+       "train.test_episodes=10", "algo.lr=1e-3", "algo.gamma=0.5", "algo.learning_starts=200",
+       "algo.target_update_interval=200", "algo.exploration_fraction=0.3", "algo.batch_size=64", "algo.train_freq=1"]
+
+
+@pytest.fixture(scope="module")
+def iql_run(tmp_path_factory) -> Path:
+    """IQL on the cooperative toy, as test_multiagent_offpolicy.py trains it (it learns all 20 of 20)."""
+    run_dir = tmp_path_factory.mktemp("iql") / "run"
+    train(IQL, run_dir)
+    return run_dir
+
+
+@pytest.fixture(scope="module")
+def mappo_run(tmp_path_factory) -> Path:
+    """MAPPO whose group is agent_1 alone (agent_0 does nothing), with the centralized critic's global state."""
+    run_dir = tmp_path_factory.mktemp("mappo") / "run"
+    train(["algo=mappo", "env=coop_match", "env.agents=[agent_1]", "train.num_envs=4", "algo.n_steps=32",
+           "algo.batch_size=64", "train.total_steps=256", "train.test_every=256", "train.test_episodes=2"], run_dir)
+    return run_dir
+
+
+def play(policy, env: CoopMatch, seed: int) -> dict[str, float]:
+    """One episode of the PettingZoo env driven by predict on its dicts; checks each action against predict on the
+    rows that rlcli's vector env makes of the same episode (a copy of the env, seeded alike)."""
+    rows = ParallelVectorEnv([CoopMatch(env.max_cycles, env.leave_at)], "coop", policy.config.env.agents,
+                             agent_id=policy.config.env.agent_id, critic_state=policy.config.env.critic_state)
+    obs, _ = env.reset(seed=seed)
+    row_obs, _ = rows.reset(seed=seed)
+    totals = {a: 0.0 for a in env.possible_agents}
+    while env.agents:
+        # PettingZoo's dict keeps an agent's final observation after its last step: the live agents' are the input
+        actions, state = policy.predict({a: obs[a] for a in env.agents})
+        assert state is None and set(actions) == set(env.agents)
+        by_row = policy.predict(row_obs)[0]
+        for i, name in enumerate(rows.agent_names):
+            if name in actions:
+                assert actions[name] == by_row[i], (name, actions, by_row)
+        obs, rewards, *_ = env.step(actions)
+        row_obs, *_ = rows.step(np.array([actions.get(name, 0) for name in rows.agent_names]))
+        for name, r in rewards.items():
+            totals[name] += r
+    return totals
+
+
+def test_predict_takes_pettingzoos_dict_of_observations_and_gives_the_dict_of_actions(iql_run):
+    policy = rlcli.load(iql_run)
+    for seed in range(3):
+        assert play(policy, CoopMatch(), seed) == {"agent_0": 10.0, "agent_1": 10.0}
+    # agent_1 leaves after 3 steps: from then on the dicts hold agent_0 alone, and so do the actions
+    assert play(policy, CoopMatch(leave_at=3), 7) == {"agent_0": 10.0, "agent_1": 3.0}
+    actions, _ = policy.predict({"agent_1": np.eye(3, dtype=np.float32)[2]})
+    assert list(actions) == ["agent_1"] and actions["agent_1"] == 0  # cue 2: agent_1 answers 2 + 1 mod 3
+    # the single-agent forms still work: one row, or a batch of rows, as the run's envs give them
+    row = np.array([0, 1, 0, 1, 0], np.float32)  # cue 1, agent_0's one-hot
+    assert policy.predict(row)[0] == 1 and policy.predict(np.stack([row, row]))[0].tolist() == [1, 1]
+
+
+def test_predict_of_a_group_with_a_centralized_critic_and_an_agent_left_out(mappo_run):
+    """The policy never reads the global state, so predict leaves it zero; agent_0, outside the group, gets what
+    training gave it (action 0)."""
+    policy = rlcli.load(mappo_run)
+    for seed in range(2):
+        play(policy, CoopMatch(), seed)  # each dict action equals the row action with the env's real global state
+    actions, _ = policy.predict({"agent_0": np.eye(3, dtype=np.float32)[1], "agent_1": np.eye(3, dtype=np.float32)[1]})
+    assert list(actions) == ["agent_0", "agent_1"] and actions["agent_0"] == 0
+
+
+@pytest.mark.parametrize(("obs", "message"), [
+    ({"agent_9": np.zeros(3)}, "obs has the key 'agent_9', not an agent of rlcli.envs.pz_toys:coop_match; its "
+                               "agents: agent_0, agent_1"),
+    ({"agent_0": np.zeros(4)}, "obs['agent_0'] has the shape (4,); rlcli.envs.pz_toys:coop_match's agents observe "
+                               "(3,) (give one observation per agent)"),
+    ({"agent_0": np.array([0.0, np.nan, 1.0])}, "obs holds a non-finite value (nan at index [1])"),
+    (np.zeros(3), "or a dict {agent: observation}, as PettingZoo gives them"),
+])
+def test_a_bad_dict_of_observations_is_one_line(iql_run, obs, message):
+    with pytest.raises(rlcli.RlcliError) as error:
+        rlcli.load(iql_run).predict(obs)
+    assert message in str(error.value) and "\n" not in str(error.value)
+
+
+def test_rl_eval_and_rlcli_evaluate_give_each_agents_return_beside_the_team_sum(iql_run):
+    out = forked_cli.run([str(iql_run), "episodes=5", "num_envs=2"], iql_run.parent, program="rl-eval")
+    assert out.returncode == 0, out.stderr
+    assert "per agent (mean return; the team return is their sum): agent_0 10.0, agent_1 10.0" in out.stdout
+    record = json.loads((iql_run / "eval" / "best.json").read_text())
+    agents = record["agent_returns"]
+    assert record["returns"] == [a + b for a, b in zip(agents["agent_0"], agents["agent_1"], strict=True)] == [20.0] * 5
+    assert record["agent_means"] == {"agent_0": 10.0, "agent_1": 10.0} and record["mean"] == 20.0  # never divided
+    evaluation = rlcli.evaluate(rlcli.load(iql_run), episodes=3)
+    assert evaluation.returns == [20.0] * 3 and evaluation.agent_returns == {"agent_0": [10.0] * 3,
+                                                                            "agent_1": [10.0] * 3}
+
+
+@pytest.mark.parametrize(("env_id", "multiagent", "refused"), [
+    ("rlcli.envs.pz_toys:coop_match", True, False),  # rlcli's own module
+    ("mpe2.simple_spread_v3", True, False),  # the multiagent extra's packages
+    ("not_imported_yet.envs", True, True),  # env=pz imports a module without a colon too
+    ("not_imported_yet.envs:make", True, True),
+    ("not_imported_yet.envs", False, False),  # a gymnasium id without a colon imports nothing
+    ("not_imported_yet.envs:Env-v0", False, True),
+])
+def test_a_checkpoint_naming_an_env_module_to_import_is_refused_unless_rlcli_trusts_it(env_id, multiagent, refused):
+    if refused:
+        with pytest.raises(ConfigError, match="a checkpoint's config is not trusted to import a module"):
+            refuse_named_module(Path("ckpt.pt"), env_id, "rl-eval", multiagent=multiagent)
+    else:
+        refuse_named_module(Path("ckpt.pt"), env_id, "rl-eval", multiagent=multiagent)
