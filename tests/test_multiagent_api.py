@@ -85,6 +85,28 @@ def test_predict_of_a_group_with_a_centralized_critic_and_an_agent_left_out(mapp
     assert list(actions) == ["agent_0", "agent_1"] and actions["agent_0"] == 0
 
 
+def test_a_recurrent_policy_carries_a_state_per_agent(tmp_path):
+    """The state is a dict by agent: each agent's carry is the one its row would carry in the run's envs."""
+    train(["algo=ippo", "env=coop_match", "actor=gru", "train.num_envs=4", "algo.n_steps=16", "algo.batch_size=32",
+           "train.total_steps=128", "train.test_every=0"], tmp_path / "gru")
+    policy = rlcli.load(tmp_path / "gru", load="last")
+    env, rows = CoopMatch(max_cycles=5, leave_at=3), CoopMatch(max_cycles=5, leave_at=3)
+    obs, _ = env.reset(seed=2)
+    rows.reset(seed=2)
+    state, carry, starts = None, None, None
+    while env.agents:
+        actions, state = policy.predict({a: obs[a] for a in env.agents}, state)
+        x = np.concatenate([np.stack([obs[a] for a in env.agents]), np.eye(2, dtype=np.float32)[:len(env.agents)]], 1)
+        by_row, carry = policy.predict(x, None if carry is None else carry[:len(env.agents)], starts)
+        starts = False
+        assert list(state) == list(env.agents) == list(actions)  # agent_1 leaves after 3 steps: its carry with it
+        for i, name in enumerate(env.agents):
+            assert actions[name] == by_row[i] and np.array_equal(state[name], carry[i])
+        obs, *_ = env.step(actions)
+    with pytest.raises(rlcli.RlcliError, match="with a dict of observations, give the dict of states"):
+        policy.predict({"agent_0": obs["agent_0"]}, carry)
+
+
 @pytest.mark.parametrize(("obs", "message"), [
     ({"agent_9": np.zeros(3)}, "obs has the key 'agent_9', not an agent of rlcli.envs.pz_toys:coop_match; its "
                                "agents: agent_0, agent_1"),
