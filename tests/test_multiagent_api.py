@@ -1,6 +1,7 @@
 """A multi-agent run (env=pz) after training: rlcli.load(run).predict on PettingZoo's dict of observations, rl-eval
 and rlcli.evaluate with each agent's return beside the team sum (never divided)."""
 
+import csv
 import json
 from pathlib import Path
 
@@ -124,7 +125,7 @@ def test_a_bad_dict_of_observations_is_one_line(iql_run, obs, message):
 def test_rl_eval_and_rlcli_evaluate_give_each_agents_return_beside_the_team_sum(iql_run):
     out = forked_cli.run([str(iql_run), "episodes=5", "num_envs=2"], iql_run.parent, program="rl-eval")
     assert out.returncode == 0, out.stderr
-    assert "per agent (mean return; the team return is their sum): agent_0 10.0, agent_1 10.0" in out.stdout
+    assert "per agent (mean return; the table's return is their sum): agent_0 10.0, agent_1 10.0" in out.stdout
     record = json.loads((iql_run / "eval" / "best.json").read_text())
     agents = record["agent_returns"]
     assert record["returns"] == [a + b for a, b in zip(agents["agent_0"], agents["agent_1"], strict=True)] == [20.0] * 5
@@ -148,3 +149,28 @@ def test_a_checkpoint_naming_an_env_module_to_import_is_refused_unless_rlcli_tru
             refuse_named_module(Path("ckpt.pt"), env_id, "rl-eval", multiagent=multiagent)
     else:
         refuse_named_module(Path("ckpt.pt"), env_id, "rl-eval", multiagent=multiagent)
+
+
+def test_the_team_return_counts_the_agents_outside_the_group_and_rl_report_shows_each_agent(mappo_run, iql_run,
+                                                                                            tmp_path, capsys):
+    """coop_match pays both agents alike: with agent_1 alone in the group, the team return (agent_0's rewards too)
+    is twice the group's, in eval.jsonl, rl-eval's record and rl-report's columns."""
+    from rlcli.entry.rl_report import main as report
+
+    record = json.loads((mappo_run / "eval.jsonl").read_text().splitlines()[-1])
+    assert record["returns"] == record["agent_returns"]["agent_1"]
+    assert record["team_returns"] == [2 * r for r in record["returns"]] and any(record["returns"])
+    iql = json.loads((iql_run / "eval.jsonl").read_text().splitlines()[-1])
+    assert iql["team_returns"] == iql["returns"]  # every agent in the group: the team is the group
+    out = forked_cli.run([str(mappo_run), "episodes=4"], mappo_run.parent, program="rl-eval")
+    assert out.returncode == 0, out.stderr
+    evaluated = json.loads((mappo_run / "eval" / "best.json").read_text())
+    assert evaluated["team_mean"] == 2 * evaluated["mean"] == 2 * evaluated["agent_means"]["agent_1"]
+    assert f"those outside env.agents too: {2 * evaluated['mean']:.1f}" in out.stdout
+    report([str(mappo_run), str(iql_run), "--csv", str(tmp_path / "r.csv")])
+    assert "wrote" in capsys.readouterr().err
+    rows = {row["algo"]: row for row in csv.DictReader((tmp_path / "r.csv").open())}
+    assert rows["dqn"]["final_per_agent"] == "agent_0=10 agent_1=10" and rows["dqn"]["final_team_mean"] == ""
+    group = float(rows["mappo"]["final_mean"])
+    assert float(rows["mappo"]["final_team_mean"]) == 2 * group
+    assert rows["mappo"]["final_per_agent"] == f"agent_1={group:g}"

@@ -24,6 +24,7 @@ class TestStats:
     returns: np.ndarray
     lengths: np.ndarray
     agent_returns: dict[str, np.ndarray] | None = None  # env=pz: each agent's return per episode (returns: the sums)
+    team_returns: np.ndarray | None = None  # env=pz: the sum over every agent of the env, those outside the group too
 
     @property
     def mean_return(self) -> float:
@@ -46,6 +47,7 @@ class TestEpisodes:
         self.agent_names: list[str] = find_attr(envs, "agent_names") if rows is not None else []
         n = len(self.rows)
         self.agent_returns = np.zeros((n, len(self.agent_names)))
+        self.team_returns = np.zeros(n)
         self.returns, self.lengths = np.zeros(n), np.zeros(n, dtype=np.int64)
         self.finished = np.zeros(n, dtype=bool)
         self.obs, self.infos = envs.reset(seed=seed)
@@ -70,11 +72,12 @@ class TestEpisodes:
             if self.agent_names:
                 per_agent = self.infos["agent_episode"]["r"].reshape(len(self.rows), len(self.agent_names))
                 self.agent_returns[first] = per_agent[first]
+                self.team_returns[first] = self.infos["team_episode"]["r"][self.rows][first]
             self.finished |= first
 
     def stats(self) -> TestStats:
         agents = {name: self.agent_returns[:, i] for i, name in enumerate(self.agent_names)} or None
-        return TestStats(self.returns, self.lengths, agents)
+        return TestStats(self.returns, self.lengths, agents, self.team_returns if self.agent_names else None)
 
 
 def evaluate(envs: VectorEnv, algo: Algorithm, normalizer: RunningNorm, device: torch.device, seed: int,

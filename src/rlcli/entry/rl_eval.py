@@ -66,6 +66,7 @@ class Result:
     seconds: float
     # env=pz: each agent's return per episode; `returns` are their sums over the group (never divided)
     agent_returns: dict[str, list[float]] | None = None
+    team_returns: list[float] | None = None  # env=pz: over every agent of the env, those outside env.agents too
 
     def record(self, options: dict[str, Any]) -> dict[str, Any]:
         import numpy as np
@@ -73,7 +74,8 @@ class Result:
         r = np.asarray(self.returns)
         agents = {} if self.agent_returns is None else {
             "agent_returns": self.agent_returns,
-            "agent_means": {name: float(np.mean(a)) for name, a in self.agent_returns.items()}}
+            "agent_means": {name: float(np.mean(a)) for name, a in self.agent_returns.items()},
+            "team_returns": self.team_returns, "team_mean": float(np.mean(self.team_returns or [np.nan]))}
         return {"checkpoint": str(self.checkpoint), "env": self.env_id, **options, "episodes": len(r),
                 "mean": float(r.mean()), "std": float(r.std()), "min": float(r.min()), "max": float(r.max()),
                 "mean_length": float(np.mean(self.lengths)), "wall_s": round(self.seconds, 3),
@@ -168,6 +170,7 @@ def evaluate_checkpoint(loaded: Loaded, options: dict[str, Any], name: str) -> t
         returns: list[float] = []
         lengths: list[int] = []
         agents: dict[str, list[float]] = {}
+        team: list[float] = []
         start, round_ = time.perf_counter(), 0
         while len(returns) < episodes:
             envs.first_episode = round_ * num_envs  # what its one-line failure names
@@ -181,6 +184,7 @@ def evaluate_checkpoint(loaded: Loaded, options: dict[str, Any], name: str) -> t
             lengths += stats.lengths.tolist()
             for agent_name, agent_returns in (stats.agent_returns or {}).items():
                 agents.setdefault(agent_name, []).extend(agent_returns.tolist())
+            team += [] if stats.team_returns is None else stats.team_returns.tolist()
             round_ += 1
     finally:
         if sink is not None:
@@ -188,7 +192,7 @@ def evaluate_checkpoint(loaded: Loaded, options: dict[str, Any], name: str) -> t
         envs.close()
     result = Result(loaded.path.parent.parent, loaded.path, loaded.env_factory.spec.id, returns[:episodes],
                     lengths[:episodes], time.perf_counter() - start,
-                    {name: a[:episodes] for name, a in agents.items()} or None)
+                    {name: a[:episodes] for name, a in agents.items()} or None, team[:episodes] or None)
     return result, recordings
 
 
@@ -214,8 +218,11 @@ def print_table(results: list[Result], title: str) -> None:
     for r in results:  # env=pz: the return above is the team sum over the group's agents; each agent's mean
         if r.agent_returns:
             means = ", ".join(f"{name} {fmt_return(float(np.mean(a)))}" for name, a in r.agent_returns.items())
-            console.print(f"{r.run_dir}: per agent (mean return; the team return is their sum): {means}",
+            console.print(f"{r.run_dir}: per agent (mean return; the table's return is their sum): {means}",
                           highlight=False, soft_wrap=True)
+        if r.team_returns and r.team_returns != r.returns:
+            console.print(f"{r.run_dir}: team return over every agent of the env, those outside env.agents too: "
+                          f"{fmt_return(float(np.mean(r.team_returns)))}", highlight=False, soft_wrap=True)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -41,6 +41,10 @@ class Run:
     env_steps: int | None = None
     wall_s: float | None = None
     status: str = "unknown"
+    # multi-agent runs (env=pz): the last test phase's mean return of each agent, and of the whole team (with the
+    # agents outside env.agents); `returns` are the sums over the group's agents, never divided
+    agent_finals: dict[str, float] = field(default_factory=dict)
+    team_final: float | None = None
 
     @property
     def final(self) -> float | None:
@@ -78,6 +82,11 @@ def _number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
+def _returns(value: Any) -> bool:
+    """A non-empty list of numbers (a record's per-agent or team returns)."""
+    return isinstance(value, list) and bool(value) and all(_number(v) for v in value)
+
+
 def load_run(path: Path) -> Run:
     overrides = _yaml(path / ".hydra" / "overrides.yaml")
     overrides = overrides if isinstance(overrides, list) else []
@@ -100,6 +109,10 @@ def load_run(path: Path) -> Run:
             continue  # a record that is whole but not a test phase's
         run.steps.append(steps)
         run.returns.append(mean)
+        agents, team = record.get("agent_returns"), record.get("team_returns")
+        run.agent_finals = ({str(name): float(np.mean(r)) for name, r in agents.items() if _returns(r)}
+                            if isinstance(agents, dict) else {})
+        run.team_final = float(np.mean(team)) if _returns(team) else None
         score = record.get("normalized_score")
         if _number(score):
             run.scores.append(float(score))
@@ -191,6 +204,8 @@ def summarize(group: Group) -> dict[str, Any]:
     finals, bests = group.values("final"), group.values("best")
     scores = {"final_score": _mean_ci(group.values("final_score")), "best_score": _mean_ci(group.values("best_score"))}
     steps, wall = group.values("env_steps"), group.values("wall_s")
+    names = list(dict.fromkeys(name for r in group.runs for name in r.agent_finals))
+    teams = [r for r in group.runs if r.team_final is not None and r.final is not None]
     return {
         "seeds": sorted((r.seed for r in group.runs), key=str),
         "final": _mean_std(finals), "final_iqm": iqm(finals) if finals else None,
@@ -199,6 +214,12 @@ def summarize(group: Group) -> dict[str, Any]:
         "wall_s": float(np.mean(wall)) if wall else None,
         "incomplete": sum(r.status not in ("completed", "has tests") for r in group.runs),
         **scores,
+        # env=pz: each agent's final return (mean over seeds); the team's over every agent of the env, where agents
+        # outside env.agents make it differ from `final` (the group's sum)
+        "agents": {name: float(np.mean([r.agent_finals[name] for r in group.runs if name in r.agent_finals]))
+                   for name in names},
+        "team": _mean_std([r.team_final for r in teams if r.team_final is not None])
+        if any(r.team_final != r.final for r in teams) else None,
     }
 
 
@@ -207,6 +228,13 @@ def _pm(pair: tuple[float, float] | None, n: int) -> str:
     if pair is None:
         return "-"
     return f"{pair[0]:.1f} ± {pair[1]:.1f}" if n > 1 else f"{pair[0]:.1f} ± -"
+
+
+def _agents(finals: dict[str, float], sep: str = " ") -> str:
+    """Each agent's final return: `agent_0 10.0, agent_1 9.5` (the CSV's: `agent_0=10.0 agent_1=9.5`)."""
+    if sep == "=":
+        return " ".join(f"{name}={value:g}" for name, value in finals.items())
+    return ", ".join(f"{name} {value:.1f}" for name, value in finals.items())
 
 
 def _ci(pair: tuple[float, float] | None, n: int) -> str:
@@ -224,12 +252,14 @@ def print_table(groups: list[Group], keys: list[str]) -> None:
     for key in keys:
         table.add_column(key, overflow="fold")
     scored = any(r.scores for g in groups for r in g.runs)
+    rows = [summarize(group) for group in groups]
+    agents, team = any(row["agents"] for row in rows), any(row["team"] for row in rows)
     columns = ("seeds", "final return", "final IQM", "best return", *(("final score", "best score") if scored else ()),
+               *(("final per agent",) if agents else ()), *(("final team (all agents)",) if team else ()),
                "gradient steps" if all("dataset" in g.config for g in groups) else "env steps", "wall s")
     for column in columns:
         table.add_column(column, justify="right")
-    for group in groups:
-        row = summarize(group)
+    for group, row in zip(groups, rows, strict=True):
         seeds = f"{len(row['seeds'])}: {','.join(map(str, row['seeds']))}"  # how many, and which
         if row["incomplete"]:
             seeds += f" [{row['incomplete']} unfinished]"
@@ -237,6 +267,7 @@ def print_table(groups: list[Group], keys: list[str]) -> None:
         table.add_row(*(group.config.get(k, "-") for k in keys), seeds, _pm(row["final"], n),
                       "-" if row["final_iqm"] is None else f"{row['final_iqm']:.1f}", _pm(row["best"], n),
                       *((_ci(row["final_score"], n), _ci(row["best_score"], n)) if scored else ()),
+                      *((_agents(row["agents"]) or "-",) if agents else ()), *((_pm(row["team"], n),) if team else ()),
                       "-" if row["env_steps"] is None else f"{row['env_steps']:,.0f}",
                       "-" if row["wall_s"] is None else f"{row['wall_s']:.1f}")
     console = Console()
@@ -248,7 +279,7 @@ def print_table(groups: list[Group], keys: list[str]) -> None:
 def write_csv(groups: list[Group], keys: list[str], path: Path) -> None:
     columns = [*keys, "n_seeds", "seeds", "final_mean", "final_std", "final_iqm", "best_mean", "best_std",
                "env_steps_mean", "wall_s_mean", "final_score_mean", "final_score_ci95", "best_score_mean",
-               "best_score_ci95"]
+               "best_score_ci95", "final_per_agent", "final_team_mean", "final_team_std"]
     with open(path, "w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(columns)
@@ -258,7 +289,8 @@ def write_csv(groups: list[Group], keys: list[str], path: Path) -> None:
             writer.writerow([*(group.config.get(k, "") for k in keys), len(row["seeds"]),
                              " ".join(map(str, row["seeds"])), *final, row["final_iqm"], *best,
                              row["env_steps"], row["wall_s"], *(row["final_score"] or (None, None)),
-                             *(row["best_score"] or (None, None))])
+                             *(row["best_score"] or (None, None)), _agents(row["agents"], "="),
+                             *(row["team"] or (None, None))])
 
 
 def mean_curve(runs: list[Run]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

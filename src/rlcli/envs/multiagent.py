@@ -9,7 +9,8 @@ Episodes follow gymnasium's NEXT_STEP autoreset, per copy: an agent that Petting
 reports that flag on its row at that step and on every later step of the copy, so the collector treats those steps
 as reset steps and stores nothing from them; once every agent of the group is done, the copy's next step is its
 reset step. A copy's episode is one episode: its return is the team sum over the group's agents (never divided),
-reported on the copy's first row (`episode_rows`), with each agent's own return under `agent_episode`.
+reported on the copy's first row (`episode_rows`), with each agent's own return under `agent_episode` and the sum
+over every agent of the env, those outside the group (`env.agents`) too, under `team_episode`.
 """
 
 from __future__ import annotations
@@ -152,6 +153,7 @@ class ParallelVectorEnv(VectorEnv):
         self._ended_by_termination = np.zeros((m, n), bool)
         self._needs_reset = np.zeros(m, bool)
         self._returns = np.zeros((m, n))
+        self._other_returns = np.zeros(m)  # the agents outside the group: their rewards' sum, for the team sum
         self._lengths = np.zeros(m, np.int64)
 
     @staticmethod
@@ -186,6 +188,7 @@ class ParallelVectorEnv(VectorEnv):
         self._ended_by_termination[c] = False
         self._needs_reset[c] = False
         self._returns[c] = 0.0
+        self._other_returns[c] = 0.0
         self._lengths[c] = 0
         self._write(c, obs)
 
@@ -237,6 +240,7 @@ class ParallelVectorEnv(VectorEnv):
                     self._ended_by_termination[c, i] = t
                 terminated[c, i], truncated[c, i] = t, u and not t
             self._returns[c] += rewards[c]
+            self._other_returns[c] += sum(float(rew.get(name, 0.0)) for name in self.others)
             self._lengths[c] += 1
             if not self._alive[c].any() or not env.agents:
                 self._alive[c] = False
@@ -246,14 +250,16 @@ class ParallelVectorEnv(VectorEnv):
                 truncated[c] |= gone
         infos: dict[str, Any] = {}
         if ended.any():
-            team = np.zeros((m, n))
+            team, everyone = np.zeros((m, n)), np.zeros((m, n))
             team[:, 0] = self._returns.sum(axis=1)  # the team sum, never divided
+            everyone[:, 0] = team[:, 0] + self._other_returns  # with the agents outside the group (env.agents)
             rows_ended = np.zeros((m, n), bool)
             rows_ended[:, 0] = ended
             lengths = np.zeros((m, n), np.int64)
             lengths[:, 0] = self._lengths
             infos = {"episode": {"r": team.reshape(-1), "l": lengths.reshape(-1)}, "_episode": rows_ended.reshape(-1),
                      "agent_episode": {"r": self._returns.reshape(-1).copy()},
+                     "team_episode": {"r": everyone.reshape(-1)},
                      "_agent_episode": np.repeat(ended, n)}
         return (self._obs.reshape(self.num_envs, -1).copy(), rewards.reshape(-1), terminated.reshape(-1),
                 truncated.reshape(-1), infos)

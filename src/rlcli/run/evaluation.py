@@ -42,6 +42,10 @@ def test_phase(c: Components, state: TrainState, run_dir: Path, log: RunLogger,
     if result.agent_returns:  # env=pz: returns are team sums; each agent's own return beside them
         scalars.update({f"eval/return_{name}": float(r.mean()) for name, r in result.agent_returns.items()})
         extra["agent_returns"] = {name: r.tolist() for name, r in result.agent_returns.items()}
+        if result.team_returns is not None:  # over every agent of the env: the group's sum plus those outside it
+            extra["team_returns"] = result.team_returns.tolist()
+            if not (result.team_returns == result.returns).all():
+                scalars["eval/team_return_mean"] = float(result.team_returns.mean())
     log.scalars(scalars, state.env_steps)
     log.test_result(state.env_steps, result.returns.tolist(), result.lengths.tolist(), extra)
     return result
