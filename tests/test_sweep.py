@@ -100,7 +100,9 @@ def test_killed_sweep_is_finished_with_resume_auto(tmp_path):
     args = [str(RL_TRAIN), "-m", "seed=0,1,2", "algo.n_steps=16", "algo.batch_size=32", "algo.n_epochs=2",
             "train.num_envs=2", "train.total_steps=6000", "train.checkpoint_every=300", "train.test_every=3000",
             "train.test_episodes=2", "train.stop_reward=null", "log.tensorboard=false", "hydra.sweep.dir=sw"]
-    proc = subprocess.Popen(args, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    # the basic launcher's sweeps are forked (tests/forked_cli.py) also where signalled or killed; the joblib
+    # launchers below stay fresh processes (forked, a killed one's loky resource tracker warned after its last line)
+    proc = forked_cli.start(args[1:], tmp_path)
     deadline = time.time() + 120
     while not (tmp_path / "sw" / "1" / "checkpoints" / "latest").is_file():
         assert time.time() < deadline and proc.poll() is None
@@ -130,7 +132,7 @@ def test_sigterm_to_a_basic_sweep_names_resume_auto_which_finishes_every_job(tmp
             "train.test_episodes=2", "train.stop_reward=null", "log.tensorboard=false", "hydra.sweep.dir=sw",
             "hydra.sweep.subdir=jobs/${hydra.job.num}"]
     jobs_dir = tmp_path / "sw" / "jobs"
-    proc = subprocess.Popen(args, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = forked_cli.start(args[1:], tmp_path)
     _wait_until_saved(proc, jobs_dir, "0")
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=120)
