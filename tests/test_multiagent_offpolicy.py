@@ -135,6 +135,11 @@ def test_iql_learns_the_cooperative_toy(tmp_path):
     assert np.mean(records[-1]["returns"]) >= 18, records
     agents = records[-1]["agent_returns"]
     assert records[-1]["returns"] == [a + b for a, b in zip(agents["agent_0"], agents["agent_1"], strict=True)]
+    # the training returns too: each agent's mean over the same last 100 episodes as the team's, so they add up
+    tags = scalars(run_dir)
+    team, first, second = (dict(tags[f"rollout/return_{key}"]) for key in ("mean", "agent_0", "agent_1"))
+    common = sorted(team.keys() & first.keys() & second.keys())
+    assert len(common) >= 10 and all(team[s] == pytest.approx(first[s] + second[s], abs=1e-4) for s in common)
 
 
 @pytest.mark.slow

@@ -8,6 +8,7 @@ buffer; a *test phase* runs the deterministic policy on separate envs for a numb
 
 from __future__ import annotations
 
+import collections
 import itertools
 import time
 from dataclasses import dataclass, field
@@ -98,6 +99,9 @@ class Collector:
         self.obs_dtype = obs_dtype  # uint8 for pixels: they stay uint8 until the network scales them
         self.clock = clock or PhaseClock()
         self.agent_names: list[str] = find_attr(envs, "agent_names") or []  # env=pz: the group's agents, by row
+        # env=pz: each agent's returns over the last 100 episodes, the window of rollout/return_mean (run/build.py's
+        # recent_returns), so the agents' means add up to the team's
+        self.recent_agent_returns = {name: collections.deque[float](maxlen=100) for name in self.agent_names}
         self.act_s = self.env_s = self.buffer_s = 0.0  # this collect phase's seconds so far
         self.reset(seed)
 
@@ -121,7 +125,9 @@ class Collector:
     def state_dict(self) -> dict[str, object]:
         return {"obs": self.obs.cpu(), "prev_done": self.prev_done.copy(), "episode_start": self.episode_start.copy(),
                 "carry": None if self.carry is None else self.carry.clone().cpu(),
-                "action_mask": None if self.action_mask is None else self.action_mask.cpu()}
+                "action_mask": None if self.action_mask is None else self.action_mask.cpu(),
+                **({"recent_agent_returns": {k: list(v) for k, v in self.recent_agent_returns.items()}}
+                   if self.agent_names else {})}
 
     def load_state_dict(self, state: dict[str, object]) -> None:
         self.obs = torch.as_tensor(state["obs"], device=self.device)
@@ -131,6 +137,11 @@ class Collector:
         self.carry = None if carry is None else torch.as_tensor(carry, device=self.device).clone()
         mask = state.get("action_mask")
         self.action_mask = None if mask is None else torch.as_tensor(mask, device=self.device).clone()
+        recent = state.get("recent_agent_returns")
+        for name, window in self.recent_agent_returns.items():
+            window.clear()
+            if isinstance(recent, dict):
+                window.extend(float(r) for r in recent.get(name, []))
 
     def env_state(self) -> Any:
         return get_env_state(self.envs) if capturable(self.envs) else None
@@ -260,12 +271,14 @@ class Collector:
         self.buffer_s += t3 - t2
 
     def _agent_returns(self, stats: CollectStats, infos: dict[str, Any]) -> None:
-        """rollout/return_<agent>: the mean return of each agent over this phase's finished episodes."""
+        """rollout/return_<agent>: the mean return of each agent over the last 100 episodes (as rollout/return_mean's
+        team sums); `stats.agent_episodes`: each agent's returns of this phase."""
         for name, returns in agent_returns(infos, self.agent_names).items():
             if returns:
-                seen = stats.agent_episodes.setdefault(name, [])
-                seen.extend(returns)
-                stats.scalars[f"rollout/return_{name}"] = float(np.mean(seen))
+                stats.agent_episodes.setdefault(name, []).extend(returns)
+                recent = self.recent_agent_returns[name]
+                recent.extend(returns)
+                stats.scalars[f"rollout/return_{name}"] = float(np.mean(recent))
 
     def actions_to_take(self, learner: Learner, out: ActOutput | None, random_actions: bool) -> torch.Tensor:
         """The acting's actions, or (an off-policy warm-up) uniformly random ones, drawn from torch's generator so
