@@ -229,8 +229,12 @@ def test_crossq_with_gsde_explores_from_its_renormalized_features(tmp_path, monk
         stats = c.collector.collect(c.learner)
         drawn = policy.noise.eps.clone()
         log_std = policy.noise.log_std.detach().clone()
+        training = []  # each gradient step's matrix: drawn fresh, an argument of its losses
+        draw = policy.noise.draw_matrices
+        monkeypatch.setattr(policy.noise, "draw_matrices", lambda n=1: training.append(draw(n)) or training[-1])
         c.algo.update(c.buffer, RunClock(stats.steps, 1000, stats.transitions))
-        assert not torch.equal(policy.noise.eps, drawn)  # fresh matrices for the gradient steps
+        assert [m.shape for m in training] == [(1, 8, 1)] * 2 and not torch.equal(training[0], training[1])
+        assert torch.equal(policy.noise.eps, drawn)  # acting's matrices stay acting's until its next phase
         assert not torch.equal(policy.noise.log_std, log_std)  # the policy step moved the log std
     finally:
         c.close()

@@ -62,7 +62,10 @@ def test_what_an_offline_population_cannot_batch_is_one_line():
         return str(error.value)
 
     assert "differ in alpha" in refusal("td3_bc", ["seed=0"], ["seed=1", "algo.alpha=3.0"])
-    assert "differ in temperature.target_entropy" in refusal("cql", ["seed=0"], ["seed=1", "algo.target_entropy=-2"])
+    assert "differ in cql_alpha" in refusal("cql", ["seed=0"], ["seed=1", "algo.cql_alpha=3.0"])
+    # (SAC's temperature settings are each member's own: cql members that differ in target_entropy batch)
+    built = [member("cql", "seed=0")[0], member("cql", "seed=1", "algo.target_entropy=-2")[0]]
+    assert isinstance(population_update([c.algo for c in built], [c.buffer for c in built]), LockstepPopulation)
 
 
 @pytest.mark.slow

@@ -688,15 +688,11 @@ def test_the_declared_population_kinds_are_what_batches_and_everything_else_is_r
     the declared ones."""
     from rlcli.registry import ALGOS
     from rlcli.sweeps.population.catalog import can_batch
-    from rlcli.sweeps.population.cross_q import BatchableCrossQ
     from rlcli.sweeps.population.lockstep import WrittenForARunner
     from rlcli.sweeps.population.offpolicy import BatchableGradientSteps
     from rlcli.sweeps.population.onpolicy import BatchableUpdate
-    from rlcli.sweeps.population.soft_actor_critic import BatchableSoftActorCritic
 
-    shapes = {"on_policy": BatchableUpdate, "value_based": BatchableGradientSteps,
-              "soft_actor_critic": BatchableSoftActorCritic, "cross_q": BatchableCrossQ,
-              "lockstep": WrittenForARunner}
+    shapes = {"on_policy": BatchableUpdate, "value_based": BatchableGradientSteps, "lockstep": WrittenForARunner}
     built_in = [n for n in ALGOS.names() if ALGOS.get(n).__module__.startswith("rlcli.")]
     declared = [n for n in built_in if ALGOS.spec(n).population is not None]
     assert can_batch() == f"{', '.join(declared[:-1])} and {declared[-1]}"
@@ -863,7 +859,7 @@ def test_due_members_test_together_as_each_would_alone(algo, tmp_path):
     """The members due a test phase run their test episodes in step (one forward for all members per step): each
     gets the episodes its own test phase would give; a member not due runs none."""
     check_testing_together(TESTED[algo], discrete=algo in ("ppo", "pqn", "dqn"), tmp_path=tmp_path,
-                           one_call=algo in ("ppo", "td3"))
+                           one_call=algo in ("ppo", "td3", "sac"))
 
 
 def check_testing_together(overrides: list[str], discrete: bool, tmp_path, rtol: float = 1e-4,
@@ -884,8 +880,8 @@ def check_testing_together(overrides: list[str], discrete: bool, tmp_path, rtol:
     if together is not None:  # which kinds act in one call: counted
         population.act_deterministically = lambda *args: calls.append(out := together(*args)) or out
     tested = test_together(members, [True, False, True], population)
-    # categorical members (PPO's) take their deterministic actions in one call, lockstep members (TD3's) each its own
-    # act through the population's act_deterministically; the others member by member
+    # categorical members (PPO's) take their deterministic actions in one call, lockstep members (TD3's, SAC's) each its
+    # own act through the population's act_deterministically; the others member by member
     assert any(out is not None for out in calls) is one_call
     assert sorted(tested) == [0, 2]
     for index in (0, 2):

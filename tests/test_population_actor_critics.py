@@ -1,5 +1,5 @@
-"""hydra/launcher=population for the actor-critics: SAC and TQC members
-(rlcli/sweeps/population/soft_actor_critic.py), TD3 and DDPG members (rlcli/sweeps/population/lockstep.py)."""
+"""hydra/launcher=population for the actor-critics: SAC, TQC, CrossQ, TD3 and DDPG members, each written for a runner
+(rlcli/sweeps/population/lockstep.py)."""
 
 import copy
 
@@ -16,11 +16,9 @@ from rlcli.run.compose import compose_config
 from rlcli.run.state import prepare
 from rlcli.run.trainer import Trainer
 from rlcli.sweeps.population.collect import collect_together
-from rlcli.sweeps.population.cross_q import CrossQPopulationUpdate
 from rlcli.sweeps.population.kinds import population_update
 from rlcli.sweeps.population.lockstep import LockstepPopulation
 from rlcli.sweeps.population.members import Member
-from rlcli.sweeps.population.soft_actor_critic import SoftActorCriticPopulationUpdate
 
 TINY = ["env=Pendulum-v1", "train.num_envs=2", "train.test_every=256", "train.test_episodes=1",
         "train.stop_reward=null", "log.tensorboard=false", "log.console=false", "algo.learning_starts=64",
@@ -43,7 +41,9 @@ ALGOS = {"sac": ["algo=sac"],
          "td3-compiled": ["algo=td3", "algo.noise=ornstein_uhlenbeck", "compile=true"],
          # CrossQ: each member's own batch-renorm statistics (renormalizing from its second step on), policy delay
          "crossq": ["algo=crossq", "algo.critic_hidden_sizes=[32,32]", "algo.policy_delay=2",
-                    "algo.renorm_warmup_steps=0"]}
+                    "algo.renorm_warmup_steps=0"],
+         "crossq-sde": ["algo=crossq", "algo.critic_hidden_sizes=[32,32]", "algo.policy_delay=2",
+                        "algo.renorm_warmup_steps=0", "algo.use_sde=true"]}
 
 
 def filled(algo: str, *more: str):
@@ -63,9 +63,10 @@ def test_a_members_first_update_is_its_single_runs_within_float_tolerance(algo):
                filled(algo, "seed=4")]  # the last is still warming up: carried, not stepped
     clock = RunClock(96, 1024, 48)
     population, singles = assert_first_update_is_each_single_runs(members, [clock, clock, clock, clock, None])
-    assert isinstance(population, SoftActorCriticPopulationUpdate)
-    if "compile=true" in ALGOS[algo]:  # both steps ran as the population's compiled graphs
-        assert population._compiled is not None and all(s.compile_seconds is not None for s in population._compiled)
+    assert isinstance(population, LockstepPopulation)
+    if "compile=true" in ALGOS[algo]:  # the critics', the policy's and the temperature's steps: compiled graphs
+        assert population.compiled is not None and len(population.compiled) == 3
+        assert all(s.compile_seconds is not None for s in population.compiled.values())
     for (components, _), (alone, _) in zip(members[:4], singles, strict=False):
         assert components.algo.gradient_updates == 2
         for name in ("policy_optimizer", "critic_optimizer"):  # each optimizer stepped as often as its single run's
@@ -107,34 +108,11 @@ def test_a_members_rollouts_are_its_single_runs_in_warm_up_and_within_rounding_a
             assert torch.allclose(ours[4:], theirs[4:], atol=1e-5, rtol=0), field
 
 
-@pytest.mark.parametrize("algo", ["sac", "tqc"])
-def test_members_acting_in_one_call_is_each_members_act_on_bit_for_bit(algo):
-    """The squashed Gaussian of every member in one call (collect.py's ActsInOneCall), each member's draw taken
-    first: the actions its own act_on gives on the same outputs and stream, and the draw is exactly that stream's."""
-    built = [prepare(compose_config([*TINY, *ALGOS[algo], f"seed={seed}"]))[0] for seed in (0, 1, 2)]
-    algos = [c.algo for c in built]
-    population = population_update(algos, [c.buffer for c in built])
-    outputs = torch.randn(3, 2, 2 * algos[0].action_dim)
-    expected, noise = {}, {}
-    for m in (0, 2):  # member 1 is left out (a warming-up member acts at random)
-        torch.manual_seed(10 + m)
-        expected[m] = algos[m].act_on(outputs[m])
-        torch.manual_seed(10 + m)
-        noise[m] = population.acting_noise(m, outputs[m])
-    got = population.act_members(outputs, noise)
-    assert sorted(got) == [0, 2]
-    for m in (0, 2):
-        assert torch.equal(got[m].actions, expected[m].actions)
-        assert torch.allclose(got[m].log_probs, expected[m].log_probs, atol=1e-6, rtol=0)
-    sde_member, _ = prepare(compose_config([*TINY, *ALGOS["sac-sde"]]))
-    sde = population_update([sde_member.algo], [sde_member.buffer])
-    assert sde.acting_noise(0, outputs[0]) is None  # gSDE members act one by one, on their own matrices
-
-
-@pytest.mark.parametrize("algo", ["td3", "ddpg"])
-def test_td3_members_acting_through_the_population_is_each_members_act_bit_for_bit(algo):
-    """TD3 / DDPG members (a lockstep population) act with their own `act` on their rows, each under its stream:
-    its exploration noise (Ornstein-Uhlenbeck's state stepped once) and actions are its single run's."""
+@pytest.mark.parametrize("algo", ["td3", "ddpg", "sac", "tqc", "sac-sde"])
+def test_members_acting_through_the_population_is_each_members_act_bit_for_bit(algo):
+    """TD3, DDPG, SAC and TQC members (a lockstep population) act with their own `act` on their rows, each under its
+    stream: its exploration noise (Ornstein-Uhlenbeck's state stepped once; gSDE's matrices drawn at the phase's
+    start) and actions are its single run's."""
     built = [prepare(compose_config([*TINY, *ALGOS[algo], f"seed={seed}"]))[0] for seed in (0, 1)]
     twins = [copy.deepcopy(c.algo) for c in built]  # the same noise state, for act
     population = population_update([c.algo for c in built], [c.buffer for c in built])
@@ -150,7 +128,10 @@ def test_td3_members_acting_through_the_population_is_each_members_act_bit_for_b
     for m in (0, 1):
         assert torch.equal(got[m].actions, expected[m].actions)
         assert not torch.equal(got[m].actions, twins[m].act(obs[m], deterministic=True).actions)  # noise was added
-        assert torch.equal(built[m].algo.noise.state, twins[m].noise.state)  # an OU state stepped alike
+        if algo in ("td3", "ddpg"):
+            assert torch.equal(built[m].algo.noise.state, twins[m].noise.state)  # an OU state stepped alike
+        if algo == "sac-sde":  # the member's own exploration matrices, drawn from its stream
+            assert torch.equal(built[m].algo.networks.policy.noise.eps, twins[m].networks.policy.noise.eps)
 
 
 @pytest.mark.parametrize("algo", ["td3", "ddpg", "td3-compiled", "td3-her"])
@@ -170,7 +151,8 @@ def test_a_td3_members_first_update_is_its_single_runs_within_float_tolerance(al
         assert len(components.algo.policy_optimizer.state) > 0
 
 
-def test_a_crossq_members_first_update_is_its_single_runs_within_float_tolerance():
+@pytest.mark.parametrize("algo", ["crossq", "crossq-sde"])
+def test_a_crossq_members_first_update_is_its_single_runs_within_float_tolerance(algo):
     """CrossQ members: the critics' joint pass in training mode updates each member's own batch-renorm statistics
     (the warming-up member's stay as they were), the policy steps on every second step. Each member draws its single
     run's batches and noise; its statistics, step counters and metrics are its single run's within float rounding,
@@ -178,10 +160,10 @@ def test_a_crossq_members_first_update_is_its_single_runs_within_float_tolerance
     layer), where Adam makes a 1e-8 gradient of either sign a full step of lr (tests/test_compile.py measures the
     same between compiled and eager single runs): those may differ by such steps (2 lr when one step's sign flips;
     the critics take two), and must be few."""
-    members = [filled("crossq", "seed=0"), filled("crossq", "seed=1", "algo.lr=1e-3", "algo.max_grad_norm=0.5"),
-               filled("crossq", "seed=2", "algo.ent_coef=0.1", "algo.gamma=0.9"),
-               filled("crossq", "seed=3", "algo.target_entropy=-0.5", "algo.ent_coef_init=0.5"),
-               filled("crossq", "seed=4")]  # still warming up: carried, not stepped
+    members = [filled(algo, "seed=0"), filled(algo, "seed=1", "algo.lr=1e-3", "algo.max_grad_norm=0.5"),
+               filled(algo, "seed=2", "algo.ent_coef=0.1", "algo.gamma=0.9"),
+               filled(algo, "seed=3", "algo.target_entropy=-0.5", "algo.ent_coef_init=0.5"),
+               filled(algo, "seed=4")]  # still warming up: carried, not stepped
     clock = RunClock(96, 1024, 48)
     clocks = [clock, clock, clock, clock, None]
     singles = []
@@ -191,7 +173,7 @@ def test_a_crossq_members_first_update_is_its_single_runs_within_float_tolerance
         metrics = alone.update(its_buffer, its_clock) if its_clock is not None else None
         singles.append((alone, metrics, torch.get_rng_state()))
     population = population_update([c.algo for c, _ in members], [c.buffer for c, _ in members])
-    assert isinstance(population, CrossQPopulationUpdate)
+    assert isinstance(population, LockstepPopulation)
     rngs = [rng for _, rng in members]
     results = population.update([c is not None for c in clocks], [c.buffer for c, _ in members], rngs, clocks)
     off_by_a_step = 0
@@ -227,10 +209,18 @@ def test_what_a_soft_actor_critic_population_cannot_batch_is_one_line():
     c = prepare(compose_config(["env=Pendulum-v1", "algo=sac", "actor=gru", "buffer=sequence"]))[0]
     with pytest.raises(ConfigError, match=r"a recurrent actor \(actor=gru/lstm\) cannot train"):
         population_update([c.algo, c.algo], [c.buffer, c.buffer])
-    crossq = prepare(compose_config(["env=Pendulum-v1", "algo=crossq", "algo.use_sde=true"]))[0]
-    with pytest.raises(ConfigError, match=r"CrossQ with gSDE \(algo.use_sde=true\) cannot train in a population yet; "
-                                          r"crossq \(MLP networks"):
+    crossq = prepare(compose_config(["env=Pendulum-v1", "algo=crossq", "compile=true"]))[0]
+    with pytest.raises(ConfigError, match=r"CrossQ with compile=true cannot train in a population yet; "
+                                          r"awac, bc, .*crossq.* \(MLP or CNN networks"):
         population_update([crossq.algo, crossq.algo], [crossq.buffer, crossq.buffer])
+    differ = [prepare(compose_config(["env=Pendulum-v1", "algo=sac", f"algo.reward_scale={n}"]))[0] for n in (1, 2)]
+    with pytest.raises(ConfigError, match=r"^the members differ in reward_scale: SAC members batch when they differ "
+                                          r"only in seed, lr, ent_coef, gamma, max_grad_norm, noise_std, target_"):
+        population_update([c.algo for c in differ], [c.buffer for c in differ])
+    critics = [prepare(compose_config(["env=Pendulum-v1", "algo=sac", f"algo.num_critics={n}"]))[0] for n in (2, 3)]
+    with pytest.raises(ConfigError, match=r"^the members' networks differ in which weights they have "
+                                          r"\(critics.nets.2.*\): they cannot train as one population$"):
+        population_update([c.algo for c in critics], [c.buffer for c in critics])
 
 
 @pytest.mark.slow

@@ -139,10 +139,16 @@ class SquashedGaussianPolicy(nn.Module):
     def __init__(self, torso: NetworkRecipe, action_dim: int):
         super().__init__()
         self.net = torso.make(2 * action_dim, out_gain=0.01)
+        self.action_dim = action_dim
 
     def forward(self, obs: torch.Tensor, deterministic: bool = False,
                 noise: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         return squashed_gaussian(self.net(obs), deterministic, noise)
+
+    def gradient_step_draws(self, rows: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        """A gradient step's standard-normal draws for the next actions, then for the policy's actions."""
+        shape = (rows, self.action_dim)
+        return torch.randn(shape, device=device), torch.randn(shape, device=device)
 
 
 def sde_squashed_policy(torso: NetworkRecipe, action_dim: int) -> StateDependentSquashedPolicy:

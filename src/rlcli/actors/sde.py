@@ -60,16 +60,21 @@ class StateDependentNoise(nn.Module):
             std = log_std.exp()
         return std.expand(self.latent_dim, self.action_dim)
 
-    def reset_noise(self, n: int = 1) -> None:
-        """Draw `n` new exploration matrices (one per env; training draws one). From torch's CPU generator,
+    def draw_matrices(self, n: int = 1) -> torch.Tensor:
+        """`n` exploration matrices' standard-normal draws, [n, latent_dim, action_dim]. From torch's CPU generator,
         which checkpoints save, then moved to the networks' device: CPU and GPU runs explore alike."""
-        with torch.inference_mode(False):  # also when called while acting under inference mode
-            self.eps = torch.randn(n, self.latent_dim, self.action_dim).to(self.eps.device, self.eps.dtype)
+        return torch.randn(n, self.latent_dim, self.action_dim).to(self.eps.device, self.eps.dtype)
 
-    def noise(self, latent: torch.Tensor) -> torch.Tensor:
+    def reset_noise(self, n: int = 1) -> None:
+        """New exploration matrices for acting, one per env."""
+        with torch.inference_mode(False):  # also when called while acting under inference mode
+            self.eps = self.draw_matrices(n)
+
+    def noise(self, latent: torch.Tensor, eps: torch.Tensor | None = None) -> torch.Tensor:
         """[B, action_dim]: each row's features times its env's matrix when there is one matrix per row, else
-        times the first matrix (a training batch, or acting in a different number of envs)."""
-        weights = self.eps * self.std()
+        times the first matrix (a training batch, or acting in a different number of envs). `eps`: the matrices'
+        draws when the caller drew them (a gradient step's), else acting's own."""
+        weights = (self.eps if eps is None else eps) * self.std()
         latent = latent if self.learn_features else latent.detach()
         if weights.shape[0] == latent.shape[0] and latent.shape[0] > 1:
             return torch.bmm(latent.unsqueeze(1), weights).squeeze(1)
@@ -150,8 +155,15 @@ class StateDependentSquashedPolicy(nn.Module):
         self.noise = StateDependentNoise(width, action_dim, log_std_init, full_std, use_expln, learn_features=True)
         self.clip_mean = clip_mean
 
-    def forward(self, obs: torch.Tensor, deterministic: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.sample(self.outputs(obs), deterministic)
+    def forward(self, obs: torch.Tensor, deterministic: bool = False,
+                noise: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.sample(self.outputs(obs), deterministic, noise)
+
+    def gradient_step_draws(self, rows: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        """A gradient step's noise for the next actions and for the policy's: one fresh exploration matrix, the
+        noise of both (SB3's reset_noise before each gradient step)."""
+        matrix = self.noise.draw_matrices(1)
+        return matrix, matrix
 
     def outputs(self, obs: torch.Tensor) -> torch.Tensor:
         """[..., action_dim + width]: the (clipped) means and the features side by side, what `sample` draws from
@@ -162,12 +174,14 @@ class StateDependentSquashedPolicy(nn.Module):
             mean = mean.clamp(-self.clip_mean, self.clip_mean)
         return torch.cat([mean, latent], -1)
 
-    def sample(self, params: torch.Tensor, deterministic: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
-        """Squashed actions and their log-probs from `outputs`, explored with the current exploration matrices."""
+    def sample(self, params: torch.Tensor, deterministic: bool = False,
+               noise: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Squashed actions and their log-probs from `outputs`, explored with the exploration matrices `noise` (a
+        gradient step's draws) or else acting's current ones."""
         mean, latent = params[..., :self.noise.action_dim], params[..., self.noise.action_dim:]
         if deterministic:
             return torch.tanh(mean), torch.zeros(mean.shape[:-1], device=mean.device)
-        u = mean + self.noise.noise(latent)
+        u = mean + self.noise.noise(latent, noise)
         log_prob = gaussian_log_prob(mean, self.noise.action_std(latent), u)
         # log|d tanh(u)/du| = 2 (log 2 - u - softplus(-2u)), numerically stable
         log_prob = log_prob - (2 * (math.log(2) - u - nn.functional.softplus(-2 * u))).sum(-1)

@@ -101,7 +101,6 @@ class CQL(SAC):
         self.networks.log_alpha_prime = nn.Parameter(torch.tensor(1.0))
         self.alpha_prime_optimizer = adam([self.networks.log_alpha_prime], lr=lr)
         self.alpha_prime_train_step = LossStep(self.networks, self.alpha_prime_optimizer, self.alpha_prime_loss, self)
-        self.temperature_train_step = LossStep(self.networks, self.temperature.optimizer, self.temperature_loss, self)
         self.schedulable += ("cql_alpha",)
 
     def penalty_weight(self) -> torch.Tensor:
@@ -122,8 +121,7 @@ class CQL(SAC):
     def _gradient_step(self, batch: Any, run: Any) -> StepOutput:
         """The critics' step (TD loss + penalty), the policy's, alpha' (Lagrange), then SAC's temperature step and
         target update; written for a runner (algos/runner.py)."""
-        net = self.networks
-        alpha, weight = run.read(self.current_alpha), run.read(self.penalty_weight)
+        alpha, weight = run.read(self.alpha), run.read(self.penalty_weight)
         shape, device = (batch_rows(batch), self.action_dim), batch.rewards.device
         # the policy's draws (next actions', then actions'), then the penalty's, from the run's stream
         next_noise, noise, *penalty_draws = run.draw(lambda: (torch.randn(shape, device=device),
@@ -134,24 +132,9 @@ class CQL(SAC):
         policy_loss, log_probs = run(self.policy_train_step, batch.obs, alpha, noise)
         if self.lagrange:  # alpha' grows while the penalty stays above the target gap
             run(self.alpha_prime_train_step, penalty)
-        if self.temperature.learned:
-            run(self.temperature_train_step, log_probs)
-        self.gradient_updates += 1
-        if self.gradient_updates % self.target_update_interval == 0:
-            run.polyak(net.critics_target, net.critics)
+        self.temperature_and_targets(run, log_probs)
         return errors, {"value_loss": critic_loss.detach(), "policy_loss": policy_loss.detach(), "alpha": alpha,
                         "entropy": -run.mean(log_probs), "cql_penalty": run.mean(penalty), "cql_weight": weight}
-
-    def current_alpha(self) -> torch.Tensor:
-        """SAC's alpha, read through the networks' log_alpha (a population swaps each member's in)."""
-        if self.temperature.fixed is not None:
-            return torch.tensor(self.temperature.fixed, device=self.networks.log_alpha.device)
-        return self.networks.log_alpha.detach().exp()
-
-    def temperature_loss(self, log_probs: torch.Tensor) -> tuple[torch.Tensor, tuple[()]]:
-        """SAC's temperature loss (algos/entropy.py): -mean(log_alpha * (log pi + target entropy))."""
-        target = self.temperature.target_entropy
-        return -(self.networks.log_alpha * (log_probs.detach() + target)).mean(), ()
 
     def alpha_prime_loss(self, penalty: torch.Tensor) -> tuple[torch.Tensor, tuple[()]]:
         """The Lagrange multiplier's loss: -alpha' * cql_alpha * (penalty - target gap), alpha' = exp(log alpha')."""
@@ -170,7 +153,7 @@ class CQL(SAC):
         b = batch.obs.shape[0]
         obs_n = repeat_rows(batch.obs, n)
         with torch.no_grad():
-            next_actions, next_log_probs = self._sample(batch.next_obs, noise)
+            next_actions, next_log_probs = net.policy(batch.next_obs, noise=noise)
             next_q = net.critics_target(batch.next_obs, next_actions).min(0).values
             if self.backup_entropy:
                 next_q = next_q - alpha * next_log_probs

@@ -29,6 +29,7 @@ from rlcli.algos.entropy import (
     FixedEntropyCoefficient,
     check_entropy_settings,
     initial_log_alpha,
+    learned_temperature_step,
 )
 from rlcli.algos.loss_step import compile_enabled
 from rlcli.algos.offpolicy import (
@@ -39,11 +40,10 @@ from rlcli.algos.offpolicy import (
     check_offpolicy,
     collect_phase,
     critics_td_loss,
-    gradient_steps_now,
     resolve_gradient_steps,
-    run_gradient_steps,
     soft_next_value,
 )
+from rlcli.algos.runner import batch_rows, single_run_update
 from rlcli.contracts import ActOutput, AlgoSpec, RecurrentState, ReplayStorage, RunClock, SequenceStorage
 from rlcli.registry import ALGOS, require
 from rlcli.schedules import Schedule
@@ -75,6 +75,7 @@ class CrossQNetworks(nn.Module):
             renorm_mlp(recipe.obs_dim + action_dim, critic_hidden_sizes, 1, recipe.activation, **renorm)
             for _ in range(num_critics))
         self.log_alpha = nn.Parameter(torch.tensor(float(log_alpha)))
+        self.action_dim = action_dim
         self.eval()
 
     def sample(self, obs: torch.Tensor, deterministic: bool = False,
@@ -82,8 +83,17 @@ class CrossQNetworks(nn.Module):
         """Squashed actions and their log-probs, with gSDE's noise or Gaussian noise (`noise`'s standard-normal
         draws, when the caller drew them: a compiled step)."""
         if isinstance(self.policy, StateDependentSquashedPolicy):
-            return self.policy(obs, deterministic)
+            return self.policy(obs, deterministic, noise)
         return squashed_gaussian(self.policy(obs), deterministic, noise)
+
+    def gradient_step_draws(self, rows: int, device: torch.device,
+                            policy_step: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """A gradient step's noise for the next actions, then (on a policy step) for the policy's actions: standard
+        normal draws, or gSDE's one exploration matrix, the noise of both (sb3-contrib's reset_noise per step)."""
+        if isinstance(self.policy, StateDependentSquashedPolicy):
+            return self.policy.gradient_step_draws(rows, device)
+        shape = (rows, self.action_dim)
+        return torch.randn(shape, device=device), torch.randn(shape, device=device) if policy_step else None
 
     def q_values(self, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
         """[N, B] every critic's Q(s, a)."""
@@ -92,7 +102,7 @@ class CrossQNetworks(nn.Module):
 
 
 @ALGOS.register("crossq", spec=AlgoSpec(on_policy=False, action_spaces=("Box",), networks=("mlp",), compiles=True,
-                                        population="cross_q"))
+                                        population="lockstep"))
 class CrossQ(BoxActorCritic):
     ent_coef = FixedEntropyCoefficient()  # algo.schedules.ent_coef, with a fixed algo.ent_coef
 
@@ -161,9 +171,13 @@ class CrossQ(BoxActorCritic):
         self.gradient_updates = 0
         self.default_schedules: dict[str, Schedule] = {}
         self.schedulable: tuple[str, ...] = ("gamma", "reward_scale", "max_grad_norm", *self.temperature.schedulable)
-        # the critics' and the policy's steps (compile=true: one graph each, the batch-renorm running statistics
-        # updated inside them, as inputs with gSDE's exploration matrix; the temperature's step stays eager)
+        # what a population's members may differ in beside seed, lr and max_grad_norm (sweeps/population/lockstep.py)
+        self.member_settings = {"temperature.learned": "ent_coef", "temperature.fixed": "ent_coef",
+                                "temperature.target_entropy": "target_entropy"}
+        # the critics', the policy's and the temperature's steps (compile=true: one graph each, the batch-renorm
+        # running statistics updated inside them as inputs)
         self.build_steps(self.critic_loss, self.policy_loss, updates_buffers=True)
+        self.temperature_train_step = self.temperature.train_step(self.networks, self)
 
     def alpha(self) -> torch.Tensor:
         return self.temperature.value()
@@ -174,22 +188,8 @@ class CrossQ(BoxActorCritic):
         actions, log_probs = self.networks.sample(obs, deterministic)  # eval mode: running stats
         return ActOutput(actions, log_probs, torch.zeros_like(log_probs))
 
-    def policy_outputs(self, obs: torch.Tensor) -> torch.Tensor:
-        """Acting's network part (the means and log stds, from the running statistics), which a population computes
-        for all members."""
-        return self.networks.policy(obs)
-
-    def act_on(self, params: torch.Tensor, values: torch.Tensor | None = None, deterministic: bool = False,
-               carry: torch.Tensor | None = None) -> ActOutput:
-        """Acting after the policy network (`policy_outputs`): a population calls it on each member's rows of its
-        batched outputs (`values` is the on-policy family's slot; unused here)."""
-        actions, log_probs = squashed_gaussian(params, deterministic)
-        return ActOutput(actions, log_probs, torch.zeros_like(log_probs), carry)
-
     def population_refusal(self) -> str | None:
-        """What keeps this member out of a batched population (sweeps/population/cross_q.py), or None."""
-        if isinstance(self.networks.policy, StateDependentSquashedPolicy):
-            return "CrossQ with gSDE (algo.use_sde=true)"
+        """What keeps this member out of a batched population (sweeps/population/lockstep.py), or None."""
         if compile_enabled(self):  # its steps update the batch-renorm statistics inside the graph
             return "CrossQ with compile=true"
         return None
@@ -210,10 +210,7 @@ class CrossQ(BoxActorCritic):
         return critics_td_loss(q, target, batch.weights, scale=0.5)
 
     def update(self, buffer: ReplayStorage | SequenceStorage, clock: RunClock) -> dict[str, torch.Tensor]:
-        if len(buffer) == 0:
-            return {}
-        steps = gradient_steps_now(self.gradient_steps, clock)
-        return run_gradient_steps(buffer, self.batch_size, steps, self._gradient_step)
+        return single_run_update(self, buffer, clock)
 
     def policy_loss(self, obs: torch.Tensor, alpha: torch.Tensor,
                     noise: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -223,28 +220,25 @@ class CrossQ(BoxActorCritic):
         q_pi = self.networks.q_values(obs, actions).min(0).values
         return (alpha * log_probs - q_pi).mean(), log_probs.detach()
 
-    def _gradient_step(self, batch: Any) -> StepOutput:
-        """The critics' step on one batch; every policy_delay-th one, the policy's and the temperature's too (the
-        policy's noise is drawn here, from the run's stream, where each loss would draw it)."""
-        alpha = self.alpha()
+    def _gradient_step(self, batch: Any, run: Any) -> StepOutput:
+        """The critics' step on one batch; every policy_delay-th one, the policy's and the temperature's too; written
+        for a runner (algos/runner.py)."""
         net = self.networks
-        gsde = isinstance(net.policy, StateDependentSquashedPolicy)
-        if gsde:
-            net.policy.noise.reset_noise()  # gSDE: one fresh matrix per gradient step, as sb3-contrib
-
-        def drawn() -> torch.Tensor | None:  # gSDE's noise is its matrix: nothing more is drawn
-            return None if gsde else torch.randn((batch.obs.shape[0], self.action_dim), device=batch.obs.device)
-
+        alpha = run.read(self.alpha)
+        delayed = (self.gradient_updates + 1) % self.policy_delay == 0
+        rows, device = batch_rows(batch), batch.rewards.device
+        # from the run's stream, in the order the losses use them (nothing in between draws)
+        next_noise, noise = run.draw(lambda: net.gradient_step_draws(rows, device, delayed))
         with training_mode(net.critics):
-            critic_loss, errors = self.critic_train_step(batch, alpha, drawn())
+            critic_loss, errors = run(self.critic_train_step, batch, alpha, next_noise)
         self.gradient_updates += 1
-        metrics = {"value_loss": critic_loss.detach()}
-        if self.gradient_updates % self.policy_delay == 0:
+        metrics = {"value_loss": critic_loss.detach(), "alpha": alpha}
+        if delayed:
             with training_mode(net.policy):
-                policy_loss, log_probs = self.policy_train_step(batch.obs, alpha, drawn())  # dQ/da only
-            self.temperature.step(log_probs, self.max_grad_norm)
-            metrics |= {"policy_loss": policy_loss.detach(), "entropy": -log_probs.mean()}
-        return errors, {**metrics, "alpha": alpha}
+                policy_loss, log_probs = run(self.policy_train_step, batch.obs, alpha, noise)  # dQ/da only
+            learned_temperature_step(run, self, log_probs)
+            metrics |= {"policy_loss": policy_loss.detach(), "entropy": -run.mean(log_probs)}
+        return errors, metrics
 
     def state_dict(self) -> dict[str, Any]:
         return {"networks": self.networks.state_dict(), "policy_optimizer": self.policy_optimizer.state_dict(),

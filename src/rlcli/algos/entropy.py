@@ -10,6 +10,7 @@ optimizer and the rule.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -17,6 +18,7 @@ import torch
 from torch import nn
 
 from rlcli.algos.base import adam, gradient_step
+from rlcli.algos.loss_step import HasMaxGradNorm, LossStep
 from rlcli.registry import require
 
 
@@ -59,6 +61,14 @@ class EntropyCoefficient:
         # a fixed alpha can follow a schedule (FixedEntropyCoefficient); a learned one follows its target
         self.schedulable: tuple[str, ...] = () if self.learned else ("ent_coef",)
 
+    def target(self) -> float:
+        return self.target_entropy
+
+    def train_step(self, networks: nn.Module, clip_of: HasMaxGradNorm | None) -> LossStep:
+        """log(alpha)'s step on `temperature_loss` (its log_alpha is `networks.log_alpha`), as the algorithm's other
+        steps: eager or compiled, and over a population's members."""
+        return LossStep(networks, self.optimizer, partial(temperature_loss, networks), clip_of)
+
     def value(self) -> torch.Tensor:
         if self.fixed is not None:
             return torch.tensor(self.fixed, device=self.log_alpha.device)
@@ -71,3 +81,18 @@ class EntropyCoefficient:
         if self.learned:
             loss = -mean(self.log_alpha * (log_probs.detach() + self.target_entropy))
             gradient_step(self.optimizer, loss, [self.log_alpha], max_grad_norm)
+
+
+def temperature_loss(networks: nn.Module, log_probs: torch.Tensor,
+                     target: float | torch.Tensor) -> tuple[torch.Tensor, tuple[()]]:
+    """-mean(log_alpha * (log pi + target entropy)), log_alpha read through the networks (which a population swaps
+    each member's weights into)."""
+    return -(networks.log_alpha * (log_probs.detach() + target)).mean(), ()
+
+
+def learned_temperature_step(run: Any, algo: Any, log_probs: torch.Tensor) -> None:
+    """The temperature's step where it is learned, through the algorithm's runner (algos/runner.py): in a population,
+    each member whose temperature learns, toward its own target entropy. `algo.temperature_train_step` is
+    `algo.temperature.train_step(...)`."""
+    if (learning := run.only(lambda member: member.temperature.learned)) is not None:
+        learning(algo.temperature_train_step, log_probs, run.read(algo.temperature.target))

@@ -5,7 +5,8 @@ network's weights, an optimizer or a random draw through `run`:
 
     run(step, *args)            the LossStep's gradient step: (loss, aux), as `step(*args)`
     run.draw(lambda: ...)       random numbers drawn from the run's stream
-    run.read(self.method)       a value the networks hold, outside any gradient (SAC's alpha)
+    run.read(self.method)       a value of the algorithm (a method of it), outside any gradient (SAC's alpha)
+    run.only(lambda algo: ...)  the runner of the members for which it holds, or None (SAC: whose temperature learns)
     run.polyak(target, source)  the target network toward its source at the algorithm's `tau`
     run.mean(x)                 a metric's mean over the batch
     run.storage                 the replay storage the batch came from (ReBRAC reads the data's next actions)
@@ -52,6 +53,9 @@ class SingleRun:
 
     def read(self, read: Callable[[], T]) -> T:
         return read()
+
+    def only(self, members: Callable[[Any], bool]) -> SingleRun | None:
+        return self if members(self.algo) else None
 
     def polyak(self, target: nn.Module, source: nn.Module) -> None:
         polyak_update(target, source, self.algo.tau)

@@ -25,6 +25,7 @@ from rlcli.algos.entropy import (
     FixedEntropyCoefficient,
     check_entropy_settings,
     initial_log_alpha,
+    learned_temperature_step,
 )
 from rlcli.algos.offpolicy import (
     BoxActorCritic,
@@ -40,6 +41,7 @@ from rlcli.algos.offpolicy import (
     run_gradient_steps,
     soft_next_value,
 )
+from rlcli.algos.runner import batch_rows, single_run_update
 from rlcli.batches import SequenceBatch
 from rlcli.contracts import ActOutput, AlgoSpec, RecurrentState, ReplayStorage, RunClock, SequenceStorage
 from rlcli.registry import ALGOS, require
@@ -81,7 +83,7 @@ class RecurrentSACNetworks(nn.Module):
 
 
 @ALGOS.register("sac", spec=AlgoSpec(on_policy=False, action_spaces=("Box",), compiles=True,
-                                     population="soft_actor_critic"))
+                                     population="lockstep"))
 class SAC(BoxActorCritic):
     ent_coef = FixedEntropyCoefficient()  # algo.schedules.ent_coef, with a fixed algo.ent_coef
 
@@ -140,10 +142,16 @@ class SAC(BoxActorCritic):
         self.default_schedules: dict[str, Schedule] = {}
         self.schedulable: tuple[str, ...] = ("gamma", "tau", "reward_scale", "max_grad_norm",
                                              *self.temperature.schedulable)
-        # the critics' and the policy's steps (compile=true: one graph each; the temperature's step and the target
-        # update stay eager: a scalar and a lerp). gSDE's exploration matrix, redrawn before each gradient step,
-        # goes into the compiled graphs as an input (a buffer they read).
-        self.build_steps(self.soft_td_loss, self.actor_loss, updates_buffers=self.noise_resampling.noise is not None)
+        # what a population's members may differ in beside seed, lr, tau and max_grad_norm: their step reads these
+        # per member (sweeps/population/lockstep.py)
+        self.member_settings = {"temperature.learned": "ent_coef", "temperature.fixed": "ent_coef",
+                                "temperature.target_entropy": "target_entropy",
+                                "target_update_interval": "target_update_interval"}
+        # the critics', the policy's and the temperature's steps (compile=true: one graph each; the target update
+        # stays eager: a lerp). gSDE's exploration matrix, drawn for each gradient step, is an argument like the
+        # Gaussian's noise.
+        self.build_steps(self.soft_td_loss, self.actor_loss)
+        self.temperature_train_step = self.temperature.train_step(self.networks, self)
 
     def compile_refusal(self) -> str | None:
         if self.recurrent:  # its sequence step is eager only
@@ -168,76 +176,54 @@ class SAC(BoxActorCritic):
             actions, log_probs = self.networks.policy(obs, deterministic)
         return ActOutput(actions, log_probs, torch.zeros_like(log_probs), carry)
 
-    def policy_outputs(self, obs: torch.Tensor) -> torch.Tensor:
-        """Acting's network part (the means and log stds; gSDE's means and features), which a population computes
-        for all members."""
-        policy = self.networks.policy
-        if isinstance(policy, StateDependentSquashedPolicy):
-            return policy.outputs(obs)
-        assert isinstance(policy, SquashedGaussianPolicy)
-        return policy.net(obs)
-
-    def act_on(self, params: torch.Tensor, values: torch.Tensor | None = None, deterministic: bool = False,
-               carry: torch.Tensor | None = None) -> ActOutput:
-        """Acting after the policy network (`policy_outputs`): a population calls it on each member's rows of its
-        batched outputs (`values` is the on-policy family's slot; unused here). gSDE draws with the member's own
-        exploration matrices, resampled first when `act` would resample them."""
-        policy = self.networks.policy
-        if isinstance(policy, StateDependentSquashedPolicy):
-            self.noise_resampling.before_act(params.shape[0], deterministic)
-            actions, log_probs = policy.sample(params, deterministic)
-        else:
-            actions, log_probs = squashed_gaussian(params, deterministic)
-        return ActOutput(actions, log_probs, torch.zeros_like(log_probs), carry)
-
     def population_refusal(self) -> str | None:
-        """What keeps this member out of a batched population (sweeps/population/soft_actor_critic.py), or None."""
+        """What keeps this member out of a batched population (sweeps/population/lockstep.py), or None."""
         return "a recurrent actor (actor=gru/lstm)" if self.recurrent else None
 
     def update(self, buffer: ReplayStorage | SequenceStorage, clock: RunClock) -> dict[str, torch.Tensor]:
+        if not self.recurrent:
+            return single_run_update(self, buffer, clock)
         if len(buffer) == 0:  # n-step storage holds nothing yet (learning_starts=0, train_freq < n_step)
             return {}
         return run_gradient_steps(buffer, self.batch_size, gradient_steps_now(self.gradient_steps, clock),
-                                  lambda batch: self._gradient_step(batch, buffer))
+                                  lambda batch: (None, self._sequence_step(batch, buffer.burn_in)))
 
-    def _gradient_step(self, batch: Any, buffer: Any) -> StepOutput:
-        """The critics' step, then the policy's and the temperature's, on one batch (of stored sequences for a
-        recurrent network)."""
-        if self.recurrent:
-            return None, self._sequence_step(batch, buffer.burn_in)
-        alpha = self.alpha()
-        shape, device = (batch.obs.shape[0], self.action_dim), batch.obs.device
-        if isinstance(self.networks.policy, StateDependentSquashedPolicy):
-            self.networks.policy.noise.reset_noise()  # gSDE: a fresh matrix per gradient step (SB3's): the noise
-            next_noise = noise = None
-        else:  # the policy's draws, next actions' then actions', from the run's stream in the order the losses use
-            next_noise, noise = torch.randn(shape, device=device), torch.randn(shape, device=device)
-        # observations normalized by the buffer when sampled
-        critic_loss, errors = self.critic_train_step(batch, alpha, next_noise)
-        policy_loss, log_probs = self.policy_train_step(batch.obs, alpha, noise)  # through the critics just stepped
-        return errors, self._finish_step(critic_loss, policy_loss, log_probs, torch.mean, alpha)
+    def _gradient_step(self, batch: Any, run: Any) -> StepOutput:
+        """The critics' step, then the policy's (through the critics just stepped), the temperature's and the target
+        update, on one batch; written for a runner (algos/runner.py)."""
+        net = self.networks
+        alpha = run.read(self.alpha)
+        rows, device = batch_rows(batch), batch.rewards.device
+        # the policy's draws (next actions', then actions'; gSDE: one exploration matrix) from the run's stream
+        next_noise, noise = run.draw(lambda: net.policy.gradient_step_draws(rows, device))
+        critic_loss, errors = run(self.critic_train_step, batch, alpha, next_noise)
+        policy_loss, log_probs = run(self.policy_train_step, batch.obs, alpha, noise)
+        self.temperature_and_targets(run, log_probs)
+        return errors, {"value_loss": critic_loss.detach(), "policy_loss": policy_loss.detach(), "alpha": alpha,
+                        "entropy": -run.mean(log_probs)}
 
-    def soft_td_loss(self, batch: Any, alpha: torch.Tensor,
-                     noise: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """The critics' loss on a batch, next actions drawn from the current policy. `noise`: their standard-normal
-        draws, when the caller drew them (a population, from each member's own stream)."""
+    def temperature_and_targets(self, run: Any, log_probs: torch.Tensor) -> None:
+        """After the policy's step: the temperature's step where it learns, then the target critics' update where
+        it is due (each member of a population by its own settings)."""
+        learned_temperature_step(run, self, log_probs)
+        self.gradient_updates += 1
+        updates = self.gradient_updates
+        if (due := run.only(lambda algo: updates % algo.target_update_interval == 0)) is not None:
+            due.polyak(self.networks.critics_target, self.networks.critics)
+
+    def soft_td_loss(self, batch: Any, alpha: torch.Tensor, noise: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The critics' loss on a batch, next actions drawn from the current policy with `noise` (its
+        standard-normal draws; gSDE: the step's exploration matrix)."""
         with torch.no_grad():
-            next_actions, next_log_probs = self._sample(batch.next_obs, noise)
+            next_actions, next_log_probs = self.networks.policy(batch.next_obs, noise=noise)
         return self.critic_loss(batch, next_actions, next_log_probs, alpha)
 
     def actor_loss(self, obs: torch.Tensor, alpha: torch.Tensor,
-                   noise: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                   noise: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The policy's loss alpha * log pi - Q (after the critics' step), and its log-probs (detached) for the
         temperature's step."""
-        actions, log_probs = self._sample(obs, noise)
+        actions, log_probs = self.networks.policy(obs, noise=noise)
         return (alpha * log_probs - self.policy_q(obs, actions)).mean(), log_probs.detach()
-
-    def _sample(self, obs: torch.Tensor, noise: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
-        policy = self.networks.policy
-        if noise is None:
-            return policy(obs)
-        assert isinstance(policy, SquashedGaussianPolicy)  # gSDE's noise is its own matrices: not batchable
-        return policy(obs, noise=noise)
 
     def critic_loss(self, batch: Any, next_actions: torch.Tensor, next_log_probs: torch.Tensor,
                     alpha: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -282,19 +268,12 @@ class SAC(BoxActorCritic):
             q_pi = net.critics.q([h[:-1].detach() for h in features], actions[:-1]).min(0).values
         policy_loss = masked_mean(alpha * log_probs[:-1] - q_pi)
         gradient_step(self.policy_optimizer, policy_loss, net.policy.parameters(), self.max_grad_norm)
-        return self._finish_step(critic_loss, policy_loss, log_probs[:-1].detach(), masked_mean, alpha)
-
-    def _finish_step(self, critic_loss: torch.Tensor, policy_loss: torch.Tensor, log_probs: torch.Tensor,
-                     mean: Any, alpha: torch.Tensor) -> dict[str, torch.Tensor]:
-        """After the critics' and the policy's steps: the temperature step, target updates, and the step's metrics.
-        `mean` averages over the batch (masked to real transitions for sequences)."""
-        net = self.networks
-        self.temperature.step(log_probs, self.max_grad_norm, mean)
+        self.temperature.step(log_probs[:-1].detach(), self.max_grad_norm, masked_mean)
         self.gradient_updates += 1
         if self.gradient_updates % self.target_update_interval == 0:
             polyak_update(net.critics_target, net.critics, self.tau)
         return {"value_loss": critic_loss.detach(), "policy_loss": policy_loss.detach(), "alpha": alpha,
-                "entropy": -mean(log_probs)}
+                "entropy": -masked_mean(log_probs[:-1].detach())}
 
     def state_dict(self) -> dict[str, Any]:
         return {"networks": self.networks.state_dict(), "policy_optimizer": self.policy_optimizer.state_dict(),

@@ -26,7 +26,7 @@ def truncated_targets(next_quantiles: torch.Tensor, drop_per_net: int) -> torch.
 
 
 @ALGOS.register("tqc", spec=AlgoSpec(on_policy=False, action_spaces=("Box",), networks=("mlp", "cnn"),
-                                      compiles=True, population="soft_actor_critic"))
+                                      compiles=True, population="lockstep"))
 class TQC(SAC):
     def __init__(self, recipe: NetworkRecipe, action_space: gym.spaces.Space, num_envs: int,
                  n_quantiles: int = 25, top_quantiles_to_drop_per_net: int = 2, **sac_settings: Any) -> None:

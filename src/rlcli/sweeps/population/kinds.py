@@ -1,7 +1,7 @@
 """Which batched update a population's algorithm takes, as its registered spec declares (`AlgoSpec.population`): the
-on-policy family's, the value-based off-policy one's, the soft actor-critics', CrossQ's, or the lockstep one of the
-algorithms written for a runner (TD3, DDPG and the offline ones); anything else is refused in one line naming what
-can batch (sweeps/population/catalog.py)."""
+on-policy family's, the value-based off-policy one's, or the lockstep one of the algorithms written for a runner
+(SAC, TQC, CrossQ, TD3, DDPG and the offline ones); anything else is refused in one line naming what can batch
+(sweeps/population/catalog.py)."""
 
 from __future__ import annotations
 
@@ -10,13 +10,11 @@ from typing import Any
 
 from rlcli.registry import ConfigError
 from rlcli.sweeps.population.catalog import can_batch, declared_kind
-from rlcli.sweeps.population.cross_q import CrossQPopulationUpdate
 from rlcli.sweeps.population.lockstep import LockstepPopulation
 from rlcli.sweeps.population.offpolicy import OffPolicyPopulationUpdate
 from rlcli.sweeps.population.onpolicy import PopulationUpdate
-from rlcli.sweeps.population.soft_actor_critic import SoftActorCriticPopulationUpdate
 
-Population = PopulationUpdate | OffPolicyPopulationUpdate | SoftActorCriticPopulationUpdate | LockstepPopulation
+Population = PopulationUpdate | OffPolicyPopulationUpdate | LockstepPopulation
 
 
 def population_update(algos: Sequence[Any], storages: Sequence[Any]) -> Population:
@@ -29,10 +27,6 @@ def population_update(algos: Sequence[Any], storages: Sequence[Any]) -> Populati
         return PopulationUpdate(algos)
     if kind == "value_based":
         return OffPolicyPopulationUpdate(algos, storages)
-    if kind == "soft_actor_critic":
-        return SoftActorCriticPopulationUpdate(algos, storages)
-    if kind == "cross_q":
-        return CrossQPopulationUpdate(algos, storages)
     if kind == "lockstep":
         return LockstepPopulation(algos, storages)
     raise ConfigError(f"{type(algos[0]).__name__} cannot train in a population yet: {can_batch()} can")

@@ -43,9 +43,10 @@ T = TypeVar("T")
 
 # what members of one lockstep population may differ in (beside the seed and lr, which their own optimizers hold):
 # each member's clip and Polyak rate are its own, its discount is in its own storage's batches (a runner's losses
-# read `batch.discounts`, never `self.gamma`), and it acts with its own exploration noise; anything else its step
-# reads is the first member's
-OWN_SETTINGS = frozenset({"tau", "max_grad_norm", "gamma", "noise.std"})
+# read `batch.discounts`, never `self.gamma`), and it acts with its own exploration noise; an algorithm adds those its
+# step reads per member (`member_settings`: through run.read and run.only); anything else its step reads is the first
+# member's
+OWN_SETTINGS = {"tau": "tau", "max_grad_norm": "max_grad_norm", "gamma": "gamma", "noise.std": "noise_std"}
 
 
 def batched_lockstep() -> str:
@@ -157,12 +158,12 @@ class LockstepPopulation:
 
 class MembersRun:
     """A runner (algos/runner.py) for the members in `stepping`: every tensor carries a leading members axis (an
-    idle member's rows are computed with its weights, never stepped)."""
+    idle member's rows are computed with its weights, never stepped). `first`: the algorithm whose step runs."""
 
     def __init__(self, population: LockstepPopulation, stepping: list[int], storage: Any,
-                 torch_rngs: list[Stream]) -> None:
+                 torch_rngs: list[Stream], first: Any = None) -> None:
         self.population, self.stepping, self.storage, self.torch_rngs = population, stepping, storage, torch_rngs
-        self.first = population.algos[stepping[0]]
+        self.first = population.algos[stepping[0]] if first is None else first
 
     def __call__(self, step: LossStep, *args: Any) -> tuple[torch.Tensor, Any]:
         pop, first = self.population, self.first
@@ -184,7 +185,12 @@ class MembersRun:
             done: tuple[torch.Tensor, Any] = pop.compiled[attr].step(args, {}, members_mask(
                 self.stepping, len(pop.algos), pop.device))
             return done
+        idle = [m for m in range(len(pop.algos)) if m not in self.stepping] if step.updates_buffers else []
+        kept = {name: stacked[idle].clone() for name, stacked in pop.buffers.items()} if idle else {}
         losses, aux = pop.members_loss(first, attr, args)(params, pop.buffers, *args)
+        with torch.no_grad():  # a loss that updates buffers (CrossQ's batch-renorm statistics): not an idle member's
+            for name, rows in kept.items():
+                pop.buffers[name][idle] = rows
         step_members(pop.params, losses, {name: pop.rows[name] for name in trained}, self.stepping, limit,
                      [steps[m].optimizer for m in self.stepping])
         return losses, aux
@@ -194,16 +200,22 @@ class MembersRun:
         return stack_members(drawn, len(self.population.algos))  # type: ignore[no-any-return]
 
     def read(self, read: Callable[[], T]) -> T:
-        """`read()` (a method of the algorithm) with each member's weights swapped in: stacked [members, ...]."""
-        pop = self.population
-        module = _StepLoss(self.first.networks, read)
-
-        def member(params: dict[str, torch.Tensor], buffers: dict[str, torch.Tensor]) -> Any:
-            weights = {f"networks.{k}": v for k, v in {**params, **buffers}.items()}
-            return functional_call(module, weights, (), tie_weights=False)
-
+        """`read`, a method of the algorithm (or of an object it holds: its temperature), of every member: stacked
+        [members, ...] (each member's networks hold views of its rows, so its own method reads its own weights and
+        settings)."""
+        method, owner = getattr(read, "__func__", None), getattr(read, "__self__", None)
+        held = [name for name, value in vars(self.first).items() if value is owner]
+        if method is None or (owner is not self.first and not held):
+            raise TypeError("run.read takes a method of the algorithm whose step runs, or of an object it holds")
+        owners = self.population.algos if owner is self.first else [getattr(a, held[0]) for a in self.population.algos]
         with torch.no_grad():
-            return vmap(member)(pop.params, pop.buffers)  # type: ignore[no-any-return]
+            values = [method(each) for each in owners]
+        device = self.population.device
+        return torch.stack([torch.as_tensor(v, device=device) for v in values])  # type: ignore[return-value]
+
+    def only(self, members: Callable[[Any], bool]) -> MembersRun | None:
+        chosen = [m for m in self.stepping if members(self.population.algos[m])]
+        return MembersRun(self.population, chosen, self.storage, self.torch_rngs, self.first) if chosen else None
 
     def polyak(self, target: nn.Module, source: nn.Module) -> None:
         pop, names = self.population, {id(module): name for name, module in self.first.networks.named_modules()}
@@ -236,10 +248,11 @@ def _plain_settings(algo: Any, prefix: str = "") -> dict[str, Any]:
 def _check_lockstep(algos: Sequence[Any]) -> None:
     """One line naming what keeps these members out of one lockstep population."""
     first = _plain_settings(algos[0])
+    own = OWN_SETTINGS | getattr(algos[0], "member_settings", {})  # the algorithm's attribute -> its setting's name
     for algo in algos[1:]:
         other = _plain_settings(algo)
-        differ = sorted(k for k in first.keys() | other.keys()
-                        if k not in OWN_SETTINGS and first.get(k) != other.get(k))
+        differ = sorted(k for k in first.keys() | other.keys() if k not in own and first.get(k) != other.get(k))
         if differ:
-            raise ConfigError(f"the members differ in {', '.join(differ)}: {can_batch('lockstep')} batch members "
-                              "that differ only in seed, lr, tau and max_grad_norm")
+            may = ", ".join(sorted(set(own.values())))
+            raise ConfigError(f"the members differ in {', '.join(differ)}: {type(algos[0]).__name__} members batch "
+                              f"when they differ only in seed, lr, {may}")

@@ -24,6 +24,13 @@ def stack_weights(modules: Sequence[nn.Module]) -> tuple[dict[str, torch.Tensor]
     and an in-place step on the stacked tensors updates every member at once."""
     first = modules[0]
     _refuse_shared_weights(first)
+    names = {name for name, _ in [*first.named_parameters(), *first.named_buffers()]}
+    for module in modules[1:]:
+        differ = names ^ {name for name, _ in [*module.named_parameters(), *module.named_buffers()]}
+        if differ:
+            named = ", ".join(sorted(differ)[:3]) + (", ..." if len(differ) > 3 else "")
+            raise ConfigError(f"the members' networks differ in which weights they have ({named}): they cannot train "
+                              "as one population")
     params = {name: _stack(name, [m.get_parameter(name) for m in modules]) for name, _ in first.named_parameters()}
     buffers = {name: _stack(name, [m.get_buffer(name) for m in modules]) for name, _ in first.named_buffers()}
     return params, buffers
@@ -93,13 +100,13 @@ def members_mask(stepping: Collection[int], members: int, device: torch.device |
 
 
 def stack_members(values: dict[int, Any], members: int) -> Any:
-    """The stepping members' values (tensors, or tuples of them) stacked over all `members`; an idle member's rows
-    repeat the first stepping member's (computed with the idle member's weights, never stepped)."""
+    """The stepping members' values (tensors, or tuples of them and of Nones) stacked over all `members`; an idle
+    member's rows repeat the first stepping member's (computed with the idle member's weights, never stepped)."""
     filler = next(iter(values.values()))
     rows = [values.get(m, filler) for m in range(members)]
     if isinstance(filler, torch.Tensor):
         return torch.stack(rows)
-    return tuple(torch.stack([row[i] for row in rows]) for i in range(len(filler)))
+    return tuple(None if filler[i] is None else torch.stack([row[i] for row in rows]) for i in range(len(filler)))
 
 
 def clip_members(params: dict[str, torch.Tensor], limit: torch.Tensor) -> None:
