@@ -32,7 +32,7 @@ train: $(BIN)/rl-train
 test: $(VENV)/.dev-extras
 	$(BIN)/ruff check src tests scripts docs
 	$(BIN)/mypy
-	$(BIN)/python -m pytest -q -n 2 --dist worksteal tests
+	$(BIN)/python -m pytest -q -n 2 tests
 
 # A contributor's quick check: ruff, mypy and the unit tests of each module's logic (buffers, returns, losses,
 # heads, schedules, the registry, configs, the layering; no learning runs, no rl-train processes). `make test` is

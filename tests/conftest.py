@@ -86,18 +86,3 @@ def ray_cluster_on_localhost(num_cpus: int = 2):
     finally:
         subprocess.run([str(ray), "stop", "--force"], capture_output=True, env=env, timeout=120)
         shutil.rmtree(temp_dir, ignore_errors=True)
-
-
-# The modules that hold the suite's longest tests (CI's --durations), run first: `make test` hands each of its two
-# pytest-xdist workers one contiguous half of this order (--dist worksteal) and an idle worker takes the tail of the
-# other's queue, so both queues end with short tests and the workers end together. test_ray_collector leads: its
-# Ray tests (and test_sweep's) then run at the head of one worker's queue, not stolen, so that `ray_exclusive` does
-# not keep the other worker waiting. Each module stays whole and in its own order (module-scoped fixtures run once).
-LONGEST_FIRST = ["test_ray_collector.py", "test_sweep.py", "test_population_actor_critics.py", "test_population.py",
-                 "test_learning.py", "test_distributional.py", "test_crossq.py", "test_resume.py", "test_c51.py",
-                 "test_population_offpolicy.py", "test_tracking.py", "test_compile.py", "test_addons.py"]
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(LONGEST_FIRST)))  # stable: the rest as collected
