@@ -5,6 +5,7 @@ import torch
 
 from rlcli.algos.compiled import FAST_TANH_VARIABLE
 from rlcli.algos.loss_step import compile_enabled, enable_compile, loss_steps
+from rlcli.algos.runner import SingleRun
 from rlcli.run.compose import compose_config
 from rlcli.run.state import prepare
 from rlcli.run.trainer import Trainer
@@ -152,9 +153,9 @@ def test_compiled_dqn_steps_match_eager_steps_from_the_same_state(algo, tmp_path
     for step in range(20):  # one gradient step deep each, from the same state, on the same batch
         torch.manual_seed(step)
         batch = buffer.sample(eager.batch_size)
-        errors_a, metrics_a = one._gradient_step(batch, buffer)
+        errors_a, metrics_a = one._gradient_step(batch, SingleRun(one, buffer))
         grads = {name: p.grad.clone() for name, p in one.networks.named_parameters() if p.grad is not None}
-        errors_b, metrics_b = other._gradient_step(batch, buffer)
+        errors_b, metrics_b = other._gradient_step(batch, SingleRun(other, buffer))
         torch.testing.assert_close(errors_b, errors_a, rtol=1e-5, atol=1e-5)
         for key, value in metrics_a.items():
             torch.testing.assert_close(metrics_b[key], value, rtol=1e-5, atol=1e-6, msg=key)
@@ -312,7 +313,7 @@ def test_compiled_crossq_steps_match_eager_steps_from_the_same_state(gsde, tmp_p
     turns a 1e-8 gradient of either sign into a full step of lr (measured: 3e-4 to 5e-4 apart at lr 1e-3, the
     gradient there 1e-8 against 0.4 elsewhere); those are only allowed that step, and must be few. Then each step
     starts again from the eager state, so that the comparison stays one step deep. With gSDE the exploration
-    matrix, redrawn before each step, is the policy's noise and goes into the graphs as an input."""
+    matrix, drawn for each step, is the policy's noise and goes into the graphs as an argument."""
     import copy
 
     args = ["algo=crossq", "algo.critic_hidden_sizes=[64,64]", "algo.renorm_warmup_steps=1", "algo.policy_delay=1",
@@ -329,17 +330,17 @@ def test_compiled_crossq_steps_match_eager_steps_from_the_same_state(gsde, tmp_p
         torch.manual_seed(100 + step)
         batch = components.buffer.sample(64)
         torch.manual_seed(7 + step)
-        errors_a, metrics_a = eager._gradient_step(batch)
+        errors_a, metrics_a = eager._gradient_step(batch, SingleRun(eager, components.buffer))
         grads = {name: p.grad.clone() for name, p in eager.networks.named_parameters() if p.grad is not None}
         torch.manual_seed(7 + step)  # the compiled step draws the same noise outside its graphs
-        errors_b, metrics_b = compiled._gradient_step(batch)
+        errors_b, metrics_b = compiled._gradient_step(batch, SingleRun(compiled, components.buffer))
         assert set(metrics_a) == set(metrics_b) >= {"value_loss", "policy_loss", "entropy", "alpha"}
         for key, value in metrics_a.items():
             torch.testing.assert_close(metrics_b[key], value, rtol=1e-5, atol=1e-6, msg=key)
         torch.testing.assert_close(errors_b, errors_a, rtol=1e-5, atol=1e-5)
         for (name, a), b in zip(eager.networks.named_buffers(), compiled.networks.buffers(), strict=True):
             torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6, msg=name)
-        # log_alpha has no gradient here: the temperature's own eager step
+        # (log_alpha's step is compiled too: the temperature's LossStep)
         flat_gradient_weights += assert_weights_one_step_apart(eager.networks, compiled.networks, grads, lr,
                                                                atol=1e-5)
         compiled.networks.load_state_dict(eager.networks.state_dict())

@@ -19,7 +19,6 @@ from rlcli.run.compose import compose_config
 from rlcli.run.state import prepare
 from rlcli.sweeps.population.kinds import population_update
 from rlcli.sweeps.population.lockstep import LockstepPopulation
-from rlcli.sweeps.population.offpolicy import OffPolicyPopulationUpdate
 
 TINY = ["actor.hidden_sizes=[32,32]", "algo.batch_size=32", "algo.gradient_steps=2", "log.tensorboard=false",
         "log.console=false", "train.test_episodes=1"]
@@ -50,7 +49,7 @@ def test_an_offline_members_update_is_its_single_runs_over_one_copy_of_the_datas
     assert len({s.obs.data_ptr() for s in storages}) == 1 and len({s.rewards.data_ptr() for s in storages}) == 1
     clock = RunClock(10, 100, 2)
     population, _ = assert_first_update_is_each_single_runs(members, [clock, clock, None])
-    assert isinstance(population, OffPolicyPopulationUpdate if algo == "discrete_cql" else LockstepPopulation)
+    assert isinstance(population, LockstepPopulation)
 
 
 def test_what_an_offline_population_cannot_batch_is_one_line():

@@ -380,8 +380,9 @@ def test_what_cannot_batch_runs_one_job_at_a_time_after_a_warning(tmp_path):
               "log.console=false", "hydra/launcher=population", "hydra.launcher.n_jobs=1", "hydra.sweep.dir=sw",
               cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
-    assert ("population launcher: a recurrent Q-network (actor=gru/lstm) cannot train in a population yet; c51, "
-            "discrete_cql, dqn and qrdqn"
+    assert ("population launcher: a recurrent Q-network (actor=gru/lstm) cannot train in a population yet; awac, bc, "
+            "c51, cql, crossq, ddpg, discrete_cql, dqn, iql, qrdqn, rebrac, sac, td3, td3_bc and tqc (MLP or CNN "
+            "networks, buffer=replay, nstep, per, ere or her) without it can"
             in out.stderr + out.stdout)
     for job in ("0", "1"):
         assert '"status": "completed"' in (tmp_path / "sw" / job / "status.json").read_text()
@@ -689,10 +690,9 @@ def test_the_declared_population_kinds_are_what_batches_and_everything_else_is_r
     from rlcli.registry import ALGOS
     from rlcli.sweeps.population.catalog import can_batch
     from rlcli.sweeps.population.lockstep import WrittenForARunner
-    from rlcli.sweeps.population.offpolicy import BatchableGradientSteps
     from rlcli.sweeps.population.onpolicy import BatchableUpdate
 
-    shapes = {"on_policy": BatchableUpdate, "value_based": BatchableGradientSteps, "lockstep": WrittenForARunner}
+    shapes = {"on_policy": BatchableUpdate, "lockstep": WrittenForARunner}
     built_in = [n for n in ALGOS.names() if ALGOS.get(n).__module__.startswith("rlcli.")]
     declared = [n for n in built_in if ALGOS.spec(n).population is not None]
     assert can_batch() == f"{', '.join(declared[:-1])} and {declared[-1]}"
@@ -859,7 +859,7 @@ def test_due_members_test_together_as_each_would_alone(algo, tmp_path):
     """The members due a test phase run their test episodes in step (one forward for all members per step): each
     gets the episodes its own test phase would give; a member not due runs none."""
     check_testing_together(TESTED[algo], discrete=algo in ("ppo", "pqn", "dqn"), tmp_path=tmp_path,
-                           one_call=algo in ("ppo", "td3", "sac"))
+                           one_call=algo in ("ppo", "dqn", "td3", "sac"))
 
 
 def check_testing_together(overrides: list[str], discrete: bool, tmp_path, rtol: float = 1e-4,

@@ -1,5 +1,5 @@
-"""hydra/launcher=population for the off-policy workhorses: DQN and QR-DQN members
-(rlcli/sweeps/population/offpolicy.py)."""
+"""hydra/launcher=population for the off-policy workhorses: DQN and QR-DQN members, written for a runner
+(rlcli/sweeps/population/lockstep.py)."""
 
 import copy
 from typing import Any
@@ -19,8 +19,8 @@ from rlcli.run.state import prepare
 from rlcli.run.trainer import Trainer
 from rlcli.sweeps.population.collect import collect_together
 from rlcli.sweeps.population.kinds import population_update
+from rlcli.sweeps.population.lockstep import LockstepPopulation
 from rlcli.sweeps.population.members import Member
-from rlcli.sweeps.population.offpolicy import OffPolicyPopulationUpdate
 
 TINY = ["env=CartPole-v1", "train.num_envs=4", "train.test_every=512", "train.test_episodes=2",
         "train.stop_reward=null", "log.tensorboard=false", "log.console=false", "algo.learning_starts=64",
@@ -79,9 +79,9 @@ def test_a_members_first_update_is_its_single_runs_within_float_tolerance(algo):
                filled(algo, "seed=3")]  # the last is still warming up: carried, not stepped
     clock = RunClock(128, 1024, 16)
     population, singles = assert_first_update_is_each_single_runs(members, [clock, clock, clock, None])
-    assert isinstance(population, OffPolicyPopulationUpdate)
+    assert isinstance(population, LockstepPopulation)
     if "compile=true" in ALGOS[algo]:  # the members' steps ran as the population's one compiled graph
-        assert population._compiled is not None and population._compiled.compile_seconds is not None
+        assert population.compiled is not None and population.compiled["train_step"].compile_seconds is not None
     for (components, _), (alone, its_buffer) in zip(members[:3], singles, strict=False):
         assert components.algo.gradient_updates == 2
         assert components.algo.last_target_update == alone.last_target_update
@@ -92,27 +92,28 @@ def test_a_members_first_update_is_its_single_runs_within_float_tolerance(algo):
 
 
 @pytest.mark.parametrize("algo", ["dqn", "qrdqn"])
-def test_members_epsilon_greedy_in_one_call_is_each_members_act_on_bit_for_bit(algo):
-    """The epsilon-greedy acting of every member in one call (collect.py's ActsInOneCall), each member's draws
-    taken first from its stream: its own act_on's actions on the same Q-values and stream."""
+def test_members_epsilon_greedy_through_the_population_is_each_members_act_bit_for_bit(algo):
+    """Each member acts with its own `act` on its rows under its own stream, at its own point of its epsilon
+    schedule: its single run's actions and draws."""
     built = [prepare(compose_config([*TINY, *ALGOS[algo], f"seed={seed}"]))[0] for seed in (0, 1, 2)]
     for components, epsilon in zip(built, (0.5, 0.0, 1.0), strict=True):
         components.algo.epsilon = epsilon  # each member at its own point of its schedule
+    twins = [copy.deepcopy(c.algo) for c in built]
     population = population_update([c.algo for c in built], [c.buffer for c in built])
-    q = torch.randn(3, 4, 2)
+    obs = torch.randn(3, 4, 4)
+    outputs, _ = population.policy_and_values(obs)
     expected, draws = {}, {}
-    for m in (0, 1, 2):
+    for m in (0, 2):  # member 1 acts on its own (warming up)
         torch.manual_seed(20 + m)
-        expected[m] = built[m].algo.act_on(q[m])
+        expected[m] = twins[m].act(obs[m])
         after_act = torch.rand(1)
         torch.manual_seed(20 + m)
-        draws[m] = population.acting_noise(m, q[m])
+        draws[m] = population.acting_noise(m, outputs[m])
         assert torch.equal(torch.rand(1), after_act)  # the same draws from the stream, no more, no fewer
-    got = population.act_members(q, {m: draws[m] for m in (0, 2)})  # member 1 acts on its own (warming up)
+    got = population.act_members(outputs, draws)
     assert sorted(got) == [0, 2]
     for m in (0, 2):
         assert torch.equal(got[m].actions, expected[m].actions)
-    assert torch.equal(got[2].actions, draws[2][1])  # epsilon 1: every env took its random action
 
 
 @pytest.mark.parametrize("unit", ["step", "episode"])
@@ -136,7 +137,7 @@ def test_a_members_rollouts_are_its_single_runs_in_warm_up_and_epsilon_greedy(un
         components, state = components_of(seed)
         run_dir = tmp_path / str(seed)
         members.append(Member(Trainer(components, run_dir, state), run_dir, seed, "", {}))
-    population = OffPolicyPopulationUpdate([m.trainer.c.algo for m in members], [m.trainer.c.buffer for m in members])
+    population = population_update([m.trainer.c.algo for m in members], [m.trainer.c.buffer for m in members])
     steps = []
     for warming_up in (True, False):
         for member in members:
@@ -163,11 +164,11 @@ def test_what_an_off_policy_population_cannot_batch_is_one_line():
 
     c = built("actor=gru", "buffer=sequence", "env=CartPoleNoVel-v1")
     with pytest.raises(ConfigError, match="a recurrent Q-network"):
-        OffPolicyPopulationUpdate([c.algo, c.algo], [c.buffer, c.buffer])
-    sac = prepare(compose_config(["env=Pendulum-v1", "algo=sac"]))[0]
-    with pytest.raises(ConfigError,
-                       match="SAC cannot train in a population of value-based members: c51, discrete_cql, dqn and qrd"):
-        OffPolicyPopulationUpdate([sac.algo, sac.algo], [sac.buffer, sac.buffer])
+        population_update([c.algo, c.algo], [c.buffer, c.buffer])
+    differ = [built(f"seed={seed}", f"algo.loss={loss}") for seed, loss in ((0, "huber"), (1, "mse"))]
+    with pytest.raises(ConfigError, match=r"^the members differ in loss: DQN members batch when they differ only in "
+                                          r"seed, lr, exploration_\*, gamma"):
+        population_update([d.algo for d in differ], [d.buffer for d in differ])
 
 
 @pytest.mark.parametrize("algo", ["dqn", "dqn-her"])

@@ -27,7 +27,7 @@ from rlcli.schedules import Schedule
 ON_POLICY_ACTIONS = ("Discrete", "Box", "MultiDiscrete", "MultiBinary")
 
 
-PopulationKind = Literal["on_policy", "value_based", "lockstep"]
+PopulationKind = Literal["on_policy", "lockstep"]
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ def categorical_projection(probs: torch.Tensor, targets: torch.Tensor, atoms: to
 
 
 @ALGOS.register("c51", spec=AlgoSpec(on_policy=False, action_spaces=("Discrete",), networks=("mlp", "cnn"),
-                                     compiles=True, population="value_based"))
+                                     compiles=True, population="lockstep"))
 class C51(DQN):
     def __init__(self, recipe: NetworkRecipe, action_space: gym.spaces.Space, num_envs: int,
                  n_atoms: int = 51, v_min: float = -10.0, v_max: float = 10.0, lr: float = 2.5e-4,

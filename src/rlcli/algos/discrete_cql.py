@@ -23,7 +23,7 @@ def discrete_cql_penalty(q: torch.Tensor, actions: torch.Tensor) -> torch.Tensor
 
 
 @ALGOS.register("discrete_cql", spec=AlgoSpec(on_policy=False, action_spaces=("Discrete",), networks=("mlp",),
-                                              compiles=True, offline=True, population="value_based"))
+                                              compiles=True, offline=True, population="lockstep"))
 class DiscreteCQL(DQN):
     """Conservative Q-Learning for Discrete actions (Kumar et al. 2020, offline): DQN plus cql_alpha x (logsumexp of
     Q(s, .) - Q(s, a_data))."""

@@ -19,11 +19,10 @@ from rlcli.algos.offpolicy import (
     TrainFreqUnit,
     check_offpolicy,
     collect_phase,
-    gradient_steps_now,
     polyak_update,
     resolve_gradient_steps,
-    run_gradient_steps,
 )
+from rlcli.algos.runner import single_run_update
 from rlcli.batches import SequenceBatch
 from rlcli.contracts import ActOutput, AlgoSpec, RecurrentState, ReplayStorage, RunClock, SequenceStorage
 from rlcli.registry import ALGOS, require
@@ -75,7 +74,7 @@ class RecurrentDQNNetworks(nn.Module):
 
 
 @ALGOS.register("dqn", spec=AlgoSpec(on_policy=False, action_spaces=("Discrete",), compiles=True,
-                                     population="value_based"))
+                                     population="lockstep"))
 class DQN:
     def __init__(
         self,
@@ -125,6 +124,9 @@ class DQN:
         self.gradient_updates = 0
         self.last_target_update = 0  # env steps at the last target update
         self.schedulable: tuple[str, ...] = ("epsilon", "gamma", "tau", "max_grad_norm", "reward_scale")
+        # what a population's members may differ in beside seed, lr, tau and max_grad_norm: each acts with its own
+        # epsilon and updates its own target network (finish_update) (sweeps/population/lockstep.py)
+        self.member_settings = {"epsilon": "exploration_*", "target_update_interval": "target_update_interval"}
         # one gradient step on a batch of transitions, or of stored sequences (R2D2) for a recurrent network
         self.train_step = LossStep(self.networks, self.optimizer,
                                    self._sequence_loss if self.recurrent else self.transition_loss, clip_of=self)
@@ -172,15 +174,11 @@ class DQN:
         return actions
 
     def update(self, buffer: ReplayStorage | SequenceStorage, clock: RunClock) -> dict[str, torch.Tensor]:
-        if len(buffer) == 0:  # nothing whole stored yet: n-step returns or R2D2 sequences still pending
-            return {}
-        metrics = run_gradient_steps(buffer, self.batch_size, gradient_steps_now(self.gradient_steps, clock),
-                                     lambda batch: self._gradient_step(batch, buffer))
-        return self.finish_update(clock, metrics)
+        return single_run_update(self, buffer, clock)
 
     def finish_update(self, clock: RunClock, metrics: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        """After an update phase's gradient steps (this run's, or a population's for this member): the target
-        network at its interval, and the phase's metrics."""
+        """After an update phase's gradient steps (each member's own, in a population): the target network at its
+        interval, and the phase's metrics."""
         net = self.networks
         # As in SB3 (and so RL-Zoo's tuned values): the interval counts env steps, not gradient steps.
         if clock.env_steps // self.target_update_interval > self.last_target_update // self.target_update_interval:
@@ -191,14 +189,16 @@ class DQN:
         return {**metrics, "epsilon": torch.tensor(self.epsilon),  # at this update's env step
                 "learning_rate": torch.tensor(self.optimizer.param_groups[0]["lr"])}
 
-    def _gradient_step(self, batch: Any, buffer: Any) -> StepOutput:
-        """One gradient step on a batch of transitions (or of stored sequences, for a recurrent network)."""
-        loss, (errors, q_mean) = self.train_step(batch, buffer.burn_in) if self.recurrent else self.train_step(batch)
+    def _gradient_step(self, batch: Any, run: Any) -> StepOutput:
+        """One gradient step on a batch of transitions (or of stored sequences, for a recurrent network); written for
+        a runner (algos/runner.py)."""
+        args = (batch, run.storage.burn_in) if self.recurrent else (batch,)
+        loss, (errors, q_mean) = run(self.train_step, *args)
         self.gradient_updates += 1
         return errors, {"value_loss": loss.detach(), "q_mean": q_mean}
 
     def population_refusal(self) -> str | None:
-        """What keeps this DQN out of a batched population (sweeps/population/offpolicy.py), or None."""
+        """What keeps this DQN out of a batched population (sweeps/population/lockstep.py), or None."""
         return "a recurrent Q-network (actor=gru/lstm)" if self.recurrent else None
 
     def transition_loss(self, batch: Any) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:

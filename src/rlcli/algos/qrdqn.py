@@ -18,7 +18,7 @@ from rlcli.registry import ALGOS, require
 
 
 @ALGOS.register("qrdqn", spec=AlgoSpec(on_policy=False, action_spaces=("Discrete",), networks=("mlp", "cnn"),
-                                       compiles=True, population="value_based"))
+                                       compiles=True, population="lockstep"))
 class QRDQN(DQN):
     def __init__(self, recipe: NetworkRecipe, action_space: gym.spaces.Space, num_envs: int,
                  n_quantiles: int = 200, lr: float = 5e-5, target_update_interval: int = 10_000,

@@ -11,6 +11,9 @@ network's weights, an optimizer or a random draw through `run`:
     run.mean(x)                 a metric's mean over the batch
     run.storage                 the replay storage the batch came from (ReBRAC reads the data's next actions)
 
+and may end each update phase with `finish_update(clock, metrics)` (DQN: its target network at an interval of env
+steps), which a population calls on each member after its phase.
+
 A single run's `SingleRun` does each as written. A population (sweeps/population/lockstep.py) runs the same step once
 for all its members: the batch, the draws and every tensor a step returns carry a leading members axis, each LossStep's
 loss is vectorized over the members' stacked weights (`vmap`) and each member's own optimizer steps its row. So the
@@ -71,4 +74,12 @@ def single_run_update(algo: Any, storage: ReplayStorage, clock: RunClock) -> dic
         return {}
     run = SingleRun(algo, storage)
     step: Callable[[Any], StepOutput] = lambda batch: algo._gradient_step(batch, run)  # noqa: E731
-    return run_gradient_steps(storage, algo.batch_size, gradient_steps_now(algo.gradient_steps, clock), step)
+    metrics = run_gradient_steps(storage, algo.batch_size, gradient_steps_now(algo.gradient_steps, clock), step)
+    return finish_phase(algo, clock, metrics)
+
+
+def finish_phase(algo: Any, clock: RunClock, metrics: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """After an update phase's gradient steps: the algorithm's `finish_update(clock, metrics)` where it has one (DQN's
+    target network at an interval of env steps, and its phase metrics), each member's own in a population."""
+    finish = getattr(algo, "finish_update", None)
+    return metrics if finish is None else finish(clock, metrics)  # type: ignore[no-any-return]

@@ -23,6 +23,7 @@ from torch import nn
 from torch.func import functional_call, vmap
 
 from rlcli.algos.loss_step import LossStep, compile_enabled
+from rlcli.algos.runner import finish_phase
 from rlcli.batches import ReplayBatch
 from rlcli.contracts import ActOutput, RunClock
 from rlcli.registry import ConfigError
@@ -123,8 +124,13 @@ class LockstepPopulation:
 
     def update(self, active: Sequence[bool], storages: Sequence[Any], torch_rngs: list[Stream],
                clocks: Sequence[RunClock | None]) -> list[dict[str, torch.Tensor] | None]:
-        """Each active member's update phase (None for the others), its steps taken with the others'."""
-        return update_phases(self.algos, storages, active, clocks, partial(self._step, storages, torch_rngs))
+        """Each active member's update phase (None for the others), its steps taken with the others', then its own
+        `finish_update` where the algorithm has one (algos/runner.py)."""
+        results = update_phases(self.algos, storages, active, clocks, partial(self._step, storages, torch_rngs))
+        for m, (algo, storage, clock, metrics) in enumerate(zip(self.algos, storages, clocks, results, strict=True)):
+            if metrics is not None and clock is not None and len(storage) > 0:  # as single_run_update
+                results[m] = finish_phase(algo, clock, metrics)
+        return results
 
     def _step(self, storages: Sequence[Any], torch_rngs: list[Stream], stepping: list[int], k: int,
               steps: list[int]) -> dict[int, dict[str, torch.Tensor]]:

@@ -11,7 +11,6 @@ from torch import nn
 from torch.func import functional_call, vmap
 
 from rlcli.algos.optim import step_together
-from rlcli.batches import ReplayBatch
 from rlcli.registry import ConfigError
 
 if TYPE_CHECKING:
@@ -149,19 +148,3 @@ def polyak_members(pairs: Sequence[tuple[torch.Tensor, torch.Tensor]], taus: Seq
     weights = torch.tensor(list(taus), device=pairs[0][0].device)
     for target, source in pairs:
         target.lerp_(source, weights.view(-1, *([1] * (target.dim() - 1))))
-
-
-class MemberCall(nn.Module):
-    """One of the algorithm's methods as a module call, so that functional_call can swap in a member's weights; a
-    batch comes in as a plain tuple (vmap's input) and goes to the method as a ReplayBatch."""
-
-    def __init__(self, algo: Any, method: str, takes_batch: bool = False) -> None:
-        super().__init__()
-        self.networks = algo.networks
-        self._method = (getattr(algo, method),)  # a tuple, not a submodule: the networks are registered once, above
-        self._takes_batch = takes_batch
-
-    def forward(self, *args: Any) -> Any:
-        if self._takes_batch:
-            args = (ReplayBatch(*args[0]), *args[1:])
-        return self._method[0](*args)
