@@ -244,3 +244,41 @@ def test_an_actor_critic_population_sweep_writes_what_the_basic_launcher_writes(
         assert '"status": "completed"' in (pop / "status.json").read_text()
     evaluated = forked_cli.run([str(tmp_path / "pop" / "1"), "episodes=2"], tmp_path, timeout=300, program="rl-eval")
     assert evaluated.returncode == 0, evaluated.stderr
+
+
+def test_members_whose_step_counters_differ_each_step_as_their_single_runs():
+    """A member that stepped alone (a phase the others sat out) has another step counter than the others: the step
+    branches on it (SAC's target interval, TD3's policy delay), so each group of equal counters steps in its own
+    call, and every member's counter, optimizers and weights stay its single run's."""
+    members = [filled("sac", "seed=0", "algo.target_update_interval=3"),
+               filled("sac", "seed=1", "algo.target_update_interval=3")]
+    clock = RunClock(96, 1024, 48)
+    singles = []
+    for (components, rng), phases in zip(members, ([False, True], [True, True]), strict=True):
+        alone, its_buffer = copy.deepcopy(components.algo), copy.deepcopy(components.buffer)
+        torch.set_rng_state(rng)
+        for on in phases:
+            if on:
+                alone.update(its_buffer, clock)
+        singles.append(alone)
+    population = population_update([c.algo for c, _ in members], [c.buffer for c, _ in members])
+    rngs = [rng for _, rng in members]
+    for active in ([False, True], [True, True]):
+        population.update(active, [c.buffer for c, _ in members], rngs, [clock if on else None for on in active])
+    for (components, _), alone in zip(members, singles, strict=True):
+        assert components.algo.gradient_updates == alone.gradient_updates  # 2 and 4
+        mine, theirs = components.algo.networks.state_dict(), alone.networks.state_dict()
+        for key in mine:
+            assert torch.allclose(mine[key], theirs[key], atol=1e-5, rtol=0), key
+    assert [c.algo.gradient_updates for c, _ in members] == [2, 4]
+
+
+def test_run_read_takes_what_a_population_can_read_per_member():
+    from rlcli.algos.runner import SingleRun
+
+    c = prepare(compose_config([*TINY, *ALGOS["sac"]]))[0]
+    run = SingleRun(c.algo, c.buffer)
+    assert float(run.read(c.algo.alpha)) == pytest.approx(1.0)
+    assert run.read(c.algo.temperature.target) == -1.0  # a method of an object the algorithm holds
+    with pytest.raises(TypeError, match=r"takes a method of the algorithm or of an object it holds"):
+        run.read(lambda: c.algo.gamma)

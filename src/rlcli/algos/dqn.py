@@ -126,7 +126,8 @@ class DQN:
         self.schedulable: tuple[str, ...] = ("epsilon", "gamma", "tau", "max_grad_norm", "reward_scale")
         # what a population's members may differ in beside seed, lr, tau and max_grad_norm: each acts with its own
         # epsilon and updates its own target network (finish_update) (sweeps/population/lockstep.py)
-        self.member_settings = {"epsilon": "exploration_*", "target_update_interval": "target_update_interval"}
+        self.member_settings = {"epsilon": "exploration_*", "target_update_interval": "target_update_interval",
+                                "last_target_update": "target_update_interval"}
         # one gradient step on a batch of transitions, or of stored sequences (R2D2) for a recurrent network
         self.train_step = LossStep(self.networks, self.optimizer,
                                    self._sequence_loss if self.recurrent else self.transition_loss, clip_of=self)

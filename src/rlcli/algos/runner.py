@@ -55,6 +55,7 @@ class SingleRun:
         return draw()
 
     def read(self, read: Callable[[], T]) -> T:
+        read_owner(read, self.algo)  # what a population can read per member, checked in single runs too
         return read()
 
     def only(self, members: Callable[[Any], bool]) -> SingleRun | None:
@@ -83,3 +84,16 @@ def finish_phase(algo: Any, clock: RunClock, metrics: dict[str, torch.Tensor]) -
     target network at an interval of env steps, and its phase metrics), each member's own in a population."""
     finish = getattr(algo, "finish_update", None)
     return metrics if finish is None else finish(clock, metrics)  # type: ignore[no-any-return]
+
+
+def read_owner(read: Callable[[], Any], algo: Any) -> str | None:
+    """`run.read`'s argument is a method of the algorithm (None) or of an object it holds (that attribute's name), so
+    that a population can call each member's own; anything else is a TypeError naming what it takes."""
+    owner = getattr(read, "__self__", None)
+    if owner is algo and hasattr(read, "__func__"):
+        return None
+    held = [name for name, value in vars(algo).items() if value is owner] if owner is not None else []
+    if not held or not hasattr(read, "__func__"):
+        raise TypeError(f"run.read({getattr(read, '__qualname__', read)!r}) takes a method of the algorithm or of an "
+                        "object it holds (self.alpha, self.temperature.target)")
+    return held[0]

@@ -58,7 +58,7 @@ class CompiledMembersStep:
 
     def _pure_step(self, params: dict[str, torch.Tensor], slots: list[list[torch.Tensor]], steps: torch.Tensor,
                    lrs: torch.Tensor, active: torch.Tensor, hyper: torch.Tensor,
-                   batch: Any, terms: dict[str, torch.Tensor]) -> tuple[Any, ...]:
+                   batch: Any, terms: dict[str, torch.Tensor], limit: torch.Tensor | None) -> tuple[Any, ...]:
         trained = {n: params[n] for n in self.names}
         frozen = {n: p for n, p in params.items() if n not in trained}
 
@@ -69,9 +69,9 @@ class CompiledMembersStep:
         grads, stats = torch.func.grad(total, has_aux=True)(trained)
         grads_list = [grads[n] for n in self.names]
         members = steps.shape[0]
-        if self.limit is not None:  # clip_grad_norm_'s formula, one norm per member
+        if limit is not None:  # clip_grad_norm_'s formula, one norm per member
             norms = torch.stack([torch.linalg.vector_norm(g.reshape(members, -1), dim=1) for g in grads_list])
-            scale = torch.clamp(self.limit / (torch.linalg.vector_norm(norms, dim=0) + 1e-6), max=1.0)
+            scale = torch.clamp(limit / (torch.linalg.vector_norm(norms, dim=0) + 1e-6), max=1.0)
             grads_list = [g * scale.view(-1, *([1] * (g.dim() - 1))) for g in grads_list]
         new_params: list[torch.Tensor] = []
         new_slots: list[list[torch.Tensor]] = [[] for _ in slots]
@@ -87,7 +87,8 @@ class CompiledMembersStep:
 
     def step(self, batch: Any, terms: dict[str, torch.Tensor], active: torch.Tensor) -> Any:
         """(`batch`: the stacked tensors the loss takes, `terms` its other inputs; returns the loss's stats, the
-        on-policy members' dict of [members] tensors or the off-policy members' tuple.)"""
+        on-policy members' dict of [members] tensors or the off-policy members' tuple. The members' clips are
+        `self.limit` as it is at the call, an input of the graph: a caller whose schedules move them sets it.)"""
         # each member's learning rate per param group, as its schedule set it this update: [groups, members]
         lrs = torch.tensor([[o.param_groups[g]["lr"] for o in self.optimizers]
                             for g in range(len(self.optimizers[0].param_groups))], dtype=torch.float32,
@@ -99,7 +100,7 @@ class CompiledMembersStep:
             params = {n: p.detach() for n, p in self.params.items()}
             new_params, new_slots, new_steps, stats = self._step(
                 params, self.states.slots, self.states.steps[0].to(self.device, copy=True), lrs, active, self.hyper,
-                batch, terms)
+                batch, terms, self.limit)
             torch._foreach_copy_([self.params[n] for n in self.names], new_params)  # the members' views follow
             for old, new in zip(self.states.slots, new_slots, strict=True):
                 torch._foreach_copy_(old, new)

@@ -22,8 +22,8 @@ import torch
 from torch import nn
 from torch.func import functional_call, vmap
 
-from rlcli.algos.loss_step import LossStep, compile_enabled
-from rlcli.algos.runner import finish_phase
+from rlcli.algos.loss_step import LossStep, compile_enabled, loss_steps
+from rlcli.algos.runner import finish_phase, read_owner
 from rlcli.batches import ReplayBatch
 from rlcli.contracts import ActOutput, RunClock
 from rlcli.registry import ConfigError
@@ -48,6 +48,7 @@ T = TypeVar("T")
 # step reads per member (`member_settings`: through run.read and run.only); anything else its step reads is the first
 # member's
 OWN_SETTINGS = {"tau": "tau", "max_grad_norm": "max_grad_norm", "gamma": "gamma", "noise.std": "noise_std"}
+COUNTERS = frozenset({"gradient_updates"})  # each member's own (a step runs once per group of equal counters)
 
 
 def batched_lockstep() -> str:
@@ -101,6 +102,9 @@ class LockstepPopulation:
         # compile=true members (all or none: compile is part of the population key): each LossStep of all members
         # one compiled graph, built at its first call
         self.compiled: dict[str, CompiledMembersStep] | None = {} if compile_enabled(algos[0]) else None
+        if self.compiled is not None and any(step.updates_buffers for step in loss_steps(algos[0])):
+            raise ConfigError(f"{type(algos[0]).__name__} with compile=true updates buffers in its compiled steps, "
+                              "which a compiled population does not cover yet")
 
     # acting: each member's own `act` on its rows, under its own stream (the caller swaps it in): its single run's
     # actions and draws, bit for bit; the network part is not batched (an offline member acts only in tests)
@@ -134,18 +138,27 @@ class LockstepPopulation:
 
     def _step(self, storages: Sequence[Any], torch_rngs: list[Stream], stepping: list[int], k: int,
               steps: list[int]) -> dict[int, dict[str, torch.Tensor]]:
+        """The stepping members' k-th gradient step of the phase: one call of the algorithm's step per group of members
+        whose step counters agree (all of them, but after a member stepped alone: a phase of its own with
+        train_freq_unit=episode, a rollback), since the step branches on its counter (TD3's policy delay, SAC's
+        target interval)."""
         algos, members = self.algos, len(self.algos)
-        batches = {m: drawn_with(torch_rngs, m, partial(storages[m].sample, algos[m].batch_size, k, steps[m]))
-                   for m in stepping}
-        batch = ReplayBatch(*stack_members({m: tuple(b) for m, b in batches.items()}, members))
-        first = algos[stepping[0]]
-        run = MembersRun(self, stepping, storages[stepping[0]], torch_rngs)
-        errors, metrics = first._gradient_step(batch, run)
+        groups: dict[int, list[int]] = {}
         for m in stepping:
-            algos[m].gradient_updates = first.gradient_updates  # the counters it kept, as each single run's
-            if errors is not None:
-                storages[m].update_priorities(batches[m].indices, errors[m])
-        return {m: {name: value[m] for name, value in metrics.items()} for m in stepping}
+            groups.setdefault(algos[m].gradient_updates, []).append(m)
+        out = {}
+        for group in groups.values():
+            batches = {m: drawn_with(torch_rngs, m, partial(storages[m].sample, algos[m].batch_size, k, steps[m]))
+                       for m in group}
+            batch = ReplayBatch(*stack_members({m: tuple(b) for m, b in batches.items()}, members))
+            first = algos[group[0]]
+            errors, metrics = first._gradient_step(batch, MembersRun(self, group, storages[group[0]], torch_rngs))
+            for m in group:
+                algos[m].gradient_updates = first.gradient_updates  # the counter it kept, as each single run's
+                if errors is not None:
+                    storages[m].update_priorities(batches[m].indices, errors[m])
+                out[m] = {name: value[m] for name, value in metrics.items()}
+        return out
 
     def members_loss(self, algo: Any, attr: str, args: Sequence[Any]) -> Callable[..., Any]:
         """`algo`'s LossStep `attr`'s loss over all members: (params, buffers, *args) -> stacked (loss, aux)."""
@@ -188,6 +201,7 @@ class MembersRun:
                 pop.compiled[attr] = CompiledMembersStep(members_losses, pop.params, pop.buffers,
                                                          {name: pop.rows[name] for name in trained},
                                                          [s.optimizer for s in steps], limit)
+            pop.compiled[attr].limit = limit  # the clips as schedules set them now
             done: tuple[torch.Tensor, Any] = pop.compiled[attr].step(args, {}, members_mask(
                 self.stepping, len(pop.algos), pop.device))
             return done
@@ -209,13 +223,10 @@ class MembersRun:
         """`read`, a method of the algorithm (or of an object it holds: its temperature), of every member: stacked
         [members, ...] (each member's networks hold views of its rows, so its own method reads its own weights and
         settings)."""
-        method, owner = getattr(read, "__func__", None), getattr(read, "__self__", None)
-        held = [name for name, value in vars(self.first).items() if value is owner]
-        if method is None or (owner is not self.first and not held):
-            raise TypeError("run.read takes a method of the algorithm whose step runs, or of an object it holds")
-        owners = self.population.algos if owner is self.first else [getattr(a, held[0]) for a in self.population.algos]
+        held = read_owner(read, self.first)
+        owners = [a if held is None else getattr(a, held) for a in self.population.algos]
         with torch.no_grad():
-            values = [method(each) for each in owners]
+            values = [read.__func__(each) for each in owners]  # type: ignore[attr-defined]
         device = self.population.device
         return torch.stack([torch.as_tensor(v, device=device) for v in values])  # type: ignore[return-value]
 
@@ -257,7 +268,8 @@ def _check_lockstep(algos: Sequence[Any]) -> None:
     own = OWN_SETTINGS | getattr(algos[0], "member_settings", {})  # the algorithm's attribute -> its setting's name
     for algo in algos[1:]:
         other = _plain_settings(algo)
-        differ = sorted(k for k in first.keys() | other.keys() if k not in own and first.get(k) != other.get(k))
+        differ = sorted(k for k in first.keys() | other.keys()
+                        if k not in own and k not in COUNTERS and first.get(k) != other.get(k))
         if differ:
             may = ", ".join(sorted(set(own.values())))
             raise ConfigError(f"the members differ in {', '.join(differ)}: {type(algos[0]).__name__} members batch "
