@@ -7,7 +7,6 @@ fine-tuning; hyperparameters are CORL's (algorithms/offline/awac.py).
 from __future__ import annotations
 
 import copy
-from typing import Any
 
 import gymnasium as gym
 import torch
@@ -17,7 +16,7 @@ from rlcli.actors.offpolicy import Critics, NetworkRecipe
 from rlcli.algos.awr import AdvantageWeightedActorCritic, GaussianActor, advantage_weights, awr_policy_loss
 from rlcli.algos.base import adam
 from rlcli.algos.offpolicy import StepOutput, critics_td_loss
-from rlcli.algos.runner import batch_rows
+from rlcli.algos.runner import Runner, batch_rows
 from rlcli.batches import ReplayBatch
 from rlcli.contracts import AlgoSpec
 from rlcli.registry import ALGOS, require
@@ -73,7 +72,7 @@ class AWAC(AdvantageWeightedActorCritic):
         self.schedulable += ("awac_lambda",)
         self.build_steps(self.critic_loss, self.policy_loss)  # the critics' step, then the actor's (CORL's order)
 
-    def _gradient_step(self, batch: ReplayBatch, run: Any) -> StepOutput:
+    def _gradient_step(self, batch: ReplayBatch, run: Runner) -> StepOutput:
         shape, device = (batch_rows(batch), self.action_dim), batch.rewards.device
         # the policy's draws, next actions' then the actions' the advantage baseline takes, from the run's stream
         next_noise, noise = run.draw(lambda: (torch.randn(shape, device=device), torch.randn(shape, device=device)))

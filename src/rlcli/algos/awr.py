@@ -26,7 +26,7 @@ from rlcli.algos.offpolicy import (
     collect_phase,
     resolve_gradient_steps,
 )
-from rlcli.algos.runner import single_run_update
+from rlcli.algos.runner import Runner, single_run_update
 from rlcli.batches import ReplayBatch
 from rlcli.contracts import ActOutput, RecurrentState, ReplayStorage, RunClock
 from rlcli.registry import require
@@ -121,7 +121,7 @@ class AdvantageWeightedActorCritic(BoxActorCritic):
     def update(self, buffer: ReplayStorage, clock: RunClock) -> dict[str, torch.Tensor]:
         return single_run_update(self, buffer, clock)
 
-    def _gradient_step(self, batch: ReplayBatch, run: Any) -> StepOutput:
+    def _gradient_step(self, batch: ReplayBatch, run: Runner) -> StepOutput:
         """One gradient step, written for a runner (algos/runner.py)."""
         raise NotImplementedError
 

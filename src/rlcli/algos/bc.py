@@ -24,7 +24,7 @@ from rlcli.algos.offpolicy import (
     check_offpolicy,
     resolve_gradient_steps,
 )
-from rlcli.algos.runner import single_run_update
+from rlcli.algos.runner import Runner, single_run_update
 from rlcli.contracts import ActOutput, AlgoSpec, RecurrentState, ReplayStorage, RunClock, SequenceStorage
 from rlcli.registry import ALGOS, require
 
@@ -100,7 +100,7 @@ class BC:
     def update(self, buffer: ReplayStorage | SequenceStorage, clock: RunClock) -> dict[str, torch.Tensor]:
         return single_run_update(self, buffer, clock)
 
-    def _gradient_step(self, batch: Any, run: Any) -> StepOutput:
+    def _gradient_step(self, batch: Any, run: Runner) -> StepOutput:
         loss, _ = run(self.train_step, batch.obs, batch.actions)
         self.gradient_updates += 1
         return None, {"policy_loss": loss.detach()}

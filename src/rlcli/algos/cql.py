@@ -19,7 +19,7 @@ from rlcli.actors.offpolicy import NetworkRecipe
 from rlcli.algos.base import adam
 from rlcli.algos.loss_step import LossStep
 from rlcli.algos.offpolicy import StepOutput, critics_td_loss
-from rlcli.algos.runner import batch_rows, single_run_update
+from rlcli.algos.runner import Runner, batch_rows, single_run_update
 from rlcli.algos.sac import SAC
 from rlcli.batches import ReplayBatch
 from rlcli.contracts import AlgoSpec, ReplayStorage, RunClock, SequenceStorage
@@ -118,7 +118,7 @@ class CQL(SAC):
     def update(self, buffer: ReplayStorage | SequenceStorage, clock: RunClock) -> dict[str, torch.Tensor]:
         return single_run_update(self, buffer, clock)
 
-    def _gradient_step(self, batch: Any, run: Any) -> StepOutput:
+    def _gradient_step(self, batch: Any, run: Runner) -> StepOutput:
         """The critics' step (TD loss + penalty), the policy's, alpha' (Lagrange), then SAC's temperature step and
         target update; written for a runner (algos/runner.py)."""
         alpha, weight = run.read(self.alpha), run.read(self.penalty_weight)

@@ -43,7 +43,7 @@ from rlcli.algos.offpolicy import (
     resolve_gradient_steps,
     soft_next_value,
 )
-from rlcli.algos.runner import batch_rows, single_run_update
+from rlcli.algos.runner import Runner, batch_rows, single_run_update
 from rlcli.contracts import ActOutput, AlgoSpec, RecurrentState, ReplayStorage, RunClock, SequenceStorage
 from rlcli.registry import ALGOS, require
 from rlcli.schedules import Schedule
@@ -220,7 +220,7 @@ class CrossQ(BoxActorCritic):
         q_pi = self.networks.q_values(obs, actions).min(0).values
         return (alpha * log_probs - q_pi).mean(), log_probs.detach()
 
-    def _gradient_step(self, batch: Any, run: Any) -> StepOutput:
+    def _gradient_step(self, batch: Any, run: Runner) -> StepOutput:
         """The critics' step on one batch; every policy_delay-th one, the policy's and the temperature's too; written
         for a runner (algos/runner.py)."""
         net = self.networks

@@ -22,7 +22,7 @@ from rlcli.algos.offpolicy import (
     polyak_update,
     resolve_gradient_steps,
 )
-from rlcli.algos.runner import single_run_update
+from rlcli.algos.runner import Runner, single_run_update
 from rlcli.batches import SequenceBatch
 from rlcli.contracts import ActOutput, AlgoSpec, RecurrentState, ReplayStorage, RunClock, SequenceStorage
 from rlcli.registry import ALGOS, require
@@ -190,7 +190,7 @@ class DQN:
         return {**metrics, "epsilon": torch.tensor(self.epsilon),  # at this update's env step
                 "learning_rate": torch.tensor(self.optimizer.param_groups[0]["lr"])}
 
-    def _gradient_step(self, batch: Any, run: Any) -> StepOutput:
+    def _gradient_step(self, batch: Any, run: Runner) -> StepOutput:
         """One gradient step on a batch of transitions (or of stored sequences, for a recurrent network); written for
         a runner (algos/runner.py)."""
         args = (batch, run.storage.burn_in) if self.recurrent else (batch,)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import torch
@@ -20,6 +20,9 @@ from torch import nn
 from rlcli.algos.base import adam, gradient_step
 from rlcli.algos.loss_step import HasMaxGradNorm, LossStep
 from rlcli.registry import require
+
+if TYPE_CHECKING:
+    from rlcli.algos.runner import Runner
 
 
 def check_entropy_settings(ent_coef: float | str, ent_coef_init: float, target_entropy: float | str) -> None:
@@ -87,10 +90,11 @@ def temperature_loss(networks: nn.Module, log_probs: torch.Tensor,
                      target: float | torch.Tensor) -> tuple[torch.Tensor, tuple[()]]:
     """-mean(log_alpha * (log pi + target entropy)), log_alpha read through the networks (which a population swaps
     each member's weights into)."""
-    return -(networks.log_alpha * (log_probs.detach() + target)).mean(), ()
+    log_alpha = cast(torch.Tensor, networks.log_alpha)  # (a member's row under a population's functional_call)
+    return -(log_alpha * (log_probs.detach() + target)).mean(), ()
 
 
-def learned_temperature_step(run: Any, algo: Any, log_probs: torch.Tensor) -> None:
+def learned_temperature_step(run: Runner, algo: Any, log_probs: torch.Tensor) -> None:
     """The temperature's step where it is learned, through the algorithm's runner (algos/runner.py): in a population,
     each member whose temperature learns, toward its own target entropy. `algo.temperature_train_step` is
     `algo.temperature.train_step(...)`."""

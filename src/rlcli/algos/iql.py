@@ -10,7 +10,7 @@ from __future__ import annotations
 import copy
 import math
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 import gymnasium as gym
 import torch
@@ -21,6 +21,7 @@ from rlcli.algos.awr import AdvantageWeightedActorCritic, GaussianActor, advanta
 from rlcli.algos.base import adam
 from rlcli.algos.loss_step import LossStep
 from rlcli.algos.offpolicy import StepOutput, critics_td_loss
+from rlcli.algos.runner import Runner
 from rlcli.batches import ReplayBatch
 from rlcli.contracts import AlgoSpec
 from rlcli.registry import ALGOS, require
@@ -116,7 +117,7 @@ class IQL(AdvantageWeightedActorCritic):
     def named_optimizers(self) -> dict[str, torch.optim.Optimizer]:
         return {**super().named_optimizers(), "value_optimizer": self.value_optimizer}
 
-    def _gradient_step(self, batch: ReplayBatch, run: Any) -> StepOutput:
+    def _gradient_step(self, batch: ReplayBatch, run: Runner) -> StepOutput:
         value_loss, (advantages, next_v) = run(self.value_train_step, batch)
         critic_loss, errors = run(self.critic_train_step, batch, next_v)
         run.polyak(self.networks.critics_target, self.networks.critics)

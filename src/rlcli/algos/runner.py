@@ -25,7 +25,7 @@ in a loss, or `run.mean`; the sizes it draws take the batch's from `batch_rows`.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import torch
 from torch import nn
@@ -40,6 +40,24 @@ T = TypeVar("T")
 def batch_rows(batch: Any) -> int:
     """The transitions in a batch (the last axis of its rewards: a population's batch has members first)."""
     return int(batch.rewards.shape[-1])
+
+
+class Runner(Protocol):
+    """What an algorithm's `_gradient_step(batch, run)` may do with its runner (this module's docstring)."""
+
+    storage: Any
+
+    def __call__(self, step: LossStep, *args: Any) -> tuple[torch.Tensor, Any]: ...
+
+    def draw(self, draw: Callable[[], T]) -> T: ...
+
+    def read(self, read: Callable[[], T]) -> T: ...
+
+    def only(self, members: Callable[[Any], bool]) -> Runner | None: ...
+
+    def polyak(self, target: nn.Module, source: nn.Module) -> None: ...
+
+    def mean(self, x: torch.Tensor) -> torch.Tensor: ...
 
 
 class SingleRun:
@@ -83,7 +101,7 @@ def finish_phase(algo: Any, clock: RunClock, metrics: dict[str, torch.Tensor]) -
     """After an update phase's gradient steps: the algorithm's `finish_update(clock, metrics)` where it has one (DQN's
     target network at an interval of env steps, and its phase metrics), each member's own in a population."""
     finish = getattr(algo, "finish_update", None)
-    return metrics if finish is None else finish(clock, metrics)  # type: ignore[no-any-return]
+    return metrics if finish is None else finish(clock, metrics)
 
 
 def read_owner(read: Callable[[], Any], algo: Any) -> str | None:
@@ -92,7 +110,7 @@ def read_owner(read: Callable[[], Any], algo: Any) -> str | None:
     owner = getattr(read, "__self__", None)
     if owner is algo and hasattr(read, "__func__"):
         return None
-    held = [name for name, value in vars(algo).items() if value is owner] if owner is not None else []
+    held: list[str] = [name for name, value in vars(algo).items() if value is owner] if owner is not None else []
     if not held or not hasattr(read, "__func__"):
         raise TypeError(f"run.read({getattr(read, '__qualname__', read)!r}) takes a method of the algorithm or of an "
                         "object it holds (self.alpha, self.temperature.target)")

@@ -41,7 +41,7 @@ from rlcli.algos.offpolicy import (
     run_gradient_steps,
     soft_next_value,
 )
-from rlcli.algos.runner import batch_rows, single_run_update
+from rlcli.algos.runner import Runner, batch_rows, single_run_update
 from rlcli.batches import SequenceBatch
 from rlcli.contracts import ActOutput, AlgoSpec, RecurrentState, ReplayStorage, RunClock, SequenceStorage
 from rlcli.registry import ALGOS, require
@@ -188,7 +188,7 @@ class SAC(BoxActorCritic):
         return run_gradient_steps(buffer, self.batch_size, gradient_steps_now(self.gradient_steps, clock),
                                   lambda batch: (None, self._sequence_step(batch, buffer.burn_in)))
 
-    def _gradient_step(self, batch: Any, run: Any) -> StepOutput:
+    def _gradient_step(self, batch: Any, run: Runner) -> StepOutput:
         """The critics' step, then the policy's (through the critics just stepped), the temperature's and the target
         update, on one batch; written for a runner (algos/runner.py)."""
         net = self.networks
@@ -202,7 +202,7 @@ class SAC(BoxActorCritic):
         return errors, {"value_loss": critic_loss.detach(), "policy_loss": policy_loss.detach(), "alpha": alpha,
                         "entropy": -run.mean(log_probs)}
 
-    def temperature_and_targets(self, run: Any, log_probs: torch.Tensor) -> None:
+    def temperature_and_targets(self, run: Runner, log_probs: torch.Tensor) -> None:
         """After the policy's step: the temperature's step where it learns, then the target critics' update where
         it is due (each member of a population by its own settings)."""
         learned_temperature_step(run, self, log_probs)

@@ -28,7 +28,7 @@ from rlcli.algos.offpolicy import (
     critics_td_loss,
     resolve_gradient_steps,
 )
-from rlcli.algos.runner import batch_rows, single_run_update
+from rlcli.algos.runner import Runner, batch_rows, single_run_update
 from rlcli.contracts import ActOutput, AlgoSpec, RecurrentState, ReplayStorage, RunClock, SequenceStorage
 from rlcli.registry import ALGOS, require
 from rlcli.schedules import to_zero
@@ -126,7 +126,7 @@ class TD3(BoxActorCritic):
         """The policy loss's own metrics, from what it returned beside the loss (TD3+BC: its BC term)."""
         return {}
 
-    def _gradient_step(self, batch: Any, run: Any) -> StepOutput:
+    def _gradient_step(self, batch: Any, run: Runner) -> StepOutput:
         """The critics' step on one batch; every policy_delay-th one, the policy's and the target updates too;
         written for a runner (algos/runner.py)."""
         net = self.networks
