@@ -157,8 +157,8 @@ class DQN:
 
     def act_on(self, q: torch.Tensor, values: torch.Tensor | None = None, deterministic: bool = False,
                carry: torch.Tensor | None = None) -> ActOutput:
-        """Acting after the network: the greedy action, or epsilon-greedy. A population calls it on each member's
-        rows of its batched Q-values (`values` is the on-policy family's slot; unused here)."""
+        """Acting after the network: the greedy action, or epsilon-greedy (`values`: the on-policy family's slot of
+        this signature, unused here)."""
         actions = q.argmax(-1)
         if not deterministic:
             actions = epsilon_greedy(actions, self.n_actions, self.epsilon)

@@ -15,7 +15,7 @@ def epsilon_greedy(greedy: torch.Tensor, n_actions: int, epsilon: float) -> torc
 
 def epsilon_draws(shape: torch.Size, n_actions: int, epsilon: float) -> tuple[torch.Tensor, torch.Tensor]:
     """Which actions explore, then their random replacements: drawn on the CPU (the generator a checkpoint
-    saves). A population draws them per member and chooses for all members at once."""
+    saves)."""
     return torch.rand(shape) < epsilon, torch.randint(0, n_actions, shape)
 
 
