@@ -9,17 +9,9 @@ import torch
 
 
 def epsilon_greedy(greedy: torch.Tensor, n_actions: int, epsilon: float) -> torch.Tensor:
-    """Each greedy action replaced, with probability `epsilon`, by a uniformly random one (DQN, PQN)."""
-    return epsilon_choice(greedy, *epsilon_draws(greedy.shape, n_actions, epsilon))
-
-
-def epsilon_draws(shape: torch.Size, n_actions: int, epsilon: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """Which actions explore, then their random replacements: drawn on the CPU (the generator a checkpoint
-    saves)."""
-    return torch.rand(shape) < epsilon, torch.randint(0, n_actions, shape)
-
-
-def epsilon_choice(greedy: torch.Tensor, explore: torch.Tensor, random: torch.Tensor) -> torch.Tensor:
+    """Each greedy action replaced, with probability `epsilon`, by a uniformly random one (DQN, PQN). Which actions
+    explore, then their replacements, are drawn on the CPU (the generator a checkpoint saves)."""
+    explore, random = torch.rand(greedy.shape) < epsilon, torch.randint(0, n_actions, greedy.shape)
     return torch.where(explore.to(greedy.device), random.to(greedy.device), greedy)
 
 

@@ -30,7 +30,7 @@ class LossStep:
     """`loss(*args) -> (loss, aux)` stepped by `optimizer` over the parameters of `networks` it trains.
 
     `clip_of`: what holds `max_grad_norm`, read at every step (the algorithm: a schedule moves it); None: no clip.
-    `updates_buffers`: the loss updates buffers in place (CrossQ's batch renorm, gSDE's matrices), which the compiled
+    `updates_buffers`: the loss updates buffers in place (CrossQ's batch renorm), which the compiled
     step takes as inputs. Compiled, a number argument (or a number in a tuple or list argument) goes in as a
     0-dim tensor on the parameters' device, so that a new value is not a new graph; eagerly every argument goes in as
     it is (Python floats stay floats: the eager arithmetic is the one the algorithm wrote)."""
