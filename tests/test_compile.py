@@ -361,10 +361,10 @@ def test_a_process_compiles_many_configurations_not_just_torchs_eight():
     torch's config module, for every later test.)"""
     import torch._dynamo.config as dynamo
 
-    from rlcli.algos.compiled import ACCUMULATED_RECOMPILE_LIMIT, RECOMPILE_LIMIT, compiled_lazily
+    from rlcli.algos.compiled import ACCUMULATED_RECOMPILE_LIMIT, RECOMPILE_LIMIT, LazilyCompiled
 
     with dynamo.patch(recompile_limit=8, accumulated_recompile_limit=256):
-        step = compiled_lazily(lambda x: x * 2 + 1)
+        step = LazilyCompiled(lambda x: x * 2 + 1)
         assert dynamo.recompile_limit == 8
         assert torch.equal(step(torch.ones(3)), torch.full((3,), 3.0))
         assert dynamo.recompile_limit == RECOMPILE_LIMIT >= 64
@@ -389,10 +389,25 @@ def test_deterministic_runs_set_torchs_flag_without_importing_the_compiler_and_c
             "components, _ = prepare(compose_config(['algo=ppo', 'deterministic=true', 'compile=true']))\n"
             "from rlcli.algos.loss_step import compile_enabled\n"
             "print(compile_enabled(components.algo), 'torch._dynamo' in sys.modules)\n"
-            "from rlcli.algos.compiled import compiled_lazily\n"
-            "compiled_lazily(lambda x: x + 1)(torch.ones(2))\n"
+            "from rlcli.algos.compiled import LazilyCompiled\n"
+            "LazilyCompiled(lambda x: x + 1)(torch.ones(2))\n"
             "import torch._inductor.config as inductor\n"
             "print(inductor.deterministic)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.split() == ["True", "False", "True", "False", "True"]
+
+
+def test_a_compiled_step_on_the_cpu_is_no_cuda_graph():
+    """LazilyCompiled captures a CUDA graph (mode="reduce-overhead") when its arguments are on a GPU; on the CPU it
+    compiles as before and `owned` hands back the outputs themselves (tests/test_cuda.py checks the GPU side and
+    RLCLI_CUDA_GRAPHS=0)."""
+    from rlcli.algos.compiled import LazilyCompiled, cuda_graphs_wanted
+
+    cpu = (torch.ones(2), [torch.zeros(1)], {"a": torch.ones(3)}, 1.5)
+    assert cuda_graphs_wanted(cpu) is False
+    step = LazilyCompiled(lambda x: x * 3)
+    assert step.graphs is None  # chosen at the first call
+    out = step(torch.ones(2))
+    assert step.graphs is False and step.owned(out) is out
+    assert torch.equal(out, torch.full((2,), 3.0))

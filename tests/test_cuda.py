@@ -171,3 +171,43 @@ def test_due_members_on_cuda_test_together_as_each_would_alone(algo, tmp_path):
     (Box actions within the batched products' rounding, which a GPU's kernels may order differently)."""
     test_population.check_testing_together([*TESTED[algo], "device=cuda"], discrete=algo in ("ppo", "pqn", "dqn"),
                                            tmp_path=tmp_path, rtol=1e-3, one_call=algo in ("ppo", "dqn", "td3", "sac"))
+
+
+def test_a_compiled_step_on_cuda_is_a_cuda_graph_whose_kept_outputs_match_the_ungraphed_steps(monkeypatch):
+    """compile=true on a GPU captures each compiled step as a CUDA graph (algos/compiled.py, LazilyCompiled): the
+    weights after five steps, and the five losses kept across the steps (copied out of the graph's memory, which each
+    launch overwrites), are those of the same steps compiled without graphs, within float reordering."""
+    from rlcli.algos.compiled import CUDA_GRAPHS_VARIABLE
+    from rlcli.algos.loss_step import LossStep
+    from rlcli.algos.optim import FusedAdam
+
+    def run(graphs: str):
+        monkeypatch.setenv(CUDA_GRAPHS_VARIABLE, graphs)
+        torch.manual_seed(0)
+        net = torch.nn.Sequential(torch.nn.Linear(4, 32), torch.nn.Tanh(), torch.nn.Linear(32, 1)).cuda()
+        optimizer = FusedAdam(net.parameters(), lr=1e-2)
+
+        def loss(x, y):
+            error = net(x).squeeze(-1) - y
+            return (error ** 2).mean(), {"max_error": error.abs().max()}
+
+        class Clip:
+            max_grad_norm = 0.5
+
+        step = LossStep(net, optimizer, loss, clip_of=Clip())
+        step.compile()
+        kept = []
+        generator = torch.Generator(device="cuda").manual_seed(1)
+        for _ in range(5):
+            x = torch.randn(64, 4, device="cuda", generator=generator)
+            kept.append(step(x, x.sum(-1)))
+        return step.compiled._step.graphs, net, kept
+
+    graphed, net, kept = run("1")
+    plain, reference, expected = run("0")
+    assert graphed is True and plain is False
+    for (loss, aux), (want, want_aux) in zip(kept, expected, strict=True):
+        torch.testing.assert_close(loss, want, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(aux["max_error"], want_aux["max_error"], rtol=1e-5, atol=1e-6)
+    for a, b in zip(net.parameters(), reference.parameters(), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)

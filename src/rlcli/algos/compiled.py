@@ -81,20 +81,50 @@ def use_fast_tanh() -> None:
 FAST_TANH_VARIABLE = "TORCHINDUCTOR_CPP_USE_DECOMPOSE_TANH"
 
 
-def compiled_lazily(function: Callable[..., Any]) -> Callable[..., Any]:
+class LazilyCompiled:
     """`torch.compile(function)`, set up at its first call: building a compiled step then costs nothing, so that
     rl-train's pre-check of a compile=true sweep (which builds a job's components and discards them) does not
     import torch's compiler stack (dynamo, inductor, sympy: 2.1 s of the sweep's start-up here, before any job
-    began)."""
-    compiled: list[Callable[..., Any]] = []
+    began).
 
-    def call(*args: Any) -> Any:
-        if not compiled:
+    On a GPU the step is also captured as a CUDA graph (torch.compile's mode="reduce-overhead", LeanRL's recipe): a
+    step is then one graph launch instead of one launch per kernel, which is where a small network's step spends its
+    time on a GPU. The graph's outputs live in memory the next launch overwrites, so a caller copies out what it
+    keeps (`owned`) before calling again. RLCLI_CUDA_GRAPHS=0 compiles without graphs (to compare, or where a driver
+    misbehaves). `graphs` says which it chose (None before the first call)."""
+
+    def __init__(self, function: Callable[..., Any]) -> None:
+        self.function = function
+        self.compiled: Callable[..., Any] | None = None
+        self.graphs: bool | None = None
+
+    def __call__(self, *args: Any) -> Any:
+        if self.compiled is None:
             before_compiling()
-            compiled.append(torch.compile(function, dynamic=False))
-        return compiled[0](*args)
+            self.graphs = cuda_graphs_wanted(args)
+            mode = "reduce-overhead" if self.graphs else None
+            self.compiled = torch.compile(self.function, dynamic=False, mode=mode)
+        if self.graphs:
+            torch.compiler.cudagraph_mark_step_begin()  # the previous call's outputs are copied out by now
+        return self.compiled(*args)
 
-    return call
+    def owned(self, outputs: Any) -> Any:
+        """`outputs` the caller may keep past the next call: copies of the graph's tensors under CUDA graphs."""
+        if not self.graphs:
+            return outputs
+        return torch.utils._pytree.tree_map(lambda x: x.clone() if isinstance(x, torch.Tensor) else x, outputs)
+
+
+CUDA_GRAPHS_VARIABLE = "RLCLI_CUDA_GRAPHS"
+
+
+def cuda_graphs_wanted(args: Any) -> bool:
+    """Whether a compiled step over `args` is captured as a CUDA graph: its tensors are on a GPU, and
+    RLCLI_CUDA_GRAPHS is not 0."""
+    if os.environ.get(CUDA_GRAPHS_VARIABLE, "1") == "0":
+        return False
+    leaves = torch.utils._pytree.tree_leaves(args)
+    return any(isinstance(x, torch.Tensor) and x.is_cuda for x in leaves)
 
 
 def _is_torch_default(path: str) -> bool:
@@ -279,7 +309,7 @@ class CompiledStep:
         # argument", seen on an H200 with torch 2.11)
         self.device = self.params[0].device
         self.hyper = self.rule.hyper.to(self.device)
-        self._step = compiled_lazily(self._pure_step)
+        self._step = LazilyCompiled(self._pure_step)
         self.compile_seconds: float | None = None  # the first call: tracing and compiling (or loading the cache)
 
     def __deepcopy__(self, memo: dict[int, Any]) -> CompiledStep:
@@ -323,6 +353,7 @@ class CompiledStep:
             for old, new in zip(slots, new_slots, strict=True):
                 torch._foreach_copy_(old, new)
             torch._foreach_add_([s["step"] for s in states], 1)
+            loss, aux = self._step.owned((loss, aux))
         if first:
             self.compile_seconds = time.perf_counter() - started
             logging.getLogger("rlcli").info(

@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from rlcli.algos.compiled import OptimizerRule, compiled_lazily, optimizer_rule
+from rlcli.algos.compiled import LazilyCompiled, OptimizerRule, optimizer_rule
 from rlcli.registry import ConfigError
 from rlcli.sweeps.population.optimizer_states import StackedStates
 
@@ -53,7 +53,7 @@ class CompiledMembersStep:
         self.device = next(iter(params.values())).device
         self.hyper = self.rule.hyper.to(self.device)
         self.states = StackedStates(self.optimizers, rows, self.names, rules)  # stacked again after a member's load
-        self._step = compiled_lazily(self._pure_step)
+        self._step = LazilyCompiled(self._pure_step)
         self.compile_seconds: float | None = None
 
     def _pure_step(self, params: dict[str, torch.Tensor], slots: list[list[torch.Tensor]], steps: torch.Tensor,
@@ -105,6 +105,7 @@ class CompiledMembersStep:
             for old, new in zip(self.states.slots, new_slots, strict=True):
                 torch._foreach_copy_(old, new)
             self.states.steps.copy_(new_steps.expand_as(self.states.steps))
+            stats = self._step.owned(stats)
         if first:
             self.compile_seconds = time.perf_counter() - started
             logging.getLogger("rlcli").info("compile: the population's first compiled minibatch step took %.1f s",
