@@ -174,9 +174,11 @@ def test_due_members_on_cuda_test_together_as_each_would_alone(algo, tmp_path):
 
 
 def test_a_compiled_step_on_cuda_is_a_cuda_graph_whose_kept_outputs_match_the_ungraphed_steps(monkeypatch):
-    """compile=true on a GPU captures each compiled step as a CUDA graph (algos/compiled.py, LazilyCompiled): the
-    weights after five steps, and the five losses kept across the steps (copied out of the graph's memory, which each
-    launch overwrites), are those of the same steps compiled without graphs, within float reordering."""
+    """compile=true on a GPU replays each compiled step from a CUDA graph (algos/cuda_graph.py): the weights after six
+    steps, and the six losses kept across the steps (copied out of the graph's memory, which each replay overwrites),
+    are those of the same steps compiled without graphs (RLCLI_CUDA_GRAPHS=0), within float reordering; a new
+    learning rate (a schedule's) reaches the graph, and an optimizer state loaded anew (resume, rollback: new
+    tensors) is a new capture, not a replay over the old state's memory."""
     from rlcli.algos.compiled import CUDA_GRAPHS_VARIABLE
     from rlcli.algos.loss_step import LossStep
     from rlcli.algos.optim import FusedAdam
@@ -187,9 +189,9 @@ def test_a_compiled_step_on_cuda_is_a_cuda_graph_whose_kept_outputs_match_the_un
         net = torch.nn.Sequential(torch.nn.Linear(4, 32), torch.nn.Tanh(), torch.nn.Linear(32, 1)).cuda()
         optimizer = FusedAdam(net.parameters(), lr=1e-2)
 
-        def loss(x, y):
+        def loss(x, y, scale):
             error = net(x).squeeze(-1) - y
-            return (error ** 2).mean(), {"max_error": error.abs().max()}
+            return scale * (error ** 2).mean(), {"max_error": error.abs().max()}
 
         class Clip:
             max_grad_norm = 0.5
@@ -198,14 +200,18 @@ def test_a_compiled_step_on_cuda_is_a_cuda_graph_whose_kept_outputs_match_the_un
         step.compile()
         kept = []
         generator = torch.Generator(device="cuda").manual_seed(1)
-        for _ in range(5):
+        for i in range(6):
+            if i == 3:
+                optimizer.param_groups[0]["lr"] = 3e-3
+                optimizer.load_state_dict(copy.deepcopy(optimizer.state_dict()))
             x = torch.randn(64, 4, device="cuda", generator=generator)
-            kept.append(step(x, x.sum(-1)))
-        return step.compiled._step.graphs, net, kept
+            kept.append(step(x, x.sum(-1), 0.5 + i))
+        return step.compiled.graphed, net, kept
 
     graphed, net, kept = run("1")
     plain, reference, expected = run("0")
-    assert graphed is True and plain is False
+    assert plain is None and graphed is not None and graphed.failed is None
+    assert len(graphed.graphs) == 2  # the state loaded at step 3 was captured anew
     for (loss, aux), (want, want_aux) in zip(kept, expected, strict=True):
         torch.testing.assert_close(loss, want, rtol=1e-5, atol=1e-6)
         torch.testing.assert_close(aux["max_error"], want_aux["max_error"], rtol=1e-5, atol=1e-6)

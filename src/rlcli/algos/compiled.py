@@ -93,15 +93,16 @@ class LazilyCompiled:
     keeps (`owned`) before calling again. RLCLI_CUDA_GRAPHS=0 compiles without graphs (to compare, or where a driver
     misbehaves). `graphs` says which it chose (None before the first call)."""
 
-    def __init__(self, function: Callable[..., Any]) -> None:
+    def __init__(self, function: Callable[..., Any], graphs: bool | None = None) -> None:
         self.function = function
         self.compiled: Callable[..., Any] | None = None
-        self.graphs: bool | None = None
+        self.graphs = graphs  # None: chosen at the first call (False: the caller captures the step itself)
 
     def __call__(self, *args: Any) -> Any:
         if self.compiled is None:
             before_compiling()
-            self.graphs = cuda_graphs_wanted(args)
+            if self.graphs is None:
+                self.graphs = cuda_graphs_wanted(args)
             mode = "reduce-overhead" if self.graphs else None
             self.compiled = torch.compile(self.function, dynamic=False, mode=mode)
         if self.graphs:
@@ -309,7 +310,11 @@ class CompiledStep:
         # argument", seen on an H200 with torch 2.11)
         self.device = self.params[0].device
         self.hyper = self.rule.hyper.to(self.device)
-        self._step = LazilyCompiled(self._pure_step)
+        self._step = LazilyCompiled(self._pure_step, graphs=False)  # on a GPU, captured whole by `graphed`
+        self.graphed: Any = None  # cuda_graph.GraphedStep, made at the first call on a GPU
+        self._buffer_names: list[str] = []
+        self._lrs_key: tuple[float, ...] = ()
+        self._lrs = torch.zeros(0)
         self.compile_seconds: float | None = None  # the first call: tracing and compiling (or loading the cache)
 
     def __deepcopy__(self, memo: dict[int, Any]) -> CompiledStep:
@@ -336,27 +341,61 @@ class CompiledStep:
 
     def __call__(self, max_grad_norm: torch.Tensor | None, *args: Any) -> tuple[torch.Tensor, Any]:
         """One step; `max_grad_norm` (a 0-dim tensor on the parameters' device, or None: no clip) and the
-        arguments that schedules change are tensors, so that a new value is not a new graph."""
+        arguments that schedules change are tensors, so that a new value is not a new graph. On a GPU, one replay of
+        the step's CUDA graph (cuda_graph.py) where every tensor it keeps is on the GPU (A2C's and PQN's optimizers
+        count their steps on the CPU, as torch's do: their steps run compiled, uncaptured)."""
         states = [self.rule.state(p) for p in self.params]
         slots = [[s[name] for s in states] for name in self.rule.slots]
-        lrs = torch.tensor([g["lr"] for g in self.optimizer.param_groups], dtype=torch.float32,  # schedules move them
-                           device=self.device)
+        steps = [s["step"] for s in states]
+        lrs = self._learning_rates()
         first = self.compile_seconds is None
         started = time.perf_counter()
         with torch.no_grad():
             params = [p.detach() for p in self.params]
             buffers = ({f"networks.{n}": b for n, b in self.networks.named_buffers()} if self.updates_buffers
                        else {})  # read each step: they are the modules' own tensors, updated in place
-            new_params, new_slots, loss, aux = self._step(params, slots, states[0]["step"].to(self.device), lrs,
-                                                          self.hyper, buffers, max_grad_norm, args)
-            torch._foreach_copy_(self.params, new_params)
-            for old, new in zip(slots, new_slots, strict=True):
-                torch._foreach_copy_(old, new)
-            torch._foreach_add_([s["step"] for s in states], 1)
-            loss, aux = self._step.owned((loss, aux))
+            fixed = [*params, *(t for slot in slots for t in slot), *steps, *buffers.values()]
+            if first and cuda_graphs_wanted(fixed) and all(t.is_cuda for t in fixed):
+                from rlcli.algos.cuda_graph import GraphedStep
+
+                self._buffer_names = list(buffers)
+                self.graphed = GraphedStep(self._fixed_step)
+            if self.graphed is not None:
+                loss, aux = self.graphed(fixed, (lrs, max_grad_norm, args))
+            else:
+                loss, aux = self._step.owned(self._apply(params, slots, steps, buffers, lrs, max_grad_norm, args))
         if first:
             self.compile_seconds = time.perf_counter() - started
             logging.getLogger("rlcli").info(
                 "compile: the first compiled update took %.1f s (tracing, and compiling or loading from the cache %s)",
                 self.compile_seconds, cache_dir())
         return loss, aux
+
+    def _apply(self, params: list[torch.Tensor], slots: list[list[torch.Tensor]], steps: list[torch.Tensor],
+               buffers: dict[str, torch.Tensor], lrs: torch.Tensor, max_grad_norm: torch.Tensor | None,
+               args: tuple[Any, ...]) -> tuple[torch.Tensor, Any]:
+        """The compiled step, its results written into the parameters and the optimizer's state."""
+        new_params, new_slots, loss, aux = self._step(params, slots, steps[0].to(self.device), lrs, self.hyper,
+                                                      buffers, max_grad_norm, args)
+        torch._foreach_copy_(params, new_params)
+        for old, new in zip(slots, new_slots, strict=True):
+            torch._foreach_copy_(old, new)
+        torch._foreach_add_(steps, 1)
+        return loss, aux
+
+    def _fixed_step(self, fixed: list[torch.Tensor], moving: tuple[Any, ...]) -> tuple[torch.Tensor, Any]:
+        """`_apply` over `__call__`'s flat list of the tensors a CUDA graph reads and writes in place."""
+        n, k = len(self.params), len(self.rule.slots)
+        slots = [fixed[n * (i + 1):n * (i + 2)] for i in range(k)]
+        buffers = dict(zip(self._buffer_names, fixed[n * (k + 2):], strict=True))
+        lrs, max_grad_norm, args = moving
+        return self._apply(fixed[:n], slots, fixed[n * (k + 1):n * (k + 2)], buffers, lrs, max_grad_norm, args)
+
+    def _learning_rates(self) -> torch.Tensor:
+        """Each param group's learning rate as a tensor on the device (schedules move them), made anew only when
+        one changed: a host-to-device copy waits for the GPU's queue."""
+        lrs = tuple(float(g["lr"]) for g in self.optimizer.param_groups)
+        if lrs != self._lrs_key:
+            self._lrs_key = lrs
+            self._lrs = torch.tensor(lrs, dtype=torch.float32, device=self.device)
+        return self._lrs

@@ -45,6 +45,7 @@ class LossStep:
         self.others = [p for p in networks.parameters() if id(p) not in trained and p.requires_grad]
         self.clip_of, self.updates_buffers = clip_of, updates_buffers
         self.compiled: CompiledStep | None = None
+        self._numbers: dict[str, torch.Tensor] = {}  # as_input's tensors by value
 
     @property
     def max_grad_norm(self) -> float | None:
@@ -61,7 +62,9 @@ class LossStep:
     def __call__(self, *args: Any) -> tuple[torch.Tensor, Any]:
         if self.compiled is not None:
             device = self.compiled.device
-            return self.compiled(as_input(self.max_grad_norm, device), *(as_input(a, device) for a in args))
+            numbers = self._numbers
+            return self.compiled(as_input(self.max_grad_norm, device, numbers),
+                                 *(as_input(a, device, numbers) for a in args))
         frozen = [p for p in self.others if p.requires_grad]
         for p in frozen:
             p.requires_grad_(False)
@@ -74,12 +77,22 @@ class LossStep:
         return loss, aux
 
 
-def as_input(value: Any, device: torch.device) -> Any:
-    """A compiled step's argument: a number as a 0-dim float32 tensor on `device` (a tuple's or list's too)."""
+def as_input(value: Any, device: torch.device, made: dict[str, torch.Tensor] | None = None) -> Any:
+    """A compiled step's argument: a number as a 0-dim float32 tensor on `device` (a tuple's or list's too). `made`
+    keeps the tensors by value, so that a number that did not change is not copied to a GPU again (each such copy
+    waits for the GPU's queue); the step only reads them."""
     if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return torch.tensor(float(value), device=device)
+        if made is None:
+            return torch.tensor(float(value), device=device)
+        key = float(value).hex()  # -0.0 is not 0.0
+        tensor = made.get(key)
+        if tensor is None:
+            if len(made) >= 64:  # a schedule's values: keep the last ones only
+                made.clear()
+            tensor = made[key] = torch.tensor(float(value), device=device)
+        return tensor
     if type(value) in (tuple, list):
-        return type(value)(as_input(v, device) for v in value)
+        return type(value)(as_input(v, device, made) for v in value)
     return value
 
 

@@ -167,7 +167,10 @@ class ReplayBuffer:
 
     def _batch(self, idx: torch.Tensor, weights: torch.Tensor | None = None) -> ReplayBatch:
         """Gather on the storage device; one non-blocking copy per tensor to the training device."""
-        idx = idx.to(self.storage)
+        if self.storage.type == "cuda" and idx.device.type == "cpu":
+            idx = idx.pin_memory().to(self.storage, non_blocking=True)  # a pageable copy would wait for the GPU
+        else:
+            idx = idx.to(self.storage)
         w = torch.ones(idx.shape[0], device=self.device) if weights is None else weights
 
         def move(x: torch.Tensor) -> torch.Tensor:
