@@ -1,6 +1,6 @@
 """Steady-state env steps per second of rl-train runs, from their train.log: the issue's GPU rows in one call.
 
-    python scripts/cuda_speed.py --out speed.json --deadline 300 sac-eager sac-compiled-nographs sac-compiled ppo
+    python scripts/cuda_speed.py --out speed.json --deadline 300 sac-compiled-capture sac-compiled sac-eager ppo
 
 Each row is a fresh `rl-train` process. A row's steady rate is measured between its log lines once compiling is
 over (the env steps from the second logged step to the last, over the seconds between those lines), so the first
@@ -27,6 +27,7 @@ ROWS: dict[str, tuple[list[str], dict[str, str]]] = {
     "sac-eager": (SAC, {}),
     "sac-compiled-nographs": ([*SAC, "compile=true"], {"RLCLI_CUDA_GRAPHS": "0"}),
     "sac-compiled": ([*SAC, "compile=true"], {}),
+    "sac-compiled-capture": ([*SAC, "compile=true"], {"RLCLI_CUDA_GRAPHS": "capture"}),
     "ppo": (["algo=ppo", "env=CartPole-v1", "train.log_every=10000", "train.stop_reward=null"], {}),
     "ppo-compiled": (["algo=ppo", "env=CartPole-v1", "compile=true", "train.log_every=10000",
                       "train.stop_reward=null"], {}),

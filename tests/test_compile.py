@@ -411,3 +411,42 @@ def test_a_compiled_step_on_the_cpu_is_no_cuda_graph():
     out = step(torch.ones(2))
     assert step.graphs is False and step.owned(out) is out
     assert torch.equal(out, torch.full((2,), 3.0))
+
+
+def test_a_step_through_the_hand_capture_path_computes_what_the_compiled_step_computes():
+    """RLCLI_CUDA_GRAPHS=capture hands CompiledStep's tensors to the graph as one flat list (weights, each optimizer
+    slot, step counters, buffers) and the graph's body takes them apart again (`_fixed_step`). On the CPU (no graph),
+    the same path with a pass-through in place of the capture: three steps of a network with batch-norm buffers
+    updated in the loss are bit-identical to the plain compiled steps'."""
+    from rlcli.algos.loss_step import LossStep
+    from rlcli.algos.optim import FusedAdam
+
+    def build(through_the_capture_path: bool):
+        torch.manual_seed(0)
+        net = torch.nn.Sequential(torch.nn.Linear(4, 16), torch.nn.BatchNorm1d(16), torch.nn.Tanh(),
+                                  torch.nn.Linear(16, 1))
+        optimizer = FusedAdam(net.parameters(), lr=1e-2)
+
+        def loss(x, y):
+            error = net(x).squeeze(-1) - y
+            return (error ** 2).mean(), error.detach().abs().max()
+
+        step = LossStep(net, optimizer, loss, updates_buffers=True)
+        step.compile()
+        if through_the_capture_path:
+            compiled = step.compiled
+            compiled._buffer_names = [f"networks.{n}" for n, _ in net.named_buffers()]
+            compiled.graphed = compiled._fixed_step  # what GraphedStep replays, called directly
+        generator = torch.Generator().manual_seed(1)
+        outputs = [step(x, x.sum(-1)) for x in (torch.randn(32, 4, generator=generator) for _ in range(3))]
+        return net, optimizer, outputs
+
+    net, optimizer, outputs = build(True)
+    reference, reference_optimizer, expected = build(False)
+    for (loss, error), (want, want_error) in zip(outputs, expected, strict=True):
+        assert torch.equal(loss, want) and torch.equal(error, want_error)
+    for a, b in zip(net.state_dict().values(), reference.state_dict().values(), strict=True):
+        assert torch.equal(a, b)  # weights and batch-norm statistics
+    for p, q in zip(net.parameters(), reference.parameters(), strict=True):
+        for name in ("step", "exp_avg", "exp_avg_sq"):
+            assert torch.equal(optimizer.state[p][name], reference_optimizer.state[q][name])

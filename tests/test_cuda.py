@@ -173,12 +173,14 @@ def test_due_members_on_cuda_test_together_as_each_would_alone(algo, tmp_path):
                                            tmp_path=tmp_path, rtol=1e-3, one_call=algo in ("ppo", "dqn", "td3", "sac"))
 
 
-def test_a_compiled_step_on_cuda_is_a_cuda_graph_whose_kept_outputs_match_the_ungraphed_steps(monkeypatch):
-    """compile=true on a GPU replays each compiled step from a CUDA graph (algos/cuda_graph.py): the weights after six
+@pytest.mark.parametrize("mode", ["1", "capture"])
+def test_a_compiled_step_on_cuda_is_a_cuda_graph_whose_kept_outputs_match_the_ungraphed_steps(monkeypatch, mode):
+    """compile=true on a GPU replays each compiled step from a CUDA graph: torch.compile's (mode="reduce-overhead",
+    the default) or rlcli's captured by hand (RLCLI_CUDA_GRAPHS=capture, algos/cuda_graph.py). The weights after six
     steps, and the six losses kept across the steps (copied out of the graph's memory, which each replay overwrites),
     are those of the same steps compiled without graphs (RLCLI_CUDA_GRAPHS=0), within float reordering; a new
     learning rate (a schedule's) reaches the graph, and an optimizer state loaded anew (resume, rollback: new
-    tensors) is a new capture, not a replay over the old state's memory."""
+    tensors) is not replayed over the old state's memory (by hand: a new capture)."""
     from rlcli.algos.compiled import CUDA_GRAPHS_VARIABLE
     from rlcli.algos.loss_step import LossStep
     from rlcli.algos.optim import FusedAdam
@@ -206,14 +208,26 @@ def test_a_compiled_step_on_cuda_is_a_cuda_graph_whose_kept_outputs_match_the_un
                 optimizer.load_state_dict(copy.deepcopy(optimizer.state_dict()))
             x = torch.randn(64, 4, device="cuda", generator=generator)
             kept.append(step(x, x.sum(-1), 0.5 + i))
-        return step.compiled.graphed, net, kept
+        return step.compiled, net, kept
 
-    graphed, net, kept = run("1")
+    graphed, net, kept = run(mode)
     plain, reference, expected = run("0")
-    assert plain is None and graphed is not None and graphed.failed is None
-    assert len(graphed.graphs) == 2  # the state loaded at step 3 was captured anew
+    assert plain.graphed is None and plain._step.graphs is False
+    if mode == "capture":
+        assert graphed.graphed is not None and graphed.graphed.failed is None
+        assert len(graphed.graphed.graphs) == 2  # the state loaded at step 3 was captured anew
+    else:
+        assert graphed.graphed is None and graphed._step.graphs is True
     for (loss, aux), (want, want_aux) in zip(kept, expected, strict=True):
         torch.testing.assert_close(loss, want, rtol=1e-5, atol=1e-6)
         torch.testing.assert_close(aux["max_error"], want_aux["max_error"], rtol=1e-5, atol=1e-6)
     for a, b in zip(net.parameters(), reference.parameters(), strict=True):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_compiled_sac_captured_by_hand_on_cuda_trains_resumes_and_evaluates(tmp_path, monkeypatch):
+    """RLCLI_CUDA_GRAPHS=capture through a whole run: SAC's three compiled steps captured, a resume (new optimizer
+    state tensors) captured again, and rl-eval, as test_every_algorithm_trains_resumes_and_evaluates_on_cuda."""
+    monkeypatch.setenv("RLCLI_CUDA_GRAPHS", "capture")
+    test_every_algorithm_trains_resumes_and_evaluates_on_cuda("sac-compiled", tmp_path)
+    assert "could not be captured" not in (tmp_path / "run" / "train.log").read_text()

@@ -91,7 +91,8 @@ class LazilyCompiled:
     step is then one graph launch instead of one launch per kernel, which is where a small network's step spends its
     time on a GPU. The graph's outputs live in memory the next launch overwrites, so a caller copies out what it
     keeps (`owned`) before calling again. RLCLI_CUDA_GRAPHS=0 compiles without graphs (to compare, or where a driver
-    misbehaves). `graphs` says which it chose (None before the first call)."""
+    misbehaves); =capture, a single run's steps are captured by rlcli instead (CompiledStep). `graphs` says which it
+    chose (None before the first call)."""
 
     def __init__(self, function: Callable[..., Any], graphs: bool | None = None) -> None:
         self.function = function
@@ -116,7 +117,15 @@ class LazilyCompiled:
         return torch.utils._pytree.tree_map(lambda x: x.clone() if isinstance(x, torch.Tensor) else x, outputs)
 
 
-CUDA_GRAPHS_VARIABLE = "RLCLI_CUDA_GRAPHS"
+CUDA_GRAPHS_VARIABLE = "RLCLI_CUDA_GRAPHS"  # 1 (the default): torch's graphs; 0: none; capture: rlcli's by hand
+
+
+def captured_by_hand() -> bool:
+    """RLCLI_CUDA_GRAPHS=capture: a single run's compiled steps are captured by rlcli (cuda_graph.py) instead of by
+    torch.compile's mode="reduce-overhead". Not yet the default: written on 2026-11-28 when no GPU was lent to check
+    it; tests/test_cuda.py checks it against uncaptured steps, and scripts/cuda_speed.py's sac-compiled-capture row
+    measures it."""
+    return os.environ.get(CUDA_GRAPHS_VARIABLE, "1") == "capture"
 
 
 def cuda_graphs_wanted(args: Any) -> bool:
@@ -310,8 +319,8 @@ class CompiledStep:
         # argument", seen on an H200 with torch 2.11)
         self.device = self.params[0].device
         self.hyper = self.rule.hyper.to(self.device)
-        self._step = LazilyCompiled(self._pure_step, graphs=False)  # on a GPU, captured whole by `graphed`
-        self.graphed: Any = None  # cuda_graph.GraphedStep, made at the first call on a GPU
+        self._step = LazilyCompiled(self._pure_step)
+        self.graphed: Any = None  # cuda_graph.GraphedStep, where RLCLI_CUDA_GRAPHS=capture (made at the first call)
         self._buffer_names: list[str] = []
         self._lrs_key: tuple[float, ...] = ()
         self._lrs = torch.zeros(0)
@@ -341,9 +350,10 @@ class CompiledStep:
 
     def __call__(self, max_grad_norm: torch.Tensor | None, *args: Any) -> tuple[torch.Tensor, Any]:
         """One step; `max_grad_norm` (a 0-dim tensor on the parameters' device, or None: no clip) and the
-        arguments that schedules change are tensors, so that a new value is not a new graph. On a GPU, one replay of
-        the step's CUDA graph (cuda_graph.py) where every tensor it keeps is on the GPU (A2C's and PQN's optimizers
-        count their steps on the CPU, as torch's do: their steps run compiled, uncaptured)."""
+        arguments that schedules change are tensors, so that a new value is not a new graph. On a GPU with
+        RLCLI_CUDA_GRAPHS=capture, one replay of the step's CUDA graph captured by hand (cuda_graph.py), where every
+        tensor it keeps is on the GPU (A2C's and PQN's optimizers count their steps on the CPU, as torch's do: theirs
+        stay with torch's graphs)."""
         states = [self.rule.state(p) for p in self.params]
         slots = [[s[name] for s in states] for name in self.rule.slots]
         steps = [s["step"] for s in states]
@@ -355,9 +365,10 @@ class CompiledStep:
             buffers = ({f"networks.{n}": b for n, b in self.networks.named_buffers()} if self.updates_buffers
                        else {})  # read each step: they are the modules' own tensors, updated in place
             fixed = [*params, *(t for slot in slots for t in slot), *steps, *buffers.values()]
-            if first and cuda_graphs_wanted(fixed) and all(t.is_cuda for t in fixed):
+            if first and captured_by_hand() and cuda_graphs_wanted(fixed) and all(t.is_cuda for t in fixed):
                 from rlcli.algos.cuda_graph import GraphedStep
 
+                self._step.graphs = False  # compiled plainly, and captured whole by GraphedStep
                 self._buffer_names = list(buffers)
                 self.graphed = GraphedStep(self._fixed_step)
             if self.graphed is not None:

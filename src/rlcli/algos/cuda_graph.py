@@ -1,8 +1,9 @@
-"""A compiled gradient step replayed as one CUDA graph (LeanRL's recipe, by hand): on a GPU a small network's step
-is launch-bound, and torch.compile's own graphs (mode="reduce-overhead") still evaluate dynamo's guards and
-cudagraph trees' bookkeeping at every call (on this CPU the guards alone were ~0.4 ms of a 1.25 ms compiled SAC
-critic step with tiny networks). Here, after the first calls, a step is: copy the new inputs into the graph's own
-buffers, one replay, copy the outputs the caller keeps.
+"""RLCLI_CUDA_GRAPHS=capture: a compiled gradient step replayed as one CUDA graph captured by hand (LeanRL's
+recipe). On a GPU a small network's step is launch-bound, and torch.compile's own graphs (mode="reduce-overhead",
+the default) still evaluate dynamo's guards and cudagraph trees' bookkeeping at every call (on this CPU the guards
+alone were ~0.4 ms of a 1.25 ms compiled SAC critic step with tiny networks). Here, after the first calls, a step is:
+copy the new inputs into the graph's own buffers, one replay, copy the outputs the caller keeps. Not yet checked on
+a GPU (none was lent when it was written): tests/test_cuda.py holds it to uncaptured steps.
 
 `GraphedStep(function)` runs `function(fixed, moving)`, which must write its results into `fixed` in place (the
 parameters, the optimizer's state: tensors whose memory stays where it is) and read `moving` (a batch, noise, learning
@@ -29,7 +30,6 @@ class GraphedStep:
     def __init__(self, function: Callable[[list[torch.Tensor], Any], Any]) -> None:
         self.function = function
         self.graphs: dict[Any, tuple[torch.cuda.CUDAGraph, list[Any], Any]] = {}
-        self.pool: Any = None
         self.failed: str | None = None  # why capturing failed (the step then runs uncaptured)
 
     def __call__(self, fixed: list[torch.Tensor], moving: Any) -> Any:
@@ -38,7 +38,10 @@ class GraphedStep:
         leaves, spec = tree_flatten(moving)
         key = (tuple(t.data_ptr() for t in fixed), spec,
                tuple((x.shape, x.dtype, x.device) if isinstance(x, torch.Tensor) else x for x in leaves))
-        entry = self.graphs.get(key)
+        try:
+            entry = self.graphs.get(key)
+        except TypeError:  # an argument that is neither a tensor nor a plain value: no graph can be keyed on it
+            return self.function(fixed, moving)
         if entry is None:
             try:
                 entry = self._capture(fixed, leaves, spec)
@@ -68,10 +71,8 @@ class GraphedStep:
                 for _ in range(WARMUP_CALLS):
                     self.function(fixed, moving)
             torch.cuda.current_stream().wait_stream(side)
-            if self.pool is None:
-                self.pool = torch.cuda.graph_pool_handle()
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=self.pool):
+            graph = torch.cuda.CUDAGraph()  # its own memory pool: graphs of one step may replay in any order
+            with torch.cuda.graph(graph):
                 outputs = self.function(fixed, moving)
         finally:  # the warm-up calls stepped the weights: put them back
             torch._foreach_copy_(fixed, saved)
