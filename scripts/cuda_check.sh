@@ -2,6 +2,8 @@
 # A lent GPU machine's checks (the device tool's `run`; it has torch but no registry), in two parts that fit one
 # call each, so that the GPU's minutes go to what a cut-off run would lose last:
 #   scripts/cuda_check.sh tests OUT_DIR [SECONDS]       install rlcli there, run tests/test_cuda.py
+#   scripts/cuda_check.sh speed OUT_DIR [SECONDS [ROW ...]]   steady env steps/s of one run per row
+#       (scripts/cuda_speed.py; default rows: sac-compiled-capture sac-compiled sac-eager ppo-compiled)
 #   scripts/cuda_check.sh bench OUT_DIR [SECONDS [SAC_STEPS [--compiled]]]
 #       time SAC Pendulum as one seed against a population of 8 on device=cuda (--compiled: the population with
 #       compile=true only, the target row; the eager one is left out for time)
@@ -14,10 +16,11 @@
 #       hydra-core==1.3.8 omegaconf==2.3.1 hatchling trove-classifiers tomlkit
 #   pip wheel -q --no-deps -w .whl antlr4-python3-runtime==4.9.3   # an sdist only on PyPI; pure Python
 # On 2026-11-26 (an H200) the tests took ~90 s on 14 workers and one SAC seed 174 s for 20k steps (28 s for 4k
-# after the storing changes of that day). pytest runs -v so that a cut-off run still names each outcome.
+# after the storing changes of that day). On 2026-11-28 (an H200, torch 2.11) the tests took 142 s on 14 workers; the
+# speed rows 35-60 s each (compiling cold). pytest runs -v so that a cut-off run still names each outcome.
 set -u
-part=${1:?usage: scripts/cuda_check.sh tests|bench OUT_DIR [SECONDS ...]}
-out=${2:?usage: scripts/cuda_check.sh tests|bench OUT_DIR [SECONDS ...]}
+part=${1:?usage: scripts/cuda_check.sh tests|speed|bench OUT_DIR [SECONDS ...]}
+out=${2:?usage: scripts/cuda_check.sh tests|speed|bench OUT_DIR [SECONDS ...]}
 budget=${3:-540}
 export PYTHONUNBUFFERED=1
 start=$(date +%s)
@@ -51,6 +54,13 @@ bench)
     [ -f "$log" ] && { echo "-- $log"; grep -E "time:|compile" "$log"; tail -n 2 "$log"; }  # a cut-off row's progress
   done
   ;;
-*) echo "scripts/cuda_check.sh: the part is tests or bench, not $part"; exit 2 ;;
+speed)
+  rows=("${@:4}")
+  [ ${#rows[@]} -eq 0 ] && rows=(sac-compiled-capture sac-compiled sac-eager ppo-compiled)
+  echo "== rl-train rows on device=cuda: ${rows[*]} ($(left) s left)"
+  python3 scripts/cuda_speed.py --deadline $(($(left) - 10)) --out "$out/speed.json" "${rows[@]}" 2>&1 | tee "$out/speed.txt"
+  for log in /tmp/speed-*/train.log; do echo "-- $log"; grep -E "time:|done:|cuda graphs" "$log"; done
+  ;;
+*) echo "scripts/cuda_check.sh: the part is tests, speed or bench, not $part"; exit 2 ;;
 esac
 echo "== done, $(left) s left"
