@@ -25,7 +25,8 @@ budget=${3:-540}
 export PYTHONUNBUFFERED=1
 start=$(date +%s)
 left() { echo $((budget - ($(date +%s) - start))); }
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null \
+  || { echo "scripts/cuda_check.sh: no GPU here (it installs rlcli into the machine's Python: run it on a lent GPU)"; exit 2; }
 nproc
 if ! python3 -c "import rlcli" 2>/dev/null; then
   python3 -m pip install -q --no-index --no-deps --no-compile .whl/*.whl || exit 3
