@@ -436,9 +436,17 @@ def test_a_step_through_the_hand_capture_path_computes_what_the_compiled_step_co
         if through_the_capture_path:
             compiled = step.compiled
             compiled._buffer_names = [f"networks.{n}" for n, _ in net.named_buffers()]
-            compiled.graphed = compiled._fixed_step  # what GraphedStep replays, called directly
+            contexts = []
+
+            def replay(fixed, moving, context):  # what GraphedStep replays, called directly
+                contexts.append(context)
+                return compiled._fixed_step(fixed, moving)
+
+            compiled.graphed = replay
         generator = torch.Generator().manual_seed(1)
         outputs = [step(x, x.sum(-1)) for x in (torch.randn(32, 4, generator=generator) for _ in range(3))]
+        if through_the_capture_path:  # the key's context: every tensor the networks hold, by address
+            assert contexts == [((), tuple(t.data_ptr() for t in [*net.parameters(), *net.buffers()]))] * 3
         return net, optimizer, outputs
 
     net, optimizer, outputs = build(True)
@@ -450,3 +458,14 @@ def test_a_step_through_the_hand_capture_path_computes_what_the_compiled_step_co
     for p, q in zip(net.parameters(), reference.parameters(), strict=True):
         for name in ("step", "exp_avg", "exp_avg_sq"):
             assert torch.equal(optimizer.state[p][name], reference_optimizer.state[q][name])
+
+
+def test_a_bad_cuda_graphs_setting_is_one_line_before_the_run_starts(cli, tmp_path, monkeypatch):
+    """RLCLI_CUDA_GRAPHS takes 1, 0 or capture; another value is named in one line when a compile=true run is built
+    (it was a traceback at the first compiled update), and leaves no run directory behind."""
+    monkeypatch.setenv("RLCLI_CUDA_GRAPHS", "off")
+    out = cli("algo=ppo", "compile=true", "train.total_steps=256", f"hydra.run.dir={tmp_path / 'run'}")
+    assert out.returncode == 2
+    assert out.stderr.strip() == ("rl-train: error: RLCLI_CUDA_GRAPHS='off': choose 1 (torch.compile's CUDA graphs, "
+                                  "the default), 0 (none) or capture (rlcli's, by hand)")
+    assert not (tmp_path / "run").exists()

@@ -176,11 +176,14 @@ def test_due_members_on_cuda_test_together_as_each_would_alone(algo, tmp_path):
 @pytest.mark.parametrize("mode", ["1", "capture"])
 def test_a_compiled_step_on_cuda_is_a_cuda_graph_whose_kept_outputs_match_the_ungraphed_steps(monkeypatch, mode):
     """compile=true on a GPU replays each compiled step from a CUDA graph: torch.compile's (mode="reduce-overhead",
-    the default) or rlcli's captured by hand (RLCLI_CUDA_GRAPHS=capture, algos/cuda_graph.py). The weights after six
-    steps, and the six losses kept across the steps (copied out of the graph's memory, which each replay overwrites),
-    are those of the same steps compiled without graphs (RLCLI_CUDA_GRAPHS=0), within float reordering; a new
-    learning rate (a schedule's) reaches the graph, and an optimizer state loaded anew (resume, rollback: new
-    tensors) is not replayed over the old state's memory (by hand: a new capture)."""
+    the default) or rlcli's captured by hand (RLCLI_CUDA_GRAPHS=capture, algos/cuda_graph.py). The weights after
+    seven steps, and the seven losses kept across the steps (copied out of the graph's memory, which each replay
+    overwrites), are those of the same steps compiled without graphs (RLCLI_CUDA_GRAPHS=0), within float reordering,
+    through an optimizer state loaded anew at step 3 (resume, rollback: new tensors, not replayed over the old
+    state's memory), a new learning rate at step 4 (a schedule's: an input of the graph) and a new value at step 5
+    of a setting the loss reads from its algorithm (a scheduled reward_scale: a new capture)."""
+    from torch._dynamo.utils import counters
+
     from rlcli.algos.compiled import CUDA_GRAPHS_VARIABLE
     from rlcli.algos.loss_step import LossStep
     from rlcli.algos.optim import FusedAdam
@@ -191,33 +194,42 @@ def test_a_compiled_step_on_cuda_is_a_cuda_graph_whose_kept_outputs_match_the_un
         net = torch.nn.Sequential(torch.nn.Linear(4, 32), torch.nn.Tanh(), torch.nn.Linear(32, 1)).cuda()
         optimizer = FusedAdam(net.parameters(), lr=1e-2)
 
-        def loss(x, y, scale):
-            error = net(x).squeeze(-1) - y
-            return scale * (error ** 2).mean(), {"max_error": error.abs().max()}
-
-        class Clip:
+        class Algo:
             max_grad_norm = 0.5
+            reward_scale = 1.0
+            schedulable = ("reward_scale",)
 
-        step = LossStep(net, optimizer, loss, clip_of=Clip())
+            def loss(self, x, y, scale):
+                error = net(x).squeeze(-1) - self.reward_scale * y
+                return scale * (error ** 2).mean(), {"max_error": error.abs().max()}
+
+        algo = Algo()
+        step = LossStep(net, optimizer, algo.loss, clip_of=algo)
         step.compile()
         kept = []
         generator = torch.Generator(device="cuda").manual_seed(1)
-        for i in range(6):
+        for i in range(7):
             if i == 3:
-                optimizer.param_groups[0]["lr"] = 3e-3
                 optimizer.load_state_dict(copy.deepcopy(optimizer.state_dict()))
+            if i == 4:
+                optimizer.param_groups[0]["lr"] = 3e-3
+            if i == 5:
+                algo.reward_scale = 2.0
             x = torch.randn(64, 4, device="cuda", generator=generator)
-            kept.append(step(x, x.sum(-1), 0.5 + i))
+            kept.append(step(x, x.sum(-1), 0.5 + (i % 2)))
         return step.compiled, net, kept
 
+    counters.clear()
     graphed, net, kept = run(mode)
     plain, reference, expected = run("0")
     assert plain.graphed is None and plain._step.graphs is False
     if mode == "capture":
         assert graphed.graphed is not None and graphed.graphed.failed is None
-        assert len(graphed.graphed.graphs) == 2  # the state loaded at step 3 was captured anew
+        assert graphed.graphed.captures == 3  # the first, the reloaded state's, the new reward_scale's
+        assert len(graphed.graphed.graphs) == 2  # the replaced state's graph is gone
     else:
         assert graphed.graphed is None and graphed._step.graphs is True
+        assert not counters["inductor"]["cudagraph_skips"]  # recorded, not run eagerly behind a warning
     for (loss, aux), (want, want_aux) in zip(kept, expected, strict=True):
         torch.testing.assert_close(loss, want, rtol=1e-5, atol=1e-6)
         torch.testing.assert_close(aux["max_error"], want_aux["max_error"], rtol=1e-5, atol=1e-6)
@@ -230,4 +242,5 @@ def test_compiled_sac_captured_by_hand_on_cuda_trains_resumes_and_evaluates(tmp_
     state tensors) captured again, and rl-eval, as test_every_algorithm_trains_resumes_and_evaluates_on_cuda."""
     monkeypatch.setenv("RLCLI_CUDA_GRAPHS", "capture")
     test_every_algorithm_trains_resumes_and_evaluates_on_cuda("sac-compiled", tmp_path)
-    assert "could not be captured" not in (tmp_path / "run" / "train.log").read_text()
+    log = (tmp_path / "run" / "train.log").read_text()
+    assert "captured by hand" in log and "could not be captured" not in log

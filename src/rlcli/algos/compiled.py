@@ -120,18 +120,29 @@ class LazilyCompiled:
 CUDA_GRAPHS_VARIABLE = "RLCLI_CUDA_GRAPHS"  # 1 (the default): torch's graphs; 0: none; capture: rlcli's by hand
 
 
+def cuda_graphs_setting() -> str:
+    """RLCLI_CUDA_GRAPHS: 1 (unset: torch's graphs), 0 (none) or capture; anything else is a one-line error."""
+    from rlcli.registry import ConfigError
+
+    value = os.environ.get(CUDA_GRAPHS_VARIABLE, "1")
+    if value not in ("0", "1", "capture"):
+        raise ConfigError(f"{CUDA_GRAPHS_VARIABLE}={value!r}: choose 1 (torch.compile's CUDA graphs, the default), 0 "
+                          "(none) or capture (rlcli's, by hand)")
+    return value
+
+
 def captured_by_hand() -> bool:
     """RLCLI_CUDA_GRAPHS=capture: a single run's compiled steps are captured by rlcli (cuda_graph.py) instead of by
     torch.compile's mode="reduce-overhead". Not yet the default: written on 2026-11-28 when no GPU was lent to check
     it; tests/test_cuda.py checks it against uncaptured steps, and scripts/cuda_speed.py's sac-compiled-capture row
     measures it."""
-    return os.environ.get(CUDA_GRAPHS_VARIABLE, "1") == "capture"
+    return cuda_graphs_setting() == "capture"
 
 
 def cuda_graphs_wanted(args: Any) -> bool:
     """Whether a compiled step over `args` is captured as a CUDA graph: its tensors are on a GPU, and
     RLCLI_CUDA_GRAPHS is not 0."""
-    if os.environ.get(CUDA_GRAPHS_VARIABLE, "1") == "0":
+    if cuda_graphs_setting() == "0":
         return False
     leaves = torch.utils._pytree.tree_leaves(args)
     return any(isinstance(x, torch.Tensor) and x.is_cuda for x in leaves)
@@ -372,7 +383,7 @@ class CompiledStep:
                 self._buffer_names = list(buffers)
                 self.graphed = GraphedStep(self._fixed_step)
             if self.graphed is not None:
-                loss, aux = self.graphed(fixed, (lrs, max_grad_norm, args))
+                loss, aux = self.graphed(fixed, (lrs, max_grad_norm, args), self._capture_context())
             else:
                 loss, aux = self._step.owned(self._apply(params, slots, steps, buffers, lrs, max_grad_norm, args))
         if first:
@@ -401,6 +412,16 @@ class CompiledStep:
         buffers = dict(zip(self._buffer_names, fixed[n * (k + 2):], strict=True))
         lrs, max_grad_norm, args = moving
         return self._apply(fixed[:n], slots, fixed[n * (k + 1):n * (k + 2)], buffers, lrs, max_grad_norm, args)
+
+    def _capture_context(self) -> tuple[Any, ...]:
+        """What a captured step reads besides its arguments, which a replay cannot see change: the addresses of the
+        networks' tensors (a target network's, a normalizer's: read in place), and the values of the settings a
+        schedule moves that the loss reads from its algorithm (`schedulable`: reward_scale, TD3's target noise,
+        IQL's expectile...). A change is a new capture."""
+        owner = getattr(self.module._loss, "__self__", None)
+        settings = tuple(getattr(owner, name, None) for name in getattr(owner, "schedulable", ()))
+        tensors = tuple(t.data_ptr() for t in (*self.networks.parameters(), *self.networks.buffers()))
+        return settings, tensors
 
     def _learning_rates(self) -> torch.Tensor:
         """Each param group's learning rate as a tensor on the device (schedules move them), made anew only when

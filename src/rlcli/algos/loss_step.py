@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from rlcli.algos.base import gradient_step
-from rlcli.algos.compiled import CompiledStep
+from rlcli.algos.compiled import CompiledStep, cuda_graphs_setting
 
 
 class HasMaxGradNorm(Protocol):
@@ -106,6 +106,7 @@ def enable_compile(algo: Any) -> None:
     step does not cover (the algorithm's `compile_refusal()`, e.g. a recurrent actor)."""
     from rlcli.registry import ConfigError
 
+    cuda_graphs_setting()  # a bad RLCLI_CUDA_GRAPHS is one line now, not a traceback at the first update
     refusal = getattr(algo, "compile_refusal", None)
     reason = refusal() if refusal is not None else None
     if reason is not None:
