@@ -261,9 +261,10 @@ def test_the_envs_running_normalizations_are_refused_offline():
 @pytest.mark.slow
 def test_offline_to_online_resumes_bit_identically_across_the_switch(npz, tmp_path):
     """100 gradient steps offline, then 100 env steps online into the storage that mixes the dataset and the new
-    experience (half of each batch from each); SIGKILL after the switch, mid-episode; resume: the same run as an
-    unbroken one (the env's state included)."""
+    experience (the dataset's share of each batch annealed from a half to a tenth over the online steps); SIGKILL
+    after the switch, mid-episode; resume: the same run as an unbroken one (the env's state included)."""
     args = [*TINY, f"dataset={npz}", "train.total_steps=100", "offline.online_steps=100", "train.test_every=200",
+            "offline.offline_fraction_final=0.1",
             "train.checkpoint_every=25", "train.log_every=50", "offline.reward_scale=returns"]
     straight = forked_cli.start([*args, f"hydra.run.dir={tmp_path / 'straight'}"], tmp_path)
     killed = tmp_path / "killed"
@@ -323,3 +324,44 @@ def test_mixed_replay_draws_the_offline_fraction_and_keeps_only_online_rows():
     again = MixedReplay(type(storage)(130, 1, 1, (3,), (1,), False, torch.device("cpu"), 0.99), 100, 0.25)
     again.load_state_dict(state)
     assert torch.equal(again.storage.rewards[100:110], big.rewards[100:110]) and again.storage.size == 110
+
+
+def test_the_offline_fraction_anneals_over_the_online_steps_from_the_rows_stored():
+    """offline.offline_fraction_final: the dataset's share of a batch goes linearly from offline.offline_fraction to
+    it over offline.online_steps, read from the online rows stored (a resumed storage draws the same shares)."""
+    import gymnasium as gym
+    import torch
+    from offline_fixtures import dataset_replay
+
+    from rlcli.offline.replay import MixedReplay
+
+    data, space = pendulum_dataset(100), gym.spaces.Box(-2.0, 2.0, (1,))
+    storage = dataset_replay(data, space)
+    big = type(storage)(140, 1, 1, (3,), (1,), False, torch.device("cpu"), 0.99)
+    big.load_state_dict({**storage.state_dict(), "pos": 100})
+    mixed = MixedReplay(big, 100, 0.5, final_fraction=0.0, online_steps=20)
+    assert mixed.fraction_now() == 0.5
+    shares = []
+    for _ in range(30):
+        mixed.add(torch.zeros(1, 3), torch.zeros(1, 1), np.ones(1, np.float32), np.zeros((1, 3)), np.zeros(1, bool),
+                  np.zeros(1, bool), np.ones(1, bool))
+        shares.append(int((mixed.sample(40).indices < 100).sum()))
+        if len(shares) == 10:
+            saved = mixed.state_dict()
+    assert shares[9] == 10 and shares[4] == 15  # 10 online rows of 20: a quarter; 5: three eighths
+    assert shares[19:] == [0] * 11  # the end of the online steps and after: the final share
+    assert shares == sorted(shares, reverse=True)
+    again = MixedReplay(type(storage)(140, 1, 1, (3,), (1,), False, torch.device("cpu"), 0.99), 100, 0.5,
+                        final_fraction=0.0, online_steps=20)
+    again.load_state_dict(saved)  # a resume at 10 online rows
+    assert again.fraction_now() == 0.25 and mixed.fraction_now() == 0.0
+
+
+def test_a_bad_final_offline_fraction_is_one_line():
+    from rlcli.run.offline import OfflineSettings
+
+    with pytest.raises(ConfigError, match=r"offline.offline_fraction_final.*1.5.*must be in \[0, 1\]"):
+        OfflineSettings(offline_fraction_final=1.5)
+    with pytest.raises(ConfigError, match="offline.offline_fraction, which is null"):
+        OfflineSettings(offline_fraction=None, offline_fraction_final=0.1)
+    assert OfflineSettings(offline_fraction_final=0.0).offline_fraction_final == 0.0

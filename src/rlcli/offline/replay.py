@@ -85,13 +85,15 @@ class MixedReplay:
     """An offline-to-online run's storage: the dataset first (rows [0, dataset_size)), then what the collector adds
     online, in one ReplayBuffer of room for both. Once online experience exists, each batch draws
     `offline_fraction` of its rows from the dataset and the rest from the online rows (Cal-QL's symmetric sampling
-    at 0.5; None: uniform over everything stored). Online rewards are scaled as the dataset's were. A checkpoint
+    at 0.5; None: uniform over everything stored), or a share annealed linearly to `final_fraction` over the
+    `online_steps`. Online rewards are scaled as the dataset's were. A checkpoint
     holds the online rows only: the dataset is read again on resume."""
 
     def __init__(self, storage: ReplayBuffer, dataset_size: int, offline_fraction: float | None,
-                 reward_factor: float = 1.0) -> None:
+                 reward_factor: float = 1.0, final_fraction: float | None = None, online_steps: int = 0) -> None:
         self.storage, self.dataset_size = storage, dataset_size
         self.offline_fraction, self.reward_factor = offline_fraction, reward_factor
+        self.final_fraction, self.online_steps = final_fraction, online_steps
         self.capacity = storage.capacity
         self.default_schedules = storage.default_schedules
 
@@ -121,9 +123,19 @@ class MixedReplay:
         size, n = self.storage.size, self.dataset_size
         if self.offline_fraction is None or size <= n:
             return self.storage.sample(batch_size, step, steps)
-        from_data = int(round(self.offline_fraction * batch_size))
+        from_data = int(round(self.fraction_now() * batch_size))
         idx = torch.cat([torch.randint(0, n, (from_data,)), torch.randint(n, size, (batch_size - from_data,))])
         return self.storage._batch(idx)
+
+    def fraction_now(self) -> float:
+        """The dataset's share of a batch: `offline_fraction`, or (with `final_fraction`) linear from it to
+        `final_fraction` over the online steps, read from the online rows stored (so a resume draws as the unbroken
+        run did)."""
+        assert self.offline_fraction is not None
+        if self.final_fraction is None or self.online_steps <= 0:
+            return self.offline_fraction
+        progress = min(max(self.storage.size - self.dataset_size, 0) / self.online_steps, 1.0)
+        return self.offline_fraction + (self.final_fraction - self.offline_fraction) * progress
 
     def update_priorities(self, indices: torch.Tensor, td_errors: torch.Tensor) -> None:
         self.storage.update_priorities(indices, td_errors)

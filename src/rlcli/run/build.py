@@ -344,8 +344,10 @@ def build(cfg: DictConfig, start_workers: bool = True) -> Components:
                 from rlcli.offline.replay import MixedReplay
                 from rlcli.run.offline import reward_multiplier
 
-                mixed = MixedReplay(buffer, len(offline.dataset), offline.settings.offline_fraction,
-                                    reward_multiplier(offline.dataset, offline.settings))
+                chosen = offline.settings
+                mixed = MixedReplay(buffer, len(offline.dataset), chosen.offline_fraction,
+                                    reward_multiplier(offline.dataset, chosen), chosen.offline_fraction_final,
+                                    chosen.online_steps)
                 learner = OffPolicyLearner(learner.algo, mixed)
         elif isinstance(learner, OffPolicyLearner):
             capacity, batch_size = learner.buffer.capacity, learner.algo.batch_size

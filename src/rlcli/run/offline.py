@@ -30,6 +30,7 @@ class OfflineSettings:
     reward_factor: float = 1.0
     online_steps: int = 0
     offline_fraction: float | None = 0.5
+    offline_fraction_final: float | None = None
 
     def __post_init__(self) -> None:
         require(isinstance(self.normalize_obs, bool), "offline.normalize_obs", self.normalize_obs,
@@ -46,6 +47,13 @@ class OfflineSettings:
         require(share is None or (isinstance(share, (int, float)) and not isinstance(share, bool)
                                   and 0.0 <= share <= 1.0), "offline.offline_fraction", share,
                 "must be in [0, 1] (the dataset's share of each batch once online), or null (uniform)")
+        final = self.offline_fraction_final
+        require(final is None or (isinstance(final, (int, float)) and not isinstance(final, bool)
+                                  and 0.0 <= final <= 1.0), "offline.offline_fraction_final", final,
+                "must be in [0, 1] (the share reached at the end of the online steps), or null (no annealing)")
+        require(final is None or share is not None, "offline.offline_fraction_final", final,
+                "anneals offline.offline_fraction, which is null (uniform sampling): set offline.offline_fraction "
+                "too, or leave this null")
 
 
 @dataclass
