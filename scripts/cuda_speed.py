@@ -51,6 +51,9 @@ def main() -> None:
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--deadline", type=float, default=500, help="seconds after which no row starts")
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--profile", action="store_true",
+                        help="run each row under cProfile and print its 25 most costly calls by own time (a wait for "
+                             "the GPU shows as the call that waited: .item(), .cpu(), a host-to-device copy)")
     args = parser.parse_args()
     started, results = time.monotonic(), {}
     for name in args.rows:
@@ -60,8 +63,9 @@ def main() -> None:
             continue
         overrides, env = ROWS[name]
         run_dir = Path(tempfile.mkdtemp(prefix=f"speed-{name}-"))
-        command = [sys.executable, "-m", "rlcli", *overrides, f"device={args.device}", "log.tensorboard=false",
-                   "log.console=false", "train.test_every=0", f"hydra.run.dir={run_dir}"]
+        profiled = ["-m", "cProfile", "-o", str(run_dir / "profile.prof")] if args.profile else []
+        command = [sys.executable, *profiled, "-m", "rlcli", *overrides, f"device={args.device}",
+                   "log.tensorboard=false", "log.console=false", "train.test_every=0", f"hydra.run.dir={run_dir}"]
         begun = time.monotonic()
         try:
             done = subprocess.run(command, env={**os.environ, **env}, capture_output=True, text=True, timeout=left)
@@ -78,6 +82,10 @@ def main() -> None:
               f"compiles {compiles}", flush=True)
         if code != 0:
             print((done.stderr if code != "timeout" else log)[-1500:], flush=True)
+        if args.profile and (run_dir / "profile.prof").exists():
+            import pstats
+
+            pstats.Stats(str(run_dir / "profile.prof")).sort_stats("tottime").print_stats(25)
     if args.out:
         args.out.write_text(json.dumps(results, indent=2))
 
