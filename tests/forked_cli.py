@@ -12,6 +12,12 @@ A sweep (`-m`) forks too; its launcher's own worker processes (joblib's, the pop
 start as they would from rl-train. What stays a real subprocess: anything with Ray, and runs given an environment
 that differs from the server's in anything but FORKABLE_ENV (a variable read at import would be missed);
 `RLCLI_TESTS_REAL_PROCESSES=1` makes every run one (to check that both give the same results).
+
+The tests' own process changes its environment as it goes (cv2's import sets LD_LIBRARY_PATH, Ray's
+RAY_CLIENT_MODE, an in-process deterministic build CUBLAS_WORKSPACE_CONFIG, a compile TORCHINDUCTOR_CACHE_DIR): a
+run given that environment then differs from the server's. Rather than start such runs fresh (all of a worker's
+later runs, once one test had changed a variable: most of the suite's runs in CI), a new server is started from the
+environment as it is now, where no run of the old one is still running (the old one ends after its last run).
 """
 
 from __future__ import annotations
@@ -42,6 +48,8 @@ PRELOAD = ["torch", "gymnasium", "hydra", "omegaconf", "tensorboard.compat.proto
 FORKABLE_ENV = {"HYDRA_FULL_ERROR", "PYTEST_CURRENT_TEST", "PYTHONPATH"}
 
 _server: dict[str, Any] = {}
+_runs: weakref.WeakSet[ForkedRun] = weakref.WeakSet()  # the forked runs, to know whether one still runs
+_old_servers: list[int] = []  # replaced servers (pids) not yet reaped
 
 
 def _context() -> Any:
@@ -53,14 +61,47 @@ def _context() -> Any:
     return _server["context"]
 
 
+def _differs(env: dict[str, str], base: dict[str, str]) -> bool:
+    return not {k for k in {*env, *base} if env.get(k) != base.get(k)} <= FORKABLE_ENV
+
+
+def _restart_server() -> bool:
+    """A new forkserver, started (on the next run) from this process's environment as it is now; False where a run
+    of the current one still runs (its exit code comes through that server). The old server ends once its last
+    child has (each holds the server's `alive` pipe)."""
+    from multiprocessing import forkserver, util
+
+    if any(run.poll() is None for run in list(_runs)):
+        return False
+    server = forkserver._forkserver  # type: ignore[attr-defined]
+    with server._lock:
+        if server._forkserver_pid is not None:
+            os.close(server._forkserver_alive_fd)  # asks the old server to stop
+            _old_servers.append(server._forkserver_pid)
+            if not util.is_abstract_socket_namespace(server._forkserver_address):
+                with contextlib.suppress(OSError):
+                    os.unlink(server._forkserver_address)
+            server._forkserver_alive_fd = server._forkserver_pid = server._forkserver_address = None
+    for pid in list(_old_servers):  # reap the old servers that have ended
+        with contextlib.suppress(ChildProcessError):
+            if os.waitpid(pid, os.WNOHANG)[0] == 0:
+                continue
+        _old_servers.remove(pid)
+    _server["env"] = dict(os.environ)
+    return True
+
+
 def forkable(args: Sequence[str], env: dict[str, str]) -> bool:
     if os.environ.get("RLCLI_TESTS_REAL_PROCESSES") == "1" or sys.platform != "linux":
         return False
     if any("ray" in a for a in args):
         return False
     _context()
-    base = _server["env"]
-    return {k for k in {*env, *base} if env.get(k) != base.get(k)} <= FORKABLE_ENV
+    if not _differs(env, _server["env"]):
+        return True
+    # this process's environment changed since the server started: a server started from it now, if that is the
+    # run's environment (see the module docstring)
+    return not _differs(env, dict(os.environ)) and _restart_server()
 
 
 def _child(program: str, args: list[str], cwd: str, env: dict[str, str], out_path: str, err_path: str) -> None:
@@ -114,6 +155,7 @@ class ForkedRun:
         self._process = _context().Process(target=_child, daemon=False,
                                            args=(program, list(args), str(cwd), env, self._out, self._err))
         self._process.start()
+        _runs.add(self)
         self.pid = self._process.pid
         self.returncode: int | None = None
 
