@@ -31,7 +31,6 @@ from rlcli.sweeps.population.kinds import population_update
 from rlcli.sweeps.population.launch import group_jobs, split_for_workers
 from rlcli.sweeps.population.members import Member
 from rlcli.sweeps.population.numpy_stream import NumpyStream
-from rlcli.sweeps.population.onpolicy import PopulationUpdate
 from rlcli.sweeps.population.stacking import stack_weights
 
 PPO = ["algo=ppo", "algo.n_steps=32", "algo.batch_size=64", "algo.n_epochs=3"]
@@ -85,7 +84,7 @@ def test_a_members_first_update_is_its_single_runs_within_float_tolerance(algo):
         single = copy.deepcopy(components.algo)
         torch.set_rng_state(rng)
         singles.append((single, single.update(components.buffer, RunClock(128, 1024)), torch.get_rng_state()))
-    population = PopulationUpdate([c.algo for c, _ in members])
+    population = population_update([c.algo for c, _ in members], [c.buffer for c, _ in members])
     rngs = [rng for _, rng in members]
     results = population.update([True] * 3, [c.buffer for c, _ in members], rngs)
     for (components, _), (single, metrics, rng_after), result, rng in zip(members, singles, results, rngs,
@@ -100,15 +99,15 @@ def test_a_members_first_update_is_its_single_runs_within_float_tolerance(algo):
     # the members learned different things: their rows are not shared by mistake
     first, second = (next(c.algo.networks.parameters()) for c, _ in members[:2])
     assert not torch.equal(first, second)
-    # networks of linear layers (and layer norms) evaluate the members' minibatch in one batched product per layer,
-    # vmap's numbers; the others (a Gaussian's log std, a convolution) through vmap
-    assert (population._evaluate.swaps is not None) is (algo in LINEAR_NETWORKS)
-    # and every family's loss runs on the members' stacked rows with per-member means, which the first call checked
-    # against vmap bit for bit (losses, logs and gradients)
-    assert population._losses_given.direct is True
+    # networks of linear layers (and layer norms) act in one batched product per layer, vmap's numbers, and their
+    # loss runs on the members' stacked rows with per-member means, which the first call checked against vmap bit
+    # for bit (losses, logs and gradients); the others (a Gaussian's log std, a convolution) through vmap
+    assert (population.acting._act.swaps is not None) is (algo in LINEAR_NETWORKS)
+    (loss,) = population.direct.values()
+    assert loss.direct is (algo in LINEAR_NETWORKS)
     # FusedAdam (PPO, PG), RMSprop (A2C) and RAdam (PQN) members can step as one call where they share settings
     # (here they do not: member 1's lr differs, so each steps its own optimizer)
-    assert population._stacked_step is not None
+    assert population.stacked_steps["train_step"] is not None
 
 
 @pytest.mark.parametrize("algo", ["ppo", "a2c", "pqn"])
@@ -122,9 +121,10 @@ def test_a_seed_sweeps_members_step_their_optimizers_in_one_call(algo):
         torch.set_rng_state(rng)
         single.update(components.buffer, RunClock(128, 1024))
         singles.append(single)
-    population = PopulationUpdate([c.algo for c, _ in members])
+    population = population_update([c.algo for c, _ in members], [c.buffer for c, _ in members])
     population.update([True, True], [c.buffer for c, _ in members], [rng for _, rng in members])
-    assert population._stacked_step is not None and population._stacked_step.counts_equal is True
+    stacked = population.stacked_steps["train_step"]
+    assert stacked is not None and stacked.counts_equal is True
     for (components, _), single in zip(members, singles, strict=True):
         assert all(p.grad is None for p in components.algo.networks.parameters())  # never handed its rows
         for mine, theirs in zip(components.algo.networks.parameters(), single.networks.parameters(), strict=True):
@@ -144,8 +144,8 @@ def test_a_members_first_rollout_is_its_single_runs(algo, tmp_path):
         components, state = prepare(compose_config(overrides(algo, f"seed={seed}")))
         run_dir = tmp_path / str(seed)
         members.append(Member(Trainer(components, run_dir, state), run_dir, seed, "", {}))  # its RNG, as built
-    population = PopulationUpdate([m.trainer.c.algo for m in members])
-    assert population._draws_apart is (algo in DRAWS_APART)
+    population = population_update([m.trainer.c.algo for m in members], [m.trainer.c.buffer for m in members])
+    assert population.acting.draws_apart is (algo in DRAWS_APART)
     stats = collect_together(members, population)
     assert all(s is not None and s.steps == singles[0].mask.shape[0] for s in stats)
     for member, single in zip(members, singles, strict=True):
@@ -162,7 +162,7 @@ def test_a_members_first_rollout_is_its_single_runs(algo, tmp_path):
 def test_a_member_that_has_stopped_is_carried_but_not_stepped():
     members = [collected("seed=0"), collected("seed=1")]
     before = [copy.deepcopy(c.algo.networks.state_dict()) for c, _ in members]
-    population = PopulationUpdate([c.algo for c, _ in members])
+    population = population_update([c.algo for c, _ in members], [c.buffer for c, _ in members])
     results = population.update([True, False], [c.buffer for c, _ in members], [r for _, r in members])
     assert results[1] is None and results[0] is not None
     after = [c.algo.networks.state_dict() for c, _ in members]
@@ -304,14 +304,10 @@ def test_population_refuses_what_it_cannot_batch_in_one_line():
     trpo, _ = prepare(compose_config(["algo=trpo", "env=CartPole-v1"]))
     with pytest.raises(ConfigError, match=f"TRPO cannot train in a population yet: {ALL_BATCHABLE} can"):
         population_update([trpo.algo, trpo.algo], [trpo.buffer, trpo.buffer])
-    dqn, _ = prepare(compose_config(["algo=dqn", "env=CartPole-v1"]))
-    with pytest.raises(ConfigError,
-                       match=r"DQN cannot train in a population of on-policy members: a2c, pg, ppo, ppo_kl and pqn \("):
-        PopulationUpdate([dqn.algo, dqn.algo])
     gru, _ = prepare(compose_config(["algo=ppo", "env=CartPoleNoVel-v1", "actor=gru"]))
     with pytest.raises(ConfigError, match="a recurrent actor cannot train in a population yet; a2c, pg, ppo, ppo_kl "
                                           r"and pqn \(MLP or CNN actors\) without it can"):
-        PopulationUpdate([gru.algo, gru.algo])
+        population_update([gru.algo, gru.algo], [gru.buffer, gru.buffer])
 
 
 def run(*args: str, cwd: Path) -> subprocess.CompletedProcess:
@@ -689,10 +685,9 @@ def test_the_declared_population_kinds_are_what_batches_and_everything_else_is_r
     the declared ones."""
     from rlcli.registry import ALGOS
     from rlcli.sweeps.population.catalog import can_batch
-    from rlcli.sweeps.population.lockstep import WrittenForARunner
-    from rlcli.sweeps.population.onpolicy import BatchableUpdate
+    from rlcli.sweeps.population.lockstep import UpdatesARollout, WrittenForARunner
 
-    shapes = {"on_policy": BatchableUpdate, "lockstep": WrittenForARunner}
+    shapes = {"on_policy": UpdatesARollout, "lockstep": WrittenForARunner}
     built_in = [n for n in ALGOS.names() if ALGOS.get(n).__module__.startswith("rlcli.")]
     declared = [n for n in built_in if ALGOS.spec(n).population is not None]
     assert can_batch() == f"{', '.join(declared[:-1])} and {declared[-1]}"
@@ -735,9 +730,9 @@ def test_a_compiled_population_steps_as_the_eager_one_and_its_members_optimizers
     active = [True, True, False]
     results = []
     for group in (eager, compiled):
-        population = PopulationUpdate([c.algo for c, _ in group])
+        population = population_update([c.algo for c, _ in group], [c.buffer for c, _ in group])
         results.append(population.update(active, [c.buffer for c, _ in group], [rng for _, rng in group]))
-    assert population._compiled is not None and population._compiled.compile_seconds is not None
+    assert population.compiled is not None and population.compiled["train_step"].compile_seconds is not None
     untouched = members("compile=true")[2][0].algo  # the stopped member, as it was before the update
     for m, ((e, _), (c, _)) in enumerate(zip(eager, compiled, strict=True)):
         for a, b in zip(e.algo.networks.parameters(), c.algo.networks.parameters(), strict=True):
@@ -771,9 +766,10 @@ def test_a_members_optimizer_loaded_anew_is_where_its_next_step_starts(compiled,
     members = [collected("seed=0", *more), collected("seed=1", *more)]
     algos, buffers, rngs = [c.algo for c, _ in members], [c.buffer for c, _ in members], [r for _, r in members]
     singles = [copy.deepcopy(a) for a in algos]
-    population = PopulationUpdate(algos)
-    assert (population._compiled is not None) is compiled and (population._stacked_step is None) is compiled
+    population = population_update(algos, buffers)
     population.update([True, True], buffers, rngs)
+    assert (population.compiled is not None) is compiled
+    assert (population.stacked_steps.get("train_step") is None) is compiled
     snapshot = copy.deepcopy(algos[1].state_dict())  # what on_nonfinite=skip keeps before an update
     population.update([True, True], buffers, rngs)
     algos[1].load_state_dict(snapshot)  # the update undone
@@ -802,7 +798,7 @@ def test_compiled_population_members_must_share_their_optimizers_settings():
     for group in members[1].algo.optimizer.param_groups:
         group["alpha"] = 0.9
     with pytest.raises(ConfigError, match=r"compile=true in a population needs one optimizer with the same settings"):
-        PopulationUpdate([c.algo for c in members])
+        population_update([c.algo for c in members], [c.buffer for c in members])
 
 
 def test_the_members_acting_forward_skips_vmap_only_where_it_gives_vmaps_numbers():

@@ -13,7 +13,6 @@ from rlcli.algos.addons import PolicyAddon
 from rlcli.algos.base import (
     Decay,
     OneStepUpdate,
-    UpdatePlan,
     adam,
     check_common,
     explained_variance,
@@ -80,19 +79,17 @@ class A2C(OneStepUpdate):
         finish_with_gae(self.networks.value, buffer, last_obs, state, self.gamma, self.gae_lambda)
 
     def minibatch_loss(self, batch: RolloutBatch, ent_coef: float | torch.Tensor, vf_coef: float | torch.Tensor,
-                       addon_coefs: Sequence[Any] | None = None, evaluated: tuple[torch.Tensor, ...] | None = None,
-                       ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+                       addon_coefs: Sequence[Any] | None = None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         policy_loss, entropy_mean, values, addon_logs = policy_gradient_terms(
-            self.networks, batch, self.policy_addons, self.normalize_advantage, addon_coefs, evaluated)
+            self.networks, batch, self.policy_addons, self.normalize_advantage, addon_coefs)
         value_loss = squared_value_loss(values, batch.returns, batch.mask)
         loss = policy_loss - ent_coef * entropy_mean + vf_coef * value_loss
         return loss, {"policy_loss": policy_loss.detach(), "value_loss": value_loss.detach(),
                       "entropy": entropy_mean.detach(), "loss": loss.detach(), **addon_logs}
 
-    def end_update(self, plan: UpdatePlan, metrics: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        batch = plan.batch
-        return {**metrics, "explained_variance": explained_variance(batch.values, batch.returns, batch.mask),
-                "learning_rate": torch.tensor(plan.lr)}
+    def update_metrics(self, batch: RolloutBatch) -> dict[str, torch.Tensor]:
+        return {"explained_variance": explained_variance(batch.values, batch.returns, batch.mask),
+                "learning_rate": torch.tensor(self.optimizer.param_groups[0]["lr"])}
 
     def act_on(self, params: torch.Tensor, values: torch.Tensor, deterministic: bool = False,
                uniforms: torch.Tensor | None = None) -> ActOutput:

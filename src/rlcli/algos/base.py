@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator, Sequence
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal
 
 import torch
 from torch import nn
@@ -81,7 +81,8 @@ def members_first() -> Iterator[None]:
     """Within it, a loss's tensors carry a leading members axis ([members, batch, ...], a population's minibatches)
     and each mean is each member's own, kept as [members, 1] so that it broadcasts against the members' rows and
     their coefficients ([members, 1]). A population's eager step calls the algorithms' own losses this way instead of
-    under vmap (sweeps/population/onpolicy.py), which checks that both give the same numbers."""
+    under vmap (sweeps/population/lockstep.py), where its first call gives vmap's numbers bit for bit
+    (members_loss.py)."""
     before, _LOSS_MODE.members_first = _LOSS_MODE.members_first, True
     try:
         yield
@@ -160,19 +161,6 @@ def clipped_env_actions(actor: ActorCritic, actions: torch.Tensor) -> torch.Tens
     return actions
 
 
-class UpdatePlan(NamedTuple):
-    """An on-policy update's inputs: the learning rate the schedule set, the clip range (PPO) and the rollout."""
-
-    lr: float
-    clip: float | None
-    batch: RolloutBatch
-
-
-def whole_batch(size: int, device: torch.device | str = "cpu") -> list[list[torch.Tensor]]:
-    """A one-step update's minibatch order (A2C, PG): one epoch of one minibatch, the whole rollout in order."""
-    return [[torch.arange(size, device=device)]]
-
-
 def refuse_in_population(networks: Any, addons: Sequence[Any]) -> str | None:
     """What keeps an on-policy algorithm's update out of a batched population (None: nothing). gSDE batches: its
     exploration matrices only shape acting, which each member does with its own (`act_on`)."""
@@ -184,9 +172,8 @@ def refuse_in_population(networks: Any, addons: Sequence[Any]) -> str | None:
 
 
 class OneStepUpdate:
-    """The update of A2C and PG: one gradient step on the whole rollout, given in the parts a batched
-    population calls (sweeps/population/onpolicy.py), with their one optimizer's checkpoint state; the algorithm
-    supplies `minibatch_loss` and `end_update`."""
+    """The update of A2C and PG: one gradient step on the whole rollout, with their one optimizer's checkpoint
+    state; the algorithm supplies `minibatch_loss` (over ent_coef and vf_coef) and `update_metrics`."""
 
     networks: Any
     optimizer: Any
@@ -196,6 +183,8 @@ class OneStepUpdate:
     vf_coef: float
     max_grad_norm: float | None
     train_step: Any  # a LossStep over minibatch_loss (algos/loss_step.py), which the algorithm builds
+    member_settings = {"lr_scale": "lr_scale", "ent_coef": "ent_coef", "vf_coef": "vf_coef",
+                       "gae_lambda": "gae_lambda"}  # what members of a population may differ in: read per member
 
     def compile_refusal(self) -> str | None:
         """compile=true covers the one gradient step of an MLP or CNN actor (add-ons and gSDE included)."""
@@ -206,41 +195,28 @@ class OneStepUpdate:
         return None
 
     def update(self, buffer: Any, clock: Any) -> dict[str, torch.Tensor]:
-        plan = self.begin_update(buffer)
-        _, stats = self.train_step(plan.batch, *self.loss_terms(plan).values(), addon_coefs(self.policy_addons))
-        return self.end_update(plan, stats)
+        from rlcli.algos.runner import single_rollout_update
+
+        return single_rollout_update(self, buffer, clock)
+
+    def _update(self, batch: RolloutBatch, run: Any) -> dict[str, torch.Tensor]:
+        ent_coef, vf_coef = run.read(self.settings)
+        _, stats = run(self.train_step, batch, ent_coef, vf_coef, addon_coefs(self.policy_addons))
+        return {**stats, **run.read(self.update_metrics, batch)}
+
+    def settings(self) -> tuple[float, float]:
+        """The loss coefficients; the learning rate set as the schedule has it now."""
+        set_lr(self.optimizer, self.lr_scale)
+        return self.ent_coef, self.vf_coef
 
     def population_refusal(self) -> str | None:
         return refuse_in_population(self.networks, self.policy_addons)
 
-    def begin_update(self, buffer: Any) -> UpdatePlan:
-        return UpdatePlan(set_lr(self.optimizer, self.lr_scale), None, buffer.flat())
-
-    def loss_terms(self, plan: UpdatePlan) -> dict[str, float]:
-        return {"ent_coef": self.ent_coef, "vf_coef": self.vf_coef}
-
-    def minibatch_order(self, size: int, device: torch.device | str = "cpu") -> Iterator[list[torch.Tensor]]:
-        return iter(whole_batch(size, device))
-
-    def stops_after_epoch(self, approx_kls: list[torch.Tensor]) -> bool:
-        """One epoch only: nothing to stop early."""
-        return False
-
-    def epochs_may_stop(self) -> bool:
-        """Whether `stops_after_epoch` can end an update before its last epoch (a population then draws each
-        epoch's order as it begins, as the single run does)."""
-        return False
-
-    def evaluate_minibatch(self, batch: RolloutBatch) -> tuple[torch.Tensor, ...]:
-        """The part of the loss that reads the networks: the batch's log-probs, entropies and values."""
-        return tuple(evaluate_batch(self.networks, batch))
-
     def minibatch_loss(self, batch: RolloutBatch, ent_coef: float | torch.Tensor, vf_coef: float | torch.Tensor,
-                       addon_coefs: torch.Tensor | None = None, evaluated: tuple[torch.Tensor, ...] | None = None,
-                       ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+                       addon_coefs: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         raise NotImplementedError
 
-    def end_update(self, plan: UpdatePlan, metrics: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    def update_metrics(self, batch: RolloutBatch) -> dict[str, torch.Tensor]:
         raise NotImplementedError
 
     def optimizers(self) -> list[torch.optim.Optimizer]:

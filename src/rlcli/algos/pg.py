@@ -18,7 +18,6 @@ from rlcli.algos.addons import PolicyAddon
 from rlcli.algos.base import (
     Decay,
     OneStepUpdate,
-    UpdatePlan,
     adam,
     check_common,
     explained_variance,
@@ -83,11 +82,10 @@ class PolicyGradient(OneStepUpdate):
         finish_with_gae(self.value, buffer, last_obs, state, self.gamma, self.gae_lambda)
 
     def minibatch_loss(self, batch: RolloutBatch, ent_coef: float | torch.Tensor, vf_coef: float | torch.Tensor,
-                       addon_coefs: Sequence[Any] | None = None, evaluated: tuple[torch.Tensor, ...] | None = None,
-                       ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+                       addon_coefs: Sequence[Any] | None = None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """The advantages are G - b(s) (b = 0 without a baseline, and then no value loss)."""
         policy_loss, entropy_mean, values, addon_logs = policy_gradient_terms(
-            self.networks, batch, self.policy_addons, self.normalize_advantage, addon_coefs, evaluated)
+            self.networks, batch, self.policy_addons, self.normalize_advantage, addon_coefs)
         loss = policy_loss - ent_coef * entropy_mean
         stats = {"policy_loss": policy_loss.detach(), "entropy": entropy_mean.detach()}
         if self.baseline:
@@ -96,11 +94,10 @@ class PolicyGradient(OneStepUpdate):
             stats["value_loss"] = value_loss.detach()
         return loss, {**stats, "loss": loss.detach(), **addon_logs}
 
-    def end_update(self, plan: UpdatePlan, metrics: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        if self.baseline:
-            batch = plan.batch
-            metrics["explained_variance"] = explained_variance(batch.values, batch.returns, batch.mask)
-        return {**metrics, "learning_rate": torch.tensor(plan.lr)}
+    def update_metrics(self, batch: RolloutBatch) -> dict[str, torch.Tensor]:
+        metrics = {"explained_variance": explained_variance(batch.values, batch.returns, batch.mask)} \
+            if self.baseline else {}
+        return {**metrics, "learning_rate": torch.tensor(self.optimizer.param_groups[0]["lr"])}
 
     def act_on(self, params: torch.Tensor, values: torch.Tensor, deterministic: bool = False,
                uniforms: torch.Tensor | None = None) -> ActOutput:

@@ -3,7 +3,8 @@ adaptive KL penalty (`ppo_kl`: the same class with `kl_coef` set and, by default
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
+from functools import partial
 from typing import Any
 
 import torch
@@ -14,7 +15,6 @@ from rlcli.actors.sde import NoiseResampling, head_noise
 from rlcli.algos.addons import PolicyAddon, addon_coefs, addon_losses
 from rlcli.algos.base import (
     Decay,
-    UpdatePlan,
     adam,
     check_common,
     clipped_env_actions,
@@ -30,6 +30,7 @@ from rlcli.algos.base import (
 from rlcli.algos.exploration import minibatches
 from rlcli.algos.loss_step import LossStep
 from rlcli.algos.losses import clipped_surrogate_loss, squared_value_loss
+from rlcli.algos.runner import Runner, batch_rows, means, single_rollout_update
 from rlcli.batches import RolloutBatch
 from rlcli.contracts import ON_POLICY_ACTIONS, ActOutput, AlgoSpec, RecurrentState, RolloutStorage, RunClock
 from rlcli.registry import ALGOS, require
@@ -104,6 +105,11 @@ class PPO:
         self.schedulable = PPO_SCHEDULABLE
         self.optimizer = adam(param_groups(networks, lr, lr_pi, lr_v) + self.extra_param_groups(lr), eps=1e-5)
         self.train_step = LossStep(self.trained_modules(), self.optimizer, self.minibatch_loss, clip_of=self)
+        # an auxiliary loss's draws are taken at each step (rnd_ppo's), from the run's stream
+        self.steps_draw = type(self).auxiliary_noise is not PPO.auxiliary_noise
+        # what members of a population may differ in: what the update reads per member
+        self.member_settings = {k: k for k in ("lr_scale", "clip_range", "clip_range_scale", "ent_coef", "vf_coef",
+                                               "kl_coef", "kl_target", "target_kl", "gae_lambda")}
 
     def compile_refusal(self) -> str | None:
         """compile=true covers PPO's minibatch step with an MLP or CNN actor (clipped or KL-penalized, add-ons)."""
@@ -121,43 +127,71 @@ class PPO:
         finish_with_gae(self.networks.value, buffer, last_obs, state, self.gamma, self.gae_lambda)
 
     def update(self, buffer: RolloutStorage, clock: RunClock) -> dict[str, torch.Tensor]:
-        plan = self.begin_update(buffer)
-        sums: dict[str, torch.Tensor] = {}
-        n_minibatches = 0
-        for _epoch in range(self.n_epochs):
+        return single_rollout_update(self, buffer, clock)
+
+    def _update(self, batch: RolloutBatch, run: Runner) -> dict[str, torch.Tensor]:
+        """Epochs of shuffled minibatches (of steps, or of whole env sequences for a recurrent actor), each a
+        gradient step, until the last epoch or algo.target_kl's early stop; the steps' mean metrics."""
+        clip, ent_coef, vf_coef, kl_coef = run.read(self.settings)
+        size, device = batch_rows(batch), batch.mask.device
+        # every epoch runs (no target_kl) and no step draws: all orders in one turn of the stream, the same numbers
+        ahead = run.draw(lambda: [self._order(run, size, device) for _ in range(self.n_epochs)]) \
+            if self.target_kl is None and not self.steps_draw else None
+        tally = None
+        going: Runner | None = run
+        for epoch in range(self.n_epochs):
+            assert going is not None
+            step = going
+            order = ahead[epoch] if ahead is not None else step.draw(partial(self._order, step, size, device))
             kls = []
-            for minibatch in self._minibatches(buffer, plan.batch, plan.batch.mask.shape[0]):
-                stats = self._minibatch_step(minibatch, plan.clip)
-                for k, v in stats.items():
-                    sums[k] = sums.get(k, 0.0) + v
+            for idx in order:
+                minibatch = step.storage.env_batch(idx) if self.recurrent else step.take(batch, idx)
+                # the auxiliary loss's draws, from the run's stream, where its loss would draw them
+                noise = step.draw(partial(self.auxiliary_noise, minibatch)) if self.steps_draw else None
+                _, stats = step(self.train_step, minibatch, clip, ent_coef, vf_coef, kl_coef, noise,
+                                addon_coefs(self.policy_addons))
+                tally = step.tally(tally, stats)
                 kls.append(stats["approx_kl"])
-                n_minibatches += 1
-            if self.stops_after_epoch(kls):
-                break
-        return self.end_update(plan, {k: v / n_minibatches for k, v in sums.items()})
+            if self.target_kl is not None:
+                going = step.only(goes_on, torch.stack(kls, -1))
+                if going is None:
+                    break
+        return {**means(tally), **run.read(self.update_metrics, batch)}
 
-    def begin_update(self, buffer: RolloutStorage) -> UpdatePlan:
-        """This update's learning rate (the schedule's), clip range and flat rollout."""
-        lr = set_lr(self.optimizer, self.lr_scale)
+    def _order(self, run: Runner, size: int, device: torch.device) -> list[torch.Tensor]:
+        """One epoch's shuffled minibatches: of the rollout's steps, or of its envs for a recurrent actor."""
+        if self.recurrent:
+            return list(minibatches(run.storage.num_envs, self.batch_size // run.storage.n_steps, device))
+        return list(minibatches(size, self.batch_size, device))
+
+    def settings(self) -> tuple[float | None, float, float, float | None]:
+        """This update's clip range and loss coefficients; the learning rate set as the schedule has it now."""
+        set_lr(self.optimizer, self.lr_scale)
         clip = None if self.clip_range is None else self.clip_range * self.clip_range_scale
-        return UpdatePlan(lr, clip, buffer.flat())
+        return clip, self.ent_coef, self.vf_coef, self.kl_coef
 
-    def loss_terms(self, plan: UpdatePlan) -> dict[str, float | None]:
-        return {"clip": plan.clip, "ent_coef": self.ent_coef, "vf_coef": self.vf_coef, "kl_coef": self.kl_coef}
+    def update_metrics(self, batch: RolloutBatch) -> dict[str, torch.Tensor]:
+        values, returns = batch.values, batch.returns
+        if values.dim() > 1:  # several value heads (rnd_ppo): report the extrinsic one
+            values, returns = values[:, 0], returns[:, 0]
+        metrics = {"explained_variance": explained_variance(values, returns, batch.mask),
+                   "learning_rate": torch.tensor(self.optimizer.param_groups[0]["lr"])}
+        if self.clip_range is not None:
+            metrics["clip_range"] = torch.tensor(self.clip_range * self.clip_range_scale)
+        if self.kl_coef is not None:
+            metrics["kl_coef"] = torch.tensor(self.kl_coef)  # the coefficient this update used
+        return metrics
 
-    def minibatch_order(self, size: int, device: torch.device | str = "cpu") -> Iterator[list[torch.Tensor]]:
-        """Every epoch's shuffled minibatches, each drawn as its epoch begins, as the update draws them (for a
-        batched population: an epoch that `stops_after_epoch` skips is never drawn)."""
-        for _ in range(self.n_epochs):
-            yield list(minibatches(size, self.batch_size, device))
+    def finish_update(self, clock: RunClock, metrics: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """The KL penalty's adaptation, after the update (each member's own, in a population)."""
+        if self.kl_coef is not None:
+            self.kl_coef = adapt_kl_coef(self.kl_coef, float(metrics["approx_kl"]), self.kl_target)
+        return metrics
 
-    def stops_after_epoch(self, approx_kls: list[torch.Tensor]) -> bool:
-        """algo.target_kl: the update ends after an epoch whose minibatches' mean approximate KL passed 1.5 x the
-        target (SB3's rule); without a target, never (and no wait for the device)."""
-        return self.target_kl is not None and torch.stack(approx_kls).mean().item() > 1.5 * self.target_kl
-
-    def epochs_may_stop(self) -> bool:
-        return self.target_kl is not None
+    def population_refusal(self) -> str | None:
+        reasons = [(bool(self.extra_param_groups(1.0)), f"{type(self).__name__}'s extra networks")]
+        own = next((what for bad, what in reasons if bad), None)
+        return own or refuse_in_population(self.networks, self.policy_addons)
 
     def act_on(self, params: torch.Tensor, values: torch.Tensor, deterministic: bool = False,
                uniforms: torch.Tensor | None = None) -> ActOutput:
@@ -169,58 +203,18 @@ class PPO:
             self.noise_resampling.before_act(params.shape[0], deterministic)
         return self.networks.sampled(params, values, deterministic, uniforms)
 
-    def population_refusal(self) -> str | None:
-        reasons = [(bool(self.extra_param_groups(1.0)), f"{type(self).__name__}'s extra networks")]
-        own = next((what for bad, what in reasons if bad), None)
-        return own or refuse_in_population(self.networks, self.policy_addons)
-
-    def end_update(self, plan: UpdatePlan, metrics: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        """The update's metrics (the minibatches' means given) and the KL penalty's adaptation."""
-        batch = plan.batch
-        values, returns = batch.values, batch.returns
-        if values.dim() > 1:  # several value heads (rnd_ppo): report the extrinsic one
-            values, returns = values[:, 0], returns[:, 0]
-        metrics["explained_variance"] = explained_variance(values, returns, batch.mask)
-        metrics["learning_rate"] = torch.tensor(plan.lr)
-        if plan.clip is not None:
-            metrics["clip_range"] = torch.tensor(plan.clip)
-        if self.kl_coef is not None:
-            metrics["kl_coef"] = torch.tensor(self.kl_coef)  # the coefficient this update used
-            self.kl_coef = adapt_kl_coef(self.kl_coef, float(metrics["approx_kl"]), self.kl_target)
-        return metrics
-
-    def _minibatches(self, buffer: RolloutStorage, batch: RolloutBatch, size: int) -> Iterator[RolloutBatch]:
-        """Shuffled minibatches of steps, or of whole env sequences for a recurrent actor."""
-        device = batch.mask.device
-        if self.recurrent:
-            for envs in minibatches(buffer.num_envs, self.batch_size // buffer.n_steps, device):
-                yield buffer.env_batch(envs)
-            return
-        masks = batch.action_masks
-        for idx in minibatches(size, self.batch_size, device):
-            yield RolloutBatch(*(x[idx] for x in batch[:7]), action_masks=None if masks is None else masks[idx])
-
-    def _minibatch_step(self, batch: RolloutBatch, clip: float | None) -> dict[str, torch.Tensor]:
-        """One gradient step; the auxiliary loss's draws are taken here, from the run's stream, where its loss
-        would draw them (nothing in between draws)."""
-        _, stats = self.train_step(batch, clip, self.ent_coef, self.vf_coef, self.kl_coef,
-                                   self.auxiliary_noise(batch), addon_coefs(self.policy_addons))
-        return stats
-
     def minibatch_loss(self, batch: RolloutBatch, clip: float | torch.Tensor | None,
                        ent_coef: float | torch.Tensor | None = None, vf_coef: float | torch.Tensor | None = None,
                        kl_coef: float | torch.Tensor | None = None, aux_noise: torch.Tensor | None = None,
-                       addon_coefs: Sequence[Any] | None = None, evaluated: tuple[torch.Tensor, ...] | None = None,
-                       ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+                       addon_coefs: Sequence[Any] | None = None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """The loss of one minibatch and what to log (the coefficients default to the algorithm's own;
         `aux_noise`, `addon_coefs`: the auxiliary loss's draws and the add-ons' coefficients, which a compiled step
-        takes as arguments; `evaluated`: the networks' outputs on the batch, which a population computes for all
-        its members before their losses)."""
+        takes as arguments)."""
         ent_coef = self.ent_coef if ent_coef is None else ent_coef
         vf_coef = self.vf_coef if vf_coef is None else vf_coef
         kl_coef = self.kl_coef if kl_coef is None else kl_coef
         mask = batch.mask
-        log_probs, entropy, values = self.evaluate_minibatch(batch) if evaluated is None else evaluated
+        log_probs, entropy, values = evaluate_batch(self.networks, batch)
         advantages = batch.advantages
         if self.normalize_advantage and advantages.numel() > 1:
             advantages = normalize_masked(advantages, mask)
@@ -245,10 +239,6 @@ class PPO:
             with torch.no_grad():
                 stats["clip_fraction"] = masked_mean(((ratio - 1).abs() > clip).float(), mask)
         return loss, stats
-
-    def evaluate_minibatch(self, batch: RolloutBatch) -> tuple[torch.Tensor, ...]:
-        """The part of the loss that reads the networks: the batch's log-probs, entropies and values."""
-        return tuple(evaluate_batch(self.networks, batch))
 
     def extra_param_groups(self, lr: float) -> list[dict[str, Any]]:
         """Optimizer groups beyond the actor's (rnd_ppo's predictor); none for plain PPO."""
@@ -294,6 +284,12 @@ class PPOKL(PPO):
     def __init__(self, networks: ActorCritic, num_envs: int, clip_range: float | None = None,
                  kl_coef: float | None = 1.0, **ppo_settings: Any) -> None:
         super().__init__(networks, num_envs, clip_range=clip_range, kl_coef=kl_coef, **ppo_settings)
+
+
+def goes_on(algo: PPO, approx_kls: torch.Tensor) -> bool:
+    """algo.target_kl: the update ends after an epoch whose minibatches' mean approximate KL passed 1.5 x the
+    target (SB3's rule)."""
+    return not approx_kls.mean().item() > 1.5 * algo.target_kl  # type: ignore[operator]
 
 
 def adapt_kl_coef(coef: float, kl: float, target: float) -> float:

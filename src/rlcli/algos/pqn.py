@@ -10,7 +10,6 @@ It is on-policy-shaped in rlcli's loop: collect a rollout, finish it, update, di
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
 from typing import Any
 
 import gymnasium as gym
@@ -19,10 +18,11 @@ from torch import nn
 
 from rlcli.actors.layers import _ACTIVATIONS
 from rlcli.actors.offpolicy import NetworkRecipe
-from rlcli.algos.base import Decay, UpdatePlan, masked_mean, set_lr
+from rlcli.algos.base import Decay, masked_mean, set_lr
 from rlcli.algos.exploration import epsilon_greedy, minibatches
 from rlcli.algos.loss_step import LossStep
 from rlcli.algos.optim import RAdam
+from rlcli.algos.runner import Runner, batch_rows, single_rollout_update
 from rlcli.batches import RolloutBatch
 from rlcli.contracts import ActOutput, AlgoSpec, RecurrentState, RolloutStorage, RunClock
 from rlcli.registry import ALGOS, require
@@ -87,8 +87,9 @@ class LayerNormQNetwork(nn.Module):
 @ALGOS.register("pqn", spec=AlgoSpec(on_policy=True, action_spaces=("Discrete",), networks=("mlp", "cnn"),
                                      network_kind="recipe", compiles=True, population="on_policy"))
 class PQN:
-    """The update is given in the on-policy parts a batched population calls (`begin_update`, `minibatch_order`,
-    `minibatch_loss`, `end_update`; sweeps/population/onpolicy.py), as PPO's is."""
+    """Its update is written for a runner (algos/runner.py), as PPO's is."""
+
+    member_settings = {"lr_scale": "lr_scale", "epsilon": "exploration_*", "q_lambda": "q_lambda"}
 
     def __init__(
         self,
@@ -165,51 +166,35 @@ class PQN:
         buffer.advantages = buffer.returns - buffer.values  # not trained on; kept for a uniform rollout
 
     def update(self, buffer: RolloutStorage, clock: RunClock) -> dict[str, torch.Tensor]:
-        plan = self.begin_update(buffer)
+        return single_rollout_update(self, buffer, clock)
+
+    def _update(self, batch: RolloutBatch, run: Runner) -> dict[str, torch.Tensor]:
+        """Epochs of shuffled minibatches, each a gradient step (every epoch's order drawn at once: nothing else
+        draws in between); the steps' mean metrics, the acting's epsilon and the learning rate."""
+        lr = run.read(self.scheduled_lr)
+        size, device = batch_rows(batch), batch.mask.device
+        orders = run.draw(lambda: [list(minibatches(size, self.minibatch_size, device)) for _ in range(self.n_epochs)])
         logged: dict[str, list[torch.Tensor]] = {}
-        for epoch in self.minibatch_order(plan.batch.mask.shape[0], plan.batch.mask.device):
+        for epoch in orders:
             for idx in epoch:
-                minibatch = RolloutBatch(*(x[idx] for x in plan.batch[:7]))
-                _, stats = self.train_step(minibatch)
+                _, stats = run(self.train_step, run.take(batch, idx))
                 for key, value in stats.items():
                     logged.setdefault(key, []).append(value)
-        return self.end_update(plan, {k: torch.stack(v).mean() for k, v in logged.items()})
+        return {**{k: run.mean(torch.stack(v, -1)) for k, v in logged.items()}, "epsilon": run.read(self.epsilon_now),
+                "learning_rate": lr}
 
-    # the update's parts, which a population calls for all its members at once
-    def begin_update(self, buffer: RolloutStorage) -> UpdatePlan:
-        """This update's learning rate (the schedule's) and flat rollout."""
-        return UpdatePlan(set_lr(self.optimizer, self.lr_scale), None, buffer.flat())
+    def scheduled_lr(self) -> torch.Tensor:
+        """The learning rate, set as the schedule has it now."""
+        return torch.tensor(set_lr(self.optimizer, self.lr_scale))
 
-    def loss_terms(self, plan: UpdatePlan) -> dict[str, float | None]:
-        return {}  # the loss has no coefficients: gamma and q_lambda shaped the returns already
+    def epsilon_now(self) -> torch.Tensor:
+        return torch.tensor(self.epsilon)
 
-    def minibatch_order(self, size: int, device: torch.device | str = "cpu") -> Iterator[list[torch.Tensor]]:
-        """Every epoch's shuffled minibatches, each drawn as its epoch begins."""
-        for _ in range(self.n_epochs):
-            yield list(minibatches(size, self.minibatch_size, device))
-
-    def stops_after_epoch(self, approx_kls: list[torch.Tensor]) -> bool:
-        return False  # every epoch runs
-
-    def epochs_may_stop(self) -> bool:
-        return False
-
-    def evaluate_minibatch(self, batch: RolloutBatch) -> tuple[torch.Tensor, ...]:
-        """The part of the loss that reads the network: every action's Q-value at the batch's states."""
-        return (self.networks(batch.obs),)
-
-    def minibatch_loss(self, batch: RolloutBatch, evaluated: tuple[torch.Tensor, ...] | None = None,
-                       ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """Q(s, a) regressed onto the Q(lambda) returns; (the loss, what to log: it and the mean Q).
-        `evaluated`: `evaluate_minibatch`'s Q-values, when the caller computed them."""
-        (q_all,) = self.evaluate_minibatch(batch) if evaluated is None else evaluated
-        q = q_all.gather(-1, batch.actions.long().unsqueeze(-1)).squeeze(-1)
+    def minibatch_loss(self, batch: RolloutBatch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """Q(s, a) regressed onto the Q(lambda) returns; (the loss, what to log: it and the mean Q)."""
+        q = self.networks(batch.obs).gather(-1, batch.actions.long().unsqueeze(-1)).squeeze(-1)
         loss = masked_mean((q - batch.returns).square(), batch.mask)
         return loss, {"value_loss": loss.detach(), "q_mean": masked_mean(q.detach(), batch.mask)}
-
-    def end_update(self, plan: UpdatePlan, metrics: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        """The update's metrics (the minibatches' means given) and the acting's epsilon."""
-        return {**metrics, "epsilon": torch.tensor(self.epsilon), "learning_rate": torch.tensor(plan.lr)}
 
     def population_refusal(self) -> str | None:
         return None  # an MLP or CNN Q-network (algo=pqn has no recurrent one)

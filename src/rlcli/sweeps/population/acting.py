@@ -7,18 +7,27 @@ Why: acting runs once per env step, on a handful of observations. vmap over `fun
 call in its own Python (8 PPO CartPole members: 0.48 ms a step, against 0.10 ms for the same products written
 out), which over a 100k-step run is ~5 s of a population's time. The products are vmap's own (its rule for a linear
 layer is this batched product), and the first call checks that: it runs both ways and keeps the fast one only if
-the results are equal bit for bit; otherwise every call goes through vmap.
+the results are equal bit for bit; otherwise every call goes through vmap. A population's eager loss takes the same
+swap (`swapped`, lockstep.py), checked against vmap the same way (members_loss.py).
+
+`MembersActing`: an on-policy population's acting, the networks' `policy_and_values` for all members in one call,
+then each member's draw from its own stream and, for categorical heads, every member's sampling in one `act_on`
+call.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+import inspect
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
 from torch import nn
 
 from rlcli.actors.normalizer import RunningNorm
+from rlcli.contracts import ActOutput
+from rlcli.sweeps.population.stacking import vmapped
 
 Swap = tuple[nn.Module, str, nn.Module, nn.Module]  # (parent, child's name, the member's child, its stand-in)
 
@@ -91,13 +100,26 @@ class MembersForward:
 
     def _swapped(self, *args: Any) -> Any:
         assert self.swaps is not None
-        for parent, name, _, members in self.swaps:
-            parent._modules[name] = members
-        try:
+        with swapped(self.swaps):
             return self.call(*args)
-        finally:
-            for parent, name, own, _ in self.swaps:
-                parent._modules[name] = own
+
+
+@contextlib.contextmanager
+def swapped(swaps: list[Swap]) -> Iterator[None]:
+    """Within it, the member's module computes for every member (`_swaps`' stand-ins in place of its layers)."""
+    for parent, name, _, members in swaps:
+        parent._modules[name] = members
+    try:
+        yield
+    finally:
+        for parent, name, own, _ in swaps:
+            parent._modules[name] = own
+
+
+def members_swaps(module: nn.Module, params: dict[str, torch.Tensor]) -> list[Swap] | None:
+    """`module`'s stand-ins over the stacked `params` (None where its weights do not all sit in linear layers and
+    layer norms)."""
+    return _swaps(module, params)
 
 
 def _swaps(module: nn.Module, params: dict[str, torch.Tensor]) -> list[Swap] | None:
@@ -138,3 +160,77 @@ def _equal(a: Any, b: Any) -> bool:
     if isinstance(a, tuple | list):
         return isinstance(b, tuple | list) and len(a) == len(b) and all(_equal(x, y) for x, y in zip(a, b, strict=True))
     return False
+
+
+class _MemberAct(nn.Module):
+    """Acting's arithmetic (the policy head's parameters and the values) as a module call, for functional_call."""
+
+    def __init__(self, networks: nn.Module) -> None:
+        super().__init__()
+        self.networks = networks
+
+    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        out: tuple[torch.Tensor, torch.Tensor] = self.networks.policy_and_values(obs)  # type: ignore[operator]
+        return out
+
+
+class MembersActing:
+    """An on-policy population's acting: `policy_and_values` for all members' observations at once, each member's
+    acting draw from its own stream (`acting_noise`), and where the members' heads draw apart (a categorical head's
+    uniforms) their actions in one `act_on` call over their stacked rows (`act_members`, `act_deterministically`):
+    elementwise, so each member's actions are its own `act_on`'s, bit for bit. Elsewhere (a Gaussian's, gSDE's, PQN's
+    epsilon-greedy) each member acts on its rows with its own `act_on`."""
+
+    def __init__(self, algos: Sequence[Any], params: dict[str, torch.Tensor], buffers: dict[str, torch.Tensor]) -> None:
+        self.algos = list(algos)
+        member_act = _MemberAct(self.algos[0].networks)
+        vmapped_act = vmapped(member_act)
+        self._act = MembersForward(member_act.networks, params, member_act,
+                                   lambda obs: vmapped_act(params, buffers, obs))
+        self.draws_apart = all(_takes_uniforms(a) for a in self.algos)
+
+    @torch.inference_mode()
+    def policy_and_values(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """[members, envs, ...] observations -> each member's policy-head parameters and values, one call."""
+        out: tuple[torch.Tensor, torch.Tensor] = self._act(obs)
+        return out
+
+    def acting_noise(self, member: int, outputs: torch.Tensor) -> torch.Tensor | None:
+        """The member's acting draw for its rows of the batched outputs, from torch's global generator (the caller
+        swaps the member's stream in): the uniforms its single run's `act_on` draws there. None where the member acts
+        alone (`act_on`)."""
+        if not self.draws_apart:
+            return None
+        draw: torch.Tensor | None = self.algos[member].networks.draw(outputs)
+        return draw
+
+    @torch.inference_mode()
+    def act_members(self, outputs: torch.Tensor, draws: dict[int, torch.Tensor],
+                    values: torch.Tensor | None = None) -> dict[int, ActOutput]:
+        """The actions of the members in `draws`, in one `act_on` call over their stacked rows."""
+        assert values is not None
+        members = list(draws)
+        rows = outputs if len(members) == outputs.shape[0] else outputs[members]
+        value_rows = values if len(members) == values.shape[0] else values[members]
+        out = self.algos[members[0]].act_on(rows, value_rows, uniforms=torch.stack([draws[m] for m in members]))
+        return {m: ActOutput(out.actions[k], out.log_probs[k], out.values[k]) for k, m in enumerate(members)}
+
+    @torch.inference_mode()
+    def act_deterministically(self, outputs: torch.Tensor, values: torch.Tensor,
+                              members: list[int]) -> dict[int, ActOutput] | None:
+        """The deterministic actions of `members` (a test phase's) in one `act_on` call where the heads are
+        categorical (an argmax per row); None for the others, which act member by member."""
+        if not self.draws_apart:
+            return None
+        rows = outputs if len(members) == outputs.shape[0] else outputs[members]
+        value_rows = values if len(members) == values.shape[0] else values[members]
+        out = self.algos[members[0]].act_on(rows, value_rows, deterministic=True)
+        return {m: ActOutput(out.actions[k], out.log_probs[k], out.values[k]) for k, m in enumerate(members)}
+
+
+def _takes_uniforms(algo: Any) -> bool:
+    """Whether the algorithm's `act_on` acts on a draw taken beforehand (PPO's, A2C's, PG's) and its policy head
+    draws apart (`networks.draw`: a categorical head)."""
+    networks = algo.networks
+    return ("uniforms" in inspect.signature(type(algo).act_on).parameters and callable(getattr(networks, "draw", None))
+            and callable(getattr(getattr(networks, "head", None), "draw", None)))

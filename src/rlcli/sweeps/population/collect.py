@@ -25,7 +25,7 @@ from rlcli.sweeps.population.members import Member
 @runtime_checkable
 class ActsInOneCall(Protocol):
     """A population whose acting after the network (the distribution's sampling) is one call for all members,
-    each member's draws taken beforehand from its own stream (onpolicy.py's categorical sampling; lockstep.py's
+    each member's draws taken beforehand from its own stream (acting.py's categorical sampling; lockstep.py's
     members each act with their own `act`);
     `acting_noise` gives None where a member must act on its own. (`values`: the batched values, which the
     on-policy members' actions carry.)"""

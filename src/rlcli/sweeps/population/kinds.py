@@ -1,6 +1,6 @@
-"""Which batched update a population's algorithm takes, as its registered spec declares (`AlgoSpec.population`): the
-on-policy family's, or the lockstep one of the algorithms written for a runner (DQN, QR-DQN, C51, SAC, TQC, CrossQ,
-TD3, DDPG and the offline ones); anything else is refused in one line naming what can batch
+"""Whether a population's algorithm can batch, as its registered spec declares (`AlgoSpec.population`): every kind
+(on-policy: PPO, A2C, PG, PQN; off-policy: DQN, QR-DQN, C51, SAC, TQC, CrossQ, TD3, DDPG and the offline ones) is
+written for a runner and runs as one lockstep population; anything else is refused in one line naming what can batch
 (sweeps/population/catalog.py)."""
 
 from __future__ import annotations
@@ -11,9 +11,8 @@ from typing import Any
 from rlcli.registry import ConfigError
 from rlcli.sweeps.population.catalog import can_batch, declared_kind
 from rlcli.sweeps.population.lockstep import LockstepPopulation
-from rlcli.sweeps.population.onpolicy import PopulationUpdate
 
-Population = PopulationUpdate | LockstepPopulation
+Population = LockstepPopulation
 
 
 def population_update(algos: Sequence[Any], storages: Sequence[Any]) -> Population:
@@ -22,8 +21,6 @@ def population_update(algos: Sequence[Any], storages: Sequence[Any]) -> Populati
     if len(kinds) > 1:
         raise ConfigError(f"the members run different algorithms ({sorted(k.__name__ for k in kinds)})")
     kind = declared_kind(algos[0])  # the algorithm's spec says which (each update checks the members' shape)
-    if kind == "on_policy":
-        return PopulationUpdate(algos)
-    if kind == "lockstep":
+    if kind in ("on_policy", "lockstep"):
         return LockstepPopulation(algos, storages)
     raise ConfigError(f"{type(algos[0]).__name__} cannot train in a population yet: {can_batch()} can")

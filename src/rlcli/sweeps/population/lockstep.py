@@ -1,5 +1,6 @@
-"""A population of an algorithm written for a runner (algos/runner.py): the algorithm's own `_gradient_step`, called
-once per step for all members, with `MembersRun` as its runner.
+"""A population of an algorithm written for a runner (algos/runner.py): the algorithm's own `_gradient_step`
+(off-policy, once per gradient step) or `_update` (on-policy, once per update on the members' stacked rollouts),
+called for all members, with `MembersRun` as its runner.
 
 Nothing here is written per algorithm. The members' weights are stacked (each member's networks hold views of its
 row, so its checkpoints, tests and export read its own); each member samples its batch and makes its draws from its
@@ -7,8 +8,12 @@ own torch stream, in its single run's order; a LossStep's loss is the algorithm'
 weights by `vmap` through `functional_call`, and each member's own optimizer steps its row (with its own clip and
 learning rate); a target network follows its source at each member's own `tau`. The members step in lockstep: they
 are one population because their settings agree (but for the seed, lr, tau and max_grad_norm), and their step
-counters are equal. compile=true: each LossStep of all members is one compiled graph (compiled.py). Acting is each
-member's own `act`, in turn. The offline algorithms, TD3 and DDPG are written this way (offline populations learn
+counters are equal. compile=true: each LossStep of all members is one compiled graph (compiled.py). Eagerly, where
+the networks are linear layers (and layer norms), a loss runs once on the members' stacked rows with one batched
+product per layer and each mean per member (acting.py's stand-ins, algos/base.members_first), which the first call
+checks against vmap bit for bit (members_loss.py); and members that share their optimizer's settings step it as one
+call (optimizer_states.StackedStep). An off-policy member acts with its own `act`, in turn; on-policy members act
+together (acting.MembersActing). The offline algorithms, TD3 and DDPG are written this way (offline populations learn
 over one copy of the dataset: offline/replay.py shares it).
 """
 
@@ -22,13 +27,18 @@ import torch
 from torch import nn
 from torch.func import functional_call, vmap
 
+from rlcli.algos.compiled import optimizer_rule
 from rlcli.algos.loss_step import LossStep, compile_enabled, loss_steps
-from rlcli.algos.runner import finish_phase, read_owner
-from rlcli.batches import ReplayBatch
+from rlcli.algos.runner import Tally, finish_phase, read_owner
+from rlcli.batches import ReplayBatch, RolloutBatch
+from rlcli.buffers.rollout import RolloutBuffer
 from rlcli.contracts import ActOutput, RunClock
 from rlcli.registry import ConfigError
+from rlcli.sweeps.population.acting import MembersActing, members_swaps, swapped
 from rlcli.sweeps.population.catalog import can_batch
 from rlcli.sweeps.population.compiled import CompiledMembersStep
+from rlcli.sweeps.population.members_loss import MembersLoss
+from rlcli.sweeps.population.optimizer_states import StackedStep
 from rlcli.sweeps.population.phases import check_replay_members, update_phases
 from rlcli.sweeps.population.stacking import (
     clip_limits,
@@ -55,6 +65,10 @@ def batched_lockstep() -> str:
     return f"{can_batch('lockstep')} (MLP or CNN networks, buffer=replay, nstep, per, ere or her)"
 
 
+def batched_on_policy() -> str:
+    return f"{can_batch('on_policy')} (MLP or CNN actors)"
+
+
 @runtime_checkable
 class WrittenForARunner(Protocol):
     """An algorithm whose gradient step goes through a runner (algos/runner.py), each of its optimizers' steps a
@@ -66,6 +80,17 @@ class WrittenForARunner(Protocol):
     gradient_updates: int
 
     def _gradient_step(self, batch: Any, run: Any) -> Any: ...
+
+
+@runtime_checkable
+class UpdatesARollout(Protocol):
+    """An on-policy algorithm whose update on a rollout goes through a runner (algos/runner.py)."""
+
+    networks: nn.Module
+
+    def _update(self, batch: RolloutBatch, run: Any) -> dict[str, torch.Tensor]: ...
+
+    def act_on(self, params: torch.Tensor, values: torch.Tensor, deterministic: bool = False) -> ActOutput: ...
 
 
 class _StepLoss(nn.Module):
@@ -85,9 +110,13 @@ class LockstepPopulation:
     LossStep's attribute name, the same in every member), each target network's (target, source) weight pairs."""
 
     def __init__(self, algos: Sequence[Any], storages: Sequence[Any]) -> None:
-        if not isinstance(algos[0], WrittenForARunner):
+        self.rollout = isinstance(algos[0], UpdatesARollout)
+        if self.rollout:
+            _check_on_policy(algos, storages)
+        elif not isinstance(algos[0], WrittenForARunner):
             raise ConfigError(f"{type(algos[0]).__name__} does not step through a runner: {can_batch('lockstep')} do")
-        check_replay_members(algos, storages, batched_lockstep())
+        else:
+            check_replay_members(algos, storages, batched_lockstep())
         _check_lockstep(algos)
         self.algos = list(algos)
         self.params, self.buffers = stack_weights([a.networks for a in algos])
@@ -98,42 +127,81 @@ class LockstepPopulation:
         for names in self.steps.values():
             for name in names:
                 self.params[name].requires_grad_(True)
-        self._losses: dict[tuple[int, str, tuple[int | None, ...]], Callable[..., Any]] = {}
+        self._losses: dict[tuple[int, str, tuple[Any, ...]], Callable[..., Any]] = {}
+        # the eager step: each loss on the stacked rows where that gives vmap's numbers (checked at its first call),
+        # and the members' optimizer steps as one call where they share their settings
+        self.direct: dict[tuple[int, str, tuple[Any, ...]], MembersLoss] = {}
+        self.stacked_steps: dict[str, StackedStep | None] = {}
+        self.attrs: dict[int, str] = {}  # a LossStep's attribute name, by the step's id
+        self.step_params: dict[str, dict[str, torch.Tensor]] = {}  # the weights a LossStep's loss reads
         # compile=true members (all or none: compile is part of the population key): each LossStep of all members
         # one compiled graph, built at its first call
         self.compiled: dict[str, CompiledMembersStep] | None = {} if compile_enabled(algos[0]) else None
-        if self.compiled is not None and any(step.updates_buffers for step in loss_steps(algos[0])):
-            raise ConfigError(f"{type(algos[0]).__name__} with compile=true updates buffers in its compiled steps, "
-                              "which a compiled population does not cover yet")
+        if self.compiled is not None:
+            if any(step.updates_buffers for step in loss_steps(algos[0])):
+                raise ConfigError(f"{type(algos[0]).__name__} with compile=true updates buffers in its compiled steps, "
+                                  "which a compiled population does not cover yet")
+            _check_one_optimizer(algos)
+        # on-policy members act together: one forward for all, each member's draws from its own stream
+        self.acting = MembersActing(algos, self.params, self.buffers) if self.rollout else None
 
-    # acting: each member's own `act` on its rows, under its own stream (the caller swaps it in): its single run's
-    # actions and draws, bit for bit; the network part is not batched (an offline member acts only in tests)
+    # acting: an off-policy member's own `act` on its rows, under its own stream (the caller swaps it in): its single
+    # run's actions and draws, bit for bit (the network part is not batched: an offline member acts only in tests);
+    # on-policy members' through MembersActing
     @torch.inference_mode()
     def policy_and_values(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.acting is not None:
+            return self.acting.policy_and_values(obs)
         return obs, obs.new_zeros(obs.shape[:2])
 
-    def acting_noise(self, member: int, outputs: torch.Tensor) -> ActOutput:
+    def acting_noise(self, member: int, outputs: torch.Tensor) -> Any:
+        if self.acting is not None:
+            return self.acting.acting_noise(member, outputs)
         with torch.inference_mode():
             out: ActOutput = self.algos[member].act(outputs)
         return out
 
-    def act_members(self, outputs: torch.Tensor, draws: dict[int, ActOutput],
+    def act_members(self, outputs: torch.Tensor, draws: dict[int, Any],
                     values: torch.Tensor | None = None) -> dict[int, ActOutput]:
+        if self.acting is not None:
+            return self.acting.act_members(outputs, draws, values)
         return draws
 
     @torch.inference_mode()
     def act_deterministically(self, outputs: torch.Tensor, values: torch.Tensor,
-                              members: list[int]) -> dict[int, ActOutput]:
+                              members: list[int]) -> dict[int, ActOutput] | None:
+        if self.acting is not None:
+            return self.acting.act_deterministically(outputs, values, members)
         return {m: self.algos[m].act(outputs[m], deterministic=True) for m in members}
 
     def update(self, active: Sequence[bool], storages: Sequence[Any], torch_rngs: list[Stream],
-               clocks: Sequence[RunClock | None]) -> list[dict[str, torch.Tensor] | None]:
+               clocks: Sequence[RunClock | None] = ()) -> list[dict[str, torch.Tensor] | None]:
         """Each active member's update phase (None for the others), its steps taken with the others', then its own
         `finish_update` where the algorithm has one (algos/runner.py)."""
+        if self.rollout:
+            return self._rollout_update(active, storages, torch_rngs, list(clocks) or [None] * len(self.algos))
         results = update_phases(self.algos, storages, active, clocks, partial(self._step, storages, torch_rngs))
         for m, (algo, storage, clock, metrics) in enumerate(zip(self.algos, storages, clocks, results, strict=True)):
             if metrics is not None and clock is not None and len(storage) > 0:  # as single_run_update
                 results[m] = finish_phase(algo, clock, metrics)
+        return results
+
+    def _rollout_update(self, active: Sequence[bool], storages: Sequence[Any], torch_rngs: list[Stream],
+                        clocks: Sequence[RunClock | None]) -> list[dict[str, torch.Tensor] | None]:
+        """The active on-policy members' updates as one: the algorithm's `_update` on their stacked rollouts (as
+        single_rollout_update: then each member's own `finish_update`)."""
+        results: list[dict[str, torch.Tensor] | None] = [None] * len(self.algos)
+        stepping = [m for m, on in enumerate(active) if on]
+        if not stepping:
+            return results
+        rollouts = {m: tuple(storages[m].flat()) for m in stepping}
+        if len({rollout[0].shape[0] for rollout in rollouts.values()}) > 1:
+            raise ConfigError("the members' rollouts differ in size (n_steps x num_envs): they cannot share updates")
+        batch = RolloutBatch(*stack_members(rollouts, len(self.algos)))
+        first = self.algos[stepping[0]]
+        metrics = first._update(batch, MembersRun(self, stepping, storages[stepping[0]], torch_rngs))
+        for m in stepping:
+            results[m] = finish_phase(self.algos[m], clocks[m], {k: v[m] for k, v in metrics.items()})
         return results
 
     def _step(self, storages: Sequence[Any], torch_rngs: list[Stream], stepping: list[int], k: int,
@@ -162,7 +230,7 @@ class LockstepPopulation:
 
     def members_loss(self, algo: Any, attr: str, args: Sequence[Any]) -> Callable[..., Any]:
         """`algo`'s LossStep `attr`'s loss over all members: (params, buffers, *args) -> stacked (loss, aux)."""
-        dims = tuple(0 if isinstance(a, (torch.Tensor, tuple)) else None for a in args)
+        dims = tuple(_in_dim(a) for a in args)
         key = (id(algo), attr, dims)
         if key not in self._losses:
             module = _StepLoss(algo.networks, getattr(algo, attr).loss)
@@ -174,6 +242,27 @@ class LockstepPopulation:
             self._losses[key] = vmap(member, in_dims=(0, 0, *dims))
         return self._losses[key]
 
+    def eager_loss(self, algo: Any, attr: str, args: Sequence[Any],
+                   params: dict[str, torch.Tensor]) -> tuple[torch.Tensor, Any]:
+        """The members' (losses, aux) of `algo`'s LossStep `attr`: on their stacked rows, or vmap's (see the module
+        docstring). A loss that updates buffers or draws, or networks of other layers, always take vmap's."""
+        vmapped_loss = self.members_loss(algo, attr, args)
+        step: LossStep = getattr(algo, attr)
+        key = (id(algo), attr, tuple(_in_dim(a) for a in args))
+        if key not in self.direct:
+            swaps = None if step.updates_buffers else members_swaps(algo.networks, self.params)
+            if swaps is None:
+                self.direct[key] = MembersLoss(_never, _never)
+                self.direct[key].direct = False
+            else:
+                self.direct[key] = MembersLoss(partial(_direct_loss, step.loss, swaps), _never)
+        members_loss = self.direct[key]
+        trained = tuple(params[name] for name in self.steps[attr])
+        # each member's scalar (a [members] tensor, a setting run.read gave) broadcasts over its rows as [members, 1]
+        scalars = {str(i): a for i, a in enumerate(args) if isinstance(a, torch.Tensor) and a.dim() == 1}
+        members_loss.vmapped_loss = lambda *_: vmapped_loss(params, self.buffers, *args)
+        out: tuple[torch.Tensor, Any] = members_loss(tuple(args), trained, scalars)
+        return out
 
 class MembersRun:
     """A runner (algos/runner.py) for the members in `stepping`: every tensor carries a leading members axis (an
@@ -183,12 +272,16 @@ class MembersRun:
                  torch_rngs: list[Stream], first: Any = None) -> None:
         self.population, self.stepping, self.storage, self.torch_rngs = population, stepping, storage, torch_rngs
         self.first = population.algos[stepping[0]] if first is None else first
+        self._on: torch.Tensor | None = None
 
     def __call__(self, step: LossStep, *args: Any) -> tuple[torch.Tensor, Any]:
         pop, first = self.population, self.first
-        attr = next(name for name, value in vars(first).items() if value is step)
+        attr = pop.attrs.get(id(step)) or next(name for name, value in vars(first).items() if value is step)
+        pop.attrs[id(step)] = attr
         trained = pop.steps[attr]
-        params = {k: v if k in trained else v.detach() for k, v in pop.params.items()}
+        if attr not in pop.step_params:
+            pop.step_params[attr] = {k: v if k in trained else v.detach() for k, v in pop.params.items()}
+        params = pop.step_params[attr]
         steps = [getattr(a, attr) for a in pop.algos]
         limit = clip_limits([s.max_grad_norm for s in steps], pop.device)
         if pop.compiled is not None:
@@ -202,37 +295,60 @@ class MembersRun:
                                                          {name: pop.rows[name] for name in trained},
                                                          [s.optimizer for s in steps], limit)
             pop.compiled[attr].limit = limit  # the clips as schedules set them now
-            done: tuple[torch.Tensor, Any] = pop.compiled[attr].step(args, {}, members_mask(
-                self.stepping, len(pop.algos), pop.device))
-            return done
+            losses, aux = pop.compiled[attr].step(args, {}, members_mask(self.stepping, len(pop.algos), pop.device))
+            return losses, aux
         idle = [m for m in range(len(pop.algos)) if m not in self.stepping] if step.updates_buffers else []
         kept = {name: stacked[idle].clone() for name, stacked in pop.buffers.items()} if idle else {}
-        losses, aux = pop.members_loss(first, attr, args)(params, pop.buffers, *args)
+        losses, aux = pop.eager_loss(first, attr, args, params)
         with torch.no_grad():  # a loss that updates buffers (CrossQ's batch-renorm statistics): not an idle member's
             for name, rows in kept.items():
                 pop.buffers[name][idle] = rows
+        optimizers = [s.optimizer for s in steps]
+        if attr not in pop.stacked_steps:
+            pop.stacked_steps[attr] = StackedStep(pop.params, {name: pop.rows[name] for name in trained},
+                                                  optimizers) if StackedStep.fits(optimizers) else None
         step_members(pop.params, losses, {name: pop.rows[name] for name in trained}, self.stepping, limit,
-                     [steps[m].optimizer for m in self.stepping])
+                     [optimizers[m] for m in self.stepping], pop.stacked_steps[attr])
         return losses, aux
 
     def draw(self, draw: Callable[[], T]) -> T:
         drawn = {m: drawn_with(self.torch_rngs, m, draw) for m in self.stepping}
         return stack_members(drawn, len(self.population.algos))  # type: ignore[no-any-return]
 
-    def read(self, read: Callable[[], T]) -> T:
-        """`read`, a method of the algorithm (or of an object it holds: its temperature), of every member: stacked
-        [members, ...] (each member's networks hold views of its rows, so its own method reads its own weights and
-        settings)."""
+    def read(self, read: Callable[..., T], *rows: Any) -> T:
+        """`read`, a method of the algorithm (or of an object it holds: its temperature), of every member, given its
+        rows of `rows`: stacked [members, ...] (each member's networks hold views of its rows, so its own method reads
+        its own weights and settings); a tuple or dict of them, each stacked; None where every member's is None."""
         held = read_owner(read, self.first)
         owners = [a if held is None else getattr(a, held) for a in self.population.algos]
         with torch.no_grad():
-            values = [read.__func__(each) for each in owners]  # type: ignore[attr-defined]
-        device = self.population.device
-        return torch.stack([torch.as_tensor(v, device=device) for v in values])  # type: ignore[return-value]
+            values = [read.__func__(each, *(_row(r, m) for r in rows))  # type: ignore[attr-defined]
+                      for m, each in enumerate(owners)]
+        return _stacked(values, self.population.device, getattr(read, "__name__", "a setting"))  # type: ignore[no-any-return]
 
-    def only(self, members: Callable[[Any], bool]) -> MembersRun | None:
-        chosen = [m for m in self.stepping if members(self.population.algos[m])]
+    def only(self, members: Callable[..., bool], *rows: Any) -> MembersRun | None:
+        chosen = [m for m in self.stepping if members(self.population.algos[m], *(_row(r, m) for r in rows))]
         return MembersRun(self.population, chosen, self.storage, self.torch_rngs, self.first) if chosen else None
+
+    def take(self, batch: Any, idx: torch.Tensor) -> Any:
+        """Each member's rows of the stacked batch at its own indices (idx: [members, k])."""
+        members, size = idx.shape[0], next(x for x in batch if x is not None).shape[1]
+        rows = (idx + torch.arange(members, device=idx.device).unsqueeze(1) * size).reshape(-1)
+        return type(batch)(*(None if x is None else x.flatten(0, 1).index_select(0, rows).reshape(members, -1,
+                                                                                                  *x.shape[2:])
+                             for x in batch))
+
+    def tally(self, tally: Tally | None, stats: dict[str, torch.Tensor]) -> Tally:
+        """The stepping members' metrics added to their sums (the others' stay as they were), their steps counted."""
+        sums, count = ({}, 0) if tally is None else tally
+        if len(self.stepping) == len(self.population.algos):  # every member steps: each its own row's sum
+            return Tally({k: sums.get(k, 0.0) + v for k, v in stats.items()}, count + 1)
+        if self._on is None:
+            self._on = members_mask(self.stepping, len(self.population.algos), self.population.device)
+        on = self._on > 0
+        added = {k: torch.where(on, sums.get(k, 0.0) + v, sums[k] if k in sums else torch.zeros_like(v))
+                 for k, v in stats.items()}
+        return Tally(added, count + self._on)
 
     def polyak(self, target: nn.Module, source: nn.Module) -> None:
         pop, names = self.population, {id(module): name for name, module in self.first.networks.named_modules()}
@@ -244,10 +360,86 @@ class MembersRun:
         return x.reshape(x.shape[0], -1).mean(1)
 
 
-def _step_names(algo: Any, step: LossStep) -> set[str]:
-    """The names (in the networks) of the weights the LossStep's optimizer trains."""
+def _direct_loss(loss: Callable[..., Any], swaps: Any, args: tuple[Any, ...], trained: tuple[torch.Tensor, ...],
+                 scalars: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """A LossStep's loss on the members' stacked rows (MembersLoss calls it within members_first, its scalars
+    [members, 1]); what it logs must be a dict of per-member values."""
+    given = tuple(scalars.get(str(i), a) for i, a in enumerate(args))
+    with swapped(swaps):
+        value, aux = loss(*given)
+    if not isinstance(aux, dict):
+        raise ValueError("not a dict of per-member values")
+    return value, aux
+
+
+def _in_dim(arg: Any) -> Any:
+    """vmap's in_dims for an argument: 0 for a tensor, per entry for a tuple (None for a None entry)."""
+    if isinstance(arg, torch.Tensor):
+        return 0
+    if isinstance(arg, tuple):
+        dims = [_in_dim(a) for a in arg]
+        return type(arg)(*dims) if hasattr(arg, "_fields") else tuple(dims)
+    return None
+
+
+def _never(*_: Any) -> Any:
+    raise ValueError("vmap's only")
+
+
+def _row(value: Any, m: int) -> Any:
+    """Member m's rows of a stacked value (a tensor, or a tuple of them and of Nones)."""
+    if isinstance(value, torch.Tensor):
+        return value[m]
+    if isinstance(value, tuple):
+        rows = [_row(v, m) for v in value]
+        return type(value)(*rows) if hasattr(value, "_fields") else tuple(rows)
+    return value
+
+
+def _stacked(values: list[Any], device: torch.device, what: str) -> Any:
+    """The members' values (numbers, tensors, or tuples and dicts of them; None) stacked member-first."""
+    first = values[0]
+    if all(v is None for v in values):
+        return None
+    if any(v is None for v in values):
+        raise ConfigError(f"some members set what {what} reads and some leave it null: they cannot share updates")
+    if isinstance(first, dict):
+        return {k: _stacked([v[k] for v in values], device, what) for k in first}
+    if isinstance(first, tuple):
+        return tuple(_stacked([v[i] for v in values], device, what) for i in range(len(first)))
+    return torch.stack([torch.as_tensor(v, device=device) for v in values])
+
+
+def _check_on_policy(algos: Sequence[Any], storages: Sequence[Any]) -> None:
+    """One line naming what keeps these on-policy members out of a population (the launcher then runs them one by
+    one): the algorithm's own `population_refusal` (a recurrent actor, add-ons, extra networks), or a storage that
+    is not a rollout."""
+    for algo, storage in zip(algos, storages, strict=True):
+        refusal = algo.population_refusal() if hasattr(algo, "population_refusal") else None
+        if refusal is not None:
+            raise ConfigError(f"{refusal} cannot train in a population yet; {batched_on_policy()} without it can")
+        if not isinstance(storage, RolloutBuffer):
+            raise ConfigError(f"{type(storage).__name__} storage cannot train in a population yet; "
+                              f"{batched_on_policy()} can")
+
+
+def _check_one_optimizer(algos: Sequence[Any]) -> None:
+    """compile=true: the compiled step applies one optimizer formula to every member's rows (compiled.py)."""
+    for attr in [name for name, value in vars(algos[0]).items() if isinstance(value, LossStep)]:
+        optimizers = [getattr(a, attr).optimizer for a in algos]
+        rules = [optimizer_rule(o) for o in optimizers]
+        kinds = {type(o).__name__ for o in optimizers}
+        if len(kinds) != 1 or not all(torch.equal(r.hyper, rules[0].hyper) for r in rules):
+            raise ConfigError(f"compile=true in a population needs one optimizer with the same settings (betas, eps, "
+                              f"alpha) in every member; these members use {', '.join(sorted(kinds))} with different "
+                              "ones")
+
+
+def _step_names(algo: Any, step: LossStep) -> dict[str, None]:
+    """The names (in the networks) of the weights the LossStep's optimizer trains, in the networks' order (a set's
+    order changes with the process's string hashes, and the members' gradient-norm clips sum in this order)."""
     trained = {id(p) for p in step.params}
-    return {name for name, p in algo.networks.named_parameters() if id(p) in trained}
+    return {name: None for name, p in algo.networks.named_parameters() if id(p) in trained}
 
 
 def _plain_settings(algo: Any, prefix: str = "") -> dict[str, Any]:

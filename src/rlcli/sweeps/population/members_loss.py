@@ -1,11 +1,11 @@
-"""The rest of the members' minibatch loss (after the networks' part) without vmap: the algorithm's own
-`minibatch_loss` called once on the stacked [members, batch, ...] tensors, its means taken per member
+"""A loss of all members without vmap: the algorithm's own loss called once on the stacked [members, batch, ...]
+tensors (the networks' layers swapped for batched stand-ins: acting.py), its means taken per member
 (algos/base.members_first).
 
-Why: vmap's own work per operation made the loss's ~40 small operations cost 0.65-0.9 ms per minibatch step with
-their backward, for 4 PPO members, against 0.34 ms written over the members' axis. The first call checks that the
-two agree bit for bit (the losses, what they log, and their gradients with respect to the networks' outputs); if they
-do not, every call goes through vmap.
+Why: vmap's own work per operation made PPO's loss (~40 small operations) cost 0.65-0.9 ms per minibatch step with
+their backward, for 4 members, against 0.34 ms written over the members' axis. The first call checks that the
+two agree bit for bit (the losses, what they log, and their gradients with respect to `evaluated`: the networks'
+outputs, or the stacked weights); if they do not, every call goes through vmap.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ class MembersLoss:
                 terms: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]] | None:
         """The loss over the members' axis; None where it does not give one [members, 1] value per member (a loss
         that reduces some other way), which the first call's check then rejects."""
-        members = batch[0].shape[0]
+        members = evaluated[0].shape[0]
         with members_first():
             losses, stats = self.loss(batch, evaluated, {k: v.unsqueeze(-1) for k, v in terms.items()})
         values = [losses, *stats.values()]

@@ -99,13 +99,21 @@ def members_mask(stepping: Collection[int], members: int, device: torch.device |
 
 
 def stack_members(values: dict[int, Any], members: int) -> Any:
-    """The stepping members' values (tensors, or tuples of them and of Nones) stacked over all `members`; an idle
-    member's rows repeat the first stepping member's (computed with the idle member's weights, never stepped)."""
+    """The stepping members' values (tensors, or tuples and lists of them and of Nones) stacked over all `members`;
+    an idle member's rows repeat the first stepping member's (computed with the idle member's weights, never
+    stepped)."""
     filler = next(iter(values.values()))
-    rows = [values.get(m, filler) for m in range(members)]
-    if isinstance(filler, torch.Tensor):
+    return _stack_rows([values.get(m, filler) for m in range(members)])
+
+
+def _stack_rows(rows: list[Any]) -> Any:
+    first = rows[0]
+    if first is None:
+        return None
+    if isinstance(first, torch.Tensor):
         return torch.stack(rows)
-    return tuple(None if filler[i] is None else torch.stack([row[i] for row in rows]) for i in range(len(filler)))
+    stacked = [_stack_rows([row[i] for row in rows]) for i in range(len(first))]
+    return stacked if isinstance(first, list) else tuple(stacked)
 
 
 def clip_members(params: dict[str, torch.Tensor], limit: torch.Tensor) -> None:

@@ -66,7 +66,7 @@ def _on_cpu(device: str) -> bool:
 # populations' updates): 2.0 s of each worker's start here; with compile=true torch's compiler too (3.3 s more)
 WORKER_MODULES = ("torch", "gymnasium", "hydra.core.utils", "rlcli.run.state", "rlcli.run.trainer",
                   "rlcli.sweeps.population.launch", "rlcli.sweeps.population.loop",
-                  "rlcli.sweeps.population.onpolicy", "rlcli.sweeps.population.offpolicy")
+                  "rlcli.sweeps.population.lockstep")
 COMPILER_MODULES = ("torch._dynamo", "torch._inductor.config", "torch._inductor.compile_fx")
 
 
