@@ -45,7 +45,7 @@ class LossStep:
         self.others = [p for p in networks.parameters() if id(p) not in trained and p.requires_grad]
         self.clip_of, self.updates_buffers = clip_of, updates_buffers
         self.compiled: CompiledStep | None = None
-        self._numbers: dict[str, torch.Tensor] = {}  # as_input's tensors by value
+        self._numbers: dict[tuple[str, str], torch.Tensor] = {}  # as_input's tensors by position and value
 
     @property
     def max_grad_norm(self) -> float | None:
@@ -63,8 +63,8 @@ class LossStep:
         if self.compiled is not None:
             device = self.compiled.device
             numbers = self._numbers
-            return self.compiled(as_input(self.max_grad_norm, device, numbers),
-                                 *(as_input(a, device, numbers) for a in args))
+            return self.compiled(as_input(self.max_grad_norm, device, numbers, "clip"),
+                                 *(as_input(a, device, numbers, str(i)) for i, a in enumerate(args)))
         frozen = [p for p in self.others if p.requires_grad]
         for p in frozen:
             p.requires_grad_(False)
@@ -77,14 +77,17 @@ class LossStep:
         return loss, aux
 
 
-def as_input(value: Any, device: torch.device, made: dict[str, torch.Tensor] | None = None) -> Any:
+def as_input(value: Any, device: torch.device, made: dict[tuple[str, str], torch.Tensor] | None = None,
+             slot: str = "") -> Any:
     """A compiled step's argument: a number as a 0-dim float32 tensor on `device` (a tuple's or list's too). `made`
-    keeps the tensors by value, so that a number that did not change is not copied to a GPU again (each such copy
-    waits for the GPU's queue); the step only reads them."""
+    keeps the tensors by argument position (`slot`) and value, so that a number that did not change is not copied to
+    a GPU again (each such copy waits for the GPU's queue); the step only reads them. By position too: two arguments
+    of equal value (PPO's vf_coef and max_grad_norm, both 0.5) as one tensor would be an aliasing dynamo guards on,
+    and a schedule pulling them apart would compile a second graph."""
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         if made is None:
             return torch.tensor(float(value), device=device)
-        key = float(value).hex()  # -0.0 is not 0.0
+        key = (slot, float(value).hex())  # -0.0 is not 0.0
         tensor = made.get(key)
         if tensor is None:
             if len(made) >= 64:  # a schedule's values: keep the last ones only
@@ -92,7 +95,7 @@ def as_input(value: Any, device: torch.device, made: dict[str, torch.Tensor] | N
             tensor = made[key] = torch.tensor(float(value), device=device)
         return tensor
     if type(value) in (tuple, list):
-        return type(value)(as_input(v, device, made) for v in value)
+        return type(value)(as_input(v, device, made, f"{slot}.{i}") for i, v in enumerate(value))
     return value
 
 
