@@ -27,6 +27,17 @@ from rlcli.registry import ConfigError
 from rlcli.sweeps.population.optimizer_states import StackedStates
 
 
+def one_optimizer_rule(optimizers: Sequence[Any]) -> list[OptimizerRule]:
+    """Each member's optimizer's rule, or a one-line ConfigError where the members' optimizers differ in kind or
+    settings: the compiled step applies one formula to every member's rows."""
+    rules = [optimizer_rule(o) for o in optimizers]
+    kinds = {type(o).__name__ for o in optimizers}
+    if len(kinds) != 1 or not all(torch.equal(r.hyper, rules[0].hyper) for r in rules):
+        raise ConfigError(f"compile=true in a population needs one optimizer with the same settings (betas, eps, "
+                          f"alpha) in every member; these members use {', '.join(sorted(kinds))} with different ones")
+    return rules
+
+
 class CompiledMembersStep:
     """`step(batch, terms, active)`: one optimizer step of every active member on its rows of `batch`; returns the
     members' [members] loss statistics. `losses(params, buffers, batch, terms) -> (losses [members], stats)` is
@@ -36,12 +47,7 @@ class CompiledMembersStep:
 
     def __init__(self, losses: Callable[..., Any], params: dict[str, torch.Tensor], buffers: dict[str, torch.Tensor],
                  rows: dict[str, list[torch.Tensor]], optimizers: Sequence[Any], limit: torch.Tensor | None) -> None:
-        rules = [optimizer_rule(o) for o in optimizers]
-        kinds = {type(o).__name__ for o in optimizers}
-        if len(kinds) != 1 or not all(torch.equal(r.hyper, rules[0].hyper) for r in rules):
-            raise ConfigError(f"compile=true in a population needs one optimizer with the same settings (betas, eps, "
-                              f"alpha) in every member; these members use {', '.join(sorted(kinds))} with different "
-                              "ones")
+        rules = one_optimizer_rule(optimizers)
         self.rule: OptimizerRule = rules[0]  # its formula; each member's state is read through its own rule
         self.losses, self.params, self.buffers, self.limit = losses, params, buffers, limit
         self.optimizers = list(optimizers)

@@ -27,7 +27,6 @@ import torch
 from torch import nn
 from torch.func import functional_call, vmap
 
-from rlcli.algos.compiled import optimizer_rule
 from rlcli.algos.loss_step import LossStep, compile_enabled, loss_steps
 from rlcli.algos.runner import Tally, finish_phase, read_owner
 from rlcli.batches import ReplayBatch, RolloutBatch
@@ -36,7 +35,7 @@ from rlcli.contracts import ActOutput, RunClock
 from rlcli.registry import ConfigError
 from rlcli.sweeps.population.acting import MembersActing, members_swaps, swapped
 from rlcli.sweeps.population.catalog import can_batch
-from rlcli.sweeps.population.compiled import CompiledMembersStep
+from rlcli.sweeps.population.compiled import CompiledMembersStep, one_optimizer_rule
 from rlcli.sweeps.population.members_loss import MembersLoss
 from rlcli.sweeps.population.optimizer_states import StackedStep
 from rlcli.sweeps.population.phases import check_replay_members, update_phases
@@ -426,13 +425,7 @@ def _check_on_policy(algos: Sequence[Any], storages: Sequence[Any]) -> None:
 def _check_one_optimizer(algos: Sequence[Any]) -> None:
     """compile=true: the compiled step applies one optimizer formula to every member's rows (compiled.py)."""
     for attr in [name for name, value in vars(algos[0]).items() if isinstance(value, LossStep)]:
-        optimizers = [getattr(a, attr).optimizer for a in algos]
-        rules = [optimizer_rule(o) for o in optimizers]
-        kinds = {type(o).__name__ for o in optimizers}
-        if len(kinds) != 1 or not all(torch.equal(r.hyper, rules[0].hyper) for r in rules):
-            raise ConfigError(f"compile=true in a population needs one optimizer with the same settings (betas, eps, "
-                              f"alpha) in every member; these members use {', '.join(sorted(kinds))} with different "
-                              "ones")
+        one_optimizer_rule([getattr(a, attr).optimizer for a in algos])
 
 
 def _step_names(algo: Any, step: LossStep) -> dict[str, None]:
