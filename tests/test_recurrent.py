@@ -57,7 +57,10 @@ def test_ppo_minibatches_are_whole_env_sequences():
     parts = _parts("actor=lstm")
     parts.collector.collect(parts.learner)
     batch = parts.buffer.flat()
-    minibatches = list(parts.algo._minibatches(parts.buffer, batch, batch.mask.shape[0]))
+    from rlcli.algos.runner import SingleRun
+
+    order = parts.algo._order(SingleRun(parts.algo, parts.buffer), batch.mask.shape[0], batch.mask.device)
+    minibatches = [parts.buffer.env_batch(idx) for idx in order]  # as PPO._update takes them for a recurrent actor
     assert len(minibatches) == 2  # 4 envs, 128 / 64 = 2 envs per minibatch
     for mb in minibatches:
         assert mb.starts.shape == (64, 2) and mb.obs.shape == (128, 2) and mb.carry0.shape == (2, 128)

@@ -41,7 +41,7 @@ def one_optimizer_rule(optimizers: Sequence[Any]) -> list[OptimizerRule]:
 class CompiledMembersStep:
     """`step(batch, terms, active)`: one optimizer step of every active member on its rows of `batch`; returns the
     members' [members] loss statistics. `losses(params, buffers, batch, terms) -> (losses [members], stats)` is
-    the members' vectorized loss (onpolicy.py's, offpolicy.py's), `params` the stacked weights it reads, `rows`
+    the members' vectorized loss (lockstep.py's), `params` the stacked weights it reads, `rows`
     each stacked weight's member parameters; those the members' optimizers train are stepped, the rest (a target
     network's) are read as they are."""
 
