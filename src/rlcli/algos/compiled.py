@@ -375,7 +375,8 @@ class CompiledStep:
             params = [p.detach() for p in self.params]
             buffers = ({f"networks.{n}": b for n, b in self.networks.named_buffers()} if self.updates_buffers
                        else {})  # read each step: they are the modules' own tensors, updated in place
-            fixed = [*params, *(t for slot in slots for t in slot), *steps, *buffers.values()]
+            fixed = ([*params, *(t for slot in slots for t in slot), *steps, *buffers.values()]
+                     if first or self.graphed is not None else [])  # built only where a capture reads it
             if first and captured_by_hand() and cuda_graphs_wanted(fixed) and all(t.is_cuda for t in fixed):
                 from rlcli.algos.cuda_graph import GraphedStep
 
