@@ -63,13 +63,12 @@ def quantile_huber_loss(quantiles: torch.Tensor, targets: torch.Tensor) -> torch
 
 
 def policy_gradient_terms(networks: Any, batch: RolloutBatch, addons: Sequence[Any], normalize_advantage: bool,
-                          addon_coefs: Sequence[Any] | None = None, evaluated: tuple[torch.Tensor, ...] | None = None,
+                          addon_coefs: Sequence[Any] | None = None,
                           ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
     """A2C's and PG's shared part: the policy-gradient loss (with add-on terms), the mean entropy, the values
-    and the add-ons' logs of one rollout batch (`addon_coefs`: see addons.addon_losses; `evaluated`: the
-    networks' log-probs, entropies and values of the batch, when the caller computed them)."""
+    and the add-ons' logs of one rollout batch (`addon_coefs`: see addons.addon_losses)."""
     mask = batch.mask
-    log_probs, entropy, values = evaluate_batch(networks, batch) if evaluated is None else evaluated
+    log_probs, entropy, values = evaluate_batch(networks, batch)
     advantages = batch.advantages
     if normalize_advantage:
         advantages = normalize_masked(advantages, mask)
