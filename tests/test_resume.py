@@ -106,6 +106,11 @@ CASES = {
                             "algo.use_sde=true", "algo.sde_sample_freq=4"],
     "tqc-Pendulum-per": ["algo=tqc", *PENDULUM, "buffer=per", *SMALL_OFF_POLICY, "algo.train_freq=8",
                          "algo.gradient_steps=4", "algo.n_quantiles=5"],
+    # value decomposition on env=pz's joint mode: each copy's joint transitions in replay, the agents' shared network,
+    # QMIX's mixer and their target copies, each agent's epsilon, the PettingZoo copies' state
+    **{f"{algo}-coop_match-joint": [f"algo={algo}", "env=coop_match", "train.num_envs=2", *SMALL_OFF_POLICY,
+                                    "algo.train_freq=8", "algo.gradient_steps=4", "algo.target_update_interval=256"]
+       for algo in ("vdn", "qmix")},
     # offline (dataset=): the steps are gradient steps over the dataset, which the checkpoint names but does not hold
     **{f"{algo}-{kind}-offline": [f"algo={algo}", f"dataset={dataset_file(kind)}", *SMALL_OFFLINE,
                                   "env=Pendulum-v1" if kind == "pendulum" else "env=CartPole-v1"]

@@ -11,6 +11,15 @@ as reset steps and stores nothing from them; once every agent of the group is do
 reset step. A copy's episode is one episode: its return is the team sum over the group's agents (never divided),
 reported on the copy's first row (`episode_rows`), with each agent's own return under `agent_episode` and the sum
 over every agent of the env, those outside the group (`env.agents`) too, under `team_episode`.
+
+Joint mode (`env.joint=true`, set by algo=vdn and algo=qmix): one row per copy, for value decomposition, whose replay
+needs each copy's agents in one transition. A row's observation is a Box [n_agents, agent_size + 1 + state_size]:
+agent i's line is `[own obs | one-hot index (env.agent_id) | active | global state]`, where `active` is 0 once the agent
+ended by termination, or on the step after it ended by truncation while its copy goes on (it then acts no more: its
+actions are ignored and a learner masks its values out), and the global state is env.state() (or, where the env has
+none, every agent's observation) repeated on each line. The action is MultiDiscrete (`JointActions`, which names that
+layout), the reward the team sum over the group's agents, and the copy's episode ends when every agent's has: it is
+`terminated` when no agent is active in the final observation (nothing to bootstrap from), else `truncated`.
 """
 
 from __future__ import annotations
@@ -34,6 +43,16 @@ class CentralizedObs(gym.spaces.Box):
     def __init__(self, low: np.ndarray, high: np.ndarray, policy_size: int) -> None:
         super().__init__(low, high, dtype=np.float32)
         self.policy_size = policy_size
+
+
+class JointActions(gym.spaces.MultiDiscrete):
+    """Joint mode's action space, one Discrete(n) action per agent of the group; it names the observation's layout
+    (module docstring): each agent's line is `agent_size` inputs of its own, then its `active` flag, then `state_size`
+    inputs of global state."""
+
+    def __init__(self, n_actions: int, n_agents: int, agent_size: int, state_size: int) -> None:
+        super().__init__(np.full(n_agents, n_actions, np.int64))
+        self.n_actions, self.n_agents, self.agent_size, self.state_size = n_actions, n_agents, agent_size, state_size
 
 
 @dataclass(frozen=True)
@@ -97,7 +116,7 @@ class ParallelVectorEnv(VectorEnv):
     state_capturable = True
 
     def __init__(self, copies: list[Any], env_id: str, agents: list[str] | None, agent_id: bool,
-                 critic_state: bool) -> None:
+                 critic_state: bool, joint: bool = False) -> None:
         first = copies[0]
         if not _is_parallel(first):
             raise ConfigError(f"env.id={env_id!r} made a {type(first).__name__}, an AEC (turn-based) env; env=pz takes "
@@ -123,33 +142,48 @@ class ParallelVectorEnv(VectorEnv):
                                       "spaces (list agents with equal spaces in env.agents; rlcli does not pad)")
         if not isinstance(obs_space, gym.spaces.Box):
             raise ConfigError(f"env {env_id}: agent {group[0]!r} has {obs_space} observations; env=pz takes Box ones")
-        self.n_agents, self.num_copies = len(group), len(copies)
-        self.num_envs = self.num_copies * self.n_agents
+        if joint and not isinstance(act_space, gym.spaces.Discrete):
+            raise ConfigError(f"env.joint=true (algo=vdn, qmix) needs Discrete actions; agent {group[0]!r} of {env_id} "
+                              f"has {act_space}: use a discrete version of the env (e.g. continuous_actions=false), or "
+                              "algo=sac, td3 (independent learners) for continuous actions")
+        self.n_agents, self.num_copies, self.joint = len(group), len(copies), joint
+        self.num_envs = self.num_copies * (1 if joint else self.n_agents)
         self.own_size = int(np.prod(obs_space.shape))
         self.agent_id, self.critic_state = agent_id, critic_state
-        self._use_env_state = critic_state and self._has_state(first)
+        self._use_env_state = (critic_state or joint) and self._has_state(first)
         self.state_size = 0
-        if critic_state:
+        if critic_state or joint:
             self.state_size = (int(np.prod(first.state_space.shape)) if self._use_env_state
                                else sum(int(np.prod(first.observation_space(a).shape)) for a in possible))
         policy_size = self.own_size + (self.n_agents if agent_id else 0)
-        size = policy_size + self.state_size
+        self.active_column = policy_size if joint else None  # joint mode: each agent's `active` flag
+        size = policy_size + int(joint) + self.state_size
         low, high = np.full(size, -np.inf, np.float32), np.full(size, np.inf, np.float32)
         low[:self.own_size] = np.asarray(obs_space.low, np.float32).reshape(-1)
         high[:self.own_size] = np.asarray(obs_space.high, np.float32).reshape(-1)
         if agent_id:
             low[self.own_size:policy_size], high[self.own_size:policy_size] = 0.0, 1.0
-        self.single_observation_space = (CentralizedObs(low, high, policy_size) if critic_state
-                                         else gym.spaces.Box(low, high, dtype=np.float32))
-        self.single_action_space = act_space
+        if joint:
+            low[policy_size], high[policy_size] = 0.0, 1.0
+            shape = (len(group), size)
+            self.single_observation_space = gym.spaces.Box(np.broadcast_to(low, shape), np.broadcast_to(high, shape),
+                                                           dtype=np.float32)
+            self.single_action_space: gym.spaces.Space[Any] = JointActions(int(act_space.n), len(group), policy_size,
+                                                                           self.state_size)
+        else:
+            self.single_observation_space = (CentralizedObs(low, high, policy_size) if critic_state
+                                             else gym.spaces.Box(low, high, dtype=np.float32))
+            self.single_action_space = act_space
         self.observation_space = batch_space(self.single_observation_space, self.num_envs)
-        self.action_space = batch_space(act_space, self.num_envs)
-        self.episode_rows = np.arange(self.num_copies) * self.n_agents  # the row that reports each copy's episode
+        self.action_space = batch_space(self.single_action_space, self.num_envs)
+        # the row that reports each copy's episode
+        self.episode_rows = np.arange(self.num_copies) * (1 if joint else self.n_agents)
         m, n = self.num_copies, self.n_agents
         self._obs = np.zeros((m, n, size), np.float32)
         if agent_id:
             self._obs[:, :, self.own_size:policy_size] = np.eye(n, dtype=np.float32)
         self._alive = np.zeros((m, n), bool)
+        self._active = np.zeros((m, n), bool)  # joint mode: what the `active` flags say (module docstring)
         self._ended_by_termination = np.zeros((m, n), bool)
         self._needs_reset = np.zeros(m, bool)
         self._returns = np.zeros((m, n))
@@ -173,7 +207,9 @@ class ParallelVectorEnv(VectorEnv):
         for i, name in enumerate(self.agent_names):
             if name in obs:
                 self._obs[c, i, :self.own_size] = np.asarray(obs[name], np.float32).reshape(-1)
-        if self.critic_state:
+        if self.active_column is not None:
+            self._obs[c, :, self.active_column] = self._active[c]
+        if self.state_size:
             if self._use_env_state:
                 state = np.asarray(env.state(), np.float32).reshape(-1)
             else:
@@ -185,6 +221,7 @@ class ParallelVectorEnv(VectorEnv):
     def _reset_copy(self, c: int, seed: int | None) -> None:
         obs, _ = self.copies[c].reset(seed=seed)
         self._alive[c] = [name in obs for name in self.agent_names]
+        self._active[c] = self._alive[c]
         self._ended_by_termination[c] = False
         self._needs_reset[c] = False
         self._returns[c] = 0.0
@@ -196,11 +233,14 @@ class ParallelVectorEnv(VectorEnv):
               options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict[str, Any]]:
         for c in range(self.num_copies):
             if isinstance(seed, list):
-                copy_seed = seed[c * self.n_agents]
+                copy_seed = seed[c if self.joint else c * self.n_agents]
             else:
                 copy_seed = None if seed is None else seed + c * self.n_agents
             self._reset_copy(c, copy_seed)
-        return self._obs.reshape(self.num_envs, -1).copy(), {}
+        return self._observations(), {}
+
+    def _observations(self) -> np.ndarray:
+        return self._obs.copy() if self.joint else self._obs.reshape(self.num_envs, -1).copy()
 
     def noop(self, space: gym.spaces.Space[Any]) -> Any:
         """What an agent outside the group does: nothing (action 0, a zero vector clipped into its bounds)."""
@@ -221,11 +261,10 @@ class ParallelVectorEnv(VectorEnv):
                 continue
             was_alive = self._alive[c].copy()
             live = set(env.agents)
-            acts = {name: actions[c * n + i] for i, name in enumerate(self.agent_names)
+            acts = {name: actions[c, i] if self.joint else actions[c * n + i] for i, name in enumerate(self.agent_names)
                     if was_alive[i] and name in live}
             acts.update({name: self.noop(env.action_space(name)) for name in self.others if name in live})
             obs, rew, term, trunc, _ = env.step(acts)
-            self._write(c, obs)
             for i, name in enumerate(self.agent_names):
                 if not was_alive[i]:  # ended earlier: its flag again, so the collector stores nothing of this row
                     terminated[c, i] = self._ended_by_termination[c, i]
@@ -239,6 +278,9 @@ class ParallelVectorEnv(VectorEnv):
                     self._alive[c, i] = False
                     self._ended_by_termination[c, i] = t
                 terminated[c, i], truncated[c, i] = t, u and not t
+            # joint mode: an agent is active until it terminates, and in the final observation of its truncation
+            self._active[c] = self._alive[c] | (was_alive & truncated[c])
+            self._write(c, obs)
             self._returns[c] += rewards[c]
             self._other_returns[c] += sum(float(rew.get(name, 0.0)) for name in self.others)
             self._lengths[c] += 1
@@ -248,6 +290,8 @@ class ParallelVectorEnv(VectorEnv):
                 ended[c] = True
                 gone = ~terminated[c] & ~truncated[c]  # the group's episode ends for every row of the copy
                 truncated[c] |= gone
+        if self.joint:
+            return self._joint_step(rewards, ended)
         infos: dict[str, Any] = {}
         if ended.any():
             team, everyone = np.zeros((m, n)), np.zeros((m, n))
@@ -263,6 +307,20 @@ class ParallelVectorEnv(VectorEnv):
                      "_agent_episode": np.repeat(ended, n)}
         return (self._obs.reshape(self.num_envs, -1).copy(), rewards.reshape(-1), terminated.reshape(-1),
                 truncated.reshape(-1), infos)
+
+    def _joint_step(self, rewards: np.ndarray, ended: np.ndarray
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        """Joint mode's step output: a row per copy, its team reward, and its episode's end (module docstring)."""
+        terminated = ended & ~self._active.any(axis=1)
+        truncated = ended & ~terminated
+        infos: dict[str, Any] = {}
+        if ended.any():
+            team = self._returns.sum(axis=1)
+            infos = {"episode": {"r": team, "l": self._lengths.copy()}, "_episode": ended.copy(),
+                     "agent_episode": {"r": self._returns.reshape(-1).copy()},
+                     "team_episode": {"r": team + self._other_returns},
+                     "_agent_episode": np.repeat(ended, self.n_agents)}
+        return self._obs.copy(), rewards.sum(axis=1), terminated, truncated, infos
 
     def render(self) -> tuple[Any, ...] | None:
         """One frame per copy (envs made with render_mode='rgb_array')."""
@@ -308,13 +366,13 @@ class PettingZooEnvFactory:
     counts copies, each one test episode whose return is the team sum."""
 
     def __init__(self, id: str | None, kwargs: dict[str, Any] | None = None, agents: list[str] | None = None,
-                 agent_id: bool = True, critic_state: bool = False, normalize_obs: bool = False,
+                 agent_id: bool = True, critic_state: bool = False, joint: bool = False, normalize_obs: bool = False,
                  clip_obs: float = 10.0, reward_threshold: float | None = None) -> None:
         self.creator = resolve_parallel_env(id)
         self.id = str(id)
         self.kwargs = dict(kwargs or {})
         self.agents = None if agents is None else [str(a) for a in agents]
-        self.agent_id, self.critic_state = agent_id, critic_state
+        self.agent_id, self.critic_state, self.joint = agent_id, critic_state, joint
         require(clip_obs > 0, "env.clip_obs", clip_obs, "must be > 0")
         self.normalize_obs, self.clip_obs = normalize_obs, clip_obs
         self.goal = None  # no goal-conditioned multi-agent envs
@@ -335,11 +393,12 @@ class PettingZooEnvFactory:
         except TypeError as error:
             detail = (str(error).strip().splitlines() or [type(error).__name__])[-1]
             raise ConfigError(f"env {self.id} refused env.kwargs={self.kwargs}: {detail}") from None
-        return ParallelVectorEnv(copies, self.id, self.agents, self.agent_id, self.critic_state)
+        return ParallelVectorEnv(copies, self.id, self.agents, self.agent_id, self.critic_state, self.joint)
 
     def make(self, num_envs: int, mode: str = "auto", *, gamma: float = 0.99, eval: bool = False,
              render: bool = False, masks: bool = False) -> VectorEnv:
-        """Training envs: `num_envs` rows (num_envs / agents copies); test envs (`eval`): `num_envs` copies."""
+        """Training envs: `num_envs` rows (num_envs / agents copies; joint mode: `num_envs` copies); test envs
+        (`eval`): `num_envs` copies."""
         if masks:
             raise ConfigError(f"env {self.id}: env=pz passes no valid-action masks yet; use algo=ppo, ippo or mappo")
         if mode not in ("auto", "sync"):
@@ -347,7 +406,7 @@ class PettingZooEnvFactory:
                               "auto, sync")
         if eval:
             return self._copies(num_envs, "rgb_array" if render else None)
-        if num_envs % self.n_agents:
+        if num_envs % self.n_agents and not self.joint:
             lower = max(self.n_agents, num_envs - num_envs % self.n_agents)
             raise ConfigError(f"train.num_envs={num_envs}: env {self.id} has {self.n_agents} agents, one row each, so "
                               f"train.num_envs must be a multiple of {self.n_agents} (e.g. {lower} = "
