@@ -67,6 +67,11 @@ class TeamQNetworks(nn.Module):
 
 
 def joint_layout(action_space: gym.spaces.Space[Any], name: str) -> JointActions:
+    """The joint mode's discrete action space, or a one-line error saying how to get it."""
+    if not isinstance(action_space, JointActions) and getattr(action_space, "n_agents", None) is not None:
+        raise ConfigError(f"algo={name} takes one Discrete action per agent; this env's agents act with "
+                          f"{type(action_space).__name__} actions: use a discrete version of the env (e.g. "
+                          "env.kwargs.continuous_actions=false)")
     if not isinstance(action_space, JointActions):
         raise ConfigError(f"algo={name} learns from a team's joint transitions, and this env gives "
                           f"{type(action_space).__name__} actions (one row per agent, or one agent): use "
