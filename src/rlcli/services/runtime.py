@@ -63,6 +63,8 @@ def configure_torch(threads: int, deterministic: bool) -> None:
     if threads > 0:
         torch.set_num_threads(min(threads, max_torch_threads()))
     if deterministic:
+        # For the whole process, as the flag below: torch reads it at the process's first cuBLAS call (after this
+        # returns: a GPU run's first update) and keeps what it read; put back here, that call would raise
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
         set_deterministic(True)
         torch.backends.cudnn.benchmark = False
