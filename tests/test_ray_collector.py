@@ -10,13 +10,17 @@ from test_resume import CADENCE, QUIET, assert_equal_state, final, run, scalars,
 
 from rlcli.run.compose import compose_config
 
-# Tests here start Ray: one at a time, also across pytest-xdist workers (conftest.ray_exclusive).
-pytestmark = [pytest.mark.usefixtures("ray_exclusive"), pytest.mark.slow]
+pytestmark = pytest.mark.slow
+# Tests that start Ray: one at a time, also across pytest-xdist workers (conftest.ray_exclusive). The others (a
+# setting refused before Ray starts, a config read) do not take the lock: they had waited for another worker's Ray
+# test to end, that worker idle meanwhile (77 s for one of them here, 2026-11-28)
+starts_ray = pytest.mark.usefixtures("ray_exclusive")
 
 PPO = ["algo=ppo", "env=CartPole-v1", "train.vector_mode=sync", "train.total_steps=4096", *CADENCE, *QUIET]
 RAY = ["collector=ray", "collector.workers=2", "collector.envs_per_worker=4"]
 
 
+@starts_ray
 def test_two_workers_of_four_envs_reproduce_eight_local_envs_and_resume_exactly(tmp_path):
     """PPO, deterministic: 2 Ray workers x 4 envs, stopped by SIGTERM at its first checkpoint and resumed,
     give the TensorBoard scalars, networks, optimizer and rollout of an uninterrupted local 8-env run."""
@@ -50,6 +54,7 @@ def test_two_workers_of_four_envs_reproduce_eight_local_envs_and_resume_exactly(
     assert {v for _, v in ray_only["collector/restarts"]} == {0.0}
 
 
+@starts_ray
 def test_workers_on_an_existing_cluster(tmp_path):
     """collector.address: the run joins a running cluster (one node on 127.0.0.1) and leaves it running."""
     import subprocess
@@ -74,6 +79,7 @@ def components(*overrides):
     return build(compose_config(list(overrides)))
 
 
+@starts_ray
 def test_off_policy_collects_ahead_with_bounded_lag_and_survives_a_killed_worker(monkeypatch, tmp_path):
     """DQN with max_policy_lag=1: after the first phase every fragment acted with weights one update old.
     A worker killed with SIGKILL is restarted by Ray and its fragment collected again: no steps are lost."""
@@ -156,11 +162,13 @@ def test_without_ray_installed_the_error_names_the_extra(monkeypatch):
         check_ray(RaySettings())
 
 
+@starts_ray
 def test_a_sweep_checks_its_jobs_without_starting_ray_and_runs_them_on_workers(monkeypatch, tmp_path):
     """The sweep's pre-check builds every job to check it; with collector=ray it checks the settings but does
     not start Ray and the workers once per job (about 10 s each). Each job then collects on its workers."""
     from rlcli.collectors.ray_collector import RayCollector
     from rlcli.entry.rl_train import precheck_sweep
+    from rlcli.run.budget import SAID_BY_SWEEP
 
     def no_ray(self):
         raise AssertionError("the pre-check started Ray")
@@ -169,6 +177,9 @@ def test_a_sweep_checks_its_jobs_without_starting_ray_and_runs_them_on_workers(m
              "train.total_steps=256", "train.test_every=256", *QUIET, "collector=ray", "collector.workers=2"]
     with monkeypatch.context() as patch:
         patch.setattr(RayCollector, "_start", no_ray)
+        # the pre-check sets it for the sweep's jobs (entry/rl_train.py): gone again with this block, or this pytest
+        # worker's later runs (and the rl-train runs it starts) would say no budget warning of their own
+        patch.setitem(os.environ, SAID_BY_SWEEP, "")
         precheck_sweep(sweep)
     out = run_cli("-m", *sweep, f"hydra.sweep.dir={tmp_path / 'sweep'}", cwd=tmp_path, timeout=300)
     assert out.returncode == 0, out.stderr
@@ -178,6 +189,7 @@ def test_a_sweep_checks_its_jobs_without_starting_ray_and_runs_them_on_workers(m
         assert final(tmp_path / "sweep" / job)["state"]["env_steps"] == 256
 
 
+@starts_ray
 def test_ctrl_c_in_a_terminal_reaches_ray_too_and_the_run_still_saves(tmp_path):
     """A terminal's Ctrl-C goes to the whole foreground process group, Ray's processes included: the learner
     still saves its checkpoint (the workers' env states with it), says so, and nothing of Ray is left."""
