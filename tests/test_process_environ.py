@@ -3,7 +3,6 @@ variables a sweep sets for its jobs end with the sweep, so a later run in the sa
 
 import os
 
-import pytest
 from test_python_api import QUIET
 
 import rlcli
@@ -14,9 +13,6 @@ WARNING = "warning: train.total_steps=600 is not a whole number of collect phase
 SMALL = ["algo=ppo", "env=CartPole-v1", "train.total_steps=600", "train.test_every=0"]
 
 
-# The fix is in entry/rl_train.py (precheck_sweep leaves the environment alone; main sets the variable for the
-# sweep's jobs and puts it back at its end), which another change is editing: remove this mark with it.
-@pytest.mark.xfail(strict=True, reason="precheck_sweep still sets RLCLI_SWEEP_SAID_BUDGET_WARNINGS in os.environ")
 def test_a_sweeps_precheck_in_this_process_leaves_the_next_run_saying_its_budget_warning(tmp_path, capsys):
     """precheck_sweep says the jobs' budget warnings once for the sweep; it used to leave
     RLCLI_SWEEP_SAID_BUDGET_WARNINGS=1 in this process's environment, and every later run of the process (and the

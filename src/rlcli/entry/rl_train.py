@@ -257,9 +257,11 @@ def run_from_python(argv: list[str], callbacks: Sequence[Any] = ()) -> Any:
     return trainer
 
 
-def precheck_sweep(args: list[str]) -> str:
+def precheck_sweep(args: list[str]) -> tuple[str, bool]:
     """`-m`: check every job's config (each swept value, each end of a search space) before launching. Returns
-    the launcher's `_target_`."""
+    the launcher's `_target_`, and whether the jobs' budget warnings were said here, once for the whole sweep (its
+    jobs then write them to their train.log only: main sets budget.SAID_BY_SWEEP for them; a search's jobs say
+    their own). This process's environment is left as it was."""
     from hydra import compose, initialize_config_dir
 
     from rlcli.sweeps.jobs import probe_combinations, search_space_probes
@@ -303,19 +305,12 @@ def precheck_sweep(args: list[str]) -> str:
             continue  # a job already built but for a valid seed: building it again checks nothing new
         precheck(combo, warnings=warnings if number < len(combos) else None)
         built.add(rest)
-    import os
-
-    from rlcli.run.budget import SAID_BY_SWEEP
-
-    if warnings is None:  # a search's jobs say their own
-        os.environ.pop(SAID_BY_SWEEP, None)
-    else:
+    if warnings is not None:  # None: a search's jobs say their own
         from rlcli.services.log import say
 
         for warning in warnings:
             say(f"rl-train: warning: {warning}")
-        os.environ[SAID_BY_SWEEP] = "1"  # the jobs write them to their train.log only
-    return str(launcher.get("_target_", ""))
+    return str(launcher.get("_target_", "")), warnings is not None
 
 
 def _plain_seed(combo: list[str]) -> bool:
@@ -395,22 +390,43 @@ def check_writable(args: list[str], multirun: bool) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Console entry point of `rl-train`."""
+    """Console entry point of `rl-train`. What a sweep sets in the environment for its jobs (budget.SAID_BY_SWEEP:
+    the basic launcher's jobs run in this process, joblib's and the population launcher's workers inherit it) is
+    put back at the end, for a caller that goes on in this process."""
+    import os
+
+    from rlcli.run.budget import SAID_BY_SWEEP
+
+    before = os.environ.get(SAID_BY_SWEEP)
+    try:
+        _main(argv)
+    finally:
+        if before is None:
+            os.environ.pop(SAID_BY_SWEEP, None)
+        else:
+            os.environ[SAID_BY_SWEEP] = before
+
+
+def _main(argv: list[str] | None) -> None:
     args = schedule_args(list(sys.argv[1:] if argv is None else argv))
     multirun = any(a in ("-m", "--multirun") for a in args)
     try:
         check_argument_style(args, "rl-train", HYDRA_FLAGS, HYDRA_FLAGS_WITH_VALUE, group_with_option)
         if multirun:
+            import os
+
+            from rlcli.run.budget import SAID_BY_SWEEP
+
             if not any(key_of(a) in ("hparams_search", "hydra/sweeper") for a in args if "=" in a):
-                import os
-
-                from rlcli.run.budget import SAID_BY_SWEEP
-
                 # precheck_sweep says the jobs' budget warnings once; set before the population's workers start
                 os.environ[SAID_BY_SWEEP] = "1"
             args = offline_env_args(args)
             start_population_workers_early(args)
-            launcher = precheck_sweep([a for a in args if not a.startswith("-")])
+            launcher, said = precheck_sweep([a for a in args if not a.startswith("-")])
+            if said:  # the jobs write their budget warnings to their train.log only
+                os.environ[SAID_BY_SWEEP] = "1"
+            else:  # a search's jobs say their own
+                os.environ.pop(SAID_BY_SWEEP, None)
             check_writable(args, multirun=True)
             args = with_stoppable_launcher(args, launcher)
         else:
