@@ -1,9 +1,8 @@
 """MkDocs hook: the reference pages' tables are made from the code at build time, so they cannot drift.
 
 A page asks for a table with a marker line: `<!-- rlcli:algorithms -->` (every algorithm's config keys
-with type and default from its constructor, which conf/algo/<name>.yaml agrees with (a test says so),
-and the meaning from the yaml's comment) or `<!-- rlcli:usage rl-eval -->` (a
-command's usage text, from the command itself).
+with type, default and meaning from its constructor: the comment beside each parameter, or the yaml's beside a
+value it states) or `<!-- rlcli:usage rl-eval -->` (a command's usage text, from the command itself).
 """
 
 from __future__ import annotations
@@ -43,7 +42,8 @@ def usage(command: str) -> str:
 
 
 def yaml_comments(path: Path) -> dict[str, str]:
-    """`key: value  # meaning` -> {key: meaning}, for the keys of an algo's yaml (its `algo:` section if it has one)."""
+    """`key: value  # meaning` -> {key: meaning}, for the keys an algo's yaml states (a value that differs from the
+    constructor's, with the reason)."""
     comments: dict[str, str] = {}
     for line in path.read_text().splitlines():
         match = re.match(r"^\s*(\w+):[^#]*#\s*(.+)$", line)
@@ -54,6 +54,7 @@ def yaml_comments(path: Path) -> dict[str, str]:
 
 def algorithm_reference() -> str:
     from rlcli.registry import ALGOS, _accepted_parameters
+    from rlcli.run.algo_defaults import setting_comments
     from rlcli.run.build import ALGO_CONTEXT
     from rlcli.run.compose import compose_config
 
@@ -62,7 +63,7 @@ def algorithm_reference() -> str:
         spec = ALGOS.spec(name)
         cfg = compose_config([f"algo={name}", "env=gym"])  # no tuned file applies to env=gym
         params, hints = _accepted_parameters(ALGOS.get(name), ALGO_CONTEXT)
-        comments = yaml_comments(ROOT / "conf" / "algo" / f"{name}.yaml")
+        comments = {**setting_comments(name), **yaml_comments(ROOT / "conf" / "algo" / f"{name}.yaml")}
         factory = ALGOS.get(name)
         summary = (factory.__doc__ or "").strip().split("\n\n")[0].replace("\n", " ")
         kind = "on-policy" if spec.on_policy else "off-policy"

@@ -38,18 +38,18 @@ class A2C(OneStepUpdate):
         policy_addons: Sequence[PolicyAddon] = (),
         n_steps: int = 5,
         lr: float = 7e-4,
-        lr_pi: float | None = None,
+        lr_pi: float | None = None,  # separate policy / value learning rates (default: lr)
         lr_v: float | None = None,
         lr_schedule: Decay = "constant",
-        optimizer: Literal["rmsprop", "adam"] = "rmsprop",
+        optimizer: Literal["rmsprop", "adam"] = "rmsprop",  # rmsprop (alpha 0.99, eps 1e-5, as SB3) | adam
         gamma: float = 0.99,
         gae_lambda: float = 1.0,
         normalize_advantage: bool = False,
         ent_coef: float = 0.0,
         vf_coef: float = 0.5,
         max_grad_norm: float | None = 0.5,
-        use_sde: bool = False,
-        sde_sample_freq: int = -1,
+        use_sde: bool = False,  # gSDE (Raffin et al. 2021): state-dependent exploration noise, Box actions, actor=mlp
+        sde_sample_freq: int = -1,  # gSDE: new noise matrices every n steps (-1: once per collect phase)
     ) -> None:
         check_common(n_steps, lr, lr_pi, lr_v, gamma, gae_lambda, ent_coef, vf_coef, max_grad_norm)
         self.networks = networks

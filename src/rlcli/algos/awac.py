@@ -49,17 +49,17 @@ class AWAC(AdvantageWeightedActorCritic):
         recipe: NetworkRecipe,
         action_space: gym.spaces.Space,
         num_envs: int,
-        lr: float = 3e-4,
+        lr: float = 3e-4,  # actor and critics
         batch_size: int = 256,
-        learning_starts: int = 0,
-        train_freq: int = 1,
-        gradient_steps: int = 1,
+        learning_starts: int = 0,  # offline: learn from the first step
+        train_freq: int = 1,  # loop steps between update phases (offline: one gradient step per loop step)
+        gradient_steps: int = 1,  # gradient steps per update phase
         gamma: float = 0.99,
-        tau: float = 0.005,
-        awac_lambda: float = 1.0,
-        exp_adv_max: float = 100.0,
-        reward_scale: float = 1.0,
-        max_grad_norm: float | None = None,
+        tau: float = 0.005,  # target critics' Polyak weight
+        awac_lambda: float = 1.0,  # temperature of the advantage weights exp(A / lambda)
+        exp_adv_max: float = 100.0,  # clip of exp(A / lambda)
+        reward_scale: float = 1.0,  # rewards are multiplied by it in the targets
+        max_grad_norm: float | None = None,  # global grad-norm clip of each step (null: none)
     ) -> None:
         self.setup(action_space, num_envs, lr, batch_size, learning_starts, train_freq, gradient_steps, gamma, tau,
                    reward_scale, max_grad_norm)

@@ -51,12 +51,12 @@ class BC:
         recipe: NetworkRecipe,
         action_space: gym.spaces.Space,
         num_envs: int,
-        lr: float = 3e-4,
-        batch_size: int = 256,
-        learning_starts: int = 0,
-        train_freq: int = 1,
-        gradient_steps: int = 1,
-        max_grad_norm: float | None = None,
+        lr: float = 3e-4,  # Adam's step size (CORL's any_percent_bc)
+        batch_size: int = 256,  # transitions per gradient step
+        learning_starts: int = 0,  # an offline run learns from its first step
+        train_freq: int = 1,  # loop steps between two updates (offline: one gradient step per loop step)
+        gradient_steps: int = 1,  # gradient steps per update
+        max_grad_norm: float | None = None,  # clip the gradient's global norm to this (null: no clip)
     ) -> None:
         check_offpolicy(lr, batch_size, learning_starts, train_freq, gradient_steps, self.gamma, 1.0, 1.0)
         require(max_grad_norm is None or max_grad_norm > 0, "algo.max_grad_norm", max_grad_norm, "must be > 0 or null")

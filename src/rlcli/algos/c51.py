@@ -31,9 +31,18 @@ def categorical_projection(probs: torch.Tensor, targets: torch.Tensor, atoms: to
 @ALGOS.register("c51", spec=AlgoSpec(on_policy=False, action_spaces=("Discrete",), networks=("mlp", "cnn"),
                                      compiles=True, population="lockstep"))
 class C51(DQN):
-    def __init__(self, recipe: NetworkRecipe, action_space: gym.spaces.Space, num_envs: int,
-                 n_atoms: int = 51, v_min: float = -10.0, v_max: float = 10.0, lr: float = 2.5e-4,
-                 max_grad_norm: float | None = None, **dqn_settings: Any) -> None:
+    def __init__(
+        self,
+        recipe: NetworkRecipe,
+        action_space: gym.spaces.Space,
+        num_envs: int,
+        n_atoms: int = 51,  # fixed returns (atoms) of each action's distribution
+        v_min: float = -10.0,  # the atoms span [v_min, v_max]: set it to the env's range of returns
+        v_max: float = 10.0,
+        lr: float = 2.5e-4,
+        max_grad_norm: float | None = None,
+        **dqn_settings: Any,
+    ) -> None:
         """The paper's atoms (51 over [-10, 10]) and CleanRL's lr and no clipping, where they differ from DQN's
         (conf/algo/c51.yaml says the same)."""
         require(n_atoms >= 2, "algo.n_atoms", n_atoms, "must be >= 2")

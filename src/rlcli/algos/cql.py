@@ -66,19 +66,20 @@ class CQL(SAC):
         recipe: NetworkRecipe,
         action_space: gym.spaces.Space,
         num_envs: int,
-        lr: float = 3e-4,
-        policy_lr: float = 3e-5,
+        lr: float = 3e-4,  # the critics' (CORL's qf_lr) and the Lagrange multiplier's
+        policy_lr: float = 3e-5,  # the policy's and the entropy temperature's
         batch_size: int = 256,
-        learning_starts: int = 0,
-        train_freq: int = 1,
-        gradient_steps: int = 1,
-        cql_alpha: float = 10.0,
-        cql_n_actions: int = 10,
-        cql_temp: float = 1.0,
-        cql_importance_sample: bool = True,
-        cql_lagrange: bool = False,
-        cql_target_action_gap: float = -1.0,
-        backup_entropy: bool = False,
+        learning_starts: int = 0,  # offline: learn from the first step
+        train_freq: int = 1,  # loop steps between update phases (offline: one gradient step per loop step)
+        gradient_steps: int = 1,  # gradient steps per update phase
+        cql_alpha: float = 10.0,  # the penalty's weight (CORL's min_q_weight; 5 in its finetune presets)
+        cql_n_actions: int = 10,  # uniform actions, and policy actions at s and at s', sampled per state
+        cql_temp: float = 1.0,  # temperature of the logsumexp
+        cql_importance_sample: bool = True,  # logsumexp of each sample's Q minus its proposal's log-density
+        cql_lagrange: bool = False,  # tune the penalty's weight (cql_alpha x alpha') toward cql_target_action_gap
+        cql_target_action_gap: float = -1.0,  # the Lagrange form's target for the penalty
+        backup_entropy: bool = False,  # subtract alpha x the next action's log-probability in the TD target (SAC's soft
+                                       # backup)
         **sac_settings: Any,
     ) -> None:
         require(policy_lr > 0, "algo.policy_lr", policy_lr, "must be > 0")

@@ -115,23 +115,24 @@ class CrossQ(BoxActorCritic):
         batch_size: int = 256,
         learning_starts: int = 100,
         train_freq: int = 1,
-        train_freq_unit: TrainFreqUnit = "step",
+        train_freq_unit: TrainFreqUnit = "step",  # step | episode (a collect phase lasts until train_freq episodes end,
+                                                  # SB3's (n, "episode"))
         gradient_steps: int = 1,
         gamma: float = 0.99,
-        policy_delay: int = 3,
+        policy_delay: int = 3,  # policy and temperature update once per this many critic updates
         num_critics: int = 2,
         critic_hidden_sizes: list[int] = (1024, 1024),  # type: ignore[assignment]
-        ent_coef: float | str = "auto",
+        ent_coef: float | str = "auto",  # auto (tuned toward target_entropy) or a fixed number
         ent_coef_init: float = 1.0,
-        target_entropy: float | str = "auto",
-        batch_norm_momentum: float = 0.01,
+        target_entropy: float | str = "auto",  # auto = -(action dimensions)
+        batch_norm_momentum: float = 0.01,  # how fast the running statistics follow the training batches
         batch_norm_eps: float = 0.001,
-        renorm_warmup_steps: int = 100_000,
-        adam_beta1: float = 0.5,
+        renorm_warmup_steps: int = 100_000,  # forward passes of plain batch statistics before renormalization starts
+        adam_beta1: float = 0.5,  # Adam's first-moment decay for every optimizer (sb3-contrib and the paper: 0.5)
         reward_scale: float = 1.0,
         max_grad_norm: float | None = None,
-        use_sde: bool = False,
-        sde_sample_freq: int = -1,
+        use_sde: bool = False,  # gSDE (Raffin et al. 2021): state-dependent exploration noise
+        sde_sample_freq: int = -1,  # gSDE: new noise matrices every n steps (-1: once per collect phase)
     ) -> None:
         check_offpolicy(lr, batch_size, learning_starts, train_freq, gradient_steps, gamma, 1.0, reward_scale)
         require(not (use_sde and train_freq_unit == "episode"), "algo.train_freq_unit", train_freq_unit,

@@ -35,14 +35,15 @@ class DiscreteCQL(DQN):
         num_envs: int,
         lr: float = 3e-4,
         batch_size: int = 256,
-        learning_starts: int = 0,
-        train_freq: int = 1,
-        gradient_steps: int = 1,
-        tau: float = 0.005,
-        target_update_interval: int = 1,
-        cql_alpha: float = 1.0,
-        exploration_initial_eps: float = 0.05,
-        max_grad_norm: float | None = None,
+        learning_starts: int = 0,  # offline: learn from the first step
+        train_freq: int = 1,  # loop steps between update phases (offline: one gradient step per loop step)
+        gradient_steps: int = 1,  # gradient steps per update phase
+        tau: float = 0.005,  # target network's Polyak weight (1 = hard copy)
+        target_update_interval: int = 1,  # steps between target updates (DQN counts env steps; offline: loop steps)
+        cql_alpha: float = 1.0,  # the penalty's weight (Kumar et al.'s discrete experiments: 0.5-4)
+        exploration_initial_eps: float = 0.05,  # acting online after the dataset (offline.online_steps): DQN's final
+                                                # epsilon from the start
+        max_grad_norm: float | None = None,  # global grad-norm clip of each step (null: none)
         **dqn_settings: Any,
     ) -> None:
         require(cql_alpha >= 0, "algo.cql_alpha", cql_alpha, "must be >= 0 (0: plain DQN)")

@@ -83,21 +83,22 @@ class DQN:
         num_envs: int,
         lr: float = 1e-4,
         batch_size: int = 32,
-        learning_starts: int = 100,
-        train_freq: int = 4,
-        train_freq_unit: TrainFreqUnit = "step",
-        gradient_steps: int = 1,
+        learning_starts: int = 100,  # env steps of random actions before the first update
+        train_freq: int = 4,  # env steps per env between update phases
+        train_freq_unit: TrainFreqUnit = "step",  # step | episode (a collect phase lasts until train_freq episodes end,
+                                                  # SB3's (n, "episode"))
+        gradient_steps: int = 1,  # gradient steps per update phase
         gamma: float = 0.99,
-        tau: float = 1.0,
-        target_update_interval: int = 1000,
-        exploration_fraction: float = 0.1,
+        tau: float = 1.0,  # target update weight: 1 = hard copy, <1 = Polyak averaging
+        target_update_interval: int = 1000,  # env steps between target updates (as in SB3)
+        exploration_fraction: float = 0.1,  # fraction of train.total_steps over which epsilon decays
         exploration_initial_eps: float = 1.0,
         exploration_final_eps: float = 0.05,
-        loss: Literal["huber", "mse"] = "huber",
-        double: bool = False,
-        dueling: bool = False,
+        loss: Literal["huber", "mse"] = "huber",  # huber | mse (the TD loss)
+        double: bool = False,  # double Q-learning targets (the online net picks the next action)
+        dueling: bool = False,  # dueling value/advantage heads
         max_grad_norm: float | None = 10.0,
-        reward_scale: float = 1.0,
+        reward_scale: float = 1.0,  # rewards are multiplied by it in the targets
     ) -> None:
         check_offpolicy(lr, batch_size, learning_starts, train_freq, gradient_steps, gamma, tau, reward_scale)
         require(target_update_interval > 0, "algo.target_update_interval", target_update_interval, "must be > 0")

@@ -66,20 +66,22 @@ class IQL(AdvantageWeightedActorCritic):
         recipe: NetworkRecipe,
         action_space: gym.spaces.Space,
         num_envs: int,
-        lr: float = 3e-4,
+        lr: float = 3e-4,  # actor, critics and V (CORL's actor_lr = qf_lr = vf_lr)
         batch_size: int = 256,
-        learning_starts: int = 0,
-        train_freq: int = 1,
-        gradient_steps: int = 1,
+        learning_starts: int = 0,  # offline: learn from the first step
+        train_freq: int = 1,  # loop steps between update phases (offline: one gradient step per loop step)
+        gradient_steps: int = 1,  # gradient steps per update phase
         gamma: float = 0.99,
-        tau: float = 0.005,
-        expectile: float = 0.7,
-        beta: float = 3.0,
-        exp_adv_max: float = 100.0,
-        deterministic_actor: bool = False,
-        actor_lr_schedule: Literal["cosine", "constant"] = "cosine",
-        reward_scale: float = 1.0,
-        max_grad_norm: float | None = None,
+        tau: float = 0.005,  # target critics' Polyak weight
+        expectile: float = 0.7,  # V's expectile of Q (CORL's iql_tau; 0.9 for AntMaze)
+        beta: float = 3.0,  # inverse temperature of the advantage weights exp(beta A) (10 for AntMaze)
+        exp_adv_max: float = 100.0,  # clip of exp(beta A)
+        deterministic_actor: bool = False,  # true: a tanh policy regressed with weighted squared error (CORL's
+                                            # iql_deterministic)
+        actor_lr_schedule: Literal["cosine", "constant"] = "cosine",  # cosine (CORL's CosineAnnealingLR to 0 over the
+                                                                      # run) or constant
+        reward_scale: float = 1.0,  # rewards are multiplied by it in the targets
+        max_grad_norm: float | None = None,  # global grad-norm clip of each step (null: none)
     ) -> None:
         self.setup(action_space, num_envs, lr, batch_size, learning_starts, train_freq, gradient_steps, gamma, tau,
                    reward_scale, max_grad_norm)

@@ -40,13 +40,13 @@ class PolicyGradient(OneStepUpdate):
         networks: ActorCritic,
         num_envs: int,
         policy_addons: Sequence[PolicyAddon] = (),
-        n_steps: int = 500,
+        n_steps: int = 500,  # env steps per env per rollout: longer than most episodes (returns are Monte Carlo)
         lr: float = 1e-2,
         lr_pi: float | None = None,
         lr_v: float | None = None,
         lr_schedule: Decay = "constant",
         gamma: float = 0.99,
-        baseline: bool = True,
+        baseline: bool = True,  # learned value baseline b(s); false = plain REINFORCE (b = 0)
         normalize_advantage: bool = True,
         ent_coef: float = 0.0,
         vf_coef: float = 0.5,

@@ -49,27 +49,27 @@ class PPO:
         networks: ActorCritic,
         num_envs: int,
         policy_addons: Sequence[PolicyAddon] = (),
-        n_steps: int = 2048,
-        batch_size: int = 64,
+        n_steps: int = 2048,  # env steps per env between updates
+        batch_size: int = 64,  # minibatch size
         n_epochs: int = 10,
         lr: float = 3e-4,
-        lr_pi: float | None = None,
+        lr_pi: float | None = None,  # optional separate learning rates (default: lr)
         lr_v: float | None = None,
-        lr_schedule: Decay = "constant",
+        lr_schedule: Decay = "constant",  # constant | linear (to 0 at train.total_steps)
         gamma: float = 0.99,
         gae_lambda: float = 0.95,
         clip_range: float | None = 0.2,
         clip_range_schedule: Decay = "constant",
-        clip_range_vf: float | None = None,
+        clip_range_vf: float | None = None,  # null: unclipped value loss; a number clips value updates like clip_range
         normalize_advantage: bool = True,
         ent_coef: float = 0.0,
         vf_coef: float = 0.5,
         max_grad_norm: float | None = 0.5,
-        target_kl: float | None = None,
-        kl_coef: float | None = None,
-        kl_target: float = 0.01,
-        use_sde: bool = False,
-        sde_sample_freq: int = -1,
+        target_kl: float | None = None,  # stop the epochs early when approx_kl exceeds this
+        kl_coef: float | None = None,  # a number adds the adaptive KL penalty (see algo=ppo_kl)
+        kl_target: float = 0.01,  # halve the coefficient below target/1.5, double it above 1.5 x target
+        use_sde: bool = False,  # gSDE (Raffin et al. 2021): state-dependent exploration noise, Box actions, actor=mlp
+        sde_sample_freq: int = -1,  # gSDE: new noise matrices every n steps (-1: once per collect phase)
     ) -> None:
         check_common(n_steps, lr, lr_pi, lr_v, gamma, gae_lambda, ent_coef, vf_coef, max_grad_norm)
         rollout = n_steps * num_envs
@@ -281,8 +281,14 @@ class PPOKL(PPO):
     """PPO with the adaptive KL penalty instead of clipping (Schulman et al. 2017, section 4): PPO's machinery,
     with the penalty on and the clip off by default."""
 
-    def __init__(self, networks: ActorCritic, num_envs: int, clip_range: float | None = None,
-                 kl_coef: float | None = 1.0, **ppo_settings: Any) -> None:
+    def __init__(
+        self,
+        networks: ActorCritic,
+        num_envs: int,
+        clip_range: float | None = None,  # no clipping: the KL penalty alone keeps updates small
+        kl_coef: float | None = 1.0,  # initial KL penalty coefficient, adapted after every update
+        **ppo_settings: Any,
+    ) -> None:
         super().__init__(networks, num_envs, clip_range=clip_range, kl_coef=kl_coef, **ppo_settings)
 
 

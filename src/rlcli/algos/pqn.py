@@ -96,14 +96,14 @@ class PQN:
         recipe: NetworkRecipe,
         action_space: gym.spaces.Space,
         num_envs: int,
-        n_steps: int = 128,
-        num_minibatches: int = 4,
+        n_steps: int = 128,  # env steps per env between updates
+        num_minibatches: int = 4,  # minibatches per epoch over the rollout
         n_epochs: int = 4,
-        lr: float = 2.5e-4,
-        lr_schedule: Decay = "linear",
+        lr: float = 2.5e-4,  # RAdam
+        lr_schedule: Decay = "linear",  # constant | linear (to 0 at train.total_steps), CleanRL's anneal_lr
         gamma: float = 0.99,
-        q_lambda: float = 0.65,
-        exploration_fraction: float = 0.5,
+        q_lambda: float = 0.65,  # Q(lambda): 0 = one-step targets, 1 = Monte Carlo returns
+        exploration_fraction: float = 0.5,  # epsilon falls linearly over this fraction of train.total_steps
         exploration_initial_eps: float = 1.0,
         exploration_final_eps: float = 0.05,
         max_grad_norm: float | None = 10.0,

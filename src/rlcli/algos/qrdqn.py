@@ -20,10 +20,19 @@ from rlcli.registry import ALGOS, require
 @ALGOS.register("qrdqn", spec=AlgoSpec(on_policy=False, action_spaces=("Discrete",), networks=("mlp", "cnn"),
                                        compiles=True, population="lockstep"))
 class QRDQN(DQN):
-    def __init__(self, recipe: NetworkRecipe, action_space: gym.spaces.Space, num_envs: int,
-                 n_quantiles: int = 200, lr: float = 5e-5, target_update_interval: int = 10_000,
-                 exploration_fraction: float = 0.005, exploration_final_eps: float = 0.01,
-                 max_grad_norm: float | None = None, **dqn_settings: Any) -> None:
+    def __init__(
+        self,
+        recipe: NetworkRecipe,
+        action_space: gym.spaces.Space,
+        num_envs: int,
+        n_quantiles: int = 200,  # quantiles of each action's return
+        lr: float = 5e-5,
+        target_update_interval: int = 10_000,  # env steps between target updates (as in SB3)
+        exploration_fraction: float = 0.005,  # fraction of train.total_steps over which epsilon decays
+        exploration_final_eps: float = 0.01,
+        max_grad_norm: float | None = None,
+        **dqn_settings: Any,
+    ) -> None:
         """sb3-contrib's QRDQN defaults where they differ from DQN's (conf/algo/qrdqn.yaml says the same)."""
         require(n_quantiles >= 1, "algo.n_quantiles", n_quantiles, "must be >= 1")
         require(not dqn_settings.get("dueling", False), "algo.dueling", True, "is not built for quantile networks")

@@ -30,10 +30,23 @@ class ReBRAC(BehaviorRegularizedTD3):
     """ReBRAC (Tarasov et al. 2023, offline): TD3+BC with the behaviour penalty in both the policy's and the critics'
     losses, LayerNorm critics, deeper networks and large batches."""
 
-    def __init__(self, recipe: NetworkRecipe, action_space: gym.spaces.Space, num_envs: int,
-                 actor_bc_coef: float = 1.0, critic_bc_coef: float = 1.0, normalize_q: bool = True,
-                 actor_layer_norm: bool = False, critic_layer_norm: bool = True, lr: float = 1e-3,
-                 batch_size: int = 1024, learning_starts: int = 0, **td3_settings: Any) -> None:
+    def __init__(
+        self,
+        recipe: NetworkRecipe,
+        action_space: gym.spaces.Space,
+        num_envs: int,
+        actor_bc_coef: float = 1.0,  # weight of the squared distance from pi(s) to the data's action, in the policy's
+                                     # loss
+        critic_bc_coef: float = 1.0,  # weight of the squared distance from the target's next action to the data's, off
+                                      # the next Q
+        normalize_q: bool = True,  # divide the policy's Q term by its mean absolute value (detached)
+        actor_layer_norm: bool = False,  # LayerNorm after each hidden activation of the policy
+        critic_layer_norm: bool = True,  # ... and of the critics
+        lr: float = 1e-3,  # Adam's step size, policy and critics
+        batch_size: int = 1024,  # transitions per gradient step
+        learning_starts: int = 0,  # an offline run learns from its first step
+        **td3_settings: Any,
+    ) -> None:
         require(actor_bc_coef >= 0, "algo.actor_bc_coef", actor_bc_coef, "must be >= 0")
         require(critic_bc_coef >= 0, "algo.critic_bc_coef", critic_bc_coef, "must be >= 0")
         self.actor_bc_coef, self.critic_bc_coef, self.normalize_q = actor_bc_coef, critic_bc_coef, normalize_q

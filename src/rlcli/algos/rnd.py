@@ -80,17 +80,18 @@ class RNDPPO(PPO):
         self,
         networks: ActorCritic,
         num_envs: int,
-        int_gamma: float = 0.99,
-        ext_coef: float = 2.0,
+        int_gamma: float = 0.99,  # intrinsic discount; the intrinsic stream ignores episode ends
+        ext_coef: float = 2.0,  # advantages = ext_coef * A_extrinsic + int_coef * A_intrinsic
         int_coef: float = 1.0,
-        update_proportion: float = 0.25,
-        obs_norm_warmup_steps: int = 2048,
-        rnd_hidden_sizes: list[int] = (64, 64),  # type: ignore[assignment]
-        rnd_features: int = 64,
-        n_steps: int = 128,
-        batch_size: int = 256,
+        update_proportion: float = 0.25,  # share of each minibatch the predictor trains on
+        obs_norm_warmup_steps: int = 2048,  # env steps at the start that only gather RND's observation statistics
+        rnd_hidden_sizes: list[int] = (64, 64),  # type: ignore[assignment]  # target and predictor bodies (the
+                                                                             # predictor has one more layer)
+        rnd_features: int = 64,  # size of the embedding the predictor learns to match
+        n_steps: int = 128,  # env steps per env between updates
+        batch_size: int = 256,  # minibatch size
         n_epochs: int = 4,
-        gamma: float = 0.999,
+        gamma: float = 0.999,  # extrinsic discount (the paper's)
         ent_coef: float = 0.001,
         **ppo_settings: Any,
     ) -> None:

@@ -96,19 +96,20 @@ class SAC(BoxActorCritic):
         batch_size: int = 256,
         learning_starts: int = 1000,
         train_freq: int = 1,
-        train_freq_unit: TrainFreqUnit = "step",
+        train_freq_unit: TrainFreqUnit = "step",  # step | episode (a collect phase lasts until train_freq episodes end,
+                                                  # SB3's (n, "episode"))
         gradient_steps: int = 1,
         gamma: float = 0.99,
-        tau: float = 0.005,
-        num_critics: int = 2,
-        ent_coef: float | str = "auto",
+        tau: float = 0.005,  # target critics' Polyak weight
+        num_critics: int = 2,  # TQC: sb3-contrib's default; its paper uses 5 on MuJoCo
+        ent_coef: float | str = "auto",  # the entropy temperature: auto (tuned toward target_entropy) or a fixed number
         ent_coef_init: float = 1.0,
-        target_entropy: float | str = "auto",
+        target_entropy: float | str = "auto",  # auto = -(action dimensions)
         target_update_interval: int = 1,
-        reward_scale: float = 1.0,
-        max_grad_norm: float | None = None,
-        use_sde: bool = False,
-        sde_sample_freq: int = -1,
+        reward_scale: float = 1.0,  # rewards are multiplied by it in the targets
+        max_grad_norm: float | None = None,  # global grad-norm clip of each step (null: none)
+        use_sde: bool = False,  # gSDE (Raffin et al. 2021): state-dependent exploration noise
+        sde_sample_freq: int = -1,  # gSDE: new noise matrices every n steps (-1: once per collect phase)
     ) -> None:
         check_offpolicy(lr, batch_size, learning_starts, train_freq, gradient_steps, gamma, tau, reward_scale)
         require(num_critics >= 1, "algo.num_critics", num_critics, "must be >= 1")
@@ -120,10 +121,7 @@ class SAC(BoxActorCritic):
         self.action_dim = int(np.prod(action_space.shape))
         log_alpha = initial_log_alpha(ent_coef, ent_coef_init)
         self.recurrent = isinstance(recipe, RecurrentRecipe)
-        self.networks: SACNetworks | RecurrentSACNetworks = (
-            RecurrentSACNetworks(recipe, self.action_dim, num_critics, log_alpha)
-            if isinstance(recipe, RecurrentRecipe)
-            else SACNetworks(recipe, self.action_dim, num_critics, log_alpha, self.critic_outputs(), use_sde))
+        self.networks = self.make_networks(recipe, num_critics, log_alpha, use_sde)
         policy = self.networks.policy
         # gSDE: new exploration matrices at each collect phase's start (and every sde_sample_freq steps)
         require(not (use_sde and train_freq_unit == "episode"), "algo.train_freq_unit", train_freq_unit,
@@ -152,6 +150,13 @@ class SAC(BoxActorCritic):
         # Gaussian's noise.
         self.build_steps(self.soft_td_loss, self.actor_loss)
         self.temperature_train_step = self.temperature.train_step(self.networks, self)
+
+    def make_networks(self, recipe: NetworkRecipe | RecurrentRecipe, num_critics: int, log_alpha: float,
+                      use_sde: bool) -> Any:
+        """The policy, critics, target critics and temperature (MASAC: a team's, algos/centralized_critic.py)."""
+        if isinstance(recipe, RecurrentRecipe):
+            return RecurrentSACNetworks(recipe, self.action_dim, num_critics, log_alpha)
+        return SACNetworks(recipe, self.action_dim, num_critics, log_alpha, self.critic_outputs(), use_sde)
 
     def compile_refusal(self) -> str | None:
         if self.recurrent:  # its sequence step is eager only

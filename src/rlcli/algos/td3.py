@@ -58,20 +58,23 @@ class TD3(BoxActorCritic):
         lr: float = 1e-3,
         batch_size: int = 256,
         learning_starts: int = 10_000,
-        train_freq: int = 1,
-        train_freq_unit: TrainFreqUnit = "step",
-        gradient_steps: int = 1,
-        gamma: float = 0.99,
-        tau: float = 0.005,
-        num_critics: int = 2,
-        policy_delay: int = 2,
-        target_policy_noise: float = 0.2,
-        target_noise_clip: float = 0.5,
-        noise: NoiseKind = "gaussian",
-        noise_std: float = 0.1,
-        noise_decay: Literal["constant", "linear"] = "constant",
-        reward_scale: float = 1.0,
-        max_grad_norm: float | None = None,
+        train_freq: int = 1,  # env steps per env between update phases (offline: loop steps, one gradient step each)
+        train_freq_unit: TrainFreqUnit = "step",  # step | episode (a collect phase lasts until train_freq episodes end,
+                                                  # SB3's (n, "episode"); only an online run collects episodes)
+        gradient_steps: int = 1,  # gradient steps per update phase
+        gamma: float = 0.99,  # discount
+        tau: float = 0.005,  # Polyak rate of the target networks
+        num_critics: int = 2,  # the target takes the smallest; the policy climbs the first (rebrac's: the smallest)
+        policy_delay: int = 2,  # critic updates per policy (and target) update
+        target_policy_noise: float = 0.2,  # target policy smoothing's std, in the [-1, 1] action scale
+        target_noise_clip: float = 0.5,  # ... clipped to this
+        noise: NoiseKind = "gaussian",  # gaussian | ornstein_uhlenbeck | none: exploration (offline: only if it acts in
+                                        # an env online)
+        noise_std: float = 0.1,  # in the [-1, 1] action scale
+        noise_decay: Literal["constant", "linear"] = "constant",  # constant | linear (to 0 at train.total_steps, the
+                                                                  # run's end)
+        reward_scale: float = 1.0,  # rewards are multiplied by this in the target
+        max_grad_norm: float | None = None,  # clip each step's gradient global norm (null: no clip)
     ) -> None:
         check_offpolicy(lr, batch_size, learning_starts, train_freq, gradient_steps, gamma, tau, reward_scale)
         require(num_critics >= 1, "algo.num_critics", num_critics, "must be >= 1")
@@ -80,7 +83,7 @@ class TD3(BoxActorCritic):
         require(target_noise_clip >= 0, "algo.target_noise_clip", target_noise_clip, "must be >= 0")
         self.scaler = BoxScaler(action_space)
         self.action_dim = int(np.prod(action_space.shape))
-        self.networks = TD3Networks(recipe, self.action_dim, num_critics)
+        self.networks = self.make_networks(recipe, num_critics)
         self.policy_optimizer = adam(self.networks.policy.parameters(), lr=lr)
         self.critic_optimizer = adam(self.networks.critics.parameters(), lr=lr)
         self.noise = ExplorationNoise(noise, noise_std, num_envs, self.action_dim)
@@ -98,6 +101,10 @@ class TD3(BoxActorCritic):
                                              "target_noise_clip", "reward_scale", "max_grad_norm")
         # the critics' and the policy's steps (compile=true: one graph each; the target updates stay eager: a lerp)
         self.build_steps(self.critic_loss, self._policy_loss_and_nothing)
+
+    def make_networks(self, recipe: NetworkRecipe, num_critics: int) -> Any:
+        """The policy, critics and their targets (MADDPG: a team's, algos/centralized_critic.py)."""
+        return TD3Networks(recipe, self.action_dim, num_critics)
 
     def _policy_loss_and_nothing(self, obs: torch.Tensor) -> tuple[torch.Tensor, tuple[()]]:
         return self.actor_loss(obs), ()
@@ -186,9 +193,17 @@ class DDPG(TD3):
     """DDPG (Lillicrap et al. 2016) is TD3's machinery with DDPG's choices: one critic, no target policy smoothing,
     no policy delay."""
 
-    def __init__(self, recipe: NetworkRecipe, action_space: gym.spaces.Space, num_envs: int, num_critics: int = 1,
-                 policy_delay: int = 1, target_policy_noise: float = 0.0, target_noise_clip: float = 0.0,
-                 **td3_settings: Any) -> None:
+    def __init__(
+        self,
+        recipe: NetworkRecipe,
+        action_space: gym.spaces.Space,
+        num_envs: int,
+        num_critics: int = 1,  # DDPG = TD3 with one critic, no target smoothing and no policy delay
+        policy_delay: int = 1,
+        target_policy_noise: float = 0.0,
+        target_noise_clip: float = 0.0,
+        **td3_settings: Any,
+    ) -> None:
         super().__init__(recipe, action_space, num_envs, num_critics=num_critics, policy_delay=policy_delay,
                          target_policy_noise=target_policy_noise, target_noise_clip=target_noise_clip, **td3_settings)
 

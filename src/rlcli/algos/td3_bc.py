@@ -41,8 +41,17 @@ class TD3BC(BehaviorRegularizedTD3):
     """TD3+BC (Fujimoto & Gu 2021, offline): TD3 whose policy loss adds the squared distance to the dataset's action
     and weighs Q by alpha / mean|Q|."""
 
-    def __init__(self, recipe: NetworkRecipe, action_space: gym.spaces.Space, num_envs: int, alpha: float = 2.5,
-                 lr: float = 3e-4, batch_size: int = 256, learning_starts: int = 0, **td3_settings: Any) -> None:
+    def __init__(
+        self,
+        recipe: NetworkRecipe,
+        action_space: gym.spaces.Space,
+        num_envs: int,
+        alpha: float = 2.5,  # the Q term's weight against the BC term: lambda = alpha / (mean absolute Q)
+        lr: float = 3e-4,  # Adam's step size, policy and critics
+        batch_size: int = 256,  # transitions per gradient step
+        learning_starts: int = 0,  # an offline run learns from its first step
+        **td3_settings: Any,
+    ) -> None:
         require(alpha >= 0, "algo.alpha", alpha, "must be >= 0 (the weight of Q against the BC term)")
         self.alpha = alpha
         super().__init__(recipe, action_space, num_envs, lr=lr, batch_size=batch_size,

@@ -28,8 +28,16 @@ def truncated_targets(next_quantiles: torch.Tensor, drop_per_net: int) -> torch.
 @ALGOS.register("tqc", spec=AlgoSpec(on_policy=False, action_spaces=("Box",), networks=("mlp", "cnn"),
                                       compiles=True, population="lockstep"))
 class TQC(SAC):
-    def __init__(self, recipe: NetworkRecipe, action_space: gym.spaces.Space, num_envs: int,
-                 n_quantiles: int = 25, top_quantiles_to_drop_per_net: int = 2, **sac_settings: Any) -> None:
+    def __init__(
+        self,
+        recipe: NetworkRecipe,
+        action_space: gym.spaces.Space,
+        num_envs: int,
+        n_quantiles: int = 25,  # quantiles each critic predicts
+        top_quantiles_to_drop_per_net: int = 2,  # the target drops this many x num_critics of the largest pooled
+                                                 # quantiles
+        **sac_settings: Any,
+    ) -> None:
         require(n_quantiles >= 1, "algo.n_quantiles", n_quantiles, "must be >= 1")
         require(0 <= top_quantiles_to_drop_per_net < n_quantiles, "algo.top_quantiles_to_drop_per_net",
                 top_quantiles_to_drop_per_net, f"must be in [0, algo.n_quantiles={n_quantiles})")

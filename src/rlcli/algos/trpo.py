@@ -95,22 +95,22 @@ class TRPO:
         networks: ActorCritic,
         num_envs: int,
         policy_addons: Sequence[PolicyAddon] = (),
-        n_steps: int = 2048,
-        batch_size: int = 128,
-        lr: float = 1e-3,
-        lr_schedule: Decay = "constant",
+        n_steps: int = 2048,  # env steps per env between updates
+        batch_size: int = 128,  # minibatch size of the value regression
+        lr: float = 1e-3,  # the value function's Adam learning rate (the policy step has no learning rate)
+        lr_schedule: Decay = "constant",  # constant | linear (to 0 at train.total_steps)
         gamma: float = 0.99,
         gae_lambda: float = 0.95,
-        target_kl: float = 0.01,
-        cg_max_steps: int = 15,
-        cg_damping: float = 0.1,
+        target_kl: float = 0.01,  # the trust region: mean KL(old || new) of one policy step stays below this
+        cg_max_steps: int = 15,  # conjugate-gradient iterations for the step direction
+        cg_damping: float = 0.1,  # added to the Fisher-vector product (F + damping I): steadier solves
         line_search_shrinking_factor: float = 0.8,
-        line_search_max_iter: int = 10,
-        n_critic_updates: int = 10,
+        line_search_max_iter: int = 10,  # after that many shrinks without improvement the policy does not move
+        n_critic_updates: int = 10,  # epochs of value regression per rollout
         normalize_advantage: bool = True,
-        sub_sampling_factor: int = 1,
-        use_sde: bool = False,
-        sde_sample_freq: int = -1,
+        sub_sampling_factor: int = 1,  # the policy step uses every k-th rollout step (faster on big rollouts)
+        use_sde: bool = False,  # gSDE (Raffin et al. 2021): state-dependent exploration noise, Box actions, actor=mlp
+        sde_sample_freq: int = -1,  # gSDE: new noise matrices every n steps (-1: once per collect phase)
     ) -> None:
         if policy_addons:
             raise ConfigError("algo=trpo does not take algo.policy_loss_addons: its policy step is a trust-region "

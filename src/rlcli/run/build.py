@@ -38,6 +38,7 @@ from rlcli.contracts import (
 from rlcli.envs import GymEnvFactory, VectorMode
 from rlcli.envs.masks import mask_width
 from rlcli.registry import ACTORS, ALGOS, BUFFERS, ENVS, ConfigError, check_kwargs, require
+from rlcli.run.algo_defaults import CONTEXT
 from rlcli.run.offline import MAKE_ONE, OfflineData
 from rlcli.schedules import ScheduledValue, build_schedules
 from rlcli.services.runtime import (
@@ -183,7 +184,7 @@ def close_envs(envs: VectorEnv, terminate: bool = False) -> None:
 
 NETWORK_CONTEXT = ("observation_space", "action_space", "normalize_obs", "clip_obs", "heads", "value_outputs",
                    "use_sde")
-ALGO_CONTEXT = ("networks", "recipe", "num_envs", "action_space", "policy_addons")
+ALGO_CONTEXT = CONTEXT  # algo_defaults.py reads the settings without them
 BUFFER_CONTEXT = ("n_steps", "num_envs", "obs_shape", "action_shape", "discrete", "device", "gamma", "goal",
                   "value_size", "obs_dtype", "carry_size", "normalizer", "mask_size")
 

@@ -321,6 +321,11 @@ def differences(saved: dict[str, Any], current: dict[str, Any]) -> list[tuple[st
     """(key, old, new) for every difference outside CHANGEABLE; '<unset>' where a side lacks the key."""
     saved = {"collector": {"name": "local"}, **saved}  # checkpoints from before collectors were a choice
     old, new = _flatten(saved), _flatten(current)
+    # An algo setting its yaml left out then (it now shows every constructor setting) had the constructor's default.
+    from rlcli.run.algo_defaults import algo_defaults
+
+    unstated = algo_defaults().get(str(saved.get("algo", {}).get("name")), {})
+    old = {**{f"algo.{k}": v for k, v in unstated.items() if f"algo.{k}" in new}, **old}
     return [(key, old.get(key, "<unset>"), new.get(key, "<unset>")) for key in sorted(set(old) | set(new))
             if not key.startswith(CHANGEABLE) and old.get(key, "<unset>") != new.get(key, "<unset>")]
 
