@@ -122,7 +122,9 @@ def test_joint_mode_has_one_row_per_copy_with_each_agents_line_and_the_state():
 @pytest.mark.parametrize(("a_ends", "b_ends", "last_discount", "b_active"), [
     ("truncated", "terminated", GAMMA, [1, 0, 0, 0]),  # a's time limit ends the team's episode: it bootstraps
     ("terminated", "terminated", 0.0, [1, 0, 0, 0]),  # every agent terminated: nothing to bootstrap from
-    ("terminated", "truncated", 0.0, [1, 1, 0, 0]),  # b truncated while a goes on: active in its final observation
+    # b truncated while a goes on: it ends there as if terminated (the team's future no longer holds it, and that
+    # observation is the current side of the team's next transition)
+    ("terminated", "truncated", 0.0, [1, 0, 0, 0]),
 ])
 def test_the_replay_holds_each_copys_joint_transitions_aligned_across_an_agent_that_ends_early_and_resets(
         a_ends, b_ends, last_discount, b_active):
@@ -248,13 +250,12 @@ def test_vdn_acts_per_agent_epsilon_greedy_and_warms_up_with_joint_random_action
 
 @pytest.mark.parametrize(("args", "message"), [
     (["algo=qmix", "env=pz", "env.id=rlcli.envs.pz_toys:gym_copies"],
-     "env.joint=true (algo=vdn, qmix) needs Discrete actions; agent 'agent_0' of rlcli.envs.pz_toys:gym_copies "
-     "has Box"),
+     "algo=qmix takes one Discrete action per agent; this env's agents act with continuous (Box) actions"),
     (["algo=qmix", "env=coop_match", "env.joint=false"],
      "algo=qmix learns from a team's joint transitions, and this env gives Discrete actions (one row per agent, or "
      "one agent): use env.joint=true"),
-    (["algo=vdn", "env=CartPole-v1"], "env.joint=true (algo=vdn, qmix: a team's joint transitions) needs a "
-                                      "multi-agent env; env CartPole-v1 has one agent"),
+    (["algo=vdn", "env=CartPole-v1"], "env.joint=true (algo=vdn, qmix, masac, maddpg: a team's joint transitions) "
+                                      "needs a multi-agent env; env CartPole-v1 has one agent"),
 ])
 def test_value_decomposition_on_envs_it_cannot_take_is_one_line(args, message, tmp_path):
     done = forked_cli.run([*args, "train.total_steps=100", *QUIET, f"hydra.run.dir={tmp_path / 'run'}"], tmp_path)
@@ -303,3 +304,15 @@ def test_vdn_and_qmix_learn_the_cooperative_toy_and_rl_eval_reads_the_run(algo, 
     done = forked_cli.run([str(run_dir), "episodes=4"], tmp_path, program="rl-eval")
     assert done.returncode == 0, done.stderr
     assert "agent_0" in done.stdout
+    # the trained team acts on PettingZoo's dict, each agent from its line of one joint observation
+    import rlcli
+
+    policy, env = rlcli.load(run_dir), CoopMatch()
+    obs, _ = env.reset(seed=11)
+    team = 0.0
+    while env.agents:
+        actions, _ = policy.predict({a: obs[a] for a in env.agents})
+        assert set(actions) == set(env.agents) and all(np.ndim(a) == 0 for a in actions.values())
+        obs, rewards, *_ = env.step(actions)
+        team += sum(rewards.values())
+    assert team >= 18

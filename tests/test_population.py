@@ -694,8 +694,9 @@ def test_the_declared_population_kinds_are_what_batches_and_everything_else_is_r
     assert {"ppo", "dqn", "sac", "td3"} <= set(declared)
     for name in built_in:
         spec = ALGOS.spec(name)
-        env = "ValidMoves-v0" if spec.action_masks else "coop_match" if "JointActions" in spec.action_spaces \
-            else "CartPole-v1" if "Discrete" in spec.action_spaces else "Pendulum-v1"
+        env = ("ValidMoves-v0" if spec.action_masks else "coop_reach" if spec.action_spaces[0] == "JointBox"
+               else "coop_match" if "JointActions" in spec.action_spaces
+               else "CartPole-v1" if "Discrete" in spec.action_spaces else "Pendulum-v1")
         data = [f"dataset={dataset_file('cartpole' if env == 'CartPole-v1' else 'pendulum')}"] if spec.offline else []
         runs = [prepare(compose_config([f"algo={name}", f"env={env}", f"seed={s}", *data]))[0] for s in (0, 1)]
         if spec.population is None:

@@ -111,6 +111,11 @@ CASES = {
     **{f"{algo}-coop_match-joint": [f"algo={algo}", "env=coop_match", "train.num_envs=2", *SMALL_OFF_POLICY,
                                     "algo.train_freq=8", "algo.gradient_steps=4", "algo.target_update_interval=256"]
        for algo in ("vdn", "qmix")},
+    # centralized critics on the joint mode's continuous actions: the shared policy, the team's critics and targets,
+    # MASAC's temperature, MADDPG's exploration noise
+    **{f"{algo}-coop_reach-joint": [f"algo={algo}", "env=coop_reach", "train.num_envs=2", *SMALL_OFF_POLICY,
+                                    "algo.train_freq=8", "algo.gradient_steps=4"]
+       for algo in ("masac", "maddpg")},
     # offline (dataset=): the steps are gradient steps over the dataset, which the checkpoint names but does not hold
     **{f"{algo}-{kind}-offline": [f"algo={algo}", f"dataset={dataset_file(kind)}", *SMALL_OFFLINE,
                                   "env=Pendulum-v1" if kind == "pendulum" else "env=CartPole-v1"]

@@ -33,7 +33,7 @@ from rlcli.envs.multiagent import JointActions
 from rlcli.registry import ALGOS, ConfigError, require
 
 # Anything but joint actions reaches the constructor, which says in one line what to use (env.joint=true)
-JOINT = AlgoSpec(on_policy=False, action_spaces=("JointActions", "Discrete", "MultiDiscrete", "Box"),
+JOINT = AlgoSpec(on_policy=False, action_spaces=("JointActions", "JointBox", "Discrete", "MultiDiscrete", "Box"),
                  networks=("mlp",))
 
 
@@ -70,8 +70,8 @@ def joint_layout(action_space: gym.spaces.Space[Any], name: str) -> JointActions
     """The joint mode's discrete action space, or a one-line error saying how to get it."""
     if not isinstance(action_space, JointActions) and getattr(action_space, "n_agents", None) is not None:
         raise ConfigError(f"algo={name} takes one Discrete action per agent; this env's agents act with "
-                          f"{type(action_space).__name__} actions: use a discrete version of the env (e.g. "
-                          "env.kwargs.continuous_actions=false)")
+                          "continuous (Box) actions: use a discrete version of the env (e.g. "
+                          "env.kwargs.continuous_actions=false), or algo=masac, maddpg")
     if not isinstance(action_space, JointActions):
         raise ConfigError(f"algo={name} learns from a team's joint transitions, and this env gives "
                           f"{type(action_space).__name__} actions (one row per agent, or one agent): use "
@@ -94,18 +94,18 @@ class VDN(DQN):
         num_envs: int,
         lr: float = 5e-4,
         batch_size: int = 32,
-        learning_starts: int = 1000,
-        train_freq: int = 1,
-        train_freq_unit: TrainFreqUnit = "step",
+        learning_starts: int = 1000,  # env steps (of a copy's whole team) of random actions before the first update
+        train_freq: int = 1,  # env steps per copy between update phases
+        train_freq_unit: TrainFreqUnit = "step",  # step | episode
         gradient_steps: int = 1,
         gamma: float = 0.99,
-        tau: float = 1.0,
-        target_update_interval: int = 1000,
-        exploration_fraction: float = 0.1,
+        tau: float = 1.0,  # target update weight: 1 = hard copy, <1 = Polyak averaging
+        target_update_interval: int = 1000,  # env steps between target updates
+        exploration_fraction: float = 0.1,  # fraction of train.total_steps over which each agent's epsilon decays
         exploration_initial_eps: float = 1.0,
         exploration_final_eps: float = 0.05,
-        loss: Literal["huber", "mse"] = "mse",
-        double: bool = True,
+        loss: Literal["huber", "mse"] = "mse",  # mse (PyMARL's) | huber
+        double: bool = True,  # the online agents pick the next actions, the target network values them
         dueling: bool = False,
         max_grad_norm: float | None = 10.0,
         reward_scale: float = 1.0,
@@ -160,35 +160,14 @@ class QMIX(VDN):
         recipe: NetworkRecipe,
         action_space: gym.spaces.Space[Any],
         num_envs: int,
-        lr: float = 5e-4,
-        batch_size: int = 32,
-        learning_starts: int = 1000,
-        train_freq: int = 1,
-        train_freq_unit: TrainFreqUnit = "step",
-        gradient_steps: int = 1,
-        gamma: float = 0.99,
-        tau: float = 1.0,
-        target_update_interval: int = 1000,
-        exploration_fraction: float = 0.1,
-        exploration_initial_eps: float = 1.0,
-        exploration_final_eps: float = 0.05,
-        loss: Literal["huber", "mse"] = "mse",
-        double: bool = True,
-        dueling: bool = False,
-        max_grad_norm: float | None = 10.0,
-        reward_scale: float = 1.0,
-        mixer_embed_dim: int = 32,
-        hypernet_hidden: int = 64,
+        mixer_embed_dim: int = 32,  # the mixing network's hidden width (PyMARL's and BenchMARL's)
+        hypernet_hidden: int = 64,  # the hypernetworks' hidden layer
+        **vdn_settings: Any,
     ) -> None:
         require(mixer_embed_dim > 0, "algo.mixer_embed_dim", mixer_embed_dim, "must be > 0")
         require(hypernet_hidden > 0, "algo.hypernet_hidden", hypernet_hidden, "must be > 0")
         self.mixer_embed_dim, self.hypernet_hidden = mixer_embed_dim, hypernet_hidden
-        super().__init__(recipe, action_space, num_envs, lr=lr, batch_size=batch_size, learning_starts=learning_starts,
-                         train_freq=train_freq, train_freq_unit=train_freq_unit, gradient_steps=gradient_steps,
-                         gamma=gamma, tau=tau, target_update_interval=target_update_interval,
-                         exploration_fraction=exploration_fraction, exploration_initial_eps=exploration_initial_eps,
-                         exploration_final_eps=exploration_final_eps, loss=loss, double=double, dueling=dueling,
-                         max_grad_norm=max_grad_norm, reward_scale=reward_scale)
+        super().__init__(recipe, action_space, num_envs, **vdn_settings)
 
     def mixer(self, layout: JointActions) -> nn.Module | None:
         require(layout.state_size > 0, "env.joint", True, "gives no global state for QMIX's mixer")

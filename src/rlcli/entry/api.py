@@ -354,7 +354,9 @@ class Policy:
             return AgentRows(list(vec.agent_names), list(env.possible_agents),
                              {name: vec.noop(env.action_space(name)) for name in vec.others},
                              tuple(env.observation_space(vec.agent_names[0]).shape), vec.own_size, vec.agent_id,
-                             int(np.prod(vec.single_observation_space.shape or ())))
+                             int((vec.single_observation_space.shape or (0,))[-1]) if vec.joint
+                             else int(np.prod(vec.single_observation_space.shape or ())), vec.joint,
+                             tuple(env.action_space(vec.agent_names[0]).shape))
         finally:
             probe.close()
 
@@ -382,6 +384,17 @@ class Policy:
         actions: dict[str, Any] = {name: noop for name, noop in rows.others.items() if name in obs}
         if not acting:
             return actions, ({} if self.recurrent else None)
+        if rows.joint:  # one joint observation, the agents of the dict active, the rest not (their actions unused)
+            lines = np.zeros((len(rows.names), rows.row_size), np.float32)
+            active = rows.own_size + (len(rows.names) if rows.agent_id else 0)
+            for k, name in enumerate(acting):
+                i = rows.names.index(name)
+                lines[i], lines[i, active] = x[k], 1.0
+            joint, _ = self._predict_rows(lines, None, None, deterministic, None)
+            picked = {name: joint[rows.names.index(name)] for name in acting}
+            actions.update({name: a.reshape(rows.action_shape) if rows.action_shape else a
+                            for name, a in picked.items()})
+            return actions, None
         carry, starts = None, None
         if self.recurrent:  # per agent: its carry from the last call, or a fresh one (an agent absent from `state`)
             if state is not None and not isinstance(state, Mapping):
@@ -510,7 +523,8 @@ class Policy:
 class AgentRows:
     """How a multi-agent run's envs (envs/multiagent.py) make an agent's row: `names` the group's agents (row order),
     `possible` every agent of the env, `others` what the agents outside the group do, the agents' own observation
-    shape, its size in the row, whether their one-hot follows it, and the row's size."""
+    shape, its size in the row, whether their one-hot follows it, and the row's size; in joint mode (one row per copy)
+    the agents' lines of one joint observation, and each agent's action shape."""
 
     names: list[str]
     possible: list[str]
@@ -518,7 +532,9 @@ class AgentRows:
     obs_shape: tuple[int, ...]
     own_size: int
     agent_id: bool
-    row_size: int
+    row_size: int  # joint mode (env.joint=true): an agent's line of the copy's joint observation
+    joint: bool = False
+    action_shape: tuple[int, ...] = ()
 
 
 def _real_observations(obs: Any, env_id: str) -> np.ndarray:

@@ -131,10 +131,10 @@ class GymEnvFactory:
         if critic_state:  # set by algo=mappo
             raise ConfigError(f"env.critic_state=true (algo=mappo's centralized critic) needs a multi-agent env; "
                               f"env {id} has one agent: use algo=ppo, or env=pz (e.g. env=simple_spread_v3)")
-        if joint:  # set by algo=vdn and algo=qmix
-            raise ConfigError(f"env.joint=true (algo=vdn, qmix: a team's joint transitions) needs a multi-agent env; "
-                              f"env {id} has one agent: use algo=dqn, or env=pz (e.g. env=coop_match, "
-                              "simple_spread_v3)")
+        if joint:  # set by algo=vdn, qmix, masac and maddpg
+            raise ConfigError(f"env.joint=true (algo=vdn, qmix, masac, maddpg: a team's joint transitions) needs a "
+                              f"multi-agent env; env {id} has one agent: use algo=dqn, sac or ddpg, or env=pz (e.g. "
+                              "env=coop_match, coop_reach, simple_spread_v3)")
         self.spec = spec
         if "mujoco" in str(self.spec.entry_point):  # its deprecation warnings: once, to train.log (library_noise.py)
             from rlcli.envs.library_noise import quiet_mujoco

@@ -12,14 +12,16 @@ reset step. A copy's episode is one episode: its return is the team sum over the
 reported on the copy's first row (`episode_rows`), with each agent's own return under `agent_episode` and the sum
 over every agent of the env, those outside the group (`env.agents`) too, under `team_episode`.
 
-Joint mode (`env.joint=true`, set by algo=vdn and algo=qmix): one row per copy, for value decomposition, whose replay
-needs each copy's agents in one transition. A row's observation is a Box [n_agents, agent_size + 1 + state_size]:
-agent i's line is `[own obs | one-hot index (env.agent_id) | active | global state]`, where `active` is 0 once the agent
-ended by termination, or on the step after it ended by truncation while its copy goes on (it then acts no more: its
-actions are ignored and a learner masks its values out), and the global state is env.state() (or, where the env has
-none, every agent's observation) repeated on each line. The action is MultiDiscrete (`JointActions`, which names that
-layout), the reward the team sum over the group's agents, and the copy's episode ends when every agent's has: it is
-`terminated` when no agent is active in the final observation (nothing to bootstrap from), else `truncated`.
+Joint mode (`env.joint=true`, set by algo=vdn, qmix, masac and maddpg): one row per copy, for value decomposition
+and centralized critics, whose replay needs each copy's agents in one transition. A row's observation is a Box
+[n_agents, agent_size + 1 + state_size]: agent i's line is `[own obs | one-hot index (env.agent_id) | active |
+global state]`, where `active` is 0 once the agent ended by termination, or on the step after it ended by truncation
+while its copy goes on (it then acts no more: its actions are ignored and a learner masks its values out), and the
+global state is env.state() (or, where the env has none, every agent's observation) repeated on each line. The
+action is MultiDiscrete (`JointActions`, which names that layout), or for continuous actions a Box [n_agents,
+action] (`JointBox`, naming it too), the reward the team sum over the group's agents, and the copy's episode ends
+when every agent's has: it is `terminated` when no agent is active in the final observation (nothing to bootstrap
+from), else `truncated`.
 """
 
 from __future__ import annotations
@@ -53,6 +55,18 @@ class JointActions(gym.spaces.MultiDiscrete):
     def __init__(self, n_actions: int, n_agents: int, agent_size: int, state_size: int) -> None:
         super().__init__(np.full(n_agents, n_actions, np.int64))
         self.n_actions, self.n_agents, self.agent_size, self.state_size = n_actions, n_agents, agent_size, state_size
+
+
+class JointBox(gym.spaces.Box):
+    """Joint mode's action space for continuous actions: a Box [agents, action] of each agent's bounds; it names the
+    observation's layout as JointActions does (algo=masac, maddpg)."""
+
+    def __init__(self, space: gym.spaces.Box, n_agents: int, agent_size: int, state_size: int) -> None:
+        low = np.broadcast_to(np.asarray(space.low, np.float32).reshape(-1), (n_agents, int(np.prod(space.shape))))
+        high = np.broadcast_to(np.asarray(space.high, np.float32).reshape(-1), low.shape)
+        super().__init__(low.copy(), high.copy(), dtype=np.float32)
+        self.action_dim, self.n_agents = low.shape[1], n_agents
+        self.agent_size, self.state_size = agent_size, state_size
 
 
 @dataclass(frozen=True)
@@ -142,11 +156,12 @@ class ParallelVectorEnv(VectorEnv):
                                       "spaces (list agents with equal spaces in env.agents; rlcli does not pad)")
         if not isinstance(obs_space, gym.spaces.Box):
             raise ConfigError(f"env {env_id}: agent {group[0]!r} has {obs_space} observations; env=pz takes Box ones")
-        if joint and not isinstance(act_space, gym.spaces.Discrete):
-            raise ConfigError(f"env.joint=true (algo=vdn, qmix) needs Discrete actions; agent {group[0]!r} of {env_id} "
-                              f"has {act_space}: use a discrete version of the env (e.g. continuous_actions=false), or "
-                              "algo=sac, td3 (independent learners) for continuous actions")
+        if joint and not isinstance(act_space, gym.spaces.Discrete | gym.spaces.Box):
+            raise ConfigError(f"env.joint=true needs Discrete actions (algo=vdn, qmix) or Box ones (algo=masac, "
+                              f"maddpg); agent {group[0]!r} of {env_id} has {act_space}")
         self.n_agents, self.num_copies, self.joint = len(group), len(copies), joint
+        # joint mode: a Box agent's action line goes back to its own shape
+        self._agent_action_shape = act_space.shape if isinstance(act_space, gym.spaces.Box) else None
         self.num_envs = self.num_copies * (1 if joint else self.n_agents)
         self.own_size = int(np.prod(obs_space.shape))
         self.agent_id, self.critic_state = agent_id, critic_state
@@ -168,8 +183,10 @@ class ParallelVectorEnv(VectorEnv):
             shape = (len(group), size)
             self.single_observation_space = gym.spaces.Box(np.broadcast_to(low, shape), np.broadcast_to(high, shape),
                                                            dtype=np.float32)
-            self.single_action_space: gym.spaces.Space[Any] = JointActions(int(act_space.n), len(group), policy_size,
-                                                                           self.state_size)
+            self.single_action_space: gym.spaces.Space[Any] = (
+                JointActions(int(act_space.n), len(group), policy_size, self.state_size)
+                if isinstance(act_space, gym.spaces.Discrete)
+                else JointBox(act_space, len(group), policy_size, self.state_size))
         else:
             self.single_observation_space = (CentralizedObs(low, high, policy_size) if critic_state
                                              else gym.spaces.Box(low, high, dtype=np.float32))
@@ -242,6 +259,9 @@ class ParallelVectorEnv(VectorEnv):
     def _observations(self) -> np.ndarray:
         return self._obs.copy() if self.joint else self._obs.reshape(self.num_envs, -1).copy()
 
+    def _joint_action(self, action: Any) -> Any:
+        return action if self._agent_action_shape is None else action.reshape(self._agent_action_shape)
+
     def noop(self, space: gym.spaces.Space[Any]) -> Any:
         """What an agent outside the group does: nothing (action 0, a zero vector clipped into its bounds)."""
         if isinstance(space, gym.spaces.Box):
@@ -261,7 +281,8 @@ class ParallelVectorEnv(VectorEnv):
                 continue
             was_alive = self._alive[c].copy()
             live = set(env.agents)
-            acts = {name: actions[c, i] if self.joint else actions[c * n + i] for i, name in enumerate(self.agent_names)
+            acts = {name: self._joint_action(actions[c, i]) if self.joint else actions[c * n + i]
+                    for i, name in enumerate(self.agent_names)
                     if was_alive[i] and name in live}
             acts.update({name: self.noop(env.action_space(name)) for name in self.others if name in live})
             obs, rew, term, trunc, _ = env.step(acts)
@@ -278,13 +299,17 @@ class ParallelVectorEnv(VectorEnv):
                     self._alive[c, i] = False
                     self._ended_by_termination[c, i] = t
                 terminated[c, i], truncated[c, i] = t, u and not t
-            # joint mode: an agent is active until it terminates, and in the final observation of its truncation
-            self._active[c] = self._alive[c] | (was_alive & truncated[c])
+            copy_ends = not self._alive[c].any() or not env.agents
+            # joint mode: an agent is active until it ends. At the team's last step those that end by truncation stay
+            # active in the final observation, which the team's value bootstraps from; one truncated while its team
+            # goes on ends there as if terminated (the team's future no longer holds it, and the same observation
+            # is the current side of the team's next transition)
+            self._active[c] = self._alive[c] | (was_alive & truncated[c]) if copy_ends else self._alive[c]
             self._write(c, obs)
             self._returns[c] += rewards[c]
             self._other_returns[c] += sum(float(rew.get(name, 0.0)) for name in self.others)
             self._lengths[c] += 1
-            if not self._alive[c].any() or not env.agents:
+            if copy_ends:
                 self._alive[c] = False
                 self._needs_reset[c] = True
                 ended[c] = True
@@ -411,4 +436,4 @@ class PettingZooEnvFactory:
             raise ConfigError(f"train.num_envs={num_envs}: env {self.id} has {self.n_agents} agents, one row each, so "
                               f"train.num_envs must be a multiple of {self.n_agents} (e.g. {lower} = "
                               f"{lower // self.n_agents} copies)")
-        return self._copies(num_envs // self.n_agents)
+        return self._copies(num_envs if self.joint else num_envs // self.n_agents)

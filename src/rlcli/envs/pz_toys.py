@@ -1,8 +1,9 @@
 """Small PettingZoo Parallel envs for tests and examples of env=pz (conf/env/coop_match.yaml).
 
-`coop_match`: a cooperative two-agent task that needs the agents to specialise (a shared network learns it only
-with the agent one-hot, env.agent_id=true). `gym_copies`: N independent copies of a single-agent gymnasium env,
-one per agent, which a shared-parameter IPPO run must learn exactly as a single-agent run with N times the envs.
+`coop_match`: a cooperative two-agent task that needs the agents to specialise (a shared network learns it only with
+the agent one-hot, env.agent_id=true); `coop_reach` the same with continuous actions. `gym_copies`: N independent
+copies of a single-agent gymnasium env, one per agent, which a shared-parameter IPPO run must learn exactly as a
+single-agent run with N times the envs.
 """
 
 from __future__ import annotations
@@ -72,6 +73,63 @@ def coop_match(**kwargs: Any) -> CoopMatch:
 
 
 parallel_env = coop_match
+
+
+class CoopReach(ParallelEnv):  # type: ignore[misc]
+    """Continuous actions: each step both agents see the same cue c in [-1, 1]; both get
+    -((a_0 - c)^2 + (a_1 + c)^2), so agent_0 must say c and agent_1 its opposite (a shared network tells them apart
+    by the agent one-hot). A 10-step episode's team return (both agents' rewards) is 0 at best, about -26.6 at
+    random."""
+
+    metadata = {"name": "coop_reach_v0", "render_modes": []}
+
+    def __init__(self, max_cycles: int = 10) -> None:
+        self.possible_agents = ["agent_0", "agent_1"]
+        self.agents: list[str] = []
+        self.max_cycles = max_cycles
+        self.np_random = np.random.default_rng()
+        self.cue, self.t = 0.0, 0
+        self._obs_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+        self._act_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+        self.state_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+
+    def observation_space(self, agent: str) -> gym.spaces.Space[Any]:
+        return self._obs_space
+
+    def action_space(self, agent: str) -> gym.spaces.Space[Any]:
+        return self._act_space
+
+    def _observations(self) -> dict[str, np.ndarray]:
+        return {a: np.array([self.cue], np.float32) for a in self.agents}
+
+    def state(self) -> np.ndarray:
+        return np.array([self.cue, self.t / self.max_cycles], np.float32)
+
+    def reset(self, seed: int | None = None,
+              options: dict[str, Any] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+        if seed is not None:
+            self.np_random = np.random.default_rng(seed)
+        self.agents = list(self.possible_agents)
+        self.t, self.cue = 0, float(self.np_random.uniform(-1.0, 1.0))
+        return self._observations(), {a: {} for a in self.agents}
+
+    def step(self, actions: dict[str, Any]) -> tuple[dict[str, Any], ...]:
+        a0, a1 = (float(np.asarray(actions[a]).reshape(-1)[0]) for a in self.possible_agents)
+        reward = -((a0 - self.cue) ** 2 + (a1 + self.cue) ** 2)
+        rewards = {a: reward for a in self.agents}
+        self.t += 1
+        self.cue = float(self.np_random.uniform(-1.0, 1.0))
+        truncations = {a: self.t >= self.max_cycles for a in self.agents}
+        terminations = {a: False for a in self.agents}
+        obs = self._observations()
+        infos: dict[str, dict[str, Any]] = {a: {} for a in self.agents}
+        self.agents = [a for a in self.agents if not truncations[a]]
+        return obs, rewards, terminations, truncations, infos
+
+
+def coop_reach(**kwargs: Any) -> CoopReach:
+    """env=coop_reach (env=pz env.id=rlcli.envs.pz_toys:coop_reach): continuous actions, for algo=masac, maddpg."""
+    return CoopReach(**kwargs)
 
 
 class GymCopies(ParallelEnv):  # type: ignore[misc]
