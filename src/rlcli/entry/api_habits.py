@@ -40,8 +40,12 @@ def algo_keywords(settings: Mapping[str, Any], overrides: list[str]) -> dict[str
     file = Path(conf_dir()) / "algo" / f"{choice}.yaml"
     if not isinstance(choice, str) or not file.is_file():
         return dict(settings)
+    from rlcli.run.algo_defaults import algo_defaults
+
     algo_config = yaml.safe_load(file.read_text()) or {}
-    keys = set(algo_config.get("algo", algo_config) if "name" not in algo_config else algo_config) - {"name"}
+    stated = algo_config.get("algo", algo_config) if "name" not in algo_config else algo_config
+    # the yaml states only what differs from its algorithm's constructor (run/algo_defaults.py): both are its keys
+    keys = (set(stated) | set(algo_defaults().get(str(stated.get("name", choice)), {}))) - {"name"}
     out = {k: v for k, v in settings.items() if k in top}
     algo = dict(settings["algo"]) if isinstance(settings.get("algo"), Mapping) else (
         {"name": settings["algo"]} if isinstance(settings.get("algo"), str) else {})

@@ -395,16 +395,19 @@ def main(argv: list[str] | None = None) -> None:
     put back at the end, for a caller that goes on in this process."""
     import os
 
-    from rlcli.run.budget import SAID_BY_SWEEP
-
-    before = os.environ.get(SAID_BY_SWEEP)
+    environ_before = dict(os.environ)
     try:
         _main(argv)
     finally:
-        if before is None:
-            os.environ.pop(SAID_BY_SWEEP, None)
-        else:
-            os.environ[SAID_BY_SWEEP] = before
+        # only a sweep sets it, after importing budget; importing budget here would import torch before a config
+        # error could be said
+        budget = sys.modules.get("rlcli.run.budget")
+        if budget is not None:
+            name = budget.SAID_BY_SWEEP
+            if name in environ_before:
+                os.environ[name] = environ_before[name]
+            else:
+                os.environ.pop(name, None)
 
 
 def _main(argv: list[str] | None) -> None:
