@@ -21,6 +21,7 @@ from rlcli.actors.layers import _ACTIVATIONS, Activation, orthogonal_init
 from rlcli.actors.mlp import ActorCritic
 from rlcli.actors.normalizer import RunningNorm
 from rlcli.actors.offpolicy import NetworkRecipe
+from rlcli.actors.per_agent import refuse_separate
 from rlcli.actors.sde import SdeOptions
 from rlcli.contracts import NetworkSpec
 from rlcli.envs.dict_obs import PackedDict
@@ -106,6 +107,7 @@ def build_cnn_actor(
 ) -> ActorCritic | Any:
     """An actor-critic on a shared convolutional encoder, or a NetworkRecipe whose networks each get one.
     `log_std_init`, `full_std`, `use_expln` and `use_sde` (from algo.use_sde) as for actor=mlp."""
+    refuse_separate(observation_space, "cnn")
     check_image_space(observation_space, normalize_obs)
     check_conv_settings(convs, "actor.features", features, hidden_sizes, pixel_scale)
     obs_shape = tuple(observation_space.shape)

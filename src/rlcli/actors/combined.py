@@ -20,6 +20,7 @@ from rlcli.actors.layers import Activation, orthogonal_init
 from rlcli.actors.mlp import ActorCritic
 from rlcli.actors.normalizer import RunningNorm
 from rlcli.actors.offpolicy import NetworkRecipe
+from rlcli.actors.per_agent import refuse_separate
 from rlcli.actors.sde import SdeOptions
 from rlcli.contracts import NetworkSpec
 from rlcli.envs.dict_obs import PackedDict
@@ -80,6 +81,7 @@ def build_combined_actor(
     if not isinstance(observation_space, PackedDict):
         raise ConfigError(f"actor=combined is for Dict observations that hold images; the env's observations are "
                           f"{observation_space}: use actor=mlp (vectors) or actor=cnn (images)")
+    refuse_separate(observation_space, "combined")
     if normalize_obs:
         raise ConfigError("env.normalize_obs=true does not apply to actor=combined yet (its images are scaled by "
                           "actor.pixel_scale); set env.normalize_obs=false")

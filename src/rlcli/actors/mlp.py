@@ -14,6 +14,7 @@ from rlcli.actors.heads import BernoulliHead, CategoricalHead, GaussianHead, Mul
 from rlcli.actors.layers import Activation, mlp, orthogonal_init
 from rlcli.actors.normalizer import RunningNorm
 from rlcli.actors.offpolicy import NetworkRecipe
+from rlcli.actors.per_agent import PerAgentActorCritic, separate_agents
 from rlcli.actors.sde import SdeOptions, StateDependentGaussianHead
 from rlcli.contracts import ActOutput, NetworkSpec, RecurrentState
 from rlcli.envs.dict_obs import PackedDict
@@ -200,8 +201,9 @@ def build_mlp_actor(
     act_extractor: list[int] = (),  # type: ignore[assignment]
     value_outputs: int = 1,
     use_sde: bool = False,
-) -> ActorCritic | Any:
-    """An ActorCritic for on-policy algorithms, or a NetworkRecipe from which off-policy ones build heads.
+) -> ActorCritic | PerAgentActorCritic | Any:
+    """An ActorCritic for on-policy algorithms (one per agent, PerAgentActorCritic, where env.share_params=false), or
+    a NetworkRecipe from which off-policy ones build heads.
     `log_std_init` None: SB3's default for the policy that uses it (0 for on-policy Gaussians, -3 for SAC's gSDE).
     `use_sde` comes from the algorithm's `algo.use_sde` (gSDE); `full_std` and `use_expln` shape its noise."""
     if isinstance(observation_space, PackedDict):
@@ -219,13 +221,27 @@ def build_mlp_actor(
         obs_dim = int(np.prod(observation_space.shape))
         normalizer = RunningNorm(tuple(observation_space.shape), clip=clip_obs, enabled=normalize_obs)
         return NetworkRecipe(obs_dim, list(hidden_sizes), activation, ortho_init, normalizer, list(obs_extractor),
-                             list(act_extractor), log_std_init=log_std_init, sde=SdeOptions(full_std, use_expln))
+                             list(act_extractor), log_std_init=log_std_init, sde=SdeOptions(full_std, use_expln),
+                             agents=separate_agents(observation_space))
     if obs_extractor or act_extractor:
         raise ConfigError("actor.obs_extractor and actor.act_extractor shape off-policy networks; on-policy "
                           "algorithms use actor.hidden_sizes (and actor.shared)")
-    return ActorCritic(
-        observation_space, action_space, list(hidden_sizes), activation, shared, ortho_init,
-        0.0 if log_std_init is None else log_std_init, normalize_obs, clip_obs, value_outputs,
-        sde=SdeOptions(full_std, use_expln) if use_sde else None,
-        policy_size=getattr(observation_space, "policy_size", None),  # a centralized critic (envs/multiagent.py)
-    )
+
+    def build() -> ActorCritic:
+        return ActorCritic(
+            observation_space, action_space, list(hidden_sizes), activation, shared, ortho_init,
+            0.0 if log_std_init is None else log_std_init, normalize_obs, clip_obs, value_outputs,
+            sde=SdeOptions(full_std, use_expln) if use_sde else None,
+            policy_size=getattr(observation_space, "policy_size", None),  # a centralized critic (envs/multiagent.py)
+        )
+
+    layout = separate_agents(observation_space)
+    if layout is None:
+        return build()
+    if use_sde:
+        raise ConfigError("algo.use_sde=true has no per-agent version (env.share_params=false): use "
+                          "algo.use_sde=false, or env.share_params=true")
+    if layout.id_start is None:
+        raise ConfigError("env.share_params=false with env.joint=true is for algo=vdn, qmix, masac, maddpg; "
+                          "on-policy algorithms take one row per agent: set env.joint=false")
+    return PerAgentActorCritic([build() for _ in range(layout.n_agents)], layout.id_start)

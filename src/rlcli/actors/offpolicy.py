@@ -7,16 +7,23 @@ deterministic tanh policy, a tanh-squashed Gaussian policy, and N critics Q(s, a
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 
 from rlcli.actors.layers import Activation, mlp, orthogonal_init
 from rlcli.actors.normalizer import RunningNorm
+from rlcli.actors.per_agent import per_agent
 from rlcli.actors.sde import SdeOptions, StateDependentSquashedPolicy
+from rlcli.registry import ConfigError
+
+if TYPE_CHECKING:
+    from rlcli.envs.multiagent import SeparateAgents
 
 LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0  # SAC's usual clamp of the policy's log std
 
@@ -42,6 +49,13 @@ class NetworkRecipe:
     uint8_input: bool = False  # observations are stored and passed as uint8 pixels
     log_std_init: float | None = None  # gSDE's initial log std (None: SB3's -3)
     sde: SdeOptions = field(default_factory=SdeOptions)
+    # env.share_params=false: the networks that `make` and QNetwork / Critics build get a copy per agent
+    # (actors/per_agent.py); `features` and `mlp` build one network, as for a shared group
+    agents: SeparateAgents | None = None
+
+    def shared(self) -> NetworkRecipe:
+        """This recipe for one network (an agent's copy)."""
+        return dataclasses.replace(self, agents=None)
 
     def mlp(self, in_features: int, sizes: list[int]) -> tuple[nn.Sequential, int]:
         body = mlp(in_features, sizes, self.activation)
@@ -66,8 +80,11 @@ class NetworkRecipe:
             orthogonal_init(layer, gain)
         return layer
 
-    def make(self, out_features: int, out_gain: float = 1.0) -> nn.Sequential:
-        """obs -> obs extractor -> common layers -> linear(out_features)."""
+    def make(self, out_features: int, out_gain: float = 1.0) -> nn.Module:
+        """obs -> obs extractor -> common layers -> linear(out_features); a copy per agent with `agents`."""
+        if self.agents is not None:
+            one = self.shared()
+            return per_agent(self.agents, lambda: one.make(out_features, out_gain))
         obs_net, common, width = self.features()
         return nn.Sequential(obs_net, common, self.head(width, out_features, out_gain))
 
@@ -78,7 +95,11 @@ class QNetwork(nn.Module):
     def __init__(self, torso: NetworkRecipe, n_actions: int, dueling: bool):
         super().__init__()
         self.dueling = dueling
-        if dueling:
+        self.agents: nn.Module | None = None
+        if torso.agents is not None:  # env.share_params=false: a whole Q-network per agent
+            one = torso.shared()
+            self.agents = per_agent(torso.agents, lambda: QNetwork(one, n_actions, dueling))
+        elif dueling:
             obs_net, common, width = torso.features()
             self.body = nn.Sequential(obs_net, common)
             self.value = torso.head(width, 1, 1.0)
@@ -87,6 +108,9 @@ class QNetwork(nn.Module):
             self.q = torso.make(n_actions)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        if self.agents is not None:
+            q: torch.Tensor = self.agents(obs)
+            return q
         if not self.dueling:
             return self.q(obs)
         h = self.body(obs)
@@ -116,7 +140,12 @@ class Critics(nn.Module):
 
     def __init__(self, torso: NetworkRecipe, action_dim: int, n: int, outputs: int = 1):
         super().__init__()
-        self.nets = nn.ModuleList(QValue(torso, action_dim, outputs) for _ in range(n))
+        agents = torso.agents
+        one = torso.shared()
+        if agents is None or agents.joint:  # joint mode: a centralized critic of the team, one network
+            self.nets = nn.ModuleList(QValue(one, action_dim, outputs) for _ in range(n))
+        else:  # row mode with env.share_params=false: each critic a copy per agent
+            self.nets = nn.ModuleList(per_agent(agents, lambda: QValue(one, action_dim, outputs)) for _ in range(n))
 
     def forward(self, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
         return torch.stack([net(obs, actions) for net in self.nets])
@@ -153,6 +182,9 @@ class SquashedGaussianPolicy(nn.Module):
 
 def sde_squashed_policy(torso: NetworkRecipe, action_dim: int) -> StateDependentSquashedPolicy:
     """SAC / TQC's policy with gSDE (algo.use_sde=true), on the same torso as SquashedGaussianPolicy."""
+    if torso.agents is not None:
+        raise ConfigError("algo.use_sde=true has no per-agent version (env.share_params=false): use "
+                          "algo.use_sde=false, or env.share_params=true")
     obs_net, common, width = torso.features()
     log_std_init = -3.0 if torso.log_std_init is None else torso.log_std_init
     return StateDependentSquashedPolicy(nn.Sequential(obs_net, common), width, torso.head(width, action_dim, 0.01),

@@ -24,6 +24,7 @@ from torch import nn
 from rlcli.actors.layers import Activation, mlp, orthogonal_init
 from rlcli.actors.mlp import EvalOutput, action_conversions, policy_head
 from rlcli.actors.normalizer import RunningNorm
+from rlcli.actors.per_agent import refuse_separate
 from rlcli.contracts import ActOutput, NetworkSpec, RecurrentState
 from rlcli.registry import ACTORS, ConfigError, require
 
@@ -231,6 +232,7 @@ def _build(cell: Literal["gru", "lstm"]):
                               f"{type(observation_space).__name__}")
         require(all(h > 0 for h in hidden_sizes), "actor.hidden_sizes", list(hidden_sizes), "sizes must be > 0")
         require(rnn_size > 0, "actor.rnn_size", rnn_size, "must be > 0")
+        refuse_separate(observation_space, cell)
         if heads == "recipe":  # off-policy: dqn builds a recurrent Q-network from this (R2D2)
             normalizer = RunningNorm(tuple(observation_space.shape), clip=clip_obs, enabled=normalize_obs)
             return RecurrentRecipe(int(np.prod(observation_space.shape)), list(hidden_sizes), rnn_size, cell,

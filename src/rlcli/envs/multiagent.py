@@ -70,6 +70,17 @@ class JointBox(gym.spaces.Box):
 
 
 @dataclass(frozen=True)
+class SeparateAgents:
+    """env.share_params=false: each of the group's `n_agents` agents has its own parameters (actors/per_agent.py).
+    Row mode reads a row's agent from its one-hot, the observation's columns from `id_start`; joint mode
+    (`id_start` None) from the agent axis. The env puts it on its observation space as `separate_agents`."""
+
+    n_agents: int
+    id_start: int | None
+    joint: bool
+
+
+@dataclass(frozen=True)
 class ParallelEnvSpec:
     """What the rest of rlcli reads of an env's spec (its id, for messages and run names)."""
 
@@ -392,12 +403,16 @@ class PettingZooEnvFactory:
 
     def __init__(self, id: str | None, kwargs: dict[str, Any] | None = None, agents: list[str] | None = None,
                  agent_id: bool = True, critic_state: bool = False, joint: bool = False, normalize_obs: bool = False,
-                 clip_obs: float = 10.0, reward_threshold: float | None = None) -> None:
+                 clip_obs: float = 10.0, reward_threshold: float | None = None, share_params: bool = True) -> None:
         self.creator = resolve_parallel_env(id)
         self.id = str(id)
         self.kwargs = dict(kwargs or {})
         self.agents = None if agents is None else [str(a) for a in agents]
         self.agent_id, self.critic_state, self.joint = agent_id, critic_state, joint
+        self.share_params = share_params
+        if not share_params and not joint and not agent_id:
+            raise ConfigError("env.share_params=false gives each agent its own network and finds a row's agent by "
+                              "its one-hot index: set env.agent_id=true (or env.share_params=true)")
         require(clip_obs > 0, "env.clip_obs", clip_obs, "must be > 0")
         self.normalize_obs, self.clip_obs = normalize_obs, clip_obs
         self.goal = None  # no goal-conditioned multi-agent envs
@@ -418,7 +433,11 @@ class PettingZooEnvFactory:
         except TypeError as error:
             detail = (str(error).strip().splitlines() or [type(error).__name__])[-1]
             raise ConfigError(f"env {self.id} refused env.kwargs={self.kwargs}: {detail}") from None
-        return ParallelVectorEnv(copies, self.id, self.agents, self.agent_id, self.critic_state, self.joint)
+        vec = ParallelVectorEnv(copies, self.id, self.agents, self.agent_id, self.critic_state, self.joint)
+        if not self.share_params:  # what the actor builds its per-agent networks from (actors/per_agent.py)
+            vec.single_observation_space.separate_agents = SeparateAgents(  # type: ignore[attr-defined]
+                vec.n_agents, None if self.joint else vec.own_size, self.joint)
+        return vec
 
     def make(self, num_envs: int, mode: str = "auto", *, gamma: float = 0.99, eval: bool = False,
              render: bool = False, masks: bool = False) -> VectorEnv:
