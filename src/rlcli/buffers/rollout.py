@@ -44,6 +44,57 @@ def compute_gae(
     return advantages, advantages + values
 
 
+def compute_gae_turns(
+    rewards: torch.Tensor,
+    values: torch.Tensor,
+    terminated: torch.Tensor,
+    dones: torch.Tensor,
+    last_values: torch.Tensor,
+    gamma: float,
+    gae_lambda: float,
+    acting: torch.Tensor,
+    last_acting: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """GAE for turn-based envs (envs/turn_based.py), where `acting[t]` says whether an env's row acts at the
+    observation of step t; `last_acting`, at the observation after the last step.
+
+    A row's transition goes from a step where it acts to the next one where it acts (or the end of its episode):
+    the steps between, where it waits, are folded into it: their rewards are added to its reward undiscounted, and a
+    termination or truncation among them is its own; the bootstrap is the value at that next acting step, one
+    discount away. A waiting step gets advantage 0. Where a row's last acting step has no acting step after it in
+    the rollout, its transition is unfinished (its reward and next turn lie in the next rollout): it gets advantage
+    0 and `complete` 0, and the transition before it bootstraps from its value, as a rollout's last step does from
+    `last_values`. Returns the advantages, the returns and `complete` (1 where a transition is whole).
+    With every step acting this is `compute_gae`."""
+    acting = acting.bool()
+    advantages = torch.zeros_like(rewards)
+    complete = torch.zeros_like(rewards)
+    last = last_acting.bool()
+    next_value = torch.where(last, last_values, torch.zeros_like(last_values))
+    running = torch.zeros_like(last_values)
+    whole = last.to(rewards.dtype)  # whether a decision point lies ahead in this rollout
+    pending_reward = torch.zeros_like(last_values)
+    pending_terminated = torch.zeros_like(last_values)
+    pending_done = torch.zeros_like(last_values)
+    for t in range(rewards.shape[0] - 1, -1, -1):
+        reward = rewards[t] + pending_reward
+        term = torch.maximum(terminated[t], pending_terminated)
+        done = torch.maximum(dones[t], pending_done)
+        delta = reward + gamma * next_value * (1.0 - term) - values[t]
+        advantage = (delta + gamma * gae_lambda * (1.0 - done) * running) * whole
+        here = acting[t]
+        advantages[t] = torch.where(here, advantage, torch.zeros_like(advantage))
+        complete[t] = torch.where(here, whole, torch.zeros_like(whole))
+        # an acting step is the next decision point for the steps before it; a waiting one adds to what is pending
+        running = torch.where(here, advantage, running)
+        next_value = torch.where(here, values[t], next_value)
+        whole = torch.where(here, torch.ones_like(whole), whole)
+        pending_reward = torch.where(here, torch.zeros_like(reward), reward)
+        pending_terminated = torch.where(here, torch.zeros_like(term), term)
+        pending_done = torch.where(here, torch.zeros_like(done), done)
+    return advantages, advantages + values, complete
+
+
 HOST_FIELDS = ("rewards", "terminated", "dones", "valid")  # what the envs give as numpy arrays each step
 
 
@@ -87,6 +138,11 @@ class RolloutBuffer:
         self.carries = zeros(carry_size) if carry_size else None
         # the valid actions at each step, for algorithms that act on masks (mask_size = number of actions)
         self.action_masks = zeros(mask_size, dtype=torch.bool) if mask_size else None
+        # turn-based envs (envs/turn_based.py): whether each row acts at each step's observation, and at the
+        # observation after the last step (set by the collector before the returns); None where the env does not say
+        self.acting: torch.Tensor | None = None
+        self.last_acting: torch.Tensor | None = None
+        self._zeros = zeros
         # on a CPU the env's per-step arrays are stored through numpy views of their tensors: a numpy store each,
         # where converting to a tensor and storing that took ~5 us a field, every step of every run
         self._on_cpu = torch.device(device).type == "cpu"
@@ -105,9 +161,15 @@ class RolloutBuffer:
         starts: torch.Tensor | None = None,
         carry: torch.Tensor | None = None,
         action_mask: torch.Tensor | None = None,
+        acting: np.ndarray | None = None,
     ) -> None:
-        """One step of every env; `rewards` ... `valid` as the envs gave them (numpy) or as tensors."""
+        """One step of every env; `rewards` ... `valid` as the envs gave them (numpy) or as tensors. `acting`: a
+        turn-based env's rows that act at `obs` (compute_gae_turns)."""
         t = self.pos
+        if acting is not None:
+            if self.acting is None:
+                self.acting = self._zeros(dtype=torch.bool)
+            self.acting[t] = torch.as_tensor(acting, dtype=torch.bool, device=self.device)
         if self.action_masks is not None:
             self.action_masks[t] = action_mask
         if self.carries is not None:
@@ -129,6 +191,13 @@ class RolloutBuffer:
         return self.pos == self.n_steps
 
     def compute_returns(self, last_values: torch.Tensor, gamma: float, gae_lambda: float) -> None:
+        if self.acting is not None:  # a turn-based env: waiting steps folded in, unfinished transitions left out
+            last_acting = self.last_acting if self.last_acting is not None else torch.ones_like(self.acting[0])
+            self.advantages, self.returns, complete = compute_gae_turns(
+                self.rewards, self.values, self.terminated, self.dones, last_values, gamma, gae_lambda,
+                self.acting, last_acting)
+            self.valid *= complete
+            return
         self.advantages, self.returns = compute_gae(
             self.rewards, self.values, self.terminated, self.dones, last_values, gamma, gae_lambda
         )
@@ -165,11 +234,15 @@ class RolloutBuffer:
         names = ("obs", "actions", "log_probs", "values", "rewards", "terminated", "dones", "valid")
         names += ("starts", "carries") if self.carries is not None else ()
         names += ("action_masks",) if self.action_masks is not None else ()
+        names += ("acting",) if self.acting is not None else ()
         return {"pos": self.pos} | {n: getattr(self, n).clone() for n in names}
 
     def load_state_dict(self, state: dict[str, object]) -> None:
         for name, value in state.items():
             if name == "pos":
                 self.pos = int(value)  # type: ignore[arg-type]
+            elif name == "acting" and self.acting is None:
+                self.acting = self._zeros(dtype=torch.bool)
+                self.acting.copy_(value)  # type: ignore[arg-type]
             else:
                 getattr(self, name).copy_(value)  # type: ignore[arg-type]

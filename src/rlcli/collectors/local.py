@@ -117,6 +117,7 @@ class Collector:
                               f"observation space says {self._obs_shape} (the env's reset and its space disagree)")
         self.obs = torch.as_tensor(obs, dtype=self.obs_dtype, device=self.device)
         self.action_mask = self._masks(infos)  # the valid actions at the current observations
+        self.acting = _acting(infos)  # a turn-based env: the rows that act at the current observations
         self.prev_done = np.zeros(self.envs.num_envs, dtype=bool)  # next step of these envs is a reset step
         # Recurrent networks: the carry between steps, and which envs begin an episode at the next step.
         self.carry: torch.Tensor | None = None
@@ -126,6 +127,7 @@ class Collector:
         return {"obs": self.obs.cpu(), "prev_done": self.prev_done.copy(), "episode_start": self.episode_start.copy(),
                 "carry": None if self.carry is None else self.carry.clone().cpu(),
                 "action_mask": None if self.action_mask is None else self.action_mask.cpu(),
+                **({"acting": self.acting.copy()} if self.acting is not None else {}),
                 **({"recent_agent_returns": {k: list(v) for k, v in self.recent_agent_returns.items()}}
                    if self.agent_names else {})}
 
@@ -137,6 +139,8 @@ class Collector:
         self.carry = None if carry is None else torch.as_tensor(carry, device=self.device).clone()
         mask = state.get("action_mask")
         self.action_mask = None if mask is None else torch.as_tensor(mask, device=self.device).clone()
+        acting = state.get("acting")
+        self.acting = None if acting is None else np.asarray(acting, dtype=bool).copy()
         recent = state.get("recent_agent_returns")
         for name, window in self.recent_agent_returns.items():
             window.clear()
@@ -242,19 +246,26 @@ class Collector:
         check_env_output(next_obs, rewards, self._obs_shape, step * n_envs)
         t2 = clock()
         done = np.logical_or(terminated, truncated)
+        valid = ~self.prev_done
         if isinstance(learner, OnPolicyLearner):
             assert out is not None
             recurrent = [] if state is None else [state.starts, state.carry]  # what this step began with
-            masks = {} if self.action_mask is None else {"action_mask": self.action_mask}
+            masks: dict[str, Any] = {} if self.action_mask is None else {"action_mask": self.action_mask}
+            if self.acting is not None:  # a turn-based env: a waiting row stores nothing (buffers/rollout.py's GAE)
+                valid = valid & self.acting
+                masks["acting"] = self.acting
             learner.buffer.add(obs, out.actions, out.log_probs, out.values, rewards, terminated, done,
-                               ~self.prev_done, *recurrent, **masks)
+                               valid, *recurrent, **masks)
+        elif self.acting is not None:
+            raise ConfigError(f"env {env_name(self.envs)} is turn-based: its players' transitions span the other "
+                              f"players' moves, which only on-policy algorithms store; use algo=maskable_ppo or ppo")
         else:
             transition = (self.obs, actions, rewards, next_obs, terminated, done, ~self.prev_done)
             if state is None:
                 cast(ReplayStorage, learner.buffer).add(*transition)
             else:  # recurrent networks learn from sequences (the build pairs them with buffer=sequence)
                 cast(SequenceStorage, learner.buffer).add(*transition, state.starts, state.carry)
-        stats.transitions += n_envs - int(self.prev_done.sum())
+        stats.transitions += int(valid.sum())
         returns, lengths = finished_episodes(infos)
         stats.episode_returns.extend(returns.tolist())
         stats.episode_lengths.extend(lengths.tolist())
@@ -263,6 +274,7 @@ class Collector:
             self._agent_returns(stats, infos)
         self.obs = torch.as_tensor(next_obs, dtype=self.obs_dtype, device=self.device)
         self.action_mask = self._masks(infos)
+        self.acting = _acting(infos)
         self.episode_start = self.prev_done.copy()  # after a reset step comes a new episode's first step
         self.prev_done = done
         t3 = clock()
@@ -292,6 +304,8 @@ class Collector:
         """Finish an on-policy rollout (its returns and advantages), and account the phase's time."""
         if isinstance(learner, OnPolicyLearner):
             t0 = time.perf_counter()
+            if self.acting is not None:  # a turn-based env: who acts at the observations the rollout ends on
+                cast(Any, learner.buffer).last_acting = torch.as_tensor(self.acting, device=self.device)
             learner.algo.finish_rollout(learner.buffer, self.normalizer(self.obs), self._recurrent_state())
             self.buffer_s += time.perf_counter() - t0
         self._account(self.act_s, self.env_s, self.buffer_s)
@@ -301,3 +315,9 @@ class Collector:
         seconds["act"] += act_s
         seconds["env"] += env_s
         seconds["buffer"] += buffer_s
+
+
+def _acting(infos: dict[str, Any]) -> np.ndarray | None:
+    """A turn-based env's `info["acting"]` (envs/turn_based.py): the rows that act at the observations it returned."""
+    acting = infos.get("acting")
+    return None if acting is None else np.asarray(acting, dtype=bool).copy()

@@ -35,6 +35,7 @@ import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
+from rlcli.envs.turn_based import TurnBasedVectorEnv, is_turn_based
 from rlcli.registry import ENVS, ConfigError, require
 
 
@@ -90,7 +91,8 @@ class ParallelEnvSpec:
 
 
 def resolve_parallel_env(env_id: str | None) -> Any:
-    """`package.module` (its `parallel_env`) or `package.module:function` -> a function that makes the env."""
+    """`package.module` (its `parallel_env`, else its AEC `env`) or `package.module:function` -> a function that makes
+    the env."""
     if not env_id:
         raise ConfigError("env.id is not set; use env=<shipped multi-agent env> or env=pz env.id=<module> "
                           "(e.g. mpe2.simple_spread_v3, or module:function for your own ParallelEnv)")
@@ -105,11 +107,10 @@ def resolve_parallel_env(env_id: str | None) -> Any:
         if fn is None:
             raise ConfigError(f"env.id={env_id!r}: module '{module_name}' has no '{attr}'")
         return fn
-    fn = getattr(module, "parallel_env", None)
+    fn = getattr(module, "parallel_env", None) or getattr(module, "env", None)  # env(): an AEC (turn-based) env
     if fn is None:
-        aec = " it has only the AEC (turn-based) env," if hasattr(module, "env") else ""
-        raise ConfigError(f"env.id={env_id!r}: module '{module_name}' has no parallel_env();{aec} env=pz takes "
-                          "PettingZoo Parallel envs (module:function for a function that makes one)")
+        raise ConfigError(f"env.id={env_id!r}: module '{module_name}' has neither parallel_env() nor env(); env=pz "
+                          "takes PettingZoo Parallel or AEC envs (module:function for a function that makes one)")
     return fn
 
 
@@ -143,10 +144,8 @@ class ParallelVectorEnv(VectorEnv):
     def __init__(self, copies: list[Any], env_id: str, agents: list[str] | None, agent_id: bool,
                  critic_state: bool, joint: bool = False) -> None:
         first = copies[0]
-        if not _is_parallel(first):
-            raise ConfigError(f"env.id={env_id!r} made a {type(first).__name__}, an AEC (turn-based) env; env=pz takes "
-                              "PettingZoo Parallel envs: use the module's parallel_env() or "
-                              "pettingzoo.utils.conversions.aec_to_parallel")
+        if not _is_parallel(first):  # PettingZooEnvFactory makes a TurnBasedVectorEnv of AEC envs (envs/turn_based.py)
+            raise ConfigError(f"env.id={env_id!r} made a {type(first).__name__}, not a PettingZoo Parallel env")
         self.copies, self.env_id = copies, env_id
         possible = list(first.possible_agents)
         group = possible if agents is None else [str(a) for a in agents]
@@ -418,7 +417,10 @@ class PettingZooEnvFactory:
         self.goal = None  # no goal-conditioned multi-agent envs
         self.spec = ParallelEnvSpec(self.id, self.id, reward_threshold)
         probe = self._copies(1)
-        self.n_agents = probe.n_agents  # checks the agents and their spaces now, before any run state exists
+        # checks the agents and their spaces now, before any run state exists
+        self.n_agents = probe.n_players if isinstance(probe, TurnBasedVectorEnv) else probe.n_agents
+        self.turn_based = isinstance(probe, TurnBasedVectorEnv)  # an AEC env (envs/turn_based.py)
+        self.turn_masks = isinstance(probe, TurnBasedVectorEnv) and probe.has_masks
         probe.close()
 
     @property
@@ -426,30 +428,54 @@ class PettingZooEnvFactory:
         """env.reward_threshold: a team return (the sum over the group's agents) that stops the run."""
         return self.spec.reward_threshold
 
-    def _copies(self, count: int, render_mode: str | None = None) -> ParallelVectorEnv:
+    def _copies(self, count: int, render_mode: str | None = None,
+                vs_random: bool = False) -> ParallelVectorEnv | TurnBasedVectorEnv:
         kwargs = dict(self.kwargs, **({"render_mode": render_mode} if render_mode else {}))
         try:
             copies = [self.creator(**kwargs) for _ in range(count)]
         except TypeError as error:
             detail = (str(error).strip().splitlines() or [type(error).__name__])[-1]
             raise ConfigError(f"env {self.id} refused env.kwargs={self.kwargs}: {detail}") from None
+        if is_turn_based(copies[0]):  # an AEC env: self-play, one row per player (envs/turn_based.py)
+            self._check_turn_based(copies[0])
+            return TurnBasedVectorEnv(copies, self.id, self.agent_id, vs_random)
         vec = ParallelVectorEnv(copies, self.id, self.agents, self.agent_id, self.critic_state, self.joint)
         if not self.share_params:  # what the actor builds its per-agent networks from (actors/per_agent.py)
             vec.single_observation_space.separate_agents = SeparateAgents(  # type: ignore[attr-defined]
                 vec.n_agents, None if self.joint else vec.own_size, self.joint)
         return vec
 
+    def _check_turn_based(self, env: Any) -> None:
+        module = self.id.partition(":")[0]
+        if callable(getattr(importlib.import_module(module), "parallel_env", None)):  # simultaneous moves, as AEC
+            raise ConfigError(f"env.id={self.id!r} made a {type(env).__name__}, an AEC (turn-based) env; env=pz takes "
+                              f"PettingZoo Parallel envs where the module has one: use env.id={module} (its "
+                              "parallel_env()); turn-based games are those with env() alone (pettingzoo.classic)")
+        for key, value, why in (("agents", self.agents is not None, "every player is played by the one policy"),
+                                ("critic_state", self.critic_state, "algo=mappo's centralized critic"),
+                                ("joint", self.joint, "algo=vdn, qmix, masac, maddpg's joint transitions")):
+            if value:
+                raise ConfigError(f"env.{key}={getattr(self, key)}: env {self.id} is a turn-based (AEC) env, which "
+                                  f"env=pz trains by self-play ({why} is not built for it); use algo=maskable_ppo "
+                                  f"(or ppo, where the env has no action masks) with env.{key} unset")
+
     def make(self, num_envs: int, mode: str = "auto", *, gamma: float = 0.99, eval: bool = False,
              render: bool = False, masks: bool = False) -> VectorEnv:
         """Training envs: `num_envs` rows (num_envs / agents copies; joint mode: `num_envs` copies); test envs
         (`eval`): `num_envs` copies."""
-        if masks:
-            raise ConfigError(f"env {self.id}: env=pz passes no valid-action masks yet; use algo=ppo, ippo or mappo")
+        if self.turn_based:
+            if self.turn_masks and not masks:
+                raise ConfigError(f"env {self.id} is a turn-based (AEC) env with action masks, which this algorithm "
+                                  "cannot take (it would play illegal moves): use algo=maskable_ppo (the algorithms "
+                                  "that take masks)")
+        elif masks:
+            raise ConfigError(f"env {self.id}: env=pz passes no valid-action masks for Parallel envs yet; use "
+                              "algo=ppo, ippo or mappo")
         if mode not in ("auto", "sync"):
             raise ConfigError(f"train.vector_mode={mode}: env=pz steps its copies in this process; choose from: "
                               "auto, sync")
-        if eval:
-            return self._copies(num_envs, "rgb_array" if render else None)
+        if eval:  # turn-based: the policy against uniformly random players, one row per copy
+            return self._copies(num_envs, "rgb_array" if render else None, vs_random=True)
         if num_envs % self.n_agents and not self.joint:
             lower = max(self.n_agents, num_envs - num_envs % self.n_agents)
             raise ConfigError(f"train.num_envs={num_envs}: env {self.id} has {self.n_agents} agents, one row each, so "
