@@ -6,6 +6,7 @@ rl-train (the shipped env=tictactoe, an exact resume, one-line errors)."""
 
 import json
 import signal
+from types import SimpleNamespace
 
 import forked_cli
 import gymnasium as gym
@@ -23,10 +24,11 @@ from rlcli.actors.mlp import ActorCritic  # noqa: E402
 from rlcli.actors.normalizer import RunningNorm  # noqa: E402
 from rlcli.buffers.rollout import RolloutBuffer, compute_gae, compute_gae_turns  # noqa: E402
 from rlcli.collectors.local import Collector  # noqa: E402
-from rlcli.contracts import ActOutput, OnPolicyLearner  # noqa: E402
+from rlcli.contracts import ActOutput, OffPolicyLearner, OnPolicyLearner  # noqa: E402
 from rlcli.envs.masks import masks_from_infos  # noqa: E402
 from rlcli.envs.multiagent import PettingZooEnvFactory  # noqa: E402
 from rlcli.envs.turn_based import TurnBasedVectorEnv  # noqa: E402
+from rlcli.registry import ConfigError  # noqa: E402
 
 GAMMA, LAMBDA = 0.9, 0.8
 
@@ -35,7 +37,8 @@ class Turns(AECEnv):  # type: ignore[misc]
     """Players a and b move in turn, a first; the observation is [moves so far]. A move of action k pays the mover k
     and the other player -0.5 (it arrives while that one waits); action 2 wins: +10 to the mover, -10 to the other,
     both terminated. After `max_moves` moves both are truncated. Action 1 is legal only at an even move count; an
-    illegal move fails the test. The mask comes in the observation ({'observation', 'action_mask'}) or in info."""
+    illegal move fails the test. The mask comes in the observation ({'observation', 'action_mask'}), in info, or
+    (`none`) not at all, and then every move is legal."""
 
     metadata = {"name": "turns_v0", "render_modes": [], "is_parallelizable": False}
 
@@ -44,7 +47,7 @@ class Turns(AECEnv):  # type: ignore[misc]
         self.possible_agents = ["a", "b"]
         self.max_moves, self.mask_in = max_moves, mask_in
         box = gym.spaces.Box(0.0, 100.0, (1,), np.float32)
-        self._obs_space = box if mask_in == "info" else gym.spaces.Dict(
+        self._obs_space = box if mask_in in ("info", "none") else gym.spaces.Dict(
             {"observation": box, "action_mask": gym.spaces.Box(0, 1, (3,), np.int8)})
         self._act_space = gym.spaces.Discrete(3)
         self.t = 0
@@ -61,7 +64,7 @@ class Turns(AECEnv):  # type: ignore[misc]
 
     def observe(self, agent):
         obs = np.array([self.t], np.float32)
-        return obs if self.mask_in == "info" else {"observation": obs, "action_mask": self._mask(agent)}
+        return obs if self.mask_in in ("info", "none") else {"observation": obs, "action_mask": self._mask(agent)}
 
     def _set_infos(self):
         self.infos = {a: ({"action_mask": self._mask(a)} if self.mask_in == "info" else {}) for a in self.agents}
@@ -83,7 +86,7 @@ class Turns(AECEnv):  # type: ignore[misc]
             return
         mover = self.agent_selection
         other = "b" if mover == "a" else "a"
-        assert self._mask(mover)[action], f"illegal move {action} by {mover} at move {self.t}"
+        assert self.mask_in == "none" or self._mask(mover)[action], f"illegal move {action} by {mover} at {self.t}"
         self._cumulative_rewards[mover] = 0.0
         self._clear_rewards()
         self.rewards[mover] += float(action)
@@ -293,6 +296,25 @@ def test_a_masked_policy_never_plays_an_illegal_move_on_tictactoe_and_the_test_e
         for c in np.flatnonzero(infos.get("_episode", [])):
             returns.setdefault(int(c), float(infos["episode"]["r"][c]))
     assert set(returns.values()) <= {-1.0, 0.0, 1.0}
+
+
+def test_an_env_without_masks_takes_plain_ppo_and_refuses_a_masked_algorithm_and_off_policy_ones():
+    factory = PettingZooEnvFactory("test_multiagent_turns:turns", kwargs={"mask_in": "none"})
+    assert factory.turn_based and not factory.turn_masks and factory.n_agents == 2
+    with pytest.raises(ConfigError, match="needs valid-action masks, and the turn-based env test_multiagent_turns:"
+                                          "turns gives none"):
+        factory.make(2, masks=True)
+    envs = factory.make(2)
+    _, infos = envs.reset(seed=0)
+    assert infos["acting"].tolist() == [True, False]
+    learner = OffPolicyLearner(SimpleNamespace(act=lambda obs, state=None: ActOutput(  # type: ignore[arg-type]
+        torch.zeros(2, dtype=torch.long), torch.zeros(2), torch.zeros(2)), env_actions=lambda a: a,
+        steps_per_collect=1, episodes_per_collect=0), None)
+    collector = Collector(envs, RunningNorm((3,), enabled=False), torch.device("cpu"), seed=0)
+    with pytest.raises(ConfigError, match="turn-based: its players' transitions span the other players' moves"):
+        collector.collect(learner)
+    with pytest.raises(ConfigError, match="env.agents=.'a'.: env test_multiagent_turns:turns is a turn-based"):
+        PettingZooEnvFactory("test_multiagent_turns:turns", agents=["a"])
 
 
 # ----------------------------------------------------------------------------------------------- rl-train runs

@@ -468,6 +468,10 @@ class PettingZooEnvFactory:
                 raise ConfigError(f"env {self.id} is a turn-based (AEC) env with action masks, which this algorithm "
                                   "cannot take (it would play illegal moves): use algo=maskable_ppo (the algorithms "
                                   "that take masks)")
+            if masks and not self.turn_masks:
+                raise ConfigError(f"this algorithm needs valid-action masks, and the turn-based env {self.id} gives "
+                                  "none (neither a Dict observation {'observation', 'action_mask'} nor "
+                                  "info['action_mask']): use algo=ppo")
         elif masks:
             raise ConfigError(f"env {self.id}: env=pz passes no valid-action masks for Parallel envs yet; use "
                               "algo=ppo, ippo or mappo")
