@@ -201,6 +201,24 @@ def test_a_separate_parameter_mappo_run_stopped_after_a_checkpoint_resumes_bit_i
     assert final(stopped)["state"]["env_steps"] == 1024
 
 
+def test_turn_based_players_get_their_own_networks_and_act_among_the_legal_moves():
+    """A turn-based (AEC) game's players are rows with a one-hot too (envs/turn_based.py): with separate parameters
+    each player (seat) has its own network, masked acting included."""
+    pytest.importorskip("pettingzoo.classic")
+    factory = ENVS.build({"name": "pz", "id": "pettingzoo.classic.tictactoe_v3", "share_params": False})
+    envs = factory.make(4, masks=True)
+    space = envs.single_observation_space
+    assert space.separate_agents == SeparateAgents(2, space.shape[0] - 2, False)
+    net = ACTORS.build({"name": "mlp", "hidden_sizes": [8]}, observation_space=space,
+                       action_space=envs.single_action_space, heads="actor_critic")
+    assert isinstance(net, PerAgentActorCritic) and len(net.members) == 2
+    obs = torch.as_tensor(envs.reset(seed=0)[0])
+    mask = torch.zeros(4, 9, dtype=torch.bool)
+    mask[:, 4] = True
+    assert net.act(obs, action_mask=mask).actions.tolist() == [4, 4, 4, 4]
+    envs.close()
+
+
 def test_separate_parameters_without_the_agent_one_hot_are_one_line():
     with pytest.raises(ConfigError) as error:
         ENVS.build({"name": "pz", "id": "rlcli.envs.pz_toys:coop_match", "agent_id": False, "share_params": False})

@@ -436,13 +436,17 @@ class PettingZooEnvFactory:
         except TypeError as error:
             detail = (str(error).strip().splitlines() or [type(error).__name__])[-1]
             raise ConfigError(f"env {self.id} refused env.kwargs={self.kwargs}: {detail}") from None
+        vec: ParallelVectorEnv | TurnBasedVectorEnv
         if is_turn_based(copies[0]):  # an AEC env: self-play, one row per player (envs/turn_based.py)
             self._check_turn_based(copies[0])
-            return TurnBasedVectorEnv(copies, self.id, self.agent_id, vs_random)
-        vec = ParallelVectorEnv(copies, self.id, self.agents, self.agent_id, self.critic_state, self.joint)
+            vec = TurnBasedVectorEnv(copies, self.id, self.agent_id, vs_random)
+            agents = vec.n_players
+        else:
+            vec = ParallelVectorEnv(copies, self.id, self.agents, self.agent_id, self.critic_state, self.joint)
+            agents = vec.n_agents
         if not self.share_params:  # what the actor builds its per-agent networks from (actors/per_agent.py)
             vec.single_observation_space.separate_agents = SeparateAgents(  # type: ignore[attr-defined]
-                vec.n_agents, None if self.joint else vec.own_size, self.joint)
+                agents, None if self.joint else vec.own_size, self.joint)
         return vec
 
     def _check_turn_based(self, env: Any) -> None:
