@@ -330,6 +330,16 @@ def test_maskable_ppo_self_play_on_tictactoe_logs_each_players_return_and_tests_
     assert len(record["returns"]) == 6 and set(record["returns"]) <= {-1.0, 0.0, 1.0}  # the policy's own, vs random
     log = (run_dir / "train.log").read_text()
     assert "player_1" in log and "player_2" in log
+    out = forked_cli.run([str(run_dir), "episodes=4"], tmp_path, program="rl-eval")
+    assert out.returncode == 0 and "pettingzoo.classic.tictactoe_v3" in out.stdout, out.stderr
+    from pettingzoo.classic import tictactoe_v3
+
+    import rlcli
+
+    game = tictactoe_v3.env()
+    game.reset(seed=0)
+    with pytest.raises(rlcli.RlcliError, match="predict does not take the observations of the turn-based"):
+        rlcli.load(run_dir).predict({a: game.observe(a) for a in game.agents})
 
 
 @pytest.mark.parametrize(("args", "message"), [

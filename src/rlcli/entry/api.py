@@ -349,7 +349,10 @@ class Policy:
         try:
             vec = probe
             while not isinstance(vec, ParallelVectorEnv):
-                vec = vec.env
+                vec = getattr(vec, "env", None)
+                if vec is None:  # envs/turn_based.py's self-play runs
+                    raise RlcliError(f"predict does not take the observations of the turn-based (AEC) env "
+                                     f"{self.env_id} yet; rl-eval plays the policy against a random player")
             env = vec.copies[0]
             return AgentRows(list(vec.agent_names), list(env.possible_agents),
                              {name: vec.noop(env.action_space(name)) for name in vec.others},
