@@ -95,6 +95,21 @@ def test_each_row_goes_through_its_agents_own_actor_critic_and_no_other(action_s
         close(net.policy_params(obs)[agent == 1][..., :2], standalone[1].policy_params(obs[agent == 1])[..., :2])
 
 
+def test_a_rows_agent_is_read_from_its_one_hot_under_observation_normalization_too():
+    """env.normalize_obs=true rescales the one-hot columns as any other input; the row's own column stays the
+    largest (1 is above a column's running mean, 0 below), so the agent read from it is the same."""
+    from rlcli.actors.normalizer import RunningNorm
+    from rlcli.actors.per_agent import agent_index
+
+    obs, agent = rows(3)
+    norm = RunningNorm((OWN + N,), clip=5.0)
+    assert torch.equal(agent_index(norm(obs), OWN, N), agent)  # before any statistics
+    norm.update(obs)
+    normalized = norm(obs)
+    assert not torch.equal(normalized[:, OWN:], obs[:, OWN:])
+    assert torch.equal(agent_index(normalized, OWN, N), agent)
+
+
 @pytest.mark.parametrize("dueling", [False, True])
 def test_dqn_q_networks_route_rows_by_agent_and_joint_mode_by_the_agent_axis(dueling):
     """Row mode (algo=dqn on env=pz: independent Q-learners): agent i's rows get agent i's Q-values and gradient.
