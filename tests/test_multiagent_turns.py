@@ -265,6 +265,15 @@ def test_a_masked_policy_never_plays_an_illegal_move_on_tictactoe_and_the_test_e
         raise AssertionError("an illegal move")
 
     monkeypatch.setattr(EnvLogger, "warn_on_illegal_move", staticmethod(illegal))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # a tiny network's act: many threads on a busy machine cost 50x
+    try:
+        _illegal_moves_and_test_envs()
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _illegal_moves_and_test_envs():
     factory = PettingZooEnvFactory("pettingzoo.classic.tictactoe_v3")
     envs = factory.make(8, masks=True)
     net = ActorCritic(envs.single_observation_space, envs.single_action_space, [16], "tanh", shared=False,
@@ -315,6 +324,18 @@ def test_an_env_without_masks_takes_plain_ppo_and_refuses_a_masked_algorithm_and
         collector.collect(learner)
     with pytest.raises(ConfigError, match="env.agents=.'a'.: env test_multiagent_turns:turns is a turn-based"):
         PettingZooEnvFactory("test_multiagent_turns:turns", agents=["a"])
+    # test envs: the policy (action 0 here) against random play, in seat a of copy 0 and b of copy 1; a random a
+    # that wins with its opening move ends b's episode before b could move (a return of -10.5, one move long)
+    tests = factory.make(2, eval=True)
+    tests.reset(seed=0)
+    episodes: list[tuple[int, float, int]] = []
+    for _ in range(12):
+        _, _, terminated, truncated, infos = tests.step(np.zeros(2, np.int64))
+        for c in np.flatnonzero(infos.get("_episode", [])):
+            assert terminated[c] != truncated[c]
+            episodes.append((int(c), float(infos["episode"]["r"][c]), int(infos["episode"]["l"][c])))
+    assert (1, -10.5, 1) in episodes and {c for c, _, _ in episodes} == {0, 1}
+    assert all(r in (-10.5, -1.0, -0.5, 0.0, 10.0) for _, r, _ in episodes), episodes
 
 
 # ----------------------------------------------------------------------------------------------- rl-train runs
@@ -362,8 +383,8 @@ def test_bad_turn_based_configs_are_one_line(args, message, tmp_path):
 
 
 def test_a_self_play_run_stopped_after_its_first_checkpoint_resumes_bit_identically(tmp_path):
-    args = [*TINY, "train.total_steps=512", "train.checkpoint_every=128", "train.test_every=256",
-            "train.test_episodes=2", "train.log_every=128", *QUIET]
+    args = [*TINY, "train.total_steps=256", "train.checkpoint_every=64", "train.test_every=128",
+            "train.test_episodes=2", "train.log_every=64", *QUIET]
     straight = forked_cli.start([*args, f"hydra.run.dir={tmp_path / 'straight'}"], tmp_path)
     stopped = tmp_path / "stopped"
     proc = forked_cli.start([*args, f"hydra.run.dir={stopped}"], tmp_path)
@@ -373,9 +394,9 @@ def test_a_self_play_run_stopped_after_its_first_checkpoint_resumes_bit_identica
     assert proc.returncode == 128 + signal.SIGTERM, err
     _, err = straight.communicate(timeout=300)
     assert straight.returncode == 0, err
-    assert 0 < final(stopped)["state"]["env_steps"] < 512
+    assert 0 < final(stopped)["state"]["env_steps"] < 256
     resumed = forked_cli.run([f"resume={stopped}"], tmp_path)
     assert resumed.returncode == 0, resumed.stderr
     assert "resumed at" in (stopped / "train.log").read_text()
     assert_same_run(tmp_path / "straight", stopped)
-    assert final(stopped)["state"]["env_steps"] == 512
+    assert final(stopped)["state"]["env_steps"] == 256

@@ -243,6 +243,12 @@ class TurnBasedVectorEnv(VectorEnv):
             if self._needs_reset[c]:  # the reset step after the copy's episode: no reward, no row done
                 self._reset_copy(c, None)
                 continue
+            if self.vs_random and not self._alive[c, self.seats[c]]:  # the others ended the game before the seat
+                seat = self.seats[c]  # could move (in its opening): the episode ends here, the action unused
+                terminated[c, seat] = self._ended_by_termination[c, seat]
+                truncated[c, seat] = not terminated[c, seat]
+                self._needs_reset[c] = ended[c] = True
+                continue
             was_alive = self._alive[c].copy()
             mover = self.players.index(env.agent_selection)
             got, terminated[c], truncated[c] = self._move(c, int(actions[c if self.vs_random else c * n + mover]))
