@@ -5,7 +5,9 @@ across waiting steps against hand-computed advantages, masked acting never illeg
 rl-train (the shipped env=tictactoe, an exact resume, one-line errors)."""
 
 import json
+import os
 import signal
+from pathlib import Path
 from types import SimpleNamespace
 
 import forked_cli
@@ -367,7 +369,10 @@ def test_maskable_ppo_self_play_on_tictactoe_logs_each_players_return_and_tests_
     (["algo=ppo", "env=tictactoe"], "env pettingzoo.classic.tictactoe_v3 is a turn-based (AEC) env with action "
                                     "masks, which this algorithm cannot take (it would play illegal moves): use "
                                     "algo=maskable_ppo"),
-    (["algo=dqn", "env=tictactoe"], "use algo=maskable_ppo"),
+    (["algo=dqn", "env=tictactoe"], "algo=dqn is off-policy; env pettingzoo.classic.tictactoe_v3 is turn-based, "
+                                    "whose players' transitions span the other players' moves"),
+    (["algo=ppo", "actor=lstm", "env=pz", "env.id=test_multiagent_turns:turns", "+env.kwargs.mask_in=none"],
+     "actor=lstm is recurrent; env test_multiagent_turns:turns is turn-based"),
     (["algo=maskable_ppo", "env=tictactoe", "env.critic_state=true"], "env.critic_state=True: env "
                                                                       "pettingzoo.classic.tictactoe_v3 is a "
                                                                       "turn-based (AEC) env"),
@@ -375,7 +380,9 @@ def test_maskable_ppo_self_play_on_tictactoe_logs_each_players_return_and_tests_
                                                                  "pettingzoo.classic.tictactoe_v3 has 2 agents"),
 ])
 def test_bad_turn_based_configs_are_one_line(args, message, tmp_path):
-    done = forked_cli.run([*args, "train.total_steps=100", *QUIET, f"hydra.run.dir={tmp_path / 'run'}"], tmp_path)
+    tests = str(Path(__file__).parent)  # the toy's module
+    done = forked_cli.run([*args, "train.total_steps=100", *QUIET, f"hydra.run.dir={tmp_path / 'run'}"], tmp_path,
+                          env=dict(os.environ, PYTHONPATH=os.pathsep.join([tests, os.environ.get("PYTHONPATH", "")])))
     assert done.returncode != 0
     lines = [line for line in done.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and message in lines[0], done.stderr

@@ -29,6 +29,7 @@ inside the step, and the episode return is the policy's own (win - loss rate in 
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 import gymnasium as gym
@@ -48,6 +49,24 @@ def is_turn_based(env: Any) -> bool:
     return isinstance(env, AECEnv) or hasattr(env, "agent_selection")
 
 
+def check_turn_based(env_id: str, algo: str, spec: Any, ray: bool, actor: str) -> None:
+    """What a run on a turn-based env needs, in one line before any env is made: an on-policy algorithm (a player's
+    transition spans the other players' moves: the rollout's GAE folds them in, a replay cannot), a feed-forward
+    actor (a carry would step through the waiting steps) and collector=local."""
+    from rlcli.registry import ACTORS, ALGOS
+
+    if not spec.on_policy:
+        able = [n for n in ALGOS.names() if ALGOS.spec(n).on_policy and ALGOS.spec(n).action_masks]
+        raise ConfigError(f"algo={algo} is off-policy; env {env_id} is turn-based, whose players' transitions span "
+                          f"the other players' moves, which only the on-policy rollout stores: use algo="
+                          f"{', '.join(able)} (or ppo, where the env has no action masks)")
+    if ray:
+        raise ConfigError(f"collector=ray does not take turn-based envs (env {env_id}) yet; use collector=local")
+    if ACTORS.spec(actor).recurrent:
+        raise ConfigError(f"actor={actor} is recurrent; env {env_id} is turn-based, which recurrent actors do not "
+                          "take yet (the carry would step through the other players' moves): use actor=mlp")
+
+
 class TurnBasedVectorEnv(VectorEnv):
     """M copies of a PettingZoo AECEnv as a VectorEnv of M * N rows, or (`vs_random`: test envs) M rows, each the
     policy against uniformly random players (module docstring). Copy c is reset with seed `seed + c * rows_per_copy`."""
@@ -58,6 +77,7 @@ class TurnBasedVectorEnv(VectorEnv):
     def __init__(self, copies: list[Any], env_id: str, agent_id: bool, vs_random: bool = False) -> None:
         first = copies[0]
         self.copies, self.env_id, self.vs_random = copies, env_id, vs_random
+        self.spec = SimpleNamespace(id=env_id)  # type: ignore[assignment]  # what messages name the env by
         players = list(first.possible_agents)
         obs_space, act_space = first.observation_space(players[0]), first.action_space(players[0])
         for name in players[1:]:

@@ -37,6 +37,7 @@ from rlcli.contracts import (
 )
 from rlcli.envs import GymEnvFactory, VectorMode
 from rlcli.envs.masks import mask_width
+from rlcli.envs.turn_based import check_turn_based
 from rlcli.registry import ACTORS, ALGOS, BUFFERS, ENVS, ConfigError, check_kwargs, require
 from rlcli.run.algo_defaults import CONTEXT
 from rlcli.run.offline import MAKE_ONE, OfflineData
@@ -293,6 +294,8 @@ def build(cfg: DictConfig, start_workers: bool = True) -> Components:
     if offline is not None and offline.settings.normalize_obs:
         env_factory.normalize_obs = True  # the networks' normalizer, set from the dataset below and never updated
     masks = spec.action_masks
+    if getattr(env_factory, "turn_based", False):  # env=pz with a PettingZoo AEC env (envs/turn_based.py)
+        check_turn_based(env_factory.spec.id, str(algo_cfg["name"]), spec, rays is not None, str(cfg.actor.name))
     test_envs = env_factory.make(settings.test_episodes, settings.vector_mode, eval=True, masks=masks)
     envs = test_envs
     video_envs = None
