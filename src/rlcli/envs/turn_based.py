@@ -179,7 +179,10 @@ class TurnBasedVectorEnv(VectorEnv):
 
     def _rewards_since(self, c: int) -> np.ndarray:
         """What each player received since the last reading (PettingZoo's _cumulative_rewards, per player)."""
-        cumulative = self.copies[c].unwrapped._cumulative_rewards
+        raw = self.copies[c].unwrapped
+        cumulative = getattr(raw, "_cumulative_rewards", None)
+        if cumulative is None:  # an env that keeps no running count: its `rewards`, the last step's
+            return np.array([float(raw.rewards.get(name, 0.0)) for name in self.players])
         now = np.array([float(cumulative.get(name, self._seen[c, i])) for i, name in enumerate(self.players)])
         got, self._seen[c] = now - self._seen[c], now
         return got
@@ -193,7 +196,8 @@ class TurnBasedVectorEnv(VectorEnv):
         i = self.players.index(mover)
         # last() gave the mover everything since its last turn: its count starts again (PettingZoo's step does the
         # same; an env that leaves it to the end of the game gets it here)
-        raw._cumulative_rewards[mover] = 0.0
+        if getattr(raw, "_cumulative_rewards", None) is not None:
+            raw._cumulative_rewards[mover] = 0.0
         self._seen[c, i] = 0.0
         env.step(action)
         self._lengths[c] += 1
