@@ -371,6 +371,11 @@ def test_maskable_ppo_self_play_on_tictactoe_logs_each_players_return_and_tests_
                                     "algo=maskable_ppo"),
     (["algo=dqn", "env=tictactoe"], "algo=dqn is off-policy; env pettingzoo.classic.tictactoe_v3 is turn-based, "
                                     "whose players' transitions span the other players' moves"),
+    (["algo=rnd_ppo", "env=pz", "env.id=test_multiagent_turns:turns", "+env.kwargs.mask_in=none"],
+     "algo=rnd_ppo computes its own returns from the rollout, which on turn-based env test_multiagent_turns:turns "
+     "would not span the other players' moves"),
+    (["algo=pqn", "env=pz", "env.id=test_multiagent_turns:turns", "+env.kwargs.mask_in=none"],
+     "algo=pqn computes its own returns"),
     (["algo=ppo", "actor=lstm", "env=pz", "env.id=test_multiagent_turns:turns", "+env.kwargs.mask_in=none"],
      "actor=lstm is recurrent; env test_multiagent_turns:turns is turn-based"),
     (["algo=maskable_ppo", "env=tictactoe", "env.critic_state=true"], "env.critic_state=True: env "

@@ -55,6 +55,10 @@ class AlgoSpec:
     # the batched update a population of its runs takes (hydra/launcher=population, sweeps/population/kinds.py);
     # None: a population sweep trains its jobs one at a time. The lists of what can batch are read from here.
     population: PopulationKind | None = None
+    # on-policy: its advantages and returns are the rollout's own (`RolloutStorage.compute_returns`, GAE), which on a
+    # turn-based env folds a player's waiting steps into its transition (envs/turn_based.py); False where the
+    # algorithm computes its own from the rollout (rnd_ppo's two streams, pqn's Q(lambda)), which would not
+    rollout_returns: bool = True
 
     @property
     def heads(self) -> Literal["actor_critic", "recipe"]:

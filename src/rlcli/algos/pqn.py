@@ -85,7 +85,8 @@ class LayerNormQNetwork(nn.Module):
 
 
 @ALGOS.register("pqn", spec=AlgoSpec(on_policy=True, action_spaces=("Discrete",), networks=("mlp", "cnn"),
-                                     network_kind="recipe", compiles=True, population="on_policy"))
+                                     network_kind="recipe", compiles=True, population="on_policy",
+                                     rollout_returns=False))
 class PQN:
     """Its update is written for a runner (algos/runner.py), as PPO's is."""
 

@@ -72,7 +72,7 @@ def check_flat_observations(space: gym.spaces.Space, env_id: str) -> None:
 
 
 @ALGOS.register("rnd_ppo", spec=AlgoSpec(on_policy=True, networks=("mlp",), value_outputs=2, compiles=True,
-                                          check_observations=check_flat_observations))
+                                          check_observations=check_flat_observations, rollout_returns=False))
 class RNDPPO(PPO):
     """PPO whose network has two value heads (extrinsic, intrinsic) plus the RND bonus; see the module doc."""
 

@@ -60,6 +60,10 @@ def check_turn_based(env_id: str, algo: str, spec: Any, ray: bool, actor: str) -
         raise ConfigError(f"algo={algo} is off-policy; env {env_id} is turn-based, whose players' transitions span "
                           f"the other players' moves, which only the on-policy rollout stores: use algo="
                           f"{', '.join(able)} (or ppo, where the env has no action masks)")
+    if not spec.rollout_returns:
+        able = [n for n in ALGOS.names() if ALGOS.spec(n).on_policy and ALGOS.spec(n).rollout_returns]
+        raise ConfigError(f"algo={algo} computes its own returns from the rollout, which on turn-based env {env_id} "
+                          f"would not span the other players' moves; use algo={', '.join(able)}")
     if ray:
         raise ConfigError(f"collector=ray does not take turn-based envs (env {env_id}) yet; use collector=local")
     if ACTORS.spec(actor).recurrent:
