@@ -249,7 +249,10 @@ def test_separate_parameters_without_the_agent_one_hot_are_one_line():
     (["algo=ippo", "env=coop_match", "env.share_params=false", "actor=lstm"],
      "env.share_params=false gives each agent its own actor=mlp network; actor=lstm has no per-agent version: use "
      "actor=mlp, or env.share_params=true"),
-], ids=["single-agent-env", "recurrent-actor"])
+    (["algo=pqn", "env=coop_match", "env.share_params=false"],
+     "env.share_params=false: algo=pqn builds its own networks, which have no per-agent version; use "
+     "env.share_params=true"),
+], ids=["single-agent-env", "recurrent-actor", "algo-without-per-agent-networks"])
 def test_bad_separate_parameter_settings_are_one_line(args, message, tmp_path):
     done = forked_cli.run([*args, "train.total_steps=64", *QUIET, f"hydra.run.dir={tmp_path / 'run'}"], tmp_path)
     assert done.returncode != 0

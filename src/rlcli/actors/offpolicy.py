@@ -52,10 +52,21 @@ class NetworkRecipe:
     # env.share_params=false: the networks that `make` and QNetwork / Critics build get a copy per agent
     # (actors/per_agent.py); `features` and `mlp` build one network, as for a shared group
     agents: SeparateAgents | None = None
+    # the per-agent networks built from this recipe and the copies `dataclasses.replace` makes of it (one list, shared
+    # by them): an algorithm that builds its networks itself from the settings has none (`check_per_agent`)
+    per_agent_built: list[str] = field(default_factory=list, repr=False, compare=False)
 
     def shared(self) -> NetworkRecipe:
         """This recipe for one network (an agent's copy)."""
-        return dataclasses.replace(self, agents=None)
+        return dataclasses.replace(self, agents=None, per_agent_built=[])
+
+    def check_per_agent(self, algo: str) -> None:
+        """After the algorithm is built: with env.share_params=false, one line where it built no per-agent network
+        (it makes its networks itself from the settings, e.g. algo=pqn, crossq), rather than silently sharing."""
+        if self.agents is not None and not self.per_agent_built:
+            raise ConfigError(f"env.share_params=false: algo={algo} builds its own networks, which have no per-agent "
+                              "version; use env.share_params=true, or algo=ppo, ippo, mappo, dqn, sac, td3, vdn, qmix, "
+                              "masac, maddpg")
 
     def mlp(self, in_features: int, sizes: list[int]) -> tuple[nn.Sequential, int]:
         body = mlp(in_features, sizes, self.activation)
@@ -84,6 +95,7 @@ class NetworkRecipe:
         """obs -> obs extractor -> common layers -> linear(out_features); a copy per agent with `agents`."""
         if self.agents is not None:
             one = self.shared()
+            self.per_agent_built.append("make")
             return per_agent(self.agents, lambda: one.make(out_features, out_gain))
         obs_net, common, width = self.features()
         return nn.Sequential(obs_net, common, self.head(width, out_features, out_gain))
@@ -98,6 +110,7 @@ class QNetwork(nn.Module):
         self.agents: nn.Module | None = None
         if torso.agents is not None:  # env.share_params=false: a whole Q-network per agent
             one = torso.shared()
+            torso.per_agent_built.append("QNetwork")
             self.agents = per_agent(torso.agents, lambda: QNetwork(one, n_actions, dueling))
         elif dueling:
             obs_net, common, width = torso.features()
@@ -145,6 +158,7 @@ class Critics(nn.Module):
         if agents is None or agents.joint:  # joint mode: a centralized critic of the team, one network
             self.nets = nn.ModuleList(QValue(one, action_dim, outputs) for _ in range(n))
         else:  # row mode with env.share_params=false: each critic a copy per agent
+            torso.per_agent_built.append("Critics")
             self.nets = nn.ModuleList(per_agent(agents, lambda: QValue(one, action_dim, outputs)) for _ in range(n))
 
     def forward(self, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:

@@ -14,8 +14,10 @@ through its agent's copy:
 
 On-policy networks (`PerAgentActorCritic`): each agent has its own policy and its own value network (MAPPO's
 centralized critic too: every agent its own value function of the global state), and its own Gaussian log std.
-Off-policy networks (actors/offpolicy.py): Q-networks and policies per agent; algo=masac and maddpg's centralized
-critics stay one network (they read the team's state and joint action, which has no agent axis).
+Off-policy networks (actors/offpolicy.py): Q-networks and policies per agent, and in row mode the critics of SAC and
+TD3 too; algo=masac and maddpg's centralized critics stay one network (they read the team's state and joint action,
+which has no agent axis). An algorithm that builds its networks from the recipe's settings itself (algo=pqn, crossq)
+gets no copies, which `NetworkRecipe.check_per_agent` says in one line after it is built.
 """
 
 from __future__ import annotations

@@ -10,6 +10,7 @@ from omegaconf import DictConfig, OmegaConf
 
 import rlcli.actors  # noqa: F401  (registers the network recipes)
 import rlcli.algos  # noqa: F401  (registers the algorithms)
+from rlcli.actors.offpolicy import NetworkRecipe
 from rlcli.algos.addons import build_addons
 from rlcli.contracts import AlgoSpec, NetworkSpec, RecurrentNetworks
 from rlcli.envs import GymEnvFactory
@@ -80,6 +81,8 @@ def build_agent(cfg: DictConfig, env_factory: GymEnvFactory, obs_space: Any, act
         algo = ALGOS.build(algo_cfg, networks=built, num_envs=num_envs, **({"policy_addons": addons} if addons else {}))
     else:
         algo = ALGOS.build(algo_cfg, recipe=built, action_space=act_space, num_envs=num_envs)
+        if isinstance(built, NetworkRecipe):  # env.share_params=false: the algorithm built per-agent networks
+            built.check_per_agent(algo_cfg["name"])
         algo.networks.to(device)
     check_contract(algo, algo_cfg["name"], spec)
     carry_size = algo.networks.carry_size if isinstance(algo.networks, RecurrentNetworks) else 0
