@@ -376,6 +376,9 @@ def test_maskable_ppo_self_play_on_tictactoe_logs_each_players_return_and_tests_
      "would not span the other players' moves"),
     (["algo=pqn", "env=pz", "env.id=test_multiagent_turns:turns", "+env.kwargs.mask_in=none"],
      "algo=pqn computes its own returns"),
+    (["algo=ppo", "env=gym", "env.id=pettingzoo.classic.tictactoe_v3"],
+     "env.id='pettingzoo.classic.tictactoe_v3' is a PettingZoo AEC (turn-based) env (many agents); use env=pz "
+     "env.id=pettingzoo.classic.tictactoe_v3"),
     (["algo=ppo", "actor=lstm", "env=pz", "env.id=test_multiagent_turns:turns", "+env.kwargs.mask_in=none"],
      "actor=lstm is recurrent; env test_multiagent_turns:turns is turn-based"),
     (["algo=maskable_ppo", "env=tictactoe", "env.critic_state=true"], "env.critic_state=True: env "

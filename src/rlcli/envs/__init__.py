@@ -31,7 +31,7 @@ from rlcli.envs.dict_obs import has_images, pack_dict_observations
 from rlcli.envs.goals import GoalLayout, goal_layout
 from rlcli.envs.image import image_wrappers
 from rlcli.envs.masks import ActionMaskInInfo
-from rlcli.envs.multiagent import ParallelEnvSpec, is_parallel_env_id
+from rlcli.envs.multiagent import ParallelEnvSpec, pettingzoo_kind
 from rlcli.envs.wrappers import SparseReward, TimeFeature, one_hot_encodable, one_hot_observations
 from rlcli.registry import ENVS, ConfigError, did_you_mean, require
 
@@ -60,8 +60,9 @@ def python_env_missing(env_id: str, load: str = "<run dir or file>", resume: str
 
 def resolve_env_id(env_id: str | None) -> gym.envs.registration.EnvSpec | ParallelEnvSpec:
     """Look a gymnasium id up (importing `module` first for `module:Env-v0`), or fail in one line. A PettingZoo
-    Parallel env's id (env=pz: a module with parallel_env(), or module:function) gives its ParallelEnvSpec."""
-    if env_id and env_id not in gym.registry and is_parallel_env_id(env_id):
+    Parallel or AEC env's id (env=pz: a module with parallel_env(), or env(), or module:function) gives its
+    ParallelEnvSpec."""
+    if env_id and env_id not in gym.registry and pettingzoo_kind(env_id):
         return ParallelEnvSpec(env_id, env_id)
     if not env_id:
         raise ConfigError("env.id is not set; use env=<shipped id> or env=gym env.id=<gymnasium id>")
@@ -127,7 +128,8 @@ class GymEnvFactory:
     ) -> None:
         spec = resolve_env_id(id)
         if isinstance(spec, ParallelEnvSpec):
-            raise ConfigError(f"env.id={id!r} is a PettingZoo Parallel env (many agents); use env=pz env.id={id}")
+            raise ConfigError(f"env.id={id!r} is a PettingZoo {pettingzoo_kind(str(id))} env (many agents); use env=pz "
+                              f"env.id={id}")
         if critic_state:  # set by algo=mappo
             raise ConfigError(f"env.critic_state=true (algo=mappo's centralized critic) needs a multi-agent env; "
                               f"env {id} has one agent: use algo=ppo, or env=pz (e.g. env=simple_spread_v3)")

@@ -114,15 +114,21 @@ def resolve_parallel_env(env_id: str | None) -> Any:
     return fn
 
 
-def is_parallel_env_id(env_id: str) -> bool:
-    """Whether `env_id` names a PettingZoo Parallel env's maker (a module with parallel_env(), or module:function
-    where module has that function); False where it does not import."""
+def pettingzoo_kind(env_id: str) -> str | None:
+    """"Parallel" where `env_id` names a PettingZoo Parallel env's maker (a module with parallel_env(), or
+    module:function where module has that function), "AEC (turn-based)" where it names a PettingZoo module with only
+    the AEC env (env() and raw_env(), PettingZoo's layout: pettingzoo.classic.tictactoe_v3), else None (also where it
+    does not import)."""
     module_name, _, attr = env_id.partition(":")
     try:
         module = importlib.import_module(module_name)
     except Exception:  # noqa: BLE001  (not a module at all: a gymnasium id, which resolve_env_id words)
-        return False
-    return callable(getattr(module, attr or "parallel_env", None))
+        return None
+    if callable(getattr(module, attr or "parallel_env", None)):
+        return "Parallel"
+    if not attr and callable(getattr(module, "env", None)) and callable(getattr(module, "raw_env", None)):
+        return "AEC (turn-based)"
+    return None
 
 
 def _is_parallel(env: Any) -> bool:
@@ -133,21 +139,22 @@ def _is_parallel(env: Any) -> bool:
     return isinstance(env, ParallelEnv) or (hasattr(env, "possible_agents") and hasattr(env, "step"))
 
 
-class ParallelVectorEnv(VectorEnv):
-    """M copies of a PettingZoo ParallelEnv as a VectorEnv of M * N rows (module docstring). Copy c is reset
-    with seed `seed + c * N`, so its rows' seeds never overlap another copy's (and a copy whose agents are
-    independent single-agent envs can seed agent i with `seed + i`, as a single-agent vector env of M * N envs)."""
+class AgentRowsEnv(VectorEnv):
+    """The layout of a multi-agent env's M copies as rows (module docstring), shared by env=pz (ParallelVectorEnv:
+    PettingZoo copies, stepped one by one) and env=vmas (envs/vmas.py: VMAS's copies, one batched torch env): the
+    spaces, the observation buffer `_obs` [copies, agents, size] and the episode counters, and a step's outputs and
+    infos from [copies, agents] arrays (`_outputs`). A subclass writes each agent's own observation into
+    `_obs[..., :own_size]` and the global state into `_obs[..., -state_size:]`, keeps `_active`, `_returns`,
+    `_other_returns` and `_lengths`, and returns `_outputs(...)` from its step."""
 
     metadata = {"autoreset_mode": AutoresetMode.NEXT_STEP}
-    state_capturable = True
 
-    def __init__(self, copies: list[Any], env_id: str, agents: list[str] | None, agent_id: bool,
-                 critic_state: bool, joint: bool = False) -> None:
-        first = copies[0]
-        if not _is_parallel(first):  # PettingZooEnvFactory makes a TurnBasedVectorEnv of AEC envs (envs/turn_based.py)
-            raise ConfigError(f"env.id={env_id!r} made a {type(first).__name__}, not a PettingZoo Parallel env")
-        self.copies, self.env_id = copies, env_id
-        possible = list(first.possible_agents)
+    def _init_layout(self, env_id: str, kind: str, possible: list[str], agents: list[str] | None,
+                     observation_space: Any, action_space: Any, num_copies: int, agent_id: bool, critic_state: bool,
+                     joint: bool, state_size: int) -> None:
+        """The group (`agents`, default every one of `possible`) and its spaces (`observation_space(name)`,
+        `action_space(name)`, gymnasium spaces) checked, then the layout's spaces and buffers; `kind` names the env
+        kind in messages (env=pz)."""
         group = possible if agents is None else [str(a) for a in agents]
         for name in group:
             if name not in possible:
@@ -155,31 +162,28 @@ class ParallelVectorEnv(VectorEnv):
                                   f"{', '.join(possible)}")
         require(len(group) > 0 and len(set(group)) == len(group), "env.agents", group,
                 f"must name distinct agents among: {', '.join(possible)}")
+        self.possible_agents = list(possible)
         self.agent_names, self.others = group, [a for a in possible if a not in group]
-        obs_space, act_space = first.observation_space(group[0]), first.action_space(group[0])
+        obs_space, act_space = observation_space(group[0]), action_space(group[0])
         for name in group[1:]:
-            for kind, space, ref in (("observation", first.observation_space(name), obs_space),
-                                     ("action", first.action_space(name), act_space)):
+            for what, space, ref in (("observation", observation_space(name), obs_space),
+                                     ("action", action_space(name), act_space)):
                 if space != ref:
-                    raise ConfigError(f"env.agents: agent {name!r} of {env_id} has the {kind} space {space}, "
+                    raise ConfigError(f"env.agents: agent {name!r} of {env_id} has the {what} space {space}, "
                                       f"{group[0]!r} has {ref}; one group shares one network, so its agents must share "
                                       "spaces (list agents with equal spaces in env.agents; rlcli does not pad)")
         if not isinstance(obs_space, gym.spaces.Box):
-            raise ConfigError(f"env {env_id}: agent {group[0]!r} has {obs_space} observations; env=pz takes Box ones")
+            raise ConfigError(f"env {env_id}: agent {group[0]!r} has {obs_space} observations; {kind} takes Box ones")
         if joint and not isinstance(act_space, gym.spaces.Discrete | gym.spaces.Box):
             raise ConfigError(f"env.joint=true needs Discrete actions (algo=vdn, qmix) or Box ones (algo=masac, "
                               f"maddpg); agent {group[0]!r} of {env_id} has {act_space}")
-        self.n_agents, self.num_copies, self.joint = len(group), len(copies), joint
+        self.n_agents, self.num_copies, self.joint = len(group), num_copies, joint
         # joint mode: a Box agent's action line goes back to its own shape
         self._agent_action_shape = act_space.shape if isinstance(act_space, gym.spaces.Box) else None
         self.num_envs = self.num_copies * (1 if joint else self.n_agents)
         self.own_size = int(np.prod(obs_space.shape))
         self.agent_id, self.critic_state = agent_id, critic_state
-        self._use_env_state = (critic_state or joint) and self._has_state(first)
-        self.state_size = 0
-        if critic_state or joint:
-            self.state_size = (int(np.prod(first.state_space.shape)) if self._use_env_state
-                               else sum(int(np.prod(first.observation_space(a).shape)) for a in possible))
+        self.state_size = state_size
         policy_size = self.own_size + (self.n_agents if agent_id else 0)
         self.active_column = policy_size if joint else None  # joint mode: each agent's `active` flag
         size = policy_size + int(joint) + self.state_size
@@ -209,13 +213,86 @@ class ParallelVectorEnv(VectorEnv):
         self._obs = np.zeros((m, n, size), np.float32)
         if agent_id:
             self._obs[:, :, self.own_size:policy_size] = np.eye(n, dtype=np.float32)
-        self._alive = np.zeros((m, n), bool)
         self._active = np.zeros((m, n), bool)  # joint mode: what the `active` flags say (module docstring)
-        self._ended_by_termination = np.zeros((m, n), bool)
-        self._needs_reset = np.zeros(m, bool)
         self._returns = np.zeros((m, n))
         self._other_returns = np.zeros(m)  # the agents outside the group: their rewards' sum, for the team sum
         self._lengths = np.zeros(m, np.int64)
+
+    def _observations(self) -> np.ndarray:
+        return self._obs.copy() if self.joint else self._obs.reshape(self.num_envs, -1).copy()
+
+    def _joint_action(self, action: Any) -> Any:
+        return action if self._agent_action_shape is None else action.reshape(self._agent_action_shape)
+
+    def noop(self, space: gym.spaces.Space[Any]) -> Any:
+        """What an agent outside the group does: nothing (action 0, a zero vector clipped into its bounds)."""
+        if isinstance(space, gym.spaces.Box):
+            return np.clip(np.zeros(space.shape, space.dtype), space.low, space.high)
+        return np.zeros(space.shape, space.dtype) if space.shape else 0
+
+    def _outputs(self, rewards: np.ndarray, terminated: np.ndarray, truncated: np.ndarray, ended: np.ndarray
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        """A step's outputs from each agent's reward and flags [copies, agents] and the copies whose episode `ended`
+        (counters already updated): rows, or in joint mode one row per copy (module docstring)."""
+        if self.joint:
+            return self._joint_step(rewards, ended)
+        m, n = self.num_copies, self.n_agents
+        infos: dict[str, Any] = {}
+        if ended.any():
+            team, everyone = np.zeros((m, n)), np.zeros((m, n))
+            team[:, 0] = self._returns.sum(axis=1)  # the team sum, never divided
+            everyone[:, 0] = team[:, 0] + self._other_returns  # with the agents outside the group (env.agents)
+            rows_ended = np.zeros((m, n), bool)
+            rows_ended[:, 0] = ended
+            lengths = np.zeros((m, n), np.int64)
+            lengths[:, 0] = self._lengths
+            infos = {"episode": {"r": team.reshape(-1), "l": lengths.reshape(-1)}, "_episode": rows_ended.reshape(-1),
+                     "agent_episode": {"r": self._returns.reshape(-1).copy()},
+                     "team_episode": {"r": everyone.reshape(-1)},
+                     "_agent_episode": np.repeat(ended, n)}
+        return (self._obs.reshape(self.num_envs, -1).copy(), rewards.reshape(-1), terminated.reshape(-1),
+                truncated.reshape(-1), infos)
+
+    def _joint_step(self, rewards: np.ndarray, ended: np.ndarray
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        """Joint mode's step output: a row per copy, its team reward, and its episode's end (module docstring)."""
+        terminated = ended & ~self._active.any(axis=1)
+        truncated = ended & ~terminated
+        infos: dict[str, Any] = {}
+        if ended.any():
+            team = self._returns.sum(axis=1)
+            infos = {"episode": {"r": team, "l": self._lengths.copy()}, "_episode": ended.copy(),
+                     "agent_episode": {"r": self._returns.reshape(-1).copy()},
+                     "team_episode": {"r": team + self._other_returns},
+                     "_agent_episode": np.repeat(ended, self.n_agents)}
+        return self._obs.copy(), rewards.sum(axis=1), terminated, truncated, infos
+
+
+class ParallelVectorEnv(AgentRowsEnv):
+    """M copies of a PettingZoo ParallelEnv as a VectorEnv of M * N rows (module docstring). Copy c is reset
+    with seed `seed + c * N`, so its rows' seeds never overlap another copy's (and a copy whose agents are
+    independent single-agent envs can seed agent i with `seed + i`, as a single-agent vector env of M * N envs)."""
+
+    state_capturable = True
+
+    def __init__(self, copies: list[Any], env_id: str, agents: list[str] | None, agent_id: bool,
+                 critic_state: bool, joint: bool = False) -> None:
+        first = copies[0]
+        if not _is_parallel(first):  # PettingZooEnvFactory makes a TurnBasedVectorEnv of AEC envs (envs/turn_based.py)
+            raise ConfigError(f"env.id={env_id!r} made a {type(first).__name__}, not a PettingZoo Parallel env")
+        self.copies, self.env_id = copies, env_id
+        possible = list(first.possible_agents)
+        self._use_env_state = (critic_state or joint) and self._has_state(first)
+        state_size = 0
+        if critic_state or joint:
+            state_size = (int(np.prod(first.state_space.shape)) if self._use_env_state
+                          else sum(int(np.prod(first.observation_space(a).shape)) for a in possible))
+        self._init_layout(env_id, "env=pz", possible, agents, first.observation_space, first.action_space,
+                          len(copies), agent_id, critic_state, joint, state_size)
+        m, n = self.num_copies, self.n_agents
+        self._alive = np.zeros((m, n), bool)
+        self._ended_by_termination = np.zeros((m, n), bool)
+        self._needs_reset = np.zeros(m, bool)
 
     @staticmethod
     def _has_state(env: Any) -> bool:
@@ -266,18 +343,6 @@ class ParallelVectorEnv(VectorEnv):
             self._reset_copy(c, copy_seed)
         return self._observations(), {}
 
-    def _observations(self) -> np.ndarray:
-        return self._obs.copy() if self.joint else self._obs.reshape(self.num_envs, -1).copy()
-
-    def _joint_action(self, action: Any) -> Any:
-        return action if self._agent_action_shape is None else action.reshape(self._agent_action_shape)
-
-    def noop(self, space: gym.spaces.Space[Any]) -> Any:
-        """What an agent outside the group does: nothing (action 0, a zero vector clipped into its bounds)."""
-        if isinstance(space, gym.spaces.Box):
-            return np.clip(np.zeros(space.shape, space.dtype), space.low, space.high)
-        return np.zeros(space.shape, space.dtype) if space.shape else 0
-
     def step(self, actions: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         m, n = self.num_copies, self.n_agents
         actions = np.asarray(actions)
@@ -325,37 +390,7 @@ class ParallelVectorEnv(VectorEnv):
                 ended[c] = True
                 gone = ~terminated[c] & ~truncated[c]  # the group's episode ends for every row of the copy
                 truncated[c] |= gone
-        if self.joint:
-            return self._joint_step(rewards, ended)
-        infos: dict[str, Any] = {}
-        if ended.any():
-            team, everyone = np.zeros((m, n)), np.zeros((m, n))
-            team[:, 0] = self._returns.sum(axis=1)  # the team sum, never divided
-            everyone[:, 0] = team[:, 0] + self._other_returns  # with the agents outside the group (env.agents)
-            rows_ended = np.zeros((m, n), bool)
-            rows_ended[:, 0] = ended
-            lengths = np.zeros((m, n), np.int64)
-            lengths[:, 0] = self._lengths
-            infos = {"episode": {"r": team.reshape(-1), "l": lengths.reshape(-1)}, "_episode": rows_ended.reshape(-1),
-                     "agent_episode": {"r": self._returns.reshape(-1).copy()},
-                     "team_episode": {"r": everyone.reshape(-1)},
-                     "_agent_episode": np.repeat(ended, n)}
-        return (self._obs.reshape(self.num_envs, -1).copy(), rewards.reshape(-1), terminated.reshape(-1),
-                truncated.reshape(-1), infos)
-
-    def _joint_step(self, rewards: np.ndarray, ended: np.ndarray
-                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
-        """Joint mode's step output: a row per copy, its team reward, and its episode's end (module docstring)."""
-        terminated = ended & ~self._active.any(axis=1)
-        truncated = ended & ~terminated
-        infos: dict[str, Any] = {}
-        if ended.any():
-            team = self._returns.sum(axis=1)
-            infos = {"episode": {"r": team, "l": self._lengths.copy()}, "_episode": ended.copy(),
-                     "agent_episode": {"r": self._returns.reshape(-1).copy()},
-                     "team_episode": {"r": team + self._other_returns},
-                     "_agent_episode": np.repeat(ended, self.n_agents)}
-        return self._obs.copy(), rewards.sum(axis=1), terminated, truncated, infos
+        return self._outputs(rewards, terminated, truncated, ended)
 
     def render(self) -> tuple[Any, ...] | None:
         """One frame per copy (envs made with render_mode='rgb_array')."""
