@@ -4,7 +4,6 @@ vs truncated), VDN's and QMIX's TD targets against a hand-written reference, the
 of rl-train (one-line errors, an exact resume, learning the cooperative toy)."""
 
 import json
-import signal
 
 import forked_cli
 import numpy as np
@@ -14,7 +13,7 @@ import torch
 pytest.importorskip("pettingzoo")
 from pettingzoo import ParallelEnv  # noqa: E402
 from test_multiagent import QUIET, train  # noqa: E402
-from test_resume import assert_same_run, final, wait_for_checkpoint  # noqa: E402
+from test_resume import assert_sigterm_then_resume_is_exact  # noqa: E402
 
 from rlcli.actors.mixers import QMixer  # noqa: E402
 from rlcli.actors.normalizer import RunningNorm  # noqa: E402
@@ -271,21 +270,7 @@ def test_a_vdn_run_stopped_after_its_first_checkpoint_resumes_bit_identically(tm
             "train.test_every=600", "train.test_episodes=2", "train.log_every=200", "algo.learning_starts=200",
             "algo.train_freq=4", "algo.gradient_steps=2", "algo.target_update_interval=200",
             "actor.hidden_sizes=[16]", *QUIET]
-    straight = forked_cli.start([*args, f"hydra.run.dir={tmp_path / 'straight'}"], tmp_path)
-    stopped = tmp_path / "stopped"
-    proc = forked_cli.start([*args, f"hydra.run.dir={stopped}"], tmp_path)
-    wait_for_checkpoint(stopped, proc)
-    proc.send_signal(signal.SIGTERM)
-    _, err = proc.communicate(timeout=120)
-    assert proc.returncode == 128 + signal.SIGTERM, err
-    _, err = straight.communicate(timeout=300)
-    assert straight.returncode == 0, err
-    assert 0 < final(stopped)["state"]["env_steps"] < 1200
-    resumed = forked_cli.run([f"resume={stopped}"], tmp_path)
-    assert resumed.returncode == 0, resumed.stderr
-    assert "resumed at" in (stopped / "train.log").read_text()
-    assert_same_run(tmp_path / "straight", stopped)
-    assert final(stopped)["state"]["env_steps"] == 1200
+    assert_sigterm_then_resume_is_exact(args, 1200, tmp_path)
 
 
 @pytest.mark.slow

@@ -6,7 +6,6 @@ rlcli.load(...).predict on such a run; bad settings as one line."""
 import copy
 import dataclasses
 import json
-import signal
 
 import forked_cli
 import gymnasium as gym
@@ -16,7 +15,7 @@ import torch
 
 pytest.importorskip("pettingzoo")
 from test_multiagent import QUIET, train  # noqa: E402
-from test_resume import assert_equal_state, assert_same_run, final, scalars, wait_for_checkpoint  # noqa: E402
+from test_resume import assert_equal_state, assert_sigterm_then_resume_is_exact, final, scalars  # noqa: E402
 
 from rlcli.actors.offpolicy import Critics, QNetwork  # noqa: E402
 from rlcli.actors.per_agent import PerAgentActorCritic  # noqa: E402
@@ -199,21 +198,7 @@ def test_ippo_with_separate_parameters_learns_the_toy_and_rl_eval_and_predict_re
 def test_a_separate_parameter_mappo_run_stopped_after_a_checkpoint_resumes_bit_identically(tmp_path):
     args = ["algo=mappo", "env=coop_match", "env.share_params=false", "train.total_steps=1024",
             "train.checkpoint_every=256", "train.test_every=512", "train.log_every=128", *FAST, *QUIET]
-    straight = forked_cli.start([*args, f"hydra.run.dir={tmp_path / 'straight'}"], tmp_path)
-    stopped = tmp_path / "stopped"
-    proc = forked_cli.start([*args, f"hydra.run.dir={stopped}"], tmp_path)
-    wait_for_checkpoint(stopped, proc)
-    proc.send_signal(signal.SIGTERM)
-    _, err = proc.communicate(timeout=120)
-    assert proc.returncode == 128 + signal.SIGTERM, err
-    _, err = straight.communicate(timeout=300)
-    assert straight.returncode == 0, err
-    assert 0 < final(stopped)["state"]["env_steps"] < 1024
-    resumed = forked_cli.run([f"resume={stopped}"], tmp_path)
-    assert resumed.returncode == 0, resumed.stderr
-    assert "resumed at" in (stopped / "train.log").read_text()
-    assert_same_run(tmp_path / "straight", stopped)
-    assert final(stopped)["state"]["env_steps"] == 1024
+    assert_sigterm_then_resume_is_exact(args, 1024, tmp_path)
 
 
 def test_turn_based_players_get_their_own_networks_and_act_among_the_legal_moves():

@@ -6,7 +6,6 @@ rl-train (the shipped env=tictactoe, an exact resume, one-line errors)."""
 
 import json
 import os
-import signal
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -20,7 +19,7 @@ pytest.importorskip("pettingzoo")
 from pettingzoo import AECEnv  # noqa: E402
 from pettingzoo.utils import AgentSelector  # noqa: E402
 from test_multiagent import QUIET, train  # noqa: E402
-from test_resume import assert_same_run, final, wait_for_checkpoint  # noqa: E402
+from test_resume import assert_sigterm_then_resume_is_exact  # noqa: E402
 
 from rlcli.actors.mlp import ActorCritic  # noqa: E402
 from rlcli.actors.normalizer import RunningNorm  # noqa: E402
@@ -400,18 +399,4 @@ def test_bad_turn_based_configs_are_one_line(args, message, tmp_path):
 def test_a_self_play_run_stopped_after_its_first_checkpoint_resumes_bit_identically(tmp_path):
     args = [*TINY, "train.total_steps=256", "train.checkpoint_every=64", "train.test_every=128",
             "train.test_episodes=2", "train.log_every=64", *QUIET]
-    straight = forked_cli.start([*args, f"hydra.run.dir={tmp_path / 'straight'}"], tmp_path)
-    stopped = tmp_path / "stopped"
-    proc = forked_cli.start([*args, f"hydra.run.dir={stopped}"], tmp_path)
-    wait_for_checkpoint(stopped, proc)
-    proc.send_signal(signal.SIGTERM)
-    _, err = proc.communicate(timeout=120)
-    assert proc.returncode == 128 + signal.SIGTERM, err
-    _, err = straight.communicate(timeout=300)
-    assert straight.returncode == 0, err
-    assert 0 < final(stopped)["state"]["env_steps"] < 256
-    resumed = forked_cli.run([f"resume={stopped}"], tmp_path)
-    assert resumed.returncode == 0, resumed.stderr
-    assert "resumed at" in (stopped / "train.log").read_text()
-    assert_same_run(tmp_path / "straight", stopped)
-    assert final(stopped)["state"]["env_steps"] == 256
+    assert_sigterm_then_resume_is_exact(args, 256, tmp_path)

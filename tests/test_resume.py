@@ -216,6 +216,28 @@ def assert_same_run(a: Path, b: Path) -> None:
         assert steps == sorted(set(steps))  # each step exactly once
 
 
+def assert_sigterm_then_resume_is_exact(args: list[str], total: int, tmp_path: Path) -> Path:
+    """Run `args` straight and, beside it, stopped by SIGTERM once its first checkpoint is written, then resumed:
+    the two runs' checkpoints and scalars are bit-identical. `total`: the run's train.total_steps (env steps). The
+    stopped run's directory is returned."""
+    straight = forked_cli.start([*args, f"hydra.run.dir={tmp_path / 'straight'}"], tmp_path)
+    stopped = tmp_path / "stopped"
+    proc = forked_cli.start([*args, f"hydra.run.dir={stopped}"], tmp_path)
+    wait_for_checkpoint(stopped, proc)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    _, err = straight.communicate(timeout=300)
+    assert straight.returncode == 0, err
+    assert 0 < final(stopped)["state"]["env_steps"] < total
+    resumed = forked_cli.run([f"resume={stopped}"], tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "resumed at" in (stopped / "train.log").read_text()
+    assert_same_run(tmp_path / "straight", stopped)
+    assert final(stopped)["state"]["env_steps"] == total
+    return stopped
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("case", list(CASES))
 def test_sigterm_then_resume_is_bit_identical_to_an_uninterrupted_run(case, tmp_path):
