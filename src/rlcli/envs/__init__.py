@@ -26,6 +26,7 @@ from rlcli.envs import (  # noqa: F401  (register the shipped envs)
     pixel_goal,
     slow_step,
     valid_moves,
+    vmas,
 )
 from rlcli.envs.dict_obs import has_images, pack_dict_observations
 from rlcli.envs.goals import GoalLayout, goal_layout

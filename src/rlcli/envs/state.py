@@ -71,8 +71,11 @@ def get_env_state(envs: Any) -> list[dict[str, Any]]:
     states = []
     for layer in _layers(envs):
         attrs = {k: _encoded(v) for k, v in vars(layer).items() if k not in _SKIP}
-        states.append({"type": type(layer).__qualname__,
-                       "attrs": {k: v for k, v in attrs.items() if v is not None or getattr(layer, k) is None}})
+        state = {"type": type(layer).__qualname__,
+                 "attrs": {k: v for k, v in attrs.items() if v is not None or getattr(layer, k) is None}}
+        if hasattr(layer, "capture_state"):  # state beyond its attributes, as tensors and plain values (envs/vmas.py)
+            state["own"] = layer.capture_state()
+        states.append(state)
     return states
 
 
@@ -84,3 +87,5 @@ def set_env_state(envs: Any, states: list[dict[str, Any]]) -> None:
     for layer, state in zip(layers, states, strict=True):
         for key, value in state["attrs"].items():
             setattr(layer, key, restore_into(getattr(layer, key, None), value))
+        if "own" in state:
+            layer.restore_state(state["own"])

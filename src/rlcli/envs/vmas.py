@@ -1,0 +1,374 @@
+"""VMAS scenarios as one gymnasium VectorEnv with a row per agent (`env=vmas env.scenario=balance`).
+
+VMAS (pip install -e '.[vmas]') simulates M copies of a multi-agent scenario as one batched torch env. Its copies
+become rows as env=pz's do (envs/multiagent.py, whose AgentRowsEnv is the layout both share): copy c's agent i at
+row c * N + i with its one-hot index, the joint observation appended for MAPPO's critic (VMAS has no global state),
+or in joint mode (`env.joint=true`: vdn, qmix, masac, maddpg) one row per copy; team-sum episode returns on each
+copy's first row, each agent's under `agent_episode`. All M copies advance in one VMAS step; a copy whose episode
+ended is reset (VMAS's `reset_at`) at its next step, gymnasium's NEXT_STEP autoreset.
+
+An episode ends by termination when the scenario says it is done, by truncation after `env.max_steps` steps (VMAS
+scenarios mostly never end: BenchMARL's 100 steps by default); every agent of a copy ends together. VMAS runs on
+`env.device` (the run's device by default: numbers cross to numpy each step, as a gymnasium vector env's do).
+
+Exact resume: the env's own random state (VMAS draws its randomness from a state it swaps in around each call; each
+vector env here keeps its own, seeded by reset(seed)) and every tensor and number in the scenario's world are saved
+with the run (`capture_state` / `restore_state`, which envs/state.py calls), and written back into the rebuilt env.
+"""
+
+from __future__ import annotations
+
+import difflib
+import enum
+import importlib
+import random
+import re
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+from gymnasium.vector import VectorEnv
+
+from rlcli.envs.multiagent import AgentRowsEnv, ParallelEnvSpec, SeparateAgents
+from rlcli.registry import ENVS, ConfigError, require
+
+
+def import_vmas() -> Any:
+    """The vmas package (it imports the old `gym`, which warns at import), or a one-line error."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return importlib.import_module("vmas")
+    except ImportError as error:
+        raise ConfigError(f"env=vmas needs VMAS: pip install -e '.[vmas]' ({error})") from None
+
+
+def scenario_names(vmas: Any) -> list[str]:
+    """VMAS's scenarios, its MPE ports and its debug scenarios."""
+    return sorted({*vmas.scenarios, *getattr(vmas, "mpe_scenarios", []), *getattr(vmas, "debug_scenarios", [])})
+
+
+def _space(space: Any, what: str, scenario: str) -> gym.spaces.Space[Any]:
+    """VMAS's (old gym) space as gymnasium's."""
+    kind = type(space).__name__
+    if kind == "Box":
+        return gym.spaces.Box(np.asarray(space.low, np.float32), np.asarray(space.high, np.float32), dtype=np.float32)
+    if kind == "Discrete":
+        return gym.spaces.Discrete(int(space.n))
+    if kind == "MultiDiscrete":
+        return gym.spaces.MultiDiscrete(np.asarray(space.nvec, np.int64))
+    raise ConfigError(f"env=vmas env.scenario={scenario}: its agents have {kind} {what}s, which env=vmas does not "
+                      "take (Box observations; Box, Discrete or MultiDiscrete actions)")
+
+
+class VmasVectorEnv(AgentRowsEnv):
+    """VMAS's batched env of M copies as a VectorEnv of M * N rows, or M joint rows (module docstring)."""
+
+    state_capturable = True  # through capture_state / restore_state (envs/state.py)
+
+    def __init__(self, env: Any, env_id: str, agents: list[str] | None, agent_id: bool, critic_state: bool,
+                 joint: bool, max_steps: int | None) -> None:
+        self.vmas, self.env_id, self.max_steps = env, env_id, max_steps
+        possible = [str(agent.name) for agent in env.agents]
+        self._obs_spaces = {name: _space(s, "observation", env_id)
+                            for name, s in zip(possible, env.observation_space, strict=True)}
+        self._act_spaces = {name: _space(s, "action", env_id)
+                            for name, s in zip(possible, env.action_space, strict=True)}
+        state_size = (sum(int(np.prod(s.shape or ())) for s in self._obs_spaces.values())
+                      if critic_state or joint else 0)
+        self._init_layout(env_id, "env=vmas", possible, agents, self._obs_spaces.__getitem__,
+                          self._act_spaces.__getitem__, int(env.num_envs), agent_id, critic_state, joint, state_size)
+        self._group = [possible.index(name) for name in self.agent_names]
+        self._other = [possible.index(name) for name in self.others]
+        self._needs_reset = np.zeros(self.num_copies, bool)
+        self._rng = list(type(env).vmas_random_state)  # VMAS's random state for this env (reset(seed) seeds it)
+
+    def agent_observation_space(self, name: str) -> gym.spaces.Space[Any]:
+        return self._obs_spaces[name]
+
+    def agent_action_space(self, name: str) -> gym.spaces.Space[Any]:
+        return self._act_spaces[name]
+
+    def _call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """A call into VMAS with this env's random state (VMAS swaps its class-wide state in around each call)."""
+        shared = type(self.vmas).vmas_random_state
+        outside = list(shared)
+        shared[:] = self._rng
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            self._rng = list(shared)
+            shared[:] = outside
+
+    def _seed(self, seed: int) -> None:
+        self._rng = [torch.Generator().manual_seed(seed).get_state(), np.random.RandomState(seed).get_state(),
+                     random.Random(seed).getstate()]
+
+    def _write(self, obs: list[torch.Tensor]) -> None:
+        """Every copy's rows from VMAS's observations, one [M, obs] tensor per agent."""
+        m = self.num_copies
+        own = torch.stack([obs[j].reshape(m, -1) for j in self._group], dim=1)
+        self._obs[:, :, :self.own_size] = own.detach().to("cpu", torch.float32).numpy()
+        if self.active_column is not None:
+            self._obs[:, :, self.active_column] = self._active
+        if self.state_size:
+            state = torch.cat([o.reshape(m, -1) for o in obs], dim=1).detach().to("cpu", torch.float32).numpy()
+            self._obs[:, :, -self.state_size:] = state[:, None, :]
+
+    def reset(self, *, seed: int | list[int | None] | None = None,
+              options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict[str, Any]]:
+        first = seed[0] if isinstance(seed, list) else seed  # one batched env, one seed
+        if first is not None:
+            self._seed(int(first))
+        obs = self._call(self.vmas.reset)
+        self._active[:] = True
+        self._needs_reset[:] = False
+        self._returns[:] = 0.0
+        self._other_returns[:] = 0.0
+        self._lengths[:] = 0
+        self._write(obs)
+        return self._observations(), {}
+
+    def _vmas_actions(self, actions: Any) -> list[torch.Tensor]:
+        """Rows' actions as VMAS takes them: a [M, action] tensor per agent (agents outside the group: noop)."""
+        m, n = self.num_copies, self.n_agents
+        actions = np.asarray(actions)
+        per_agent = actions.reshape(m, n, -1)  # row mode: row c * N + i; joint mode: [M, N, ...]
+        device = self.vmas.device
+        out: list[torch.Tensor | None] = [None] * len(self.possible_agents)
+        for i, j in enumerate(self._group):
+            dtype = torch.float32 if per_agent.dtype.kind == "f" else torch.long
+            out[j] = torch.as_tensor(np.ascontiguousarray(per_agent[:, i]), dtype=dtype, device=device)
+        for j, name in zip(self._other, self.others, strict=True):
+            noop = np.asarray(self.noop(self._act_spaces[name]))
+            out[j] = torch.as_tensor(np.broadcast_to(noop.reshape(-1), (m, max(noop.size, 1))).copy(), device=device)
+        return [a for a in out if a is not None]
+
+    def step(self, actions: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        m, n = self.num_copies, self.n_agents
+        obs, rew, done, _ = self._call(self.vmas.step, self._vmas_actions(actions))
+        rewards = torch.stack([rew[j] for j in self._group], dim=1).detach().to("cpu", torch.float64).numpy()
+        other = (torch.stack([rew[j] for j in self._other], dim=1).sum(dim=1).detach().cpu().numpy()
+                 if self._other else np.zeros(m))
+        done = done.detach().cpu().numpy().astype(bool).reshape(m)
+        resets = np.flatnonzero(self._needs_reset)
+        if resets.size:  # the reset step after a copy's episode: reset observation, no reward, not done
+            for c in resets:
+                self._call(self.vmas.reset_at, int(c), return_observations=False)
+            obs = self._call(self.vmas.get_from_scenario, get_observations=True, get_rewards=False,
+                             get_infos=False, get_dones=False)[0]
+            rewards[resets], other[resets], done[resets] = 0.0, 0.0, False
+            self._returns[resets], self._other_returns[resets], self._lengths[resets] = 0.0, 0.0, 0
+            self._active[resets] = True
+            self._needs_reset[resets] = False
+        stepped = np.ones(m, bool)
+        stepped[resets] = False
+        self._lengths[stepped] += 1
+        self._returns[stepped] += rewards[stepped]
+        self._other_returns[stepped] += other[stepped]
+        term = done & stepped
+        trunc = stepped & ~term & (self._lengths >= self.max_steps if self.max_steps else False)
+        ended = term | trunc
+        self._active[term] = False  # joint mode: nothing to bootstrap from (module docstring of envs/multiagent.py)
+        self._needs_reset |= ended
+        self._write(obs)
+        terminated, truncated = np.repeat(term[:, None], n, axis=1), np.repeat(trunc[:, None], n, axis=1)
+        return self._outputs(rewards, terminated, truncated, ended)
+
+    def render(self) -> tuple[Any, ...] | None:
+        """One rgb_array frame per copy (VMAS draws with pyglet)."""
+        return tuple(self._call(self.vmas.render, mode="rgb_array", env_index=c) for c in range(self.num_copies))
+
+    def close_extras(self, **kwargs: Any) -> None:
+        viewer = getattr(self.vmas, "viewer", None)
+        if viewer is not None:
+            viewer.close()
+
+    # exact resume (envs/state.py): the world's tensors and numbers, found by their path from the VMAS env
+    def capture_state(self) -> dict[str, Any]:
+        paths, values = [], []
+        for path, (_, _, value) in _world_leaves(self.vmas).items():
+            paths.append(path)
+            values.append(value.detach().cpu().clone() if isinstance(value, torch.Tensor) else value)
+        return {"paths": paths, "values": values}
+
+    def restore_state(self, state: dict[str, Any]) -> None:
+        leaves = _world_leaves(self.vmas)
+        for path, value in zip(state["paths"], state["values"], strict=True):
+            if path in leaves:
+                owner, key, current = leaves[path]
+            else:  # made during an episode, after the fresh env's reset
+                owner, key, current = _owner(self.vmas, path), _last_key(path), None
+            if isinstance(value, torch.Tensor):
+                device = self.vmas.device
+                if isinstance(current, torch.Tensor) and current.shape == value.shape and current.dtype == value.dtype:
+                    try:
+                        current.copy_(value)  # in place: tensors the world shares stay shared
+                        continue
+                    except RuntimeError:  # an expanded view cannot be written in place
+                        pass
+                value = value.to(device).clone()
+            _set(owner, key, value)
+
+
+_SCALARS = (bool, int, float)
+_STRUCTURE = ("viewer", "action_space", "observation_space", "text_lines", "_render_field_function")
+_STEP = re.compile(r"\.([A-Za-z_][A-Za-z0-9_]*)|\[(-?\d+)\]|\{([^}]*)\}")
+
+
+def _walkable(value: Any) -> bool:
+    """An object of VMAS's world to walk into (its scenario, world, entities, their states and shapes)."""
+    if isinstance(value, torch.Tensor | torch.device | type | np.ndarray | str | bytes | enum.Enum) or callable(value):
+        return False
+    module = type(value).__module__ or ""
+    return hasattr(value, "__dict__") and (module.startswith("vmas") or module in ("", "__main__")
+                                            or "scenario" in module.lower())
+
+
+def _world_leaves(env: Any) -> dict[str, tuple[Any, Any, Any]]:
+    """Every tensor and number reachable from the VMAS env through its objects, lists and dicts, by path
+    (`.attr`, `[index]`, `{key}`), first path wins: {path: (owner, key, value)}. Spaces, rendering and callables are
+    structure, rebuilt from the config."""
+    leaves: dict[str, tuple[Any, Any, Any]] = {}
+    seen: set[int] = set()
+
+    def walk(obj: Any, path: str) -> None:
+        if id(obj) in seen:
+            return
+        seen.add(id(obj))
+        if isinstance(obj, list | tuple):
+            items: Any = [(f"[{i}]", i, v) for i, v in enumerate(obj)]
+        elif isinstance(obj, dict):
+            items = [(f"{{{k}}}", k, v) for k, v in obj.items() if isinstance(k, str) and "}" not in k]
+        else:
+            items = [(f".{k}", k, v) for k, v in vars(obj).items() if k not in _STRUCTURE]
+        for step, key, value in items:
+            if isinstance(value, torch.Tensor):
+                if id(value) not in seen:
+                    seen.add(id(value))
+                    leaves[path + step] = (obj, key, value)
+            elif isinstance(value, _SCALARS) and not isinstance(obj, tuple):
+                leaves[path + step] = (obj, key, value)
+            elif (isinstance(value, list | dict) or (isinstance(value, tuple) and not hasattr(value, "_fields"))
+                  or _walkable(value)):
+                walk(value, path + step)
+
+    walk(env, "")
+    return leaves
+
+
+def _steps(path: str) -> list[tuple[str, Any]]:
+    out: list[tuple[str, Any]] = []
+    for attr, index, key in _STEP.findall(path):
+        out.append(("attr", attr) if attr else ("index", int(index)) if index else ("key", key))
+    return out
+
+
+def _owner(root: Any, path: str) -> Any:
+    obj = root
+    for kind, key in _steps(path)[:-1]:
+        obj = getattr(obj, key) if kind == "attr" else obj[key]
+    return obj
+
+
+def _last_key(path: str) -> Any:
+    return _steps(path)[-1][1]
+
+
+def _set(owner: Any, key: Any, value: Any) -> None:
+    if isinstance(owner, list | dict):
+        owner[key] = value
+    else:
+        setattr(owner, key, value)
+
+
+@ENVS.register("vmas")
+class VmasEnvFactory:
+    """Settings for a VMAS scenario; `make()` builds a VmasVectorEnv of its copies (one batched VMAS env).
+
+    As env=pz: training envs' `num_envs` (train.num_envs) counts rows, a multiple of the group's agents (joint mode:
+    copies); test envs' `num_envs` (train.test_episodes) counts copies, each one test episode."""
+
+    def __init__(self, scenario: str | None = None, id: str | None = None, kwargs: dict[str, Any] | None = None,
+                 max_steps: int | None = 100,
+                 continuous_actions: bool = True, device: str = "cpu", agents: list[str] | None = None,
+                 agent_id: bool = True, critic_state: bool = False, joint: bool = False, share_params: bool = True,
+                 normalize_obs: bool = False, clip_obs: float = 10.0, reward_threshold: float | None = None) -> None:
+        self.vmas_module = import_vmas()
+        names = scenario_names(self.vmas_module)
+        if not scenario or str(scenario) not in names:
+            close = difflib.get_close_matches(str(scenario), names, n=1)
+            hint = f" (did you mean {close[0]}?)" if close else ""
+            raise ConfigError(f"env.scenario={scenario!r} is not a VMAS scenario{hint}; choose from: "
+                              f"{', '.join(names)}")
+        if max_steps is not None:
+            require(int(max_steps) > 0, "env.max_steps", max_steps, "must be > 0 (or null: no time limit)")
+        require(clip_obs > 0, "env.clip_obs", clip_obs, "must be > 0")
+        from rlcli.services.runtime import resolve_device
+
+        self.device = resolve_device(str(device))
+        self.scenario = str(scenario)
+        self.id = f"vmas/{scenario}" if id is None else str(id)  # a label: env.scenario picks the scenario
+        self.kwargs = dict(kwargs or {})
+        self.max_steps = None if max_steps is None else int(max_steps)
+        self.continuous_actions = bool(continuous_actions)
+        self.agents = None if agents is None else [str(a) for a in agents]
+        self.agent_id, self.critic_state, self.joint = agent_id, critic_state, joint
+        self.share_params = share_params
+        if not share_params and not joint and not agent_id:
+            raise ConfigError("env.share_params=false gives each agent its own network and finds a row's agent by "
+                              "its one-hot index: set env.agent_id=true (or env.share_params=true)")
+        self.normalize_obs, self.clip_obs = normalize_obs, clip_obs
+        self.goal = None
+        self.turn_based = self.turn_masks = False
+        self.spec = ParallelEnvSpec(self.id, "vmas", reward_threshold)
+        probe = self._copies(1)  # checks the scenario's kwargs, agents and spaces now, before any run state exists
+        self.n_agents = probe.n_agents
+        probe.close()
+
+    @property
+    def reward_threshold(self) -> float | None:
+        """env.reward_threshold: a team return (the sum over the group's agents) that stops the run."""
+        return self.spec.reward_threshold
+
+    def _copies(self, count: int) -> VmasVectorEnv:
+        try:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                env = self.vmas_module.make_env(self.scenario, num_envs=count, device=self.device,
+                                                continuous_actions=self.continuous_actions, clamp_actions=True,
+                                                **self.kwargs)
+        except Exception as error:  # noqa: BLE001  (a scenario refusing a value raises what it likes)
+            detail = (str(error).strip().splitlines() or [type(error).__name__])[-1]
+            raise ConfigError(f"env=vmas env.scenario={self.scenario} refused env.kwargs={self.kwargs}: "
+                              f"{detail}") from None
+        unused = [str(w.message) for w in caught if "not used by the scenario" in str(w.message)]
+        if unused:
+            raise ConfigError(f"env.kwargs={self.kwargs}: VMAS says {unused[0].split(' This will')[0]} "
+                              f"(the keys env.scenario={self.scenario} takes are in its make_world)")
+        vec = VmasVectorEnv(env, self.id, self.agents, self.agent_id, self.critic_state, self.joint, self.max_steps)
+        if not self.share_params:  # what the actor builds its per-agent networks from (actors/per_agent.py)
+            vec.single_observation_space.separate_agents = SeparateAgents(  # type: ignore[attr-defined]
+                vec.n_agents, None if self.joint else vec.own_size, self.joint)
+        return vec
+
+    def make(self, num_envs: int, mode: str = "auto", *, gamma: float = 0.99, eval: bool = False,
+             render: bool = False, masks: bool = False) -> VectorEnv:
+        """Training envs: `num_envs` rows (num_envs / agents copies; joint mode: `num_envs` copies); test envs
+        (`eval`): `num_envs` copies."""
+        if masks:
+            raise ConfigError(f"env {self.id}: env=vmas passes no valid-action masks; use algo=ppo, ippo or mappo")
+        if mode not in ("auto", "sync"):
+            raise ConfigError(f"train.vector_mode={mode}: env=vmas steps its copies as one batched VMAS env in this "
+                              "process; choose from: auto, sync")
+        if eval:
+            return self._copies(num_envs)
+        if num_envs % self.n_agents and not self.joint:
+            lower = max(self.n_agents, num_envs - num_envs % self.n_agents)
+            raise ConfigError(f"train.num_envs={num_envs}: env {self.id} has {self.n_agents} agents, one row each, so "
+                              f"train.num_envs must be a multiple of {self.n_agents} (e.g. {lower} = "
+                              f"{lower // self.n_agents} copies)")
+        return self._copies(num_envs if self.joint else num_envs // self.n_agents)
