@@ -13,6 +13,7 @@ from test_resume import assert_equal_state
 
 pytest.importorskip("vmas")
 
+import rlcli  # noqa: E402
 from rlcli.envs.state import capturable, get_env_state, set_env_state  # noqa: E402
 from rlcli.registry import ENVS, ConfigError  # noqa: E402
 from rlcli.services import checkpoint  # noqa: E402
@@ -188,6 +189,19 @@ def test_mappo_on_balance_trains_evaluates_and_resumes_mid_episode_bit_identical
     out = forked_cli.run([str(run_dir), "episodes=2"], tmp_path, program="rl-eval")
     assert out.returncode == 0, out.stderr
     assert "vmas/balance" in out.stdout
+    policy = rlcli.load(run_dir)  # predict on a dict of VMAS's observations: each agent's row's action
+    envs = policy.make_env(1)
+    rows, _ = envs.reset(seed=0)
+    vec = envs
+    while not hasattr(vec, "vmas"):
+        vec = vec.env
+    raw = vec._call(vec.vmas.get_from_scenario, get_observations=True, get_rewards=False, get_infos=False,
+                    get_dones=False)[0]
+    actions, _ = policy.predict({f"agent_{i}": raw[i][0].numpy() for i in range(3)}, deterministic=True)
+    expected, _ = policy.predict(rows, deterministic=True)
+    for i in range(3):
+        np.testing.assert_allclose(actions[f"agent_{i}"], expected[i], rtol=1e-6)
+    envs.close()
     copy = tmp_path / "resumed"
     shutil.copytree(run_dir, copy)
     for late in ("ckpt_000000000720.pt", "ckpt_000000000960.pt"):

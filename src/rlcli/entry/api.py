@@ -338,28 +338,29 @@ class Policy:
 
     @cached_property
     def _agent_rows(self) -> AgentRows | None:
-        """A multi-agent run's (env=pz) rows, as its envs make them from PettingZoo's observations; else None."""
-        if str(self._loaded.cfg.env.get("name")) != "pz":
+        """A multi-agent run's (env=pz, env=vmas) rows, as its envs make them from each agent's observation; else
+        None."""
+        if str(self._loaded.cfg.env.get("name")) not in ("pz", "vmas"):
             return None
         import numpy as np
 
-        from rlcli.envs.multiagent import ParallelVectorEnv
+        from rlcli.envs.multiagent import AgentRowsEnv
 
         probe = self.make_env()
         try:
             vec = probe
-            while not isinstance(vec, ParallelVectorEnv):
+            while not isinstance(vec, AgentRowsEnv):
                 vec = getattr(vec, "env", None)
                 if vec is None:  # envs/turn_based.py's self-play runs
                     raise RlcliError(f"predict does not take the observations of the turn-based (AEC) env "
                                      f"{self.env_id} yet; rl-eval plays the policy against a random player")
-            env = vec.copies[0]
-            return AgentRows(list(vec.agent_names), list(env.possible_agents),
-                             {name: vec.noop(env.action_space(name)) for name in vec.others},
-                             tuple(env.observation_space(vec.agent_names[0]).shape), vec.own_size, vec.agent_id,
+            obs_space, act_space = vec.agent_spaces(vec.agent_names[0])
+            return AgentRows(list(vec.agent_names), list(vec.possible_agents),
+                             {name: vec.noop(vec.agent_spaces(name)[1]) for name in vec.others},
+                             tuple(obs_space.shape or ()), vec.own_size, vec.agent_id,
                              int((vec.single_observation_space.shape or (0,))[-1]) if vec.joint
                              else int(np.prod(vec.single_observation_space.shape or ())), vec.joint,
-                             tuple(env.action_space(vec.agent_names[0]).shape))
+                             tuple(act_space.shape or ()))
         finally:
             probe.close()
 

@@ -221,6 +221,10 @@ class AgentRowsEnv(VectorEnv):
     def _observations(self) -> np.ndarray:
         return self._obs.copy() if self.joint else self._obs.reshape(self.num_envs, -1).copy()
 
+    def agent_spaces(self, name: str) -> tuple[gym.spaces.Space[Any], gym.spaces.Space[Any]]:
+        """Agent `name`'s own observation and action spaces, as the env gives them (for predict's dicts)."""
+        raise NotImplementedError
+
     def _joint_action(self, action: Any) -> Any:
         return action if self._agent_action_shape is None else action.reshape(self._agent_action_shape)
 
@@ -293,6 +297,9 @@ class ParallelVectorEnv(AgentRowsEnv):
         self._alive = np.zeros((m, n), bool)
         self._ended_by_termination = np.zeros((m, n), bool)
         self._needs_reset = np.zeros(m, bool)
+
+    def agent_spaces(self, name: str) -> tuple[gym.spaces.Space[Any], gym.spaces.Space[Any]]:
+        return self.copies[0].observation_space(name), self.copies[0].action_space(name)
 
     @staticmethod
     def _has_state(env: Any) -> bool:

@@ -86,11 +86,8 @@ class VmasVectorEnv(AgentRowsEnv):
         self._needs_reset = np.zeros(self.num_copies, bool)
         self._rng = list(type(env).vmas_random_state)  # VMAS's random state for this env (reset(seed) seeds it)
 
-    def agent_observation_space(self, name: str) -> gym.spaces.Space[Any]:
-        return self._obs_spaces[name]
-
-    def agent_action_space(self, name: str) -> gym.spaces.Space[Any]:
-        return self._act_spaces[name]
+    def agent_spaces(self, name: str) -> tuple[gym.spaces.Space[Any], gym.spaces.Space[Any]]:
+        return self._obs_spaces[name], self._act_spaces[name]
 
     def _call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """A call into VMAS with this env's random state (VMAS swaps its class-wide state in around each call)."""
