@@ -3,7 +3,8 @@
 M copies of an env with N agents in its group become M * N rows, copy c's agent i at row c * N + i, so the
 on-policy collector, rollout buffer and PPO run unchanged with the agents as a batch dimension and one set of
 parameters shared by the group (IPPO; MAPPO with `critic_state`, which appends the global state to every row for
-the value network alone: actors/mlp.py reads `CentralizedObs.policy_size`).
+the value network alone: actors/mlp.py reads `CentralizedObs.policy_size`). The layout is AgentRowsEnv's, which
+env=vmas (envs/vmas.py: VMAS's batched copies) shares.
 
 Episodes follow gymnasium's NEXT_STEP autoreset, per copy: an agent that PettingZoo ends (terminated or truncated)
 reports that flag on its row at that step and on every later step of the copy, so the collector treats those steps
