@@ -145,6 +145,7 @@ def test_the_world_and_its_random_state_are_saved_and_restored_exactly():
                                                          "{'n_agent': 4} passed but not used by the scenario."),
     ({"scenario": "balance", "max_steps": 0}, "env.max_steps"),
     ({"scenario": "balance", "agents": ["agent_7"]}, "env.agents: 'agent_7' is not an agent of vmas/balance"),
+    ({"scenario": "balance", "device": "cuda:x"}, "env.device (where VMAS simulates): device='cuda:x' is invalid"),
 ])
 def test_bad_vmas_configs_are_one_line(settings, message):
     with pytest.raises(ConfigError) as error:

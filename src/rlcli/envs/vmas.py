@@ -306,7 +306,10 @@ class VmasEnvFactory:
         require(clip_obs > 0, "env.clip_obs", clip_obs, "must be > 0")
         from rlcli.services.runtime import resolve_device
 
-        self.device = resolve_device(str(device))
+        try:
+            self.device = resolve_device(str(device))
+        except ConfigError as error:  # a run trained on a GPU, evaluated where there is none
+            raise ConfigError(f"env.device (where VMAS simulates): {error} (or give env.device=cpu)") from None
         self.scenario = str(scenario)
         self.id = f"vmas/{scenario}" if id is None else str(id)  # a label: env.scenario picks the scenario
         self.kwargs = dict(kwargs or {})
