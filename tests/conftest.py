@@ -37,6 +37,18 @@ def lose_a_sigterm():
 """
 
 
+def pytest_configure(config):
+    """src/'s modules byte-compiled once (into their __pycache__/, as any run without PYTHONDONTWRITEBYTECODE would
+    leave them), before the workers start. Where that variable is set (this machine's environment) nothing writes
+    them, and every process the suite starts compiled the rlcli modules it imports from source: a forked `rl-train`
+    those it imports lazily (an algorithm, the sweeps, src/hydra_plugins), a fresh one, a sweep's or Ray's worker all
+    of them (~0.5-1 s each here). Python still compiles a module whose source is newer than its .pyc."""
+    if not hasattr(config, "workerinput"):  # pytest-xdist's controller (or a run without it), not each worker
+        import compileall
+
+        compileall.compile_dir(REPO / "src", quiet=1)
+
+
 def run_cli(*args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
     """Run `rl-train` as a user would, in `cwd`, and capture what it printed (a process forked from one that
     imported rlcli already, where it can be: tests/forked_cli.py)."""
