@@ -174,3 +174,12 @@ def test_a_missing_package_names_the_extra(monkeypatch):
     monkeypatch.setattr(builtins, "__import__", no_rware)
     with pytest.raises(ConfigError, match=r"env=rware needs the rware package: pip install -e '.\[multiagent\]'"):
         rware()
+
+
+def test_drawing_without_a_display_is_one_line(monkeypatch):
+    monkeypatch.delenv("DISPLAY", raising=False)
+    env = rware(render_mode="rgb_array")
+    env.reset(seed=0)
+    with pytest.raises(ConfigError, match="needs a display") as error:
+        env.render()
+    assert "\n" not in str(error.value)

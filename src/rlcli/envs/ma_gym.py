@@ -117,7 +117,13 @@ class TupleAgentsEnv(ParallelEnv):  # type: ignore[misc]
 
     def render(self) -> Any:
         """The env's own drawing (pyglet), `render_mode` 'rgb_array' (a frame) or 'human' (a window)."""
-        return self._env.render(mode=self.render_mode or "human")
+        try:
+            return self._env.render(mode=self.render_mode or "human")
+        except Exception as error:  # noqa: BLE001  (pyglet without a display: NoSuchDisplayException, ImportError)
+            if "display" not in f"{type(error).__name__} {error}".lower():
+                raise
+            raise ConfigError(f"env={self.kind} draws its frames with pyglet, which needs a display ({error}): run "
+                              "under a virtual one (xvfb-run rl-eval ...) or without video") from None
 
     def close(self) -> None:
         self._env.close()
