@@ -71,16 +71,19 @@ def test_plain_state_round_trips_what_a_run_holds():
     value = {"f32": np.arange(6, dtype=np.float32).reshape(2, 3), "u8": np.ones((2, 2), np.uint8),
              "bools": np.array([True, False]), "u32": np.array([2**32 - 1], np.uint32), "scalar": np.float64(1.5),
              "i64": np.int64(-7), "queue": collections.deque([1.0, 2.0], maxlen=3), "tuple": (1, "a", None),
-             "rng": generator, "legacy": np.random.RandomState(5), "t": torch.arange(3), "big": 2**100}
+             "rng": generator, "legacy": np.random.RandomState(5), "t": torch.arange(3), "big": 2**100,
+             # empty arrays and bytes: pickle writes b"" as a call to bytes(), which weights_only refuses
+             "empty": np.zeros((0, 3), np.float32), "empty_i": np.zeros(0, np.int64), "no_bytes": b""}
     buffer = io.BytesIO()
     torch.save(plain_state.encode(value, objects=True), buffer)
     buffer.seek(0)
     back = plain_state.decode(torch.load(buffer, weights_only=True))
-    for key in ("f32", "u8", "bools", "u32"):
+    for key in ("f32", "u8", "bools", "u32", "empty", "empty_i"):
         assert back[key].dtype == value[key].dtype and np.array_equal(back[key], value[key])
     assert type(back["scalar"]) is np.float64 and back["scalar"] == 1.5 and type(back["i64"]) is np.int64
     assert back["queue"] == value["queue"] and back["queue"].maxlen == 3
     assert back["tuple"] == (1, "a", None) and back["big"] == 2**100 and torch.equal(back["t"], value["t"])
+    assert back["empty"].shape == (0, 3) and back["no_bytes"] == b""
     assert back["rng"].random() == generator.random()  # the stream continues exactly
     assert back["legacy"].randint(1000) == value["legacy"].randint(1000)
 

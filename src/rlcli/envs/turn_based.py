@@ -188,7 +188,8 @@ class TurnBasedVectorEnv(VectorEnv):
         if cumulative is None:  # an env that keeps no running count: its `rewards`, the last step's
             return np.array([float(raw.rewards.get(name, 0.0)) for name in self.players])
         now = np.array([float(cumulative.get(name, self._seen[c, i])) for i, name in enumerate(self.players)])
-        got, self._seen[c] = now - self._seen[c], now
+        got: np.ndarray = now - self._seen[c]
+        self._seen[c] = now
         return got
 
     def _move(self, c: int, action: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -49,13 +49,15 @@ def encode(value: Any, objects: bool = False) -> Any:
         return {TAG: "npscalar", "dtype": value.dtype.str, "data": value.tobytes()}
     if isinstance(value, torch.Tensor) and value.untyped_storage().nbytes() > value.nbytes:
         return value.clone()  # a view (a population member's row of stacked weights): saved alone, not its storage
+    if isinstance(value, bytes) and not value:
+        return {TAG: "bytes", "data": _raw(value)}
     if isinstance(value, _PLAIN):
         return value
     if isinstance(value, np.ndarray):
         if value.dtype.hasobject:
             raise Unsupported("a numpy array of Python objects")
         array = np.ascontiguousarray(value)
-        return {TAG: "ndarray", "dtype": array.dtype.str, "shape": list(array.shape), "data": array.tobytes()}
+        return {TAG: "ndarray", "dtype": array.dtype.str, "shape": list(array.shape), "data": _raw(array.tobytes())}
     if isinstance(value, (list, tuple)):
         items = [encode(v, objects) for v in value]
         return items if isinstance(value, list) else tuple(items)
@@ -93,7 +95,10 @@ def decode(value: Any) -> Any:
         return {key: decode(v) for key, v in value.items()}
     if kind == "ndarray":
         dtype = _dtype(value["dtype"])
-        return np.frombuffer(bytearray(value["data"]), dtype=dtype).reshape([int(n) for n in value["shape"]])
+        data = _unraw(value["data"])
+        return np.frombuffer(bytearray(data), dtype=dtype).reshape([int(n) for n in value["shape"]])
+    if kind == "bytes":
+        return _unraw(value["data"])
     if kind == "npscalar":
         return np.frombuffer(bytearray(value["data"]), dtype=_dtype(value["dtype"]))[0]
     if kind == "deque":
@@ -135,6 +140,17 @@ def restore_into(current: Any, value: Any) -> Any:
             and any(isinstance(v, dict) and TAG in v for v in value)):  # a list of objects (env=pz: mpe2's entities)
         return type(current)(restore_into(c, v) for c, v in zip(current, value, strict=True))
     return copy.deepcopy(value)
+
+
+def _raw(data: bytes) -> bytes | torch.Tensor:
+    """Bytes as the checkpoint holds them: empty bytes as an empty uint8 tensor, since pickle writes `b""` as a call
+    to `bytes()`, which `torch.load(weights_only=True)` refuses (an empty array, e.g. a robot's empty message in
+    env=rware, made a checkpoint that saved but could not be read back)."""
+    return data if data else torch.empty(0, dtype=torch.uint8)
+
+
+def _unraw(data: bytes | torch.Tensor) -> bytes:
+    return bytes(data.numpy().tobytes()) if isinstance(data, torch.Tensor) else data
 
 
 def _dtype(text: str) -> np.dtype:
