@@ -141,6 +141,11 @@ def test_the_world_and_its_random_state_are_saved_and_restored_exactly():
 @pytest.mark.parametrize(("settings", "message"), [
     ({"scenario": "balanse"}, "env.scenario='balanse' is not a VMAS scenario (did you mean balance?); choose from: "),
     ({"scenario": None}, "env.scenario=None is not a VMAS scenario"),
+    # VMAS's own time limit comes back as done, which would end episodes as terminated: env.max_steps truncates
+    ({"scenario": "navigation", "kwargs": {"max_steps": 3}}, "env.kwargs.max_steps: max_steps is a setting of VMAS's "
+                                                             "make_env, not of the scenario; use env.max_steps"),
+    ({"scenario": "navigation", "kwargs": {"terminated_truncated": True}}, "env.kwargs.terminated_truncated: "
+                                                                           "terminated_truncated is a setting of"),
     ({"scenario": "balance", "kwargs": {"n_agent": 4}}, "env.kwargs={'n_agent': 4}: VMAS says Scenario kwargs: "
                                                          "{'n_agent': 4} passed but not used by the scenario."),
     ({"scenario": "balance", "max_steps": 0}, "env.max_steps"),

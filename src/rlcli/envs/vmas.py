@@ -282,6 +282,15 @@ def _set(owner: Any, key: Any, value: Any) -> None:
         setattr(owner, key, value)
 
 
+# make_env's own keywords: where rlcli sets each (None: rlcli decides it, the layout depends on it)
+MAKE_ENV_KEYS: dict[str, str | None] = {
+    "max_steps": "env.max_steps (a truncation; VMAS's own would end episodes as terminated)",
+    "continuous_actions": "env.continuous_actions", "device": "env.device", "seed": "seed=",
+    "num_envs": "train.num_envs (rows) or train.test_episodes", "terminated_truncated": None,
+    "dict_spaces": None, "multidiscrete_actions": None, "clamp_actions": None, "grad_enabled": None,
+    "wrapper": None, "wrapper_kwargs": None, "scenario": "env.scenario"}
+
+
 @ENVS.register("vmas")
 class VmasEnvFactory:
     """Settings for a VMAS scenario; `make()` builds a VmasVectorEnv of its copies (one batched VMAS env).
@@ -313,6 +322,13 @@ class VmasEnvFactory:
         self.scenario = str(scenario)
         self.id = f"vmas/{scenario}" if id is None else str(id)  # a label: env.scenario picks the scenario
         self.kwargs = dict(kwargs or {})
+        owned = sorted(set(self.kwargs) & set(MAKE_ENV_KEYS))
+        if owned:  # VMAS's own time limit would come back as `done` (terminated), its other keys break the layout
+            key = owned[0]
+            setting = MAKE_ENV_KEYS[key]
+            raise ConfigError(f"env.kwargs.{key}: {key} is a setting of VMAS's make_env, not of the scenario; "
+                              + (f"use {setting}" if setting else "rlcli sets it itself")
+                              + f" (env.kwargs goes to env.scenario={scenario}'s make_world)")
         self.max_steps = None if max_steps is None else int(max_steps)
         self.continuous_actions = bool(continuous_actions)
         self.agents = None if agents is None else [str(a) for a in agents]
