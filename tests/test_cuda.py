@@ -56,7 +56,33 @@ RUNS = {
     "td3": ["algo=td3", "env=Pendulum-v1", *OFF],
     "ddpg": ["algo=ddpg", "env=Pendulum-v1", "algo.train_freq_unit=step", *OFF],
     "crossq": ["algo=crossq", "env=Pendulum-v1", *OFF],
+    # many agents (two agents, so QUIET's 4 rows are 2 copies)
+    "ippo-separate": ["algo=ippo", "env=coop_match", "env.share_params=false", "algo.n_steps=64", "algo.batch_size=64"],
+    "mappo-vmas": ["algo=mappo", "env=vmas", "env.scenario=navigation", "+env.kwargs.n_agents=2", "algo.n_steps=64",
+                   "algo.batch_size=64"],
+    "vdn": ["algo=vdn", "env=coop_match", *OFF],
+    "qmix": ["algo=qmix", "env=coop_match", *OFF],
+    "masac": ["algo=masac", "env=coop_reach", *OFF],
+    "maddpg": ["algo=maddpg", "env=coop_reach", *OFF],
 }
+
+
+def test_vmas_on_cuda_keeps_its_own_seeded_device_generator():
+    """VMAS scenarios draw their resets from the device's generator, which VMAS itself does not swap: each env keeps
+    its own (envs/vmas.py), so one seed gives one start and an env's resets leave the run's CUDA stream alone."""
+    pytest.importorskip("vmas")
+    from rlcli.envs.vmas import VmasEnvFactory
+
+    factory = VmasEnvFactory(scenario="navigation", device="cuda")
+    first, second = factory.make(4, eval=True), factory.make(4, eval=True)
+    torch.cuda.manual_seed(123)
+    outside = torch.cuda.get_rng_state()
+    a, _ = first.reset(seed=7)
+    b, _ = second.reset(seed=7)
+    assert (a == b).all()
+    assert torch.equal(torch.cuda.get_rng_state(), outside)
+    c, _ = second.reset(seed=8)
+    assert not (a == c).all()
 
 
 @pytest.mark.slow

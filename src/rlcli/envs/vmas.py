@@ -85,6 +85,9 @@ class VmasVectorEnv(AgentRowsEnv):
         self._other = [possible.index(name) for name in self.others]
         self._needs_reset = np.zeros(self.num_copies, bool)
         self._rng = list(type(env).vmas_random_state)  # VMAS's random state for this env (reset(seed) seeds it)
+        # on a GPU, scenarios draw from the device's generator, which VMAS does not swap: this env keeps its own
+        self._cuda = torch.device(env.device) if torch.device(env.device).type == "cuda" else None
+        self._cuda_rng = torch.cuda.get_rng_state(self._cuda) if self._cuda is not None else None
 
     def agent_spaces(self, name: str) -> tuple[gym.spaces.Space[Any], gym.spaces.Space[Any]]:
         return self._obs_spaces[name], self._act_spaces[name]
@@ -94,15 +97,24 @@ class VmasVectorEnv(AgentRowsEnv):
         shared = type(self.vmas).vmas_random_state
         outside = list(shared)
         shared[:] = self._rng
+        cuda, outside_cuda = self._cuda, None
+        if cuda is not None and self._cuda_rng is not None:  # the device's generator too (test envs, the policy)
+            outside_cuda = torch.cuda.get_rng_state(cuda)
+            torch.cuda.set_rng_state(self._cuda_rng, cuda)
         try:
             return fn(*args, **kwargs)
         finally:
             self._rng = list(shared)
             shared[:] = outside
+            if cuda is not None and outside_cuda is not None:
+                self._cuda_rng = torch.cuda.get_rng_state(cuda)
+                torch.cuda.set_rng_state(outside_cuda, cuda)
 
     def _seed(self, seed: int) -> None:
         self._rng = [torch.Generator().manual_seed(seed).get_state(), np.random.RandomState(seed).get_state(),
                      random.Random(seed).getstate()]
+        if self._cuda is not None:
+            self._cuda_rng = torch.Generator(self._cuda).manual_seed(seed).get_state()
 
     def _write(self, obs: list[torch.Tensor]) -> None:
         """Every copy's rows from VMAS's observations, one [M, obs] tensor per agent."""
