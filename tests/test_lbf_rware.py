@@ -183,3 +183,23 @@ def test_drawing_without_a_display_is_one_line(monkeypatch):
     with pytest.raises(ConfigError, match="needs a display") as error:
         env.render()
     assert "\n" not in str(error.value)
+
+
+def test_lbf_loads_food_in_player_order_not_in_memory_order():
+    """Two players loading at once: LBF pops them from a set, whose order followed their memory addresses, so
+    which one got the food could differ between a run and its resume in another process. Players hash by their
+    index (envs/ma_gym.py), so player 0 loads first: alone it eats the level-1 food beside it, and player 1 alone
+    cannot lift the level-2 food they both touch (had player 1 gone first, the two would have lifted it)."""
+    raw = lbf(task="Foraging-8x8-2p-2f-v3").gym_env
+    raw.reset(seed=0)
+    first, second = raw.players
+    assert [hash(p) for p in raw.players] == [0, 1] and first != second
+    raw.field[:] = 0
+    raw.field[2, 3], raw.field[4, 3] = 1, 2
+    first.position, second.position = (3, 3), (5, 3)
+    first.level = second.level = 1
+    raw._food_spawned = raw.field.sum()
+    raw._gen_valid_moves()
+    _, rewards, *_ = raw.step((5, 5))  # both load
+    assert rewards[0] > 0 and rewards[1] == 0
+    assert raw.field[2, 3] == 0 and raw.field[4, 3] == 2

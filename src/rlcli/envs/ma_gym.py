@@ -255,7 +255,30 @@ def _make(kind: str, task: str | None, render_mode: str | None, kwargs: dict[str
     except (AssertionError, TypeError, ValueError, KeyError) as error:
         detail = (str(error).strip().splitlines() or [type(error).__name__])[-1]
         raise ConfigError(f"env {task} refused env.kwargs={kwargs}: {detail}") from None
+    if kind == "lbf":
+        _index_players(env)
     return TupleAgentsEnv(env, kind, render_mode)
+
+
+def _index_players(env: Any) -> None:
+    """LBF loads food by popping players from a `set`, whose order follows their hashes: by default their memory
+    addresses, so which player is rewarded when two reach one food could differ between processes (a seeded run
+    twice, a run and its resume). Each player hashes by its index instead (an equal player is still only itself)."""
+    for index, player in enumerate(env.players):
+        player.__class__ = _indexed_player_class(type(player))
+        player._rlcli_index = index
+
+
+_INDEXED: dict[type, type] = {}
+
+
+def _indexed_player_class(player_type: type) -> type:
+    if player_type in _INDEXED.values():
+        return player_type
+    if player_type not in _INDEXED:
+        _INDEXED[player_type] = type(f"Indexed{player_type.__name__}", (player_type,),
+                                     {"__hash__": lambda self: self._rlcli_index})
+    return _INDEXED[player_type]
 
 
 def lbf(task: str | None = "Foraging-8x8-2p-2f-coop-v3", render_mode: str | None = None,
