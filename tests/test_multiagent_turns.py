@@ -28,7 +28,7 @@ from rlcli.collectors.local import Collector  # noqa: E402
 from rlcli.contracts import ActOutput, OffPolicyLearner, OnPolicyLearner  # noqa: E402
 from rlcli.envs.masks import masks_from_infos  # noqa: E402
 from rlcli.envs.multiagent import PettingZooEnvFactory  # noqa: E402
-from rlcli.envs.turn_based import TurnBasedVectorEnv  # noqa: E402
+from rlcli.envs.turn_based import ACTING_KEY, TurnBasedVectorEnv  # noqa: E402
 from rlcli.registry import ConfigError  # noqa: E402
 
 GAMMA, LAMBDA = 0.9, 0.8
@@ -126,14 +126,14 @@ def test_the_adapters_rows_match_a_hand_written_game_with_a_win_the_losers_rewar
     assert envs.num_envs == 2 and envs.single_observation_space.shape == (3,) and envs.has_masks
     obs, infos = envs.reset(seed=0)
     assert obs.tolist() == [[0, 1, 0], [0, 0, 1]]  # [moves | one-hot of the player]
-    assert infos["acting"].tolist() == [True, False] and infos["action_mask"].astype(int).tolist() == RESET_MASK
+    assert infos[ACTING_KEY].tolist() == [True, False] and infos["action_mask"].astype(int).tolist() == RESET_MASK
     for step, actions in enumerate(ACTIONS):
         obs, rewards, terminated, truncated, infos = envs.step(np.array(actions))
         assert rewards.tolist() == REWARDS[step], step
         assert terminated.astype(int).tolist() == TERMINATED[step], step
         assert truncated.astype(int).tolist() == TRUNCATED[step], step
         assert obs[:, 0].tolist() == [MOVES[step]] * 2 and obs[:, 1:].tolist() == [[1, 0], [0, 1]], step
-        assert infos["acting"].astype(int).tolist() == ACTING[step], step
+        assert infos[ACTING_KEY].astype(int).tolist() == ACTING[step], step
         mover = [i for i in range(2) if ACTING[step][i]] if sum(ACTING[step]) == 1 else []
         for i in range(2):  # the player to move has its mask; a waiting row (and a final observation) none
             expected = [1, MOVES[step] % 2 == 0, 1] if i in mover else [0, 0, 0]
@@ -173,10 +173,10 @@ def test_rewards_that_arrive_while_waiting_add_up_to_what_last_says_at_the_playe
         _, rewards, terminated, truncated, infos = envs.step(np.zeros(2, np.int64))
         pending += rewards
         for i, name in enumerate("ab"):
-            if infos["acting"][i]:  # its next turn (or the end): what it received since its last one
+            if infos[ACTING_KEY][i]:  # its next turn (or the end): what it received since its last one
                 rows[name].append(float(pending[i]))
                 pending[i] = 0.0
-        acting = infos["acting"]
+        acting = infos[ACTING_KEY]
     assert acting.all() and truncated.all()
     # a's first last() is at the game's start, before any step; b's first comes after a's first move
     assert rows["a"] == seen["a"][1:] and rows["b"] == seen["b"]
@@ -316,7 +316,7 @@ def test_an_env_without_masks_takes_plain_ppo_and_refuses_a_masked_algorithm_and
         factory.make(2, masks=True)
     envs = factory.make(2)
     _, infos = envs.reset(seed=0)
-    assert infos["acting"].tolist() == [True, False]
+    assert infos[ACTING_KEY].tolist() == [True, False]
     learner = OffPolicyLearner(SimpleNamespace(act=lambda obs, state=None: ActOutput(  # type: ignore[arg-type]
         torch.zeros(2, dtype=torch.long), torch.zeros(2), torch.zeros(2)), env_actions=lambda a: a,
         steps_per_collect=1, episodes_per_collect=0), None)

@@ -192,10 +192,12 @@ class RolloutBuffer:
 
     def compute_returns(self, last_values: torch.Tensor, gamma: float, gae_lambda: float) -> None:
         if self.acting is not None:  # a turn-based env: waiting steps folded in, unfinished transitions left out
-            last_acting = self.last_acting if self.last_acting is not None else torch.ones_like(self.acting[0])
+            if self.last_acting is None:  # counting every row as acting would bootstrap waiting rows' moves wrongly
+                raise RuntimeError("a turn-based rollout's returns need last_acting (the rows that act at the "
+                                   "observations it ends on), which the collector's end() sets")
             self.advantages, self.returns, complete = compute_gae_turns(
                 self.rewards, self.values, self.terminated, self.dones, last_values, gamma, gae_lambda,
-                self.acting, last_acting)
+                self.acting, self.last_acting)
             self.valid *= complete
             return
         self.advantages, self.returns = compute_gae(

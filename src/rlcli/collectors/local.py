@@ -34,6 +34,7 @@ from rlcli.envs import finished_episodes
 from rlcli.envs.masks import mask_width, masks_from_infos
 from rlcli.envs.multiagent import agent_returns, find_attr
 from rlcli.envs.state import capturable, get_env_state, set_env_state
+from rlcli.envs.turn_based import ACTING_KEY
 from rlcli.registry import ConfigError
 from rlcli.services.deadlines import DEADLINES, StepTimedOut
 from rlcli.services.timing import PhaseClock
@@ -321,6 +322,7 @@ class Collector:
 
 
 def _acting(infos: dict[str, Any]) -> np.ndarray | None:
-    """A turn-based env's `info["acting"]` (envs/turn_based.py): the rows that act at the observations it returned."""
-    acting = infos.get("acting")
+    """A turn-based env's `info["rlcli_acting"]` (envs/turn_based.py): the rows that act at the observations it
+    returned."""
+    acting = infos.get(ACTING_KEY)
     return None if acting is None else np.asarray(acting, dtype=bool).copy()

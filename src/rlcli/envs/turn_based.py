@@ -3,11 +3,11 @@
 Self-play: M copies of a game with N players become M * N rows, copy c's player i (`possible_agents[i]`) at row
 c * N + i, one network shared by the players, as envs/multiagent.py does for Parallel envs (the player's one-hot
 index appended with `env.agent_id`). Each vector step moves every copy once: the row of the player to move acts, the
-other rows of the copy wait (their actions are ignored). `info["acting"]` says, for the observations just returned,
-which rows act at them; the on-policy collector stores nothing at a waiting step (valid = 0) and the rollout's GAE
-(buffers/rollout.py) folds the waiting steps into the player's transition before them, so a player's transition
-goes from one of its turns to its next turn with no extra discount, the other players' moves between being part of
-its env.
+other rows of the copy wait (their actions are ignored). `info["rlcli_acting"]` says, for the observations just
+returned, which rows act at them; the on-policy collector stores nothing at a waiting step (valid = 0) and the
+rollout's GAE (buffers/rollout.py) folds the waiting steps into the player's transition before them, so a player's
+transition goes from one of its turns to its next turn with no extra discount, the other players' moves between
+being part of its env.
 
 Rewards follow PettingZoo's `last()`: what a player receives since its last turn (`_cumulative_rewards`, zeroed when
 it acts), given on its row at the step it arrives; the sum over a transition's steps is what `last()` would say at
@@ -40,6 +40,8 @@ from gymnasium.vector.utils import batch_space
 from rlcli.registry import ConfigError
 
 MASK_KEY = "action_mask"
+# the rows that act at the observations a step returned; named so that no other env's info sets it by chance
+ACTING_KEY = "rlcli_acting"
 
 
 def is_turn_based(env: Any) -> bool:
@@ -258,7 +260,8 @@ class TurnBasedVectorEnv(VectorEnv):
             rows = np.arange(self.num_copies), self.seats
             infos = {MASK_KEY: self._masks[rows].copy()}
         else:
-            infos = {MASK_KEY: self._masks.reshape(self.num_envs, -1).copy(), "acting": self._acting.reshape(-1).copy()}
+            infos = {MASK_KEY: self._masks.reshape(self.num_envs, -1).copy(),
+                     ACTING_KEY: self._acting.reshape(-1).copy()}
         return {**infos, **(extra or {})}
 
     def step(self, actions: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
