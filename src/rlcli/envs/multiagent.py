@@ -435,6 +435,25 @@ def find_attr(envs: Any, name: str) -> Any:
     return None
 
 
+def check_separate_params(share_params: bool, joint: bool, agent_id: bool) -> None:
+    """env.share_params=false in row mode finds a row's agent by its one-hot index (actors/per_agent.py)."""
+    if not share_params and not joint and not agent_id:
+        raise ConfigError("env.share_params=false gives each agent its own network and finds a row's agent by "
+                          "its one-hot index: set env.agent_id=true (or env.share_params=true)")
+
+
+def copies_of(num_envs: int, n_agents: int, joint: bool, env_id: str) -> int:
+    """The copies of an env that `num_envs` training rows make: one row per agent (joint mode: per copy)."""
+    if joint:
+        return num_envs
+    if num_envs % n_agents:
+        lower = max(n_agents, num_envs - num_envs % n_agents)
+        raise ConfigError(f"train.num_envs={num_envs}: env {env_id} has {n_agents} agents, one row each, so "
+                          f"train.num_envs must be a multiple of {n_agents} (e.g. {lower} = {lower // n_agents} "
+                          "copies)")
+    return num_envs // n_agents
+
+
 @ENVS.register("pz")
 class PettingZooEnvFactory:
     """Settings for a PettingZoo Parallel env; `make()` builds a ParallelVectorEnv of its copies.
@@ -452,9 +471,7 @@ class PettingZooEnvFactory:
         self.agents = None if agents is None else [str(a) for a in agents]
         self.agent_id, self.critic_state, self.joint = agent_id, critic_state, joint
         self.share_params = share_params
-        if not share_params and not joint and not agent_id:
-            raise ConfigError("env.share_params=false gives each agent its own network and finds a row's agent by "
-                              "its one-hot index: set env.agent_id=true (or env.share_params=true)")
+        check_separate_params(share_params, joint, agent_id)
         require(clip_obs > 0, "env.clip_obs", clip_obs, "must be > 0")
         self.normalize_obs, self.clip_obs = normalize_obs, clip_obs
         self.goal = None  # no goal-conditioned multi-agent envs
@@ -527,9 +544,4 @@ class PettingZooEnvFactory:
                               "auto, sync")
         if eval:  # turn-based: the policy against uniformly random players, one row per copy
             return self._copies(num_envs, "rgb_array" if render else None, vs_random=True)
-        if num_envs % self.n_agents and not self.joint:
-            lower = max(self.n_agents, num_envs - num_envs % self.n_agents)
-            raise ConfigError(f"train.num_envs={num_envs}: env {self.id} has {self.n_agents} agents, one row each, so "
-                              f"train.num_envs must be a multiple of {self.n_agents} (e.g. {lower} = "
-                              f"{lower // self.n_agents} copies)")
-        return self._copies(num_envs if self.joint else num_envs // self.n_agents)
+        return self._copies(copies_of(num_envs, self.n_agents, self.joint, self.id))

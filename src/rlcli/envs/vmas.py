@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from gymnasium.vector import VectorEnv
 
-from rlcli.envs.multiagent import ParallelEnvSpec, SeparateAgents
+from rlcli.envs.multiagent import ParallelEnvSpec, SeparateAgents, check_separate_params, copies_of
 from rlcli.registry import ENVS, ConfigError, require
 
 if TYPE_CHECKING:
@@ -99,9 +99,7 @@ class VmasEnvFactory:
         self.agents = None if agents is None else [str(a) for a in agents]
         self.agent_id, self.critic_state, self.joint = agent_id, critic_state, joint
         self.share_params = share_params
-        if not share_params and not joint and not agent_id:
-            raise ConfigError("env.share_params=false gives each agent its own network and finds a row's agent by "
-                              "its one-hot index: set env.agent_id=true (or env.share_params=true)")
+        check_separate_params(share_params, joint, agent_id)
         self.normalize_obs, self.clip_obs = normalize_obs, clip_obs
         self.goal = None
         self.turn_based = self.turn_masks = False
@@ -149,9 +147,4 @@ class VmasEnvFactory:
                               "process; choose from: auto, sync")
         if eval:
             return self._copies(num_envs)
-        if num_envs % self.n_agents and not self.joint:
-            lower = max(self.n_agents, num_envs - num_envs % self.n_agents)
-            raise ConfigError(f"train.num_envs={num_envs}: env {self.id} has {self.n_agents} agents, one row each, so "
-                              f"train.num_envs must be a multiple of {self.n_agents} (e.g. {lower} = "
-                              f"{lower // self.n_agents} copies)")
-        return self._copies(num_envs if self.joint else num_envs // self.n_agents)
+        return self._copies(copies_of(num_envs, self.n_agents, self.joint, self.id))
