@@ -80,9 +80,9 @@ def test_an_agent_that_leaves_keeps_its_flag_until_the_copy_resets_and_the_episo
 @pytest.mark.parametrize(("settings", "message"), [
     ({"id": "rlcli.envs.pz_toys:coop_match", "agents": ["agent_0", "agent_7"]},
      "env.agents: 'agent_7' is not an agent of rlcli.envs.pz_toys:coop_match; its agents: agent_0, agent_1"),
-    ({"id": "test_multiagent:mismatched_spaces"},
-     "env.agents: agent 'b' of test_multiagent:mismatched_spaces has the observation space Box(0.0, 1.0, (4,), "
-     "float32), 'a' has Box(0.0, 1.0, (3,), float32)"),
+    ({"id": "test_multiagent:mismatched_actions"},
+     "env.agents: agent 'b' of test_multiagent:mismatched_actions has the action space Discrete(4), 'a' has "
+     "Discrete(3); the learning agents act in one action space (list agents with equal action spaces in env.agents)"),
     ({"id": "mpe2.simple_spread_v3:env"}, "made a OrderEnforcingWrapper, an AEC (turn-based) env; env=pz takes "
                                           "PettingZoo Parallel envs"),
     ({"id": "rlcli.envs.pz_toys:nothing"}, "module 'rlcli.envs.pz_toys' has no 'nothing'"),
@@ -106,15 +106,15 @@ def test_rows_must_be_a_multiple_of_the_agents_and_env_gym_or_mappo_say_what_to_
         GymEnvFactory(id="CartPole-v1", critic_state=True)
 
 
-class _Mismatched(CoopMatch):
-    def observation_space(self, agent):
+class _MismatchedActions(CoopMatch):
+    def action_space(self, agent):
         import gymnasium as gym
 
-        return gym.spaces.Box(0.0, 1.0, (3 if agent == "a" else 4,), np.float32)
+        return gym.spaces.Discrete(3 if agent == "a" else 4)
 
 
-def mismatched_spaces():
-    env = _Mismatched()
+def mismatched_actions():
+    env = _MismatchedActions()
     env.possible_agents = ["a", "b"]
     return env
 

@@ -111,8 +111,8 @@ def test_a_recurrent_policy_carries_a_state_per_agent(tmp_path):
 @pytest.mark.parametrize(("obs", "message"), [
     ({"agent_9": np.zeros(3)}, "obs has the key 'agent_9', not an agent of rlcli.envs.pz_toys:coop_match; its "
                                "agents: agent_0, agent_1"),
-    ({"agent_0": np.zeros(4)}, "obs['agent_0'] has the shape (4,); rlcli.envs.pz_toys:coop_match's agents observe "
-                               "(3,) (give one observation per agent)"),
+    ({"agent_0": np.zeros(4)}, "obs['agent_0'] has the shape (4,); agent 'agent_0' of rlcli.envs.pz_toys:coop_match "
+                               "observes (3,) (give one observation per agent)"),
     ({"agent_0": np.array([0.0, np.nan, 1.0])}, "obs holds a non-finite value (nan at index [1])"),
     (np.zeros(3), "or a dict {agent: observation}, as PettingZoo gives them"),
 ])

@@ -244,4 +244,4 @@ def build_mlp_actor(
     if layout.id_start is None:
         raise ConfigError("env.share_params=false with env.joint=true is for algo=vdn, qmix, masac, maddpg; "
                           "on-policy algorithms take one row per agent: set env.joint=false")
-    return PerAgentActorCritic([build() for _ in range(layout.n_agents)], layout.id_start)
+    return PerAgentActorCritic([build() for _ in range(layout.copies)], layout)

@@ -68,17 +68,33 @@ def pick(outs: Sequence[Any], agent: torch.Tensor) -> Any:
     return stacked.gather(dim, index).squeeze(dim)
 
 
-class AgentRows(nn.Module):
-    """Row mode: one copy of a network per agent; `forward(obs, *args)` routes each row to its agent's copy (the
-    arguments after `obs`, e.g. a critic's actions, are the rows' own)."""
+class CopyRouting(nn.Module):
+    """Which copy computes a row: its agent's (one-hot index from `id_start`), or with groups its agent's group's
+    (`copy_of`, kept out of the state dict: it is the env's layout, not a weight)."""
 
-    def __init__(self, members: Sequence[nn.Module], id_start: int) -> None:
+    def __init__(self, id_start: int, n_agents: int, copy_of: Sequence[int] | None) -> None:
         super().__init__()
+        self.id_start, self.n_agents = id_start, n_agents
+        self.copy_of: torch.Tensor | None
+        self.register_buffer("copy_of", None if copy_of is None else torch.tensor(copy_of), persistent=False)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        agent = agent_index(obs, self.id_start, self.n_agents)
+        return agent if self.copy_of is None else self.copy_of[agent]
+
+
+class AgentRows(nn.Module):
+    """Row mode: one copy of a network per agent (or per group of agents); `forward(obs, *args)` routes each row to
+    its copy (the arguments after `obs`, e.g. a critic's actions, are the rows' own)."""
+
+    def __init__(self, members: Sequence[nn.Module], layout: SeparateAgents) -> None:
+        super().__init__()
+        assert layout.id_start is not None
         self.members = nn.ModuleList(members)
-        self.id_start = id_start
+        self.route = CopyRouting(layout.id_start, layout.n_agents, layout.copy_of)
 
     def agent_of(self, obs: torch.Tensor) -> torch.Tensor:
-        return agent_index(obs, self.id_start, len(self.members))
+        return self.route(obs)  # type: ignore[no-any-return]
 
     def forward(self, obs: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
         agent = self.agent_of(obs)
@@ -86,17 +102,19 @@ class AgentRows(nn.Module):
 
 
 class AgentLines(nn.Module):
-    """Joint mode: one copy of a network per agent; `forward(obs)` takes [..., agents, inputs] and gives each
-    agent's line to its own copy: [..., agents, outputs]."""
+    """Joint mode: one copy of a network per agent (or per group); `forward(obs)` takes [..., agents, inputs] and
+    gives each agent's line to its copy: [..., agents, outputs]."""
 
-    def __init__(self, members: Sequence[nn.Module]) -> None:
+    def __init__(self, members: Sequence[nn.Module], layout: SeparateAgents) -> None:
         super().__init__()
         self.members = nn.ModuleList(members)
+        self.n_agents = layout.n_agents
+        self.copy_of = list(range(layout.n_agents)) if layout.copy_of is None else list(layout.copy_of)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        if obs.shape[-2] != len(self.members):
-            raise ValueError(f"expected [..., {len(self.members)} agents, inputs], got {tuple(obs.shape)}")
-        return torch.stack([member(obs[..., i, :]) for i, member in enumerate(self.members)], obs.dim() - 2)
+        if obs.shape[-2] != self.n_agents:
+            raise ValueError(f"expected [..., {self.n_agents} agents, inputs], got {tuple(obs.shape)}")
+        return torch.stack([self.members[c](obs[..., i, :]) for i, c in enumerate(self.copy_of)], obs.dim() - 2)
 
 
 def agent_index(obs: torch.Tensor, id_start: int, n_agents: int) -> torch.Tensor:
@@ -106,13 +124,10 @@ def agent_index(obs: torch.Tensor, id_start: int, n_agents: int) -> torch.Tensor
 
 
 def per_agent(layout: SeparateAgents, build: Callable[[], nn.Module]) -> nn.Module:
-    """`layout.n_agents` copies from `build` (each initialized as a standalone network would be), routed by rows
+    """`layout.copies` copies from `build` (each initialized as a standalone network would be), routed by rows
     (row mode) or by the agent axis (joint mode)."""
-    members = [build() for _ in range(layout.n_agents)]
-    if layout.joint:
-        return AgentLines(members)
-    assert layout.id_start is not None
-    return AgentRows(members, layout.id_start)
+    members = [build() for _ in range(layout.copies)]
+    return AgentLines(members, layout) if layout.joint else AgentRows(members, layout)
 
 
 class RowGaussianHead(nn.Module):
@@ -149,13 +164,14 @@ class RowGaussianHead(nn.Module):
 
 
 class PerAgentActorCritic(nn.Module):
-    """An on-policy actor-critic (actors/mlp.py's ActorCritic) per agent, in row mode: the same methods, each row
-    computed by its agent's copy. One observation normalizer for the group (callers apply and update it)."""
+    """An on-policy actor-critic (actors/mlp.py's ActorCritic) per agent or per group, in row mode: the same methods,
+    each row computed by its copy. One observation normalizer for the group (callers apply and update it)."""
 
-    def __init__(self, members: Sequence[Any], id_start: int) -> None:
+    def __init__(self, members: Sequence[Any], layout: SeparateAgents) -> None:
         super().__init__()
+        assert layout.id_start is not None
         self.members = nn.ModuleList(members)
-        self.id_start = id_start
+        self.route = CopyRouting(layout.id_start, layout.n_agents, layout.copy_of)
         first = members[0]
         for member in members[1:]:
             member.normalizer = first.normalizer  # one set of statistics, which the collector updates
@@ -181,7 +197,7 @@ class PerAgentActorCritic(nn.Module):
             raise
 
     def agent_of(self, obs: torch.Tensor) -> torch.Tensor:
-        return agent_index(obs, self.id_start, len(self.members))
+        return self.route(obs)  # type: ignore[no-any-return]
 
     def param_groups(self) -> dict[str, list[nn.Parameter]]:
         groups: dict[str, list[nn.Parameter]] = {"shared": [], "pi": [], "v": []}

@@ -100,6 +100,7 @@ class Collector:
         self.obs_dtype = obs_dtype  # uint8 for pixels: they stay uint8 until the network scales them
         self.clock = clock or PhaseClock()
         self.agent_names: list[str] = find_attr(envs, "agent_names") or []  # env=pz: the group's agents, by row
+        self.agent_groups: dict[str, list[str]] = find_attr(envs, "agent_groups") or {}  # env.groups
         # env=pz: each agent's returns over the last 100 episodes, the window of rollout/return_mean (run/build.py's
         # recent_returns), so the agents' means add up to the team's
         self.recent_agent_returns = {name: collections.deque[float](maxlen=100) for name in self.agent_names}
@@ -295,6 +296,11 @@ class Collector:
                 recent = self.recent_agent_returns[name]
                 recent.extend(returns)
                 stats.scalars[f"rollout/return_{name}"] = float(np.mean(recent))
+        if len(self.agent_groups) > 1:  # a group's return is its agents' sum; their windows hold the same episodes
+            for group, names in self.agent_groups.items():
+                if all(self.recent_agent_returns[name] for name in names):
+                    stats.scalars[f"rollout/group_return_{group}"] = float(
+                        sum(np.mean(self.recent_agent_returns[name]) for name in names))
 
     def actions_to_take(self, learner: Learner, out: ActOutput | None, random_actions: bool) -> torch.Tensor:
         """The acting's actions, or (an off-policy warm-up) uniformly random ones, drawn from torch's generator so

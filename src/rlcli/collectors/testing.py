@@ -15,7 +15,7 @@ from rlcli.actors.normalizer import RunningNorm
 from rlcli.collectors.env_faults import EnvError, timed_out
 from rlcli.contracts import Algorithm, MaskedPolicy, RecurrentState
 from rlcli.envs.masks import mask_width, masks_from_infos
-from rlcli.envs.multiagent import find_attr
+from rlcli.envs.multiagent import find_attr, group_returns
 from rlcli.services.deadlines import DEADLINES, StepTimedOut
 
 
@@ -25,6 +25,7 @@ class TestStats:
     lengths: np.ndarray
     agent_returns: dict[str, np.ndarray] | None = None  # env=pz: each agent's return per episode (returns: the sums)
     team_returns: np.ndarray | None = None  # env=pz: the sum over every agent of the env, those outside the group too
+    group_returns: dict[str, np.ndarray] | None = None  # env.groups: each group's sum of its agents' returns
 
     @property
     def mean_return(self) -> float:
@@ -45,6 +46,7 @@ class TestEpisodes:
         rows = find_attr(envs, "episode_rows")
         self.rows = np.arange(envs.num_envs) if rows is None else np.asarray(rows)
         self.agent_names: list[str] = find_attr(envs, "agent_names") if rows is not None else []
+        self.agent_groups: dict[str, list[str]] = (find_attr(envs, "agent_groups") or {}) if rows is not None else {}
         n = len(self.rows)
         self.agent_returns = np.zeros((n, len(self.agent_names)))
         self.team_returns = np.zeros(n)
@@ -77,7 +79,8 @@ class TestEpisodes:
 
     def stats(self) -> TestStats:
         agents = {name: self.agent_returns[:, i] for i, name in enumerate(self.agent_names)} or None
-        return TestStats(self.returns, self.lengths, agents, self.team_returns if self.agent_names else None)
+        groups = group_returns(agents or {}, self.agent_groups) or None
+        return TestStats(self.returns, self.lengths, agents, self.team_returns if self.agent_names else None, groups)
 
 
 def evaluate(envs: VectorEnv, algo: Algorithm, normalizer: RunningNorm, device: torch.device, seed: int,

@@ -354,10 +354,11 @@ class Policy:
                 if vec is None:  # envs/turn_based.py's self-play runs
                     raise RlcliError(f"predict does not take the observations of the turn-based (AEC) env "
                                      f"{self.env_id} yet; rl-eval plays the policy against a random player")
-            obs_space, act_space = vec.agent_spaces(vec.agent_names[0])
+            act_space = vec.agent_spaces(vec.agent_names[0])[1]
             return AgentRows(list(vec.agent_names), list(vec.possible_agents),
                              {name: vec.noop(vec.agent_spaces(name)[1]) for name in vec.others},
-                             tuple(obs_space.shape or ()), vec.own_size, vec.agent_id,
+                             {name: tuple(vec.agent_spaces(name)[0].shape or ()) for name in vec.agent_names},
+                             vec.own_size, vec.agent_id,
                              int((vec.single_observation_space.shape or (0,))[-1]) if vec.joint
                              else int(np.prod(vec.single_observation_space.shape or ())), vec.joint,
                              tuple(act_space.shape or ()))
@@ -379,10 +380,10 @@ class Policy:
         x = np.zeros((len(acting), rows.row_size), np.float32)
         for k, name in enumerate(acting):
             own = _real_observations(obs[name], self.env_id)
-            if own.shape != rows.obs_shape:
-                raise InvalidValue(f"obs[{name!r}] has the shape {own.shape}; {self.env_id}'s agents observe "
-                                   f"{rows.obs_shape} (give one observation per agent)")
-            x[k, :rows.own_size] = own.reshape(-1)
+            if own.shape != rows.obs_shapes[name]:
+                raise InvalidValue(f"obs[{name!r}] has the shape {own.shape}; agent {name!r} of {self.env_id} "
+                                   f"observes {rows.obs_shapes[name]} (give one observation per agent)")
+            x[k, :own.size] = own.reshape(-1)  # an agent observing fewer inputs leaves the rest 0, as in training
             if rows.agent_id:
                 x[k, rows.own_size + rows.names.index(name)] = 1.0
         actions: dict[str, Any] = {name: noop for name, noop in rows.others.items() if name in obs}
@@ -526,14 +527,14 @@ class Policy:
 @dataclass(frozen=True)
 class AgentRows:
     """How a multi-agent run's envs (envs/multiagent.py) make an agent's row: `names` the group's agents (row order),
-    `possible` every agent of the env, `others` what the agents outside the group do, the agents' own observation
-    shape, its size in the row, whether their one-hot follows it, and the row's size; in joint mode (one row per copy)
-    the agents' lines of one joint observation, and each agent's action shape."""
+    `possible` every agent of the env, `others` what the agents outside the group do, each learning agent's own
+    observation shape, the largest one's size in the row, whether their one-hot follows it, and the row's size; in
+    joint mode (one row per copy) the agents' lines of one joint observation, and each agent's action shape."""
 
     names: list[str]
     possible: list[str]
     others: dict[str, Any]
-    obs_shape: tuple[int, ...]
+    obs_shapes: dict[str, tuple[int, ...]]
     own_size: int
     agent_id: bool
     row_size: int  # joint mode (env.joint=true): an agent's line of the copy's joint observation

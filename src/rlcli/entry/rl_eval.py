@@ -67,6 +67,7 @@ class Result:
     # env=pz: each agent's return per episode; `returns` are their sums over the group (never divided)
     agent_returns: dict[str, list[float]] | None = None
     team_returns: list[float] | None = None  # env=pz: over every agent of the env, those outside env.agents too
+    group_returns: dict[str, list[float]] | None = None  # env.groups: each group's sum of its agents' returns
 
     def record(self, options: dict[str, Any]) -> dict[str, Any]:
         import numpy as np
@@ -75,7 +76,10 @@ class Result:
         agents = {} if self.agent_returns is None else {
             "agent_returns": self.agent_returns,
             "agent_means": {name: float(np.mean(a)) for name, a in self.agent_returns.items()},
-            "team_returns": self.team_returns, "team_mean": float(np.mean(self.team_returns or [np.nan]))}
+            "team_returns": self.team_returns, "team_mean": float(np.mean(self.team_returns or [np.nan])),
+            **({} if not self.group_returns else {
+                "group_returns": self.group_returns,
+                "group_means": {group: float(np.mean(g)) for group, g in self.group_returns.items()}})}
         return {"checkpoint": str(self.checkpoint), "env": self.env_id, **options, "episodes": len(r),
                 "mean": float(r.mean()), "std": float(r.std()), "min": float(r.min()), "max": float(r.max()),
                 "mean_length": float(np.mean(self.lengths)), "wall_s": round(self.seconds, 3),
@@ -153,6 +157,7 @@ def evaluate_checkpoint(loaded: Loaded, options: dict[str, Any], name: str) -> t
     """Run `episodes` episodes (episode i from seed `seed + i`); with video=true the first round of envs
     renders, and the first `video_episodes` of its episodes are written to <run dir>/videos/."""
     from rlcli.collectors.testing import evaluate
+    from rlcli.envs.multiagent import find_attr, group_returns
     from rlcli.services import video
 
     agent, episodes = loaded.agent, options["episodes"]
@@ -193,6 +198,9 @@ def evaluate_checkpoint(loaded: Loaded, options: dict[str, Any], name: str) -> t
     result = Result(loaded.path.parent.parent, loaded.path, loaded.env_factory.spec.id, returns[:episodes],
                     lengths[:episodes], time.perf_counter() - start,
                     {name: a[:episodes] for name, a in agents.items()} or None, team[:episodes] or None)
+    groups = find_attr(envs, "agent_groups") or {}
+    if result.agent_returns and len(groups) > 1:
+        result.group_returns = {group: r.tolist() for group, r in group_returns(result.agent_returns, groups).items()}
     return result, recordings
 
 
@@ -219,6 +227,10 @@ def print_table(results: list[Result], title: str) -> None:
         if r.agent_returns:
             means = ", ".join(f"{name} {fmt_return(float(np.mean(a)))}" for name, a in r.agent_returns.items())
             console.print(f"{r.run_dir}: per agent (mean return; the table's return is their sum): {means}",
+                          highlight=False, soft_wrap=True)
+        if r.group_returns:
+            means = ", ".join(f"{group} {fmt_return(float(np.mean(g)))}" for group, g in r.group_returns.items())
+            console.print(f"{r.run_dir}: per group (mean of the sum of its agents' returns): {means}",
                           highlight=False, soft_wrap=True)
         if r.team_returns and r.team_returns != r.returns:
             console.print(f"{r.run_dir}: team return over every agent of the env, those outside env.agents too: "

@@ -28,6 +28,7 @@ from), else `truncated`.
 from __future__ import annotations
 
 import importlib
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -73,13 +74,20 @@ class JointBox(gym.spaces.Box):
 
 @dataclass(frozen=True)
 class SeparateAgents:
-    """env.share_params=false: each of the group's `n_agents` agents has its own parameters (actors/per_agent.py).
+    """More than one set of parameters among the learning agents (actors/per_agent.py): each agent its own
+    (env.share_params=false, `copy_of` None), or one per group of agents (env.groups: agent i uses copy `copy_of[i]`).
     Row mode reads a row's agent from its one-hot, the observation's columns from `id_start`; joint mode
     (`id_start` None) from the agent axis. The env puts it on its observation space as `separate_agents`."""
 
     n_agents: int
     id_start: int | None
     joint: bool
+    copy_of: tuple[int, ...] | None = None
+
+    @property
+    def copies(self) -> int:
+        """How many sets of parameters: one per agent, or one per group."""
+        return self.n_agents if self.copy_of is None else max(self.copy_of) + 1
 
 
 @dataclass(frozen=True)
@@ -144,9 +152,10 @@ class AgentRowsEnv(VectorEnv):
     """The layout of a multi-agent env's M copies as rows (module docstring), shared by env=pz (ParallelVectorEnv:
     PettingZoo copies, stepped one by one) and env=vmas (envs/vmas.py: VMAS's copies, one batched torch env): the
     spaces, the observation buffer `_obs` [copies, agents, size] and the episode counters, and a step's outputs and
-    infos from [copies, agents] arrays (`_outputs`). A subclass writes each agent's own observation into
-    `_obs[..., :own_size]` and the global state into `_obs[..., -state_size:]`, keeps `_active`, `_returns`,
-    `_other_returns` and `_lengths`, and returns `_outputs(...)` from its step."""
+    infos from [copies, agents] arrays (`_outputs`). A subclass writes agent i's own observation into
+    `_obs[:, i, :own_sizes[i]]` (the rest of `own_size`, the largest, stays 0) and the global state into
+    `_obs[..., -state_size:]`, keeps `_active`, `_returns`, `_other_returns` and `_lengths`, and returns
+    `_outputs(...)` from its step."""
 
     metadata = {"autoreset_mode": AutoresetMode.NEXT_STEP}
 
@@ -163,18 +172,18 @@ class AgentRowsEnv(VectorEnv):
                                   f"{', '.join(possible)}")
         require(len(group) > 0 and len(set(group)) == len(group), "env.agents", group,
                 f"must name distinct agents among: {', '.join(possible)}")
-        self.possible_agents = list(possible)
+        self.possible_agents, self.env_id = list(possible), env_id
         self.agent_names, self.others = group, [a for a in possible if a not in group]
-        obs_space, act_space = observation_space(group[0]), action_space(group[0])
+        obs_spaces = [observation_space(name) for name in group]
+        act_space = action_space(group[0])
         for name in group[1:]:
-            for what, space, ref in (("observation", observation_space(name), obs_space),
-                                     ("action", action_space(name), act_space)):
-                if space != ref:
-                    raise ConfigError(f"env.agents: agent {name!r} of {env_id} has the {what} space {space}, "
-                                      f"{group[0]!r} has {ref}; one group shares one network, so its agents must share "
-                                      "spaces (list agents with equal spaces in env.agents; rlcli does not pad)")
-        if not isinstance(obs_space, gym.spaces.Box):
-            raise ConfigError(f"env {env_id}: agent {group[0]!r} has {obs_space} observations; {kind} takes Box ones")
+            if action_space(name) != act_space:
+                raise ConfigError(f"env.agents: agent {name!r} of {env_id} has the action space {action_space(name)}, "
+                                  f"{group[0]!r} has {act_space}; the learning agents act in one action space (list "
+                                  "agents with equal action spaces in env.agents)")
+        for name, space in zip(group, obs_spaces, strict=True):
+            if not isinstance(space, gym.spaces.Box):
+                raise ConfigError(f"env {env_id}: agent {name!r} has {space} observations; {kind} takes Box ones")
         if joint and not isinstance(act_space, gym.spaces.Discrete | gym.spaces.Box):
             raise ConfigError(f"env.joint=true needs Discrete actions (algo=vdn, qmix) or Box ones (algo=masac, "
                               f"maddpg); agent {group[0]!r} of {env_id} has {act_space}")
@@ -182,15 +191,22 @@ class AgentRowsEnv(VectorEnv):
         # joint mode: a Box agent's action line goes back to its own shape
         self._agent_action_shape = act_space.shape if isinstance(act_space, gym.spaces.Box) else None
         self.num_envs = self.num_copies * (1 if joint else self.n_agents)
-        self.own_size = int(np.prod(obs_space.shape))
+        # agents observing different sizes (simple_tag's adversaries and prey) write theirs from the row's start and
+        # leave the rest of `own_size` zero; their one-hot tells a shared network which layout a row has
+        self.own_sizes = [int(np.prod(space.shape)) for space in obs_spaces]
+        self.own_size = max(self.own_sizes)
         self.agent_id, self.critic_state = agent_id, critic_state
         self.state_size = state_size
         policy_size = self.own_size + (self.n_agents if agent_id else 0)
         self.active_column = policy_size if joint else None  # joint mode: each agent's `active` flag
         size = policy_size + int(joint) + self.state_size
         low, high = np.full(size, -np.inf, np.float32), np.full(size, np.inf, np.float32)
-        low[:self.own_size] = np.asarray(obs_space.low, np.float32).reshape(-1)
-        high[:self.own_size] = np.asarray(obs_space.high, np.float32).reshape(-1)
+        lows = np.zeros((self.n_agents, self.own_size), np.float32)  # a padded column holds 0
+        highs = np.zeros((self.n_agents, self.own_size), np.float32)
+        for k, (own, space) in enumerate(zip(self.own_sizes, obs_spaces, strict=True)):
+            lows[k, :own] = np.asarray(space.low, np.float32).reshape(-1)
+            highs[k, :own] = np.asarray(space.high, np.float32).reshape(-1)
+        low[:self.own_size], high[:self.own_size] = lows.min(0), highs.max(0)  # bounds that hold every agent's
         if agent_id:
             low[self.own_size:policy_size], high[self.own_size:policy_size] = 0.0, 1.0
         if joint:
@@ -218,6 +234,7 @@ class AgentRowsEnv(VectorEnv):
         self._returns = np.zeros((m, n))
         self._other_returns = np.zeros(m)  # the agents outside the group: their rewards' sum, for the team sum
         self._lengths = np.zeros(m, np.int64)
+        self.agent_groups: dict[str, list[str]] = {}  # env.groups, where given (attach_parameter_layout)
 
     def _observations(self) -> np.ndarray:
         return self._obs.copy() if self.joint else self._obs.reshape(self.num_envs, -1).copy()
@@ -318,7 +335,7 @@ class ParallelVectorEnv(AgentRowsEnv):
         env = self.copies[c]
         for i, name in enumerate(self.agent_names):
             if name in obs:
-                self._obs[c, i, :self.own_size] = np.asarray(obs[name], np.float32).reshape(-1)
+                self._obs[c, i, :self.own_sizes[i]] = np.asarray(obs[name], np.float32).reshape(-1)
         if self.active_column is not None:
             self._obs[c, :, self.active_column] = self._active[c]
         if self.state_size:
@@ -426,6 +443,15 @@ def agent_returns(infos: dict[str, Any], names: list[str]) -> dict[str, list[flo
     return {name: r[i::n][mask[i::n]].tolist() for i, name in enumerate(names)}
 
 
+def group_returns(agent_returns: Mapping[str, Any], groups: Mapping[str, list[str]]) -> dict[str, np.ndarray]:
+    """Each group's return per episode (the sum of its agents', never divided), where env.groups names more than
+    one group; else {}."""
+    if len(groups) <= 1:
+        return {}
+    return {group: np.sum([np.asarray(agent_returns[name], np.float64) for name in names], axis=0)
+            for group, names in groups.items()}
+
+
 def find_attr(envs: Any, name: str) -> Any:
     """An attribute of the innermost vector env (through vector wrappers), or None."""
     while envs is not None:
@@ -454,6 +480,64 @@ def copies_of(num_envs: int, n_agents: int, joint: bool, env_id: str) -> int:
     return num_envs // n_agents
 
 
+GROUPINGS = ("prefix",)  # env.groups as a word; else null (one group) or a mapping {group: [agents]}
+
+
+def resolve_groups(groups: Any, learners: list[str], env_id: str) -> dict[str, list[str]]:
+    """env.groups -> {group name: its agents, in row order}, covering every learning agent once; one group (null)
+    gives {}. "prefix" groups agents by their name without its `_<number>` (TorchRL's grouping of MPE: adversary_0,
+    adversary_1 -> adversary; agent_0 -> agent)."""
+    if groups is None:
+        return {}
+    if isinstance(groups, str):
+        if groups not in GROUPINGS:
+            raise ConfigError(f"env.groups={groups!r}: choose from: null (one group), {', '.join(GROUPINGS)}, or a "
+                              "mapping {group: [agents]} (env.groups={adversary: [adversary_0, adversary_1]})")
+        by_prefix: dict[str, list[str]] = {}
+        for name in learners:
+            stem, _, number = name.rpartition("_")
+            by_prefix.setdefault(stem if stem and number.isdigit() else name, []).append(name)
+        return by_prefix
+    if not isinstance(groups, Mapping) or not groups:
+        raise ConfigError(f"env.groups={groups!r}: choose from: null (one group), {', '.join(GROUPINGS)}, or a "
+                          "mapping {group: [agents]} (env.groups={adversary: [adversary_0, adversary_1]})")
+    owner: dict[str, str] = {}
+    for group, members in groups.items():
+        names = [members] if isinstance(members, str) else list(members) if isinstance(members, Sequence) else None
+        if not names:
+            raise ConfigError(f"env.groups.{group}={members!r}: list the group's agents (e.g. [{learners[0]}])")
+        for name in map(str, names):
+            if name not in learners:
+                raise ConfigError(f"env.groups.{group}: {name!r} is not a learning agent of {env_id}; its learning "
+                                  f"agents (env.agents): {', '.join(learners)}")
+            if name in owner:
+                raise ConfigError(f"env.groups: agent {name!r} is in both {owner[name]!r} and {str(group)!r}; each "
+                                  "agent belongs to one group")
+            owner[name] = str(group)
+    missing = [name for name in learners if name not in owner]
+    if missing:
+        raise ConfigError(f"env.groups: agent {missing[0]!r} of {env_id} is in no group; list every learning agent "
+                          f"({', '.join(learners)}) in one group, or name the learners in env.agents")
+    return {str(group): [name for name in learners if owner[name] == str(group)] for group in groups}
+
+
+def attach_parameter_layout(vec: AgentRowsEnv, share_params: bool, groups: Any) -> None:
+    """Which learning agents share parameters, for the actor to build from (actors/per_agent.py): one set for all
+    (nothing attached), one per group (env.groups), or one per agent (env.share_params=false). The groups are kept
+    on the env as `agent_groups` for their returns."""
+    vec.agent_groups = resolve_groups(groups, vec.agent_names, vec.env_id)
+    group_of = {name: g for g, (_, names) in enumerate(vec.agent_groups.items()) for name in names}
+    if share_params and len(vec.agent_groups) <= 1:
+        return
+    if not vec.joint and not vec.agent_id:
+        raise ConfigError(f"env.groups makes {len(vec.agent_groups)} groups ({', '.join(vec.agent_groups)}), each its "
+                          "own network, and finds a row's agent by its one-hot index: set env.agent_id=true (or "
+                          "env.groups=null)")
+    copy_of = None if not share_params else tuple(group_of[name] for name in vec.agent_names)
+    vec.single_observation_space.separate_agents = SeparateAgents(  # type: ignore[attr-defined]
+        vec.n_agents, None if vec.joint else vec.own_size, vec.joint, copy_of)
+
+
 @ENVS.register("pz")
 class PettingZooEnvFactory:
     """Settings for a PettingZoo Parallel env; `make()` builds a ParallelVectorEnv of its copies.
@@ -464,13 +548,14 @@ class PettingZooEnvFactory:
 
     def __init__(self, id: str | None, kwargs: dict[str, Any] | None = None, agents: list[str] | None = None,
                  agent_id: bool = True, critic_state: bool = False, joint: bool = False, normalize_obs: bool = False,
-                 clip_obs: float = 10.0, reward_threshold: float | None = None, share_params: bool = True) -> None:
+                 clip_obs: float = 10.0, reward_threshold: float | None = None, share_params: bool = True,
+                 groups: str | dict[str, Any] | None = None) -> None:
         self.creator = resolve_parallel_env(id)
         self.id = str(id)
         self.kwargs = dict(kwargs or {})
         self.agents = None if agents is None else [str(a) for a in agents]
         self.agent_id, self.critic_state, self.joint = agent_id, critic_state, joint
-        self.share_params = share_params
+        self.share_params, self.groups = share_params, groups
         check_separate_params(share_params, joint, agent_id)
         require(clip_obs > 0, "env.clip_obs", clip_obs, "must be > 0")
         self.normalize_obs, self.clip_obs = normalize_obs, clip_obs
@@ -500,13 +585,12 @@ class PettingZooEnvFactory:
         if is_turn_based(copies[0]):  # an AEC env: self-play, one row per player (envs/turn_based.py)
             self._check_turn_based(copies[0])
             vec = TurnBasedVectorEnv(copies, self.id, self.agent_id, vs_random)
-            agents = vec.n_players
-        else:
-            vec = ParallelVectorEnv(copies, self.id, self.agents, self.agent_id, self.critic_state, self.joint)
-            agents = vec.n_agents
-        if not self.share_params:  # what the actor builds its per-agent networks from (actors/per_agent.py)
-            vec.single_observation_space.separate_agents = SeparateAgents(  # type: ignore[attr-defined]
-                agents, None if self.joint else vec.own_size, self.joint)
+            if not self.share_params:  # what the actor builds its per-agent networks from (actors/per_agent.py)
+                vec.single_observation_space.separate_agents = SeparateAgents(  # type: ignore[attr-defined]
+                    vec.n_players, vec.own_size, False)
+            return vec
+        vec = ParallelVectorEnv(copies, self.id, self.agents, self.agent_id, self.critic_state, self.joint)
+        attach_parameter_layout(vec, self.share_params, self.groups)
         return vec
 
     def _check_turn_based(self, env: Any) -> None:
@@ -517,7 +601,8 @@ class PettingZooEnvFactory:
                               "parallel_env()); turn-based games are those with env() alone (pettingzoo.classic)")
         for key, value, why in (("agents", self.agents is not None, "every player is played by the one policy"),
                                 ("critic_state", self.critic_state, "algo=mappo's centralized critic"),
-                                ("joint", self.joint, "algo=vdn, qmix, masac, maddpg's joint transitions")):
+                                ("joint", self.joint, "algo=vdn, qmix, masac, maddpg's joint transitions"),
+                                ("groups", self.groups is not None, "groups of players")):
             if value:
                 raise ConfigError(f"env.{key}={getattr(self, key)}: env {self.id} is a turn-based (AEC) env, which "
                                   f"env=pz trains by self-play ({why} is not built for it); use algo=maskable_ppo "

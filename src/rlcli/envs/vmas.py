@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from gymnasium.vector import VectorEnv
 
-from rlcli.envs.multiagent import ParallelEnvSpec, SeparateAgents, check_separate_params, copies_of
+from rlcli.envs.multiagent import ParallelEnvSpec, attach_parameter_layout, check_separate_params, copies_of
 from rlcli.registry import ENVS, ConfigError, require
 
 if TYPE_CHECKING:
@@ -67,7 +67,8 @@ class VmasEnvFactory:
                  max_steps: int | None = 100,
                  continuous_actions: bool = True, device: str = "cpu", agents: list[str] | None = None,
                  agent_id: bool = True, critic_state: bool = False, joint: bool = False, share_params: bool = True,
-                 normalize_obs: bool = False, clip_obs: float = 10.0, reward_threshold: float | None = None) -> None:
+                 normalize_obs: bool = False, clip_obs: float = 10.0, reward_threshold: float | None = None,
+                 groups: str | dict[str, Any] | None = None) -> None:
         self.vmas_module = import_vmas()
         names = scenario_names(self.vmas_module)
         if not scenario or str(scenario) not in names:
@@ -98,7 +99,7 @@ class VmasEnvFactory:
         self.continuous_actions = bool(continuous_actions)
         self.agents = None if agents is None else [str(a) for a in agents]
         self.agent_id, self.critic_state, self.joint = agent_id, critic_state, joint
-        self.share_params = share_params
+        self.share_params, self.groups = share_params, groups
         check_separate_params(share_params, joint, agent_id)
         self.normalize_obs, self.clip_obs = normalize_obs, clip_obs
         self.goal = None
@@ -131,9 +132,7 @@ class VmasEnvFactory:
             raise ConfigError(f"env.kwargs={self.kwargs}: VMAS says {unused[0].split(' This will')[0]} "
                               f"(the keys env.scenario={self.scenario} takes are in its make_world)")
         vec = VmasVectorEnv(env, self.id, self.agents, self.agent_id, self.critic_state, self.joint, self.max_steps)
-        if not self.share_params:  # what the actor builds its per-agent networks from (actors/per_agent.py)
-            vec.single_observation_space.separate_agents = SeparateAgents(  # type: ignore[attr-defined]
-                vec.n_agents, None if self.joint else vec.own_size, self.joint)
+        attach_parameter_layout(vec, self.share_params, self.groups)
         return vec
 
     def make(self, num_envs: int, mode: str = "auto", *, gamma: float = 0.99, eval: bool = False,

@@ -86,8 +86,8 @@ class VmasVectorEnv(AgentRowsEnv):
     def _write(self, obs: list[torch.Tensor]) -> None:
         """Every copy's rows from VMAS's observations, one [M, obs] tensor per agent."""
         m = self.num_copies
-        own = torch.stack([obs[j].reshape(m, -1) for j in self._group], dim=1)
-        self._obs[:, :, :self.own_size] = own.detach().to("cpu", torch.float32).numpy()
+        for i, j in enumerate(self._group):  # agents observing fewer inputs leave the rest of their row 0
+            self._obs[:, i, :self.own_sizes[i]] = obs[j].reshape(m, -1).detach().to("cpu", torch.float32).numpy()
         if self.active_column is not None:
             self._obs[:, :, self.active_column] = self._active
         if self.state_size:

@@ -42,6 +42,10 @@ def test_phase(c: Components, state: TrainState, run_dir: Path, log: RunLogger,
     if result.agent_returns:  # env=pz: returns are team sums; each agent's own return beside them
         scalars.update({f"eval/return_{name}": float(r.mean()) for name, r in result.agent_returns.items()})
         extra["agent_returns"] = {name: r.tolist() for name, r in result.agent_returns.items()}
+        for group, r in (result.group_returns or {}).items():  # env.groups: each group's sum of its agents' returns
+            scalars[f"eval/group_return_{group}"] = float(r.mean())
+        if result.group_returns:
+            extra["group_returns"] = {group: r.tolist() for group, r in result.group_returns.items()}
         if result.team_returns is not None:  # over every agent of the env: the group's sum plus those outside it
             extra["team_returns"] = result.team_returns.tolist()
             if not (result.team_returns == result.returns).all():

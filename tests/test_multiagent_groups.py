@@ -1,0 +1,244 @@
+"""env.groups: agents grouped as TorchRL groups them (by name prefix, or listed), a network per group, each group's
+return reported; agents observing different sizes padded into one row layout (mpe2's simple_tag: adversaries 16
+inputs, the prey 14). A row goes through its group's copy and no other; one group per agent trains bit for bit as
+env.share_params=false, one group of all as shared parameters; the competitive task trains, rl-eval and predict read
+it, and it resumes exactly; bad groupings are one line."""
+
+import copy
+import json
+
+import forked_cli
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("pettingzoo")
+from test_multiagent import QUIET, train  # noqa: E402
+from test_resume import assert_equal_state, assert_sigterm_then_resume_is_exact, final, scalars  # noqa: E402
+
+from rlcli.actors.per_agent import PerAgentActorCritic, per_agent  # noqa: E402
+from rlcli.envs.multiagent import (  # noqa: E402
+    ParallelVectorEnv,
+    SeparateAgents,
+    group_returns,
+    resolve_groups,
+)
+from rlcli.registry import ACTORS, ENVS, ConfigError  # noqa: E402
+
+OWN, N, ROWS = 4, 4, 32
+COPY_OF = (0, 0, 0, 1)  # simple_tag's layout: three adversaries, one prey
+FAST = ["train.num_envs=8", "algo.n_steps=16", "algo.batch_size=32", "algo.n_epochs=2", "train.test_episodes=4",
+        "actor.hidden_sizes=[16,16]", "torch_threads=1"]
+TAG = ["algo=ippo", "env=simple_tag_v3", "env.kwargs.max_cycles=10"]
+
+
+# ------------------------------------------------------------------------------------------------- the grouping
+
+def test_prefix_groups_agents_by_their_names_stem_and_a_mapping_is_taken_in_row_order():
+    names = ["leadadversary_0", "adversary_0", "adversary_1", "agent_0", "agent_1", "eve"]
+    assert resolve_groups("prefix", names, "x") == {"leadadversary": ["leadadversary_0"],
+                                                    "adversary": ["adversary_0", "adversary_1"],
+                                                    "agent": ["agent_0", "agent_1"], "eve": ["eve"]}
+    assert resolve_groups(None, names, "x") == {}
+    # a group lists its agents in any order; rows keep the env's order
+    assert resolve_groups({"b": ["agent_1", "adversary_0"], "a": ["leadadversary_0", "adversary_1", "agent_0", "eve"]},
+                          names, "x") == {"b": ["adversary_0", "agent_1"],
+                                          "a": ["leadadversary_0", "adversary_1", "agent_0", "eve"]}
+
+
+@pytest.mark.parametrize(("groups", "message"), [
+    ("bogus", "env.groups='bogus': choose from: null (one group), prefix, or a mapping {group: [agents]}"),
+    ({"a": ["agent_0"], "b": ["agent_7"]},
+     "env.groups.b: 'agent_7' is not a learning agent of env; its learning agents (env.agents): agent_0, agent_1"),
+    ({"a": ["agent_0", "agent_1"], "b": ["agent_1"]},
+     "env.groups: agent 'agent_1' is in both 'a' and 'b'; each agent belongs to one group"),
+    ({"a": ["agent_0"]}, "env.groups: agent 'agent_1' of env is in no group; list every learning agent (agent_0, "
+                         "agent_1) in one group, or name the learners in env.agents"),
+    ({"a": []}, "env.groups.a=[]: list the group's agents (e.g. [agent_0])"),
+    (3, "env.groups=3: choose from: null (one group), prefix, or a mapping"),
+])
+def test_a_bad_grouping_is_one_line_naming_the_value(groups, message):
+    with pytest.raises(ConfigError) as error:
+        resolve_groups(groups, ["agent_0", "agent_1"], "env")
+    assert message in str(error.value)
+
+
+def test_group_returns_are_the_sums_of_their_agents_returns():
+    agents = {"a0": np.array([1.0, 2.0]), "a1": np.array([3.0, -1.0]), "p": np.array([-5.0, 0.5])}
+    sums = group_returns(agents, {"a": ["a0", "a1"], "p": ["p"]})
+    assert sums.keys() == {"a", "p"}
+    np.testing.assert_array_equal(sums["a"], [4.0, 1.0])
+    np.testing.assert_array_equal(sums["p"], [-5.0, 0.5])
+    assert group_returns(agents, {"all": ["a0", "a1", "p"]}) == {}  # one group: the run's return already is its sum
+
+
+# ------------------------------------------------------------------------------- agents observing different sizes
+
+def test_simple_tag_rows_pad_the_prey_and_replay_the_env():
+    """The prey's 14 inputs start its row and the 2 after them stay 0, before the one-hot; the bounds hold every
+    agent's values (0 included in the padded columns); each row replays PettingZoo's own observation."""
+    tag = pytest.importorskip("mpe2.simple_tag_v3")
+    make = lambda: tag.parallel_env(max_cycles=10)  # noqa: E731
+    vec = ParallelVectorEnv([make(), make()], "tag", None, agent_id=True, critic_state=False)
+    assert vec.own_sizes == [16, 16, 16, 14] and vec.own_size == 16
+    assert vec.single_observation_space.shape == (16 + 4,)
+    low = vec.single_observation_space.low
+    assert (low[14:16] <= 0).all() and (vec.single_observation_space.high[14:16] >= 0).all()
+    direct = make()
+    obs, _ = vec.reset(seed=5)
+    expected, _ = direct.reset(seed=5 + 4)  # copy 1
+    rng = np.random.default_rng(0)
+    for _ in range(8):
+        for i, name in enumerate(vec.agent_names):
+            row = obs[4 + i]
+            own = np.asarray(expected[name], np.float32)
+            assert np.array_equal(row[:own.size], own)
+            assert not row[own.size:16].any()
+            assert np.array_equal(row[16:], np.eye(4)[i])
+        acting = {a: int(rng.integers(5)) for a in direct.agents}
+        expected, *_ = direct.step(acting)
+        obs, *_ = vec.step(np.array([acting[a] for a in vec.agent_names] * 2))
+    vec.close()
+
+
+def test_env_groups_put_a_copy_index_per_agent_on_the_observation_space():
+    pytest.importorskip("mpe2")
+    vec = ENVS.build({"name": "pz", "id": "mpe2.simple_tag_v3", "groups": "prefix"}).make(8)
+    assert vec.agent_groups == {"adversary": ["adversary_0", "adversary_1", "adversary_2"], "agent": ["agent_0"]}
+    assert vec.single_observation_space.separate_agents == SeparateAgents(4, 16, False, COPY_OF)
+    vec.close()
+    separate = ENVS.build({"name": "pz", "id": "mpe2.simple_tag_v3", "groups": "prefix", "share_params": False})
+    vec = separate.make(4)  # each agent its own copy; the groups still report their returns
+    assert vec.single_observation_space.separate_agents == SeparateAgents(4, 16, False, None)
+    assert len(vec.agent_groups) == 2
+    vec.close()
+    one = ENVS.build({"name": "pz", "id": "mpe2.simple_tag_v3", "groups": {"all": ["adversary_0", "adversary_1",
+                                                                                  "adversary_2", "agent_0"]}})
+    vec = one.make(4)  # one group: one network, nothing attached
+    assert getattr(vec.single_observation_space, "separate_agents", None) is None
+    vec.close()
+
+
+# ---------------------------------------------------------------------------------------- a network per group
+
+def row_space(joint: bool = False) -> gym.spaces.Box:
+    shape = (N, OWN + N) if joint else (OWN + N,)
+    space = gym.spaces.Box(-np.inf, np.inf, shape, np.float32)
+    space.separate_agents = SeparateAgents(N, None if joint else OWN, joint, COPY_OF)
+    return space
+
+
+def test_each_row_goes_through_its_groups_copy_and_no_other():
+    """Two copies for four agents; agents 0-2's rows are the adversary copy's standalone outputs and gradients,
+    agent 3's the prey copy's; a loss over the prey's rows leaves the adversaries' copy exactly zero gradient."""
+    torch.manual_seed(0)
+    net = ACTORS.build({"name": "mlp", "hidden_sizes": [8, 8]}, observation_space=row_space(),
+                       action_space=gym.spaces.Discrete(5), heads="actor_critic")
+    assert isinstance(net, PerAgentActorCritic) and len(net.members) == 2
+    assert "route.copy_of" not in net.state_dict()  # the env's layout, not a weight
+    standalone = [copy.deepcopy(member) for member in net.members]
+    g = torch.Generator().manual_seed(1)
+    agent = torch.randperm(ROWS, generator=g) % N
+    obs = torch.cat([torch.randn(ROWS, OWN, generator=g), torch.nn.functional.one_hot(agent, N).float()], -1)
+    group = torch.tensor(COPY_OF)[agent]
+    actions = torch.randint(5, (ROWS,), generator=g)
+    out = net.evaluate(obs, actions)
+    (out.log_probs + out.values.square()).sum().backward()
+    for c, ref in enumerate(standalone):
+        mine = group == c
+        want = ref.evaluate(obs[mine], actions[mine])
+        torch.testing.assert_close(out.log_probs[mine], want.log_probs, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(out.values[mine], want.values, rtol=1e-5, atol=1e-6)
+        (want.log_probs + want.values.square()).sum().backward()
+        for got, expected in zip(net.members[c].parameters(), ref.parameters(), strict=True):
+            torch.testing.assert_close(got.grad, expected.grad, rtol=1e-5, atol=1e-6)
+    net.zero_grad(set_to_none=True)
+    out = net.evaluate(obs, actions)
+    out.values[group == 1].sum().backward()
+    assert all(p.grad is None or not p.grad.any() for p in net.members[0].parameters())
+
+
+def test_joint_mode_gives_each_agents_line_to_its_groups_copy():
+    lines = per_agent(SeparateAgents(N, None, True, COPY_OF), lambda: torch.nn.Linear(OWN, 3))
+    assert len(lines.members) == 2
+    x = torch.randn(7, N, OWN)
+    out = lines(x)
+    for i, c in enumerate(COPY_OF):
+        assert torch.equal(out[:, i], lines.members[c](x[:, i]))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("groups", "same_as"), [
+    ("{a: [agent_0], b: [agent_1]}", "env.share_params=false"),
+    ("{team: [agent_1, agent_0]}", "env.share_params=true"),
+], ids=["one-per-agent", "one-of-all"])
+def test_groups_that_match_a_known_layout_train_bit_identically_to_it(groups, same_as, tmp_path):
+    """A group per agent builds the copies share_params=false builds, from the same random numbers; one group of
+    everyone is the shared network: the same weights, optimizer state and scalars, bit for bit."""
+    common = ["algo=ippo", "env=coop_match", "train.total_steps=256", "train.test_every=128", *FAST]
+    train([*common, f"env.groups={groups}"], tmp_path / "groups")
+    train([*common, same_as], tmp_path / "known")
+    grouped, known = final(tmp_path / "groups")["algo"], final(tmp_path / "known")["algo"]
+    assert_equal_state(known["networks"], grouped["networks"], "networks")
+    assert_equal_state(known["optimizer"], grouped["optimizer"], "optimizer")
+    strip = lambda s: {k: v for k, v in s.items() if "group_return" not in k}  # noqa: E731
+    assert strip(scalars(tmp_path / "groups")) == scalars(tmp_path / "known")
+
+
+# ------------------------------------------------------------------------------------------- the competitive run
+
+@pytest.mark.slow
+def test_ippo_trains_both_sides_of_simple_tag_and_reports_each_groups_return(tmp_path):
+    """Adversaries and prey, each side its own network (two copies in the checkpoint), trained at once; eval.jsonl
+    and TensorBoard carry each group's return (its agents' sum); rl-eval prints them; predict takes PettingZoo's dict
+    with the prey's 14 inputs and the adversaries' 16."""
+    pytest.importorskip("mpe2")
+    run_dir = tmp_path / "tag"
+    train([*TAG, "train.total_steps=1024", "train.test_every=512", *FAST], run_dir)
+    networks = final(run_dir)["algo"]["networks"]
+    assert {key.split(".")[1] for key in networks if key.startswith("members.")} == {"0", "1"}
+    record = json.loads((run_dir / "eval.jsonl").read_text().splitlines()[-1])
+    agents, groups = record["agent_returns"], record["group_returns"]
+    assert groups.keys() == {"adversary", "agent"}
+    np.testing.assert_allclose(groups["adversary"], np.sum([agents[f"adversary_{i}"] for i in range(3)], axis=0))
+    assert groups["agent"] == agents["agent_0"]
+    tags = scalars(run_dir)
+    assert {"rollout/group_return_adversary", "eval/group_return_agent"} <= set(tags)
+    done = forked_cli.run([str(run_dir), "episodes=2"], tmp_path, program="rl-eval")
+    assert done.returncode == 0, done.stderr
+    assert "per group (mean of the sum of its agents' returns): adversary " in done.stdout
+    from mpe2 import simple_tag_v3
+
+    import rlcli
+
+    policy, env = rlcli.load(run_dir), simple_tag_v3.parallel_env(max_cycles=10)
+    obs, _ = env.reset(seed=3)
+    while env.agents:
+        actions, _ = policy.predict({a: obs[a] for a in env.agents}, deterministic=True)
+        assert set(actions) == set(env.agents) and all(0 <= int(a) < 5 for a in actions.values())
+        obs, *_ = env.step(actions)
+
+
+@pytest.mark.slow
+def test_a_grouped_run_with_padded_rows_stopped_after_a_checkpoint_resumes_bit_identically(tmp_path):
+    pytest.importorskip("mpe2")
+    args = [*TAG, "algo=mappo", "train.total_steps=1024", "train.checkpoint_every=256", "train.test_every=512",
+            "train.log_every=128", *FAST, *QUIET]
+    assert_sigterm_then_resume_is_exact(args, 1024, tmp_path)
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["algo=ippo", "env=coop_match", "env.groups=bogus"],
+     "env.groups='bogus': choose from: null (one group), prefix, or a mapping {group: [agents]}"),
+    (["algo=ippo", "env=coop_match", "env.groups={a: [agent_0], b: [agent_1]}", "env.agent_id=false"],
+     "env.groups makes 2 groups (a, b), each its own network, and finds a row's agent by its one-hot index: set "
+     "env.agent_id=true (or env.groups=null)"),
+    (["algo=maskable_ppo", "env=tictactoe", "env.groups=prefix"],
+     "env.groups=prefix: env pettingzoo.classic.tictactoe_v3 is a turn-based (AEC) env"),
+])
+def test_bad_group_settings_are_one_line(args, message, tmp_path):
+    done = forked_cli.run([*args, "train.total_steps=64", *QUIET, f"hydra.run.dir={tmp_path / 'run'}"], tmp_path)
+    assert done.returncode != 0
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], done.stderr
