@@ -218,6 +218,17 @@ def test_ippo_trains_both_sides_of_simple_tag_and_reports_each_groups_return(tmp
         actions, _ = policy.predict({a: obs[a] for a in env.agents}, deterministic=True)
         assert set(actions) == set(env.agents) and all(0 <= int(a) < 5 for a in actions.values())
         obs, *_ = env.step(actions)
+    # scripts/multiagent_crossplay.py plays each side trained or random: four pairings
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).parents[1] / "scripts" / "multiagent_crossplay.py"
+    done = subprocess.run([sys.executable, str(script), str(run_dir), "2"], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr
+    pairings = [line for line in done.stdout.splitlines() if "->" in line]
+    assert len(pairings) == 4 and "adversary trained, agent random" in pairings[1], done.stdout
 
 
 @pytest.mark.slow
