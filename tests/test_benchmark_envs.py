@@ -53,7 +53,7 @@ def test_every_env_yaml_makes_its_env(path):
 
     env = name_of(path, CONF / "env")
     # an env whose actions come with legal-move masks is built with an algorithm that takes them
-    algo = ["algo=maskable_ppo"] if env in ("tictactoe",) else []
+    algo = ["algo=maskable_ppo"] if env in ("tictactoe", "simple_speaker_listener_v4") else []
     cfg = compose_config([f"env={env}", "device=cpu", *algo])
     # resolve_env_id registers ALE's ids first, as a run does (gym.spec alone depended on an earlier test's import)
     assert cfg.env.id == OmegaConf.create(path.read_text()).id  # resolved: vmas's is vmas/${.scenario}

@@ -81,8 +81,9 @@ def test_an_agent_that_leaves_keeps_its_flag_until_the_copy_resets_and_the_episo
     ({"id": "rlcli.envs.pz_toys:coop_match", "agents": ["agent_0", "agent_7"]},
      "env.agents: 'agent_7' is not an agent of rlcli.envs.pz_toys:coop_match; its agents: agent_0, agent_1"),
     ({"id": "test_multiagent:mismatched_actions"},
-     "env.agents: agent 'b' of test_multiagent:mismatched_actions has the action space Discrete(4), 'a' has "
-     "Discrete(3); the learning agents act in one action space (list agents with equal action spaces in env.agents)"),
+     "env.agents: agent 'b' of test_multiagent:mismatched_actions has the action space Box(-1.0, 1.0, (2,), "
+     "float32), 'a' has Discrete(3); the learning agents act in one action space (or in Discrete ones of different "
+     "sizes, in row mode; list agents with equal action spaces in env.agents)"),
     ({"id": "mpe2.simple_spread_v3:env"}, "made a OrderEnforcingWrapper, an AEC (turn-based) env; env=pz takes "
                                           "PettingZoo Parallel envs"),
     ({"id": "rlcli.envs.pz_toys:nothing"}, "module 'rlcli.envs.pz_toys' has no 'nothing'"),
@@ -110,7 +111,7 @@ class _MismatchedActions(CoopMatch):
     def action_space(self, agent):
         import gymnasium as gym
 
-        return gym.spaces.Discrete(3 if agent == "a" else 4)
+        return gym.spaces.Discrete(3) if agent == "a" else gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
 
 
 def mismatched_actions():

@@ -76,6 +76,43 @@ class Run:
         """The trained agent as the run ended (its last checkpoint), on the CPU."""
         return self.load("last")
 
+    def _agent_observation(self, obs: Any, name: str, rows: AgentRows) -> tuple[np.ndarray, np.ndarray | None]:
+        """Agent `name`'s observation as its row's numbers (as its env writes them), and the mask it holds."""
+        import gymnasium as gym
+
+        layout = rows.layouts[name]
+        if isinstance(layout.space, gym.spaces.Box):
+            own = _real_observations(obs, self.env_id)
+            if own.shape != tuple(layout.space.shape):
+                raise InvalidValue(f"obs[{name!r}] has the shape {own.shape}; agent {name!r} of {self.env_id} "
+                                   f"observes {tuple(layout.space.shape)} (give one observation per agent)")
+            return own, None
+        try:
+            flat, mask = layout.split(obs)
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError):
+            raise InvalidValue(f"obs[{name!r}] is not an observation of agent {name!r} of {self.env_id}, which "
+                               f"observes {layout.space}") from None
+        return _real_observations(flat, self.env_id), mask
+
+    @staticmethod
+    def _agent_mask(held: np.ndarray | None, given: Any, name: str, rows: AgentRows, size: int) -> np.ndarray:
+        """Agent `name`'s valid actions among the rows' (its own first): from its observation, else from
+        `action_mask` ({agent: mask}), else all of its own where its env gives masks only in the observation."""
+        import numpy as np
+
+        mask = held
+        if isinstance(given, Mapping) and name in given:
+            mask = np.asarray(given[name], bool).reshape(-1)
+        elif mask is None and rows.info_masks:
+            raise InvalidValue(f"agent {name!r}'s valid actions are in its info: pass action_mask={{agent: "
+                               "infos[agent]['action_mask']}")
+        full = np.ones(len(rows.valid[name]) if rows.valid else size, bool)
+        if mask is not None:
+            if mask.shape != (size,):
+                raise InvalidValue(f"action_mask for agent {name!r} has the shape {mask.shape}; it has {size} actions")
+            full[:size] = mask
+        return full
+
     def save(self, path: str | Path) -> Path:
         """SB3's `model.save(path)`: the agent as the run ended (its policy: config, networks, observation statistics)
         written to exactly `path`; `rlcli.load(path)` reads it back in any process. Training goes on from the run
@@ -284,7 +321,7 @@ class Policy:
         agent's last step PettingZoo's dict still holds its final observation: pass `{a: obs[a] for a in env.agents}`
         to act for the agents still in the episode alone."""
         if isinstance(obs, Mapping) and self._agent_rows is not None:
-            return self._predict_agents(obs, self._agent_rows, state, episode_start, deterministic)
+            return self._predict_agents(obs, self._agent_rows, state, episode_start, deterministic, action_mask)
         return self._predict_rows(obs, state, episode_start, deterministic, action_mask)
 
     def _predict_rows(self, obs: Any, state: np.ndarray | None, episode_start: Any, deterministic: bool,
@@ -355,10 +392,11 @@ class Policy:
                     raise RlcliError(f"predict does not take the observations of the turn-based (AEC) env "
                                      f"{self.env_id} yet; rl-eval plays the policy against a random player")
             act_space = vec.agent_spaces(vec.agent_names[0])[1]
+            masks = None if not vec.has_masks else dict(zip(vec.agent_names, vec._valid, strict=True))
             return AgentRows(list(vec.agent_names), list(vec.possible_agents),
                              {name: vec.noop(vec.agent_spaces(name)[1]) for name in vec.others},
-                             {name: tuple(vec.agent_spaces(name)[0].shape or ()) for name in vec.agent_names},
-                             vec.own_size, vec.agent_id,
+                             dict(zip(vec.agent_names, vec.obs_layouts, strict=True)), masks,
+                             bool(getattr(vec, "info_masks", False)), vec.own_size, vec.agent_id,
                              int((vec.single_observation_space.shape or (0,))[-1]) if vec.joint
                              else int(np.prod(vec.single_observation_space.shape or ())), vec.joint,
                              tuple(act_space.shape or ()))
@@ -366,7 +404,7 @@ class Policy:
             probe.close()
 
     def _predict_agents(self, obs: Mapping[Any, Any], rows: AgentRows, state: Any, episode_start: Any,
-                        deterministic: bool) -> tuple[dict[str, Any], dict[str, Any] | None]:
+                        deterministic: bool, action_mask: Any = None) -> tuple[dict[str, Any], dict[str, Any] | None]:
         """`predict` of PettingZoo's dict of observations: each agent of the run's group acts on its row (its own
         observation, its one-hot; a centralized critic's global state is left zero: the policy never reads it);
         agents outside the group get what training gave them, nothing (action 0, a zero vector)."""
@@ -378,12 +416,12 @@ class Policy:
                                f"{', '.join(map(str, rows.possible))}")
         acting = [name for name in rows.names if name in obs]
         x = np.zeros((len(acting), rows.row_size), np.float32)
+        masks = None if rows.valid is None else np.stack([rows.valid[name] for name in acting] or [np.ones(0, bool)])
         for k, name in enumerate(acting):
-            own = _real_observations(obs[name], self.env_id)
-            if own.shape != rows.obs_shapes[name]:
-                raise InvalidValue(f"obs[{name!r}] has the shape {own.shape}; agent {name!r} of {self.env_id} "
-                                   f"observes {rows.obs_shapes[name]} (give one observation per agent)")
+            own, mask = self._agent_observation(obs[name], name, rows)
             x[k, :own.size] = own.reshape(-1)  # an agent observing fewer inputs leaves the rest 0, as in training
+            if masks is not None:
+                masks[k] &= self._agent_mask(mask, action_mask, name, rows, int(masks[k].sum()))
             if rows.agent_id:
                 x[k, rows.own_size + rows.names.index(name)] = 1.0
         actions: dict[str, Any] = {name: noop for name, noop in rows.others.items() if name in obs}
@@ -410,11 +448,49 @@ class Policy:
                               else np.zeros(size, np.float32) for n in acting])
             begin = episode_start if isinstance(episode_start, Mapping) else {n: episode_start for n in acting}
             starts = np.array([n not in known or bool(begin.get(n) or False) for n in acting])
-        out, next_state = self._predict_rows(x, carry, starts, deterministic, None)
+        out, next_state = self._predict_rows(x, carry, starts, deterministic,
+                                             masks if self.needs_action_mask else None)
         actions.update({name: out[k] for k, name in enumerate(acting)})
         if next_state is None:
             return actions, None
         return actions, {name: next_state[k] for k, name in enumerate(acting)}
+
+    def _agent_observation(self, obs: Any, name: str, rows: AgentRows) -> tuple[np.ndarray, np.ndarray | None]:
+        """Agent `name`'s observation as its row's numbers (as its env writes them), and the mask it holds."""
+        import gymnasium as gym
+
+        layout = rows.layouts[name]
+        if isinstance(layout.space, gym.spaces.Box):
+            own = _real_observations(obs, self.env_id)
+            if own.shape != tuple(layout.space.shape):
+                raise InvalidValue(f"obs[{name!r}] has the shape {own.shape}; agent {name!r} of {self.env_id} "
+                                   f"observes {tuple(layout.space.shape)} (give one observation per agent)")
+            return own, None
+        try:
+            flat, mask = layout.split(obs)
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError):
+            raise InvalidValue(f"obs[{name!r}] is not an observation of agent {name!r} of {self.env_id}, which "
+                               f"observes {layout.space}") from None
+        return _real_observations(flat, self.env_id), mask
+
+    @staticmethod
+    def _agent_mask(held: np.ndarray | None, given: Any, name: str, rows: AgentRows, size: int) -> np.ndarray:
+        """Agent `name`'s valid actions among the rows' (its own first): from its observation, else from
+        `action_mask` ({agent: mask}), else all of its own where its env gives masks only in the observation."""
+        import numpy as np
+
+        mask = held
+        if isinstance(given, Mapping) and name in given:
+            mask = np.asarray(given[name], bool).reshape(-1)
+        elif mask is None and rows.info_masks:
+            raise InvalidValue(f"agent {name!r}'s valid actions are in its info: pass action_mask={{agent: "
+                               "infos[agent]['action_mask']}")
+        full = np.ones(len(rows.valid[name]) if rows.valid else size, bool)
+        if mask is not None:
+            if mask.shape != (size,):
+                raise InvalidValue(f"action_mask for agent {name!r} has the shape {mask.shape}; it has {size} actions")
+            full[:size] = mask
+        return full
 
     def save(self, path: str | Path) -> Path:
         """SB3's `model.save(path)`: this policy (its config, networks and observation statistics, in rlcli's
@@ -527,14 +603,17 @@ class Policy:
 @dataclass(frozen=True)
 class AgentRows:
     """How a multi-agent run's envs (envs/multiagent.py) make an agent's row: `names` the group's agents (row order),
-    `possible` every agent of the env, `others` what the agents outside the group do, each learning agent's own
-    observation shape, the largest one's size in the row, whether their one-hot follows it, and the row's size; in
-    joint mode (one row per copy) the agents' lines of one joint observation, and each agent's action shape."""
+    `possible` every agent of the env, `others` what the agents outside the group do, each learning agent's
+    observation layout and valid actions, the largest observation's size in the row, whether their one-hot follows
+    it, and the row's size; in joint mode (one row per copy) the agents' lines of one joint observation, and each
+    agent's action shape."""
 
     names: list[str]
     possible: list[str]
     others: dict[str, Any]
-    obs_shapes: dict[str, tuple[int, ...]]
+    layouts: dict[str, Any]  # each learner's ObservationLayout (envs/multiagent.py)
+    valid: dict[str, np.ndarray] | None  # where rows take masks: each learner's own actions among the rows'
+    info_masks: bool  # the env gives its masks in infos (predict's action_mask={agent: mask})
     own_size: int
     agent_id: bool
     row_size: int  # joint mode (env.joint=true): an agent's line of the copy's joint observation

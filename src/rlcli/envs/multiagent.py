@@ -37,6 +37,7 @@ import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
+from rlcli.envs.masks import MASK_KEY
 from rlcli.envs.turn_based import TurnBasedVectorEnv, is_turn_based
 from rlcli.registry import ENVS, ConfigError, require
 
@@ -148,6 +149,42 @@ def _is_parallel(env: Any) -> bool:
     return isinstance(env, ParallelEnv) or (hasattr(env, "possible_agents") and hasattr(env, "step"))
 
 
+class ObservationLayout:
+    """How one agent's observation becomes the numbers of its row: a Box as it is (flattened); a Dict's
+    'action_mask' entry taken out as the agent's valid actions; what is left (one entry, or a Dict, Discrete, Tuple,
+    ...) flattened as gymnasium flattens it (a Discrete one-hot, a Dict's entries in its key order)."""
+
+    def __init__(self, space: gym.spaces.Space[Any], name: str, env_id: str) -> None:
+        self.space, self.name = space, name
+        self.mask_in_obs = isinstance(space, gym.spaces.Dict) and MASK_KEY in space.spaces
+        rest: gym.spaces.Space[Any] = space
+        if self.mask_in_obs:
+            assert isinstance(space, gym.spaces.Dict)
+            entries = {k: v for k, v in space.spaces.items() if k != MASK_KEY}
+            rest = next(iter(entries.values())) if len(entries) == 1 else gym.spaces.Dict(entries)
+        self.rest = rest
+        try:
+            flat = rest if isinstance(rest, gym.spaces.Box) else gym.spaces.flatten_space(rest)
+        except NotImplementedError:
+            flat = None
+        if not isinstance(flat, gym.spaces.Box) or not flat.shape:
+            raise ConfigError(f"env {env_id}: agent {name!r} has {space} observations, which do not flatten into a "
+                              "vector; multi-agent envs take Box, Discrete, MultiDiscrete and Dict/Tuple of them")
+        self.flat = flat
+        self.size = int(np.prod(flat.shape))
+
+    def split(self, obs: Any) -> tuple[np.ndarray, np.ndarray | None]:
+        """The agent's observation as a float32 vector of `size`, and its mask where the observation holds one."""
+        mask = None
+        if self.mask_in_obs:
+            mask = np.asarray(obs[MASK_KEY], bool).reshape(-1)
+            entries = {k: v for k, v in obs.items() if k != MASK_KEY}
+            obs = next(iter(entries.values())) if len(entries) == 1 else entries
+        if isinstance(self.rest, gym.spaces.Box):
+            return np.asarray(obs, np.float32).reshape(-1), mask
+        return np.asarray(gym.spaces.flatten(self.rest, obs), np.float32).reshape(-1), mask
+
+
 class AgentRowsEnv(VectorEnv):
     """The layout of a multi-agent env's M copies as rows (module docstring), shared by env=pz (ParallelVectorEnv:
     PettingZoo copies, stepped one by one) and env=vmas (envs/vmas.py: VMAS's copies, one batched torch env): the
@@ -161,10 +198,10 @@ class AgentRowsEnv(VectorEnv):
 
     def _init_layout(self, env_id: str, kind: str, possible: list[str], agents: list[str] | None,
                      observation_space: Any, action_space: Any, num_copies: int, agent_id: bool, critic_state: bool,
-                     joint: bool, state_size: int) -> None:
+                     joint: bool, state_size: int, info_masks: bool = False) -> None:
         """The group (`agents`, default every one of `possible`) and its spaces (`observation_space(name)`,
         `action_space(name)`, gymnasium spaces) checked, then the layout's spaces and buffers; `kind` names the env
-        kind in messages (env=pz)."""
+        kind in messages (env=pz); `info_masks`: the env gives the agents' valid actions in their infos."""
         group = possible if agents is None else [str(a) for a in agents]
         for name in group:
             if name not in possible:
@@ -174,16 +211,30 @@ class AgentRowsEnv(VectorEnv):
                 f"must name distinct agents among: {', '.join(possible)}")
         self.possible_agents, self.env_id = list(possible), env_id
         self.agent_names, self.others = group, [a for a in possible if a not in group]
-        obs_spaces = [observation_space(name) for name in group]
-        act_space = action_space(group[0])
-        for name in group[1:]:
-            if action_space(name) != act_space:
-                raise ConfigError(f"env.agents: agent {name!r} of {env_id} has the action space {action_space(name)}, "
-                                  f"{group[0]!r} has {act_space}; the learning agents act in one action space (list "
-                                  "agents with equal action spaces in env.agents)")
-        for name, space in zip(group, obs_spaces, strict=True):
-            if not isinstance(space, gym.spaces.Box):
-                raise ConfigError(f"env {env_id}: agent {name!r} has {space} observations; {kind} takes Box ones")
+        self.obs_layouts = [ObservationLayout(observation_space(name), name, env_id) for name in group]
+        act_spaces = [action_space(name) for name in group]
+        act_space = act_spaces[0]
+        # learners choosing among different numbers of Discrete actions act in the largest; each row's mask keeps
+        # it to its own (algo=maskable_ppo)
+        self.action_sizes: list[int] | None = None
+        for name, space in zip(group[1:], act_spaces[1:], strict=True):
+            if space == act_space:
+                continue
+            if not joint and all(type(a) is gym.spaces.Discrete and a.start == 0 for a in act_spaces):
+                self.action_sizes = [int(a.n) for a in act_spaces]
+                act_space = gym.spaces.Discrete(max(self.action_sizes))
+                break
+            raise ConfigError(f"env.agents: agent {name!r} of {env_id} has the action space {space}, {group[0]!r} has "
+                              f"{act_space}; the learning agents act in one action space (or in Discrete ones of "
+                              "different sizes, in row mode; list agents with equal action spaces in env.agents)")
+        self.info_masks = info_masks
+        self.has_masks = info_masks or self.action_sizes is not None or any(o.mask_in_obs for o in self.obs_layouts)
+        if self.has_masks and (joint or not isinstance(act_space, gym.spaces.Discrete)):
+            why = ("its learners' actions differ in size" if self.action_sizes is not None
+                   else "it gives valid-action masks")
+            raise ConfigError(f"env {env_id}: {why}, which rows of Discrete actions take (algo=maskable_ppo)"
+                              + ("; env.joint=true (vdn, qmix, masac, maddpg) takes no masks" if joint else
+                                 f"; its actions are {act_space}"))
         if joint and not isinstance(act_space, gym.spaces.Discrete | gym.spaces.Box):
             raise ConfigError(f"env.joint=true needs Discrete actions (algo=vdn, qmix) or Box ones (algo=masac, "
                               f"maddpg); agent {group[0]!r} of {env_id} has {act_space}")
@@ -193,7 +244,7 @@ class AgentRowsEnv(VectorEnv):
         self.num_envs = self.num_copies * (1 if joint else self.n_agents)
         # agents observing different sizes (simple_tag's adversaries and prey) write theirs from the row's start and
         # leave the rest of `own_size` zero; their one-hot tells a shared network which layout a row has
-        self.own_sizes = [int(np.prod(space.shape)) for space in obs_spaces]
+        self.own_sizes = [layout.size for layout in self.obs_layouts]
         self.own_size = max(self.own_sizes)
         self.agent_id, self.critic_state = agent_id, critic_state
         self.state_size = state_size
@@ -203,9 +254,9 @@ class AgentRowsEnv(VectorEnv):
         low, high = np.full(size, -np.inf, np.float32), np.full(size, np.inf, np.float32)
         lows = np.zeros((self.n_agents, self.own_size), np.float32)  # a padded column holds 0
         highs = np.zeros((self.n_agents, self.own_size), np.float32)
-        for k, (own, space) in enumerate(zip(self.own_sizes, obs_spaces, strict=True)):
-            lows[k, :own] = np.asarray(space.low, np.float32).reshape(-1)
-            highs[k, :own] = np.asarray(space.high, np.float32).reshape(-1)
+        for k, (own, layout) in enumerate(zip(self.own_sizes, self.obs_layouts, strict=True)):
+            lows[k, :own] = np.asarray(layout.flat.low, np.float32).reshape(-1)
+            highs[k, :own] = np.asarray(layout.flat.high, np.float32).reshape(-1)
         low[:self.own_size], high[:self.own_size] = lows.min(0), highs.max(0)  # bounds that hold every agent's
         if agent_id:
             low[self.own_size:policy_size], high[self.own_size:policy_size] = 0.0, 1.0
@@ -235,6 +286,26 @@ class AgentRowsEnv(VectorEnv):
         self._other_returns = np.zeros(m)  # the agents outside the group: their rewards' sum, for the team sum
         self._lengths = np.zeros(m, np.int64)
         self.agent_groups: dict[str, list[str]] = {}  # env.groups, where given (attach_parameter_layout)
+        width = int(act_space.n) if self.has_masks else 0
+        self._valid = np.ones((n, width), bool)  # each learner's own actions among the `width` of the rows
+        for i, count in enumerate(self.action_sizes or []):
+            self._valid[i, count:] = False
+        self._masks = np.broadcast_to(self._valid, (m, n, width)).copy()
+
+    def _set_mask(self, c: int, i: int, mask: np.ndarray | None) -> None:
+        """Row (c, i)'s valid actions: its own actions, and of those the ones the env's `mask` allows."""
+        self._masks[c, i] = self._valid[i]
+        if mask is None:
+            return
+        size = int(self._valid[i].sum())
+        if mask.shape != (size,):
+            raise ConfigError(f"env {self.env_id} gave agent {self.agent_names[i]!r} an action mask of shape "
+                              f"{mask.shape}; it needs one entry per action: ({size},)")
+        self._masks[c, i, :size] &= mask
+
+    def _mask_infos(self) -> dict[str, Any]:
+        """The rows' valid actions (envs/masks.py reads them); none allowed reads as any (a row whose agent is gone)."""
+        return {MASK_KEY: self._masks.reshape(self.num_envs, -1).copy()} if self.has_masks else {}
 
     def _observations(self) -> np.ndarray:
         return self._obs.copy() if self.joint else self._obs.reshape(self.num_envs, -1).copy()
@@ -273,7 +344,7 @@ class AgentRowsEnv(VectorEnv):
                      "team_episode": {"r": everyone.reshape(-1)},
                      "_agent_episode": np.repeat(ended, n)}
         return (self._obs.reshape(self.num_envs, -1).copy(), rewards.reshape(-1), terminated.reshape(-1),
-                truncated.reshape(-1), infos)
+                truncated.reshape(-1), {**infos, **self._mask_infos()})
 
     def _joint_step(self, rewards: np.ndarray, ended: np.ndarray
                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
@@ -298,19 +369,21 @@ class ParallelVectorEnv(AgentRowsEnv):
     state_capturable = True
 
     def __init__(self, copies: list[Any], env_id: str, agents: list[str] | None, agent_id: bool,
-                 critic_state: bool, joint: bool = False) -> None:
+                 critic_state: bool, joint: bool = False, info_masks: bool = False) -> None:
         first = copies[0]
         if not _is_parallel(first):  # PettingZooEnvFactory makes a TurnBasedVectorEnv of AEC envs (envs/turn_based.py)
             raise ConfigError(f"env.id={env_id!r} made a {type(first).__name__}, not a PettingZoo Parallel env")
         self.copies, self.env_id = copies, env_id
         possible = list(first.possible_agents)
         self._use_env_state = (critic_state or joint) and self._has_state(first)
+        # every agent's observation as numbers: the global state, where the env has none
+        self._all_layouts = {a: ObservationLayout(first.observation_space(a), a, env_id) for a in possible}
         state_size = 0
         if critic_state or joint:
             state_size = (int(np.prod(first.state_space.shape)) if self._use_env_state
-                          else sum(int(np.prod(first.observation_space(a).shape)) for a in possible))
+                          else sum(layout.size for layout in self._all_layouts.values()))
         self._init_layout(env_id, "env=pz", possible, agents, first.observation_space, first.action_space,
-                          len(copies), agent_id, critic_state, joint, state_size)
+                          len(copies), agent_id, critic_state, joint, state_size, info_masks)
         m, n = self.num_copies, self.n_agents
         self._alive = np.zeros((m, n), bool)
         self._ended_by_termination = np.zeros((m, n), bool)
@@ -318,6 +391,13 @@ class ParallelVectorEnv(AgentRowsEnv):
 
     def agent_spaces(self, name: str) -> tuple[gym.spaces.Space[Any], gym.spaces.Space[Any]]:
         return self.copies[0].observation_space(name), self.copies[0].action_space(name)
+
+    @staticmethod
+    def gives_info_masks(env: Any, agents: list[str] | None) -> bool:
+        """Whether the env's infos hold the agents' valid actions (`info[agent]['action_mask']`), read from a reset
+        (a run's first reset reseeds the env)."""
+        _, infos = env.reset(seed=0)
+        return any(MASK_KEY in (infos.get(a) or {}) for a in (agents or env.possible_agents))
 
     @staticmethod
     def _has_state(env: Any) -> bool:
@@ -330,25 +410,33 @@ class ParallelVectorEnv(AgentRowsEnv):
         except (NotImplementedError, AttributeError, TypeError):
             return False
 
-    def _write(self, c: int, obs: dict[str, Any]) -> None:
-        """Copy c's rows from PettingZoo's dict of observations (agents that are gone keep their last one)."""
+    def _write(self, c: int, obs: dict[str, Any], infos: dict[str, Any]) -> None:
+        """Copy c's rows and masks from PettingZoo's dicts of observations and infos (agents that are gone keep their
+        last observation, and allow no action: read as any, since it is not taken)."""
         env = self.copies[c]
-        for i, name in enumerate(self.agent_names):
-            if name in obs:
-                self._obs[c, i, :self.own_sizes[i]] = np.asarray(obs[name], np.float32).reshape(-1)
+        for i, (name, layout) in enumerate(zip(self.agent_names, self.obs_layouts, strict=True)):
+            if name not in obs:
+                self._masks[c, i] = False
+                continue
+            own, mask = layout.split(obs[name])
+            self._obs[c, i, :self.own_sizes[i]] = own
+            if self.has_masks:
+                info = infos.get(name) or {}
+                self._set_mask(c, i, mask if mask is not None else
+                               None if MASK_KEY not in info else np.asarray(info[MASK_KEY], bool).reshape(-1))
         if self.active_column is not None:
             self._obs[c, :, self.active_column] = self._active[c]
         if self.state_size:
             if self._use_env_state:
                 state = np.asarray(env.state(), np.float32).reshape(-1)
             else:
-                state = np.concatenate([np.asarray(obs[a], np.float32).reshape(-1) if a in obs
-                                        else np.zeros(int(np.prod(env.observation_space(a).shape)), np.float32)
+                state = np.concatenate([self._all_layouts[a].split(obs[a])[0] if a in obs
+                                        else np.zeros(self._all_layouts[a].size, np.float32)
                                         for a in env.possible_agents])
             self._obs[c, :, -self.state_size:] = state
 
     def _reset_copy(self, c: int, seed: int | None) -> None:
-        obs, _ = self.copies[c].reset(seed=seed)
+        obs, infos = self.copies[c].reset(seed=seed)
         self._alive[c] = [name in obs for name in self.agent_names]
         self._active[c] = self._alive[c]
         self._ended_by_termination[c] = False
@@ -356,7 +444,7 @@ class ParallelVectorEnv(AgentRowsEnv):
         self._returns[c] = 0.0
         self._other_returns[c] = 0.0
         self._lengths[c] = 0
-        self._write(c, obs)
+        self._write(c, obs, infos)
 
     def reset(self, *, seed: int | list[int | None] | None = None,
               options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict[str, Any]]:
@@ -366,7 +454,7 @@ class ParallelVectorEnv(AgentRowsEnv):
             else:
                 copy_seed = None if seed is None else seed + c * self.n_agents
             self._reset_copy(c, copy_seed)
-        return self._observations(), {}
+        return self._observations(), self._mask_infos()
 
     def step(self, actions: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         m, n = self.num_copies, self.n_agents
@@ -385,7 +473,7 @@ class ParallelVectorEnv(AgentRowsEnv):
                     for i, name in enumerate(self.agent_names)
                     if was_alive[i] and name in live}
             acts.update({name: self.noop(env.action_space(name)) for name in self.others if name in live})
-            obs, rew, term, trunc, _ = env.step(acts)
+            obs, rew, term, trunc, infos = env.step(acts)
             for i, name in enumerate(self.agent_names):
                 if not was_alive[i]:  # ended earlier: its flag again, so the collector stores nothing of this row
                     terminated[c, i] = self._ended_by_termination[c, i]
@@ -405,7 +493,7 @@ class ParallelVectorEnv(AgentRowsEnv):
             # goes on ends there as if terminated (the team's future no longer holds it, and the same observation
             # is the current side of the team's next transition)
             self._active[c] = self._alive[c] | (was_alive & truncated[c]) if copy_ends else self._alive[c]
-            self._write(c, obs)
+            self._write(c, obs, infos)
             self._returns[c] += rewards[c]
             self._other_returns[c] += sum(float(rew.get(name, 0.0)) for name in self.others)
             self._lengths[c] += 1
@@ -561,11 +649,15 @@ class PettingZooEnvFactory:
         self.normalize_obs, self.clip_obs = normalize_obs, clip_obs
         self.goal = None  # no goal-conditioned multi-agent envs
         self.spec = ParallelEnvSpec(self.id, self.id, reward_threshold)
+        self.info_masks: bool | None = None
         probe = self._copies(1)
         # checks the agents and their spaces now, before any run state exists
         self.n_agents = probe.n_players if isinstance(probe, TurnBasedVectorEnv) else probe.n_agents
         self.turn_based = isinstance(probe, TurnBasedVectorEnv)  # an AEC env (envs/turn_based.py)
         self.turn_masks = isinstance(probe, TurnBasedVectorEnv) and probe.has_masks
+        # a Parallel env's valid actions: the env's masks, or learners with different numbers of actions
+        self.row_masks = isinstance(probe, ParallelVectorEnv) and probe.has_masks
+        self.padded_actions = isinstance(probe, ParallelVectorEnv) and probe.action_sizes is not None
         probe.close()
 
     @property
@@ -589,7 +681,10 @@ class PettingZooEnvFactory:
                 vec.single_observation_space.separate_agents = SeparateAgents(  # type: ignore[attr-defined]
                     vec.n_players, vec.own_size, False)
             return vec
-        vec = ParallelVectorEnv(copies, self.id, self.agents, self.agent_id, self.critic_state, self.joint)
+        if self.info_masks is None:  # the factory's first env, made to check the settings
+            self.info_masks = ParallelVectorEnv.gives_info_masks(copies[0], self.agents)
+        vec = ParallelVectorEnv(copies, self.id, self.agents, self.agent_id, self.critic_state, self.joint,
+                                self.info_masks)
         attach_parameter_layout(vec, self.share_params, self.groups)
         return vec
 
@@ -621,8 +716,14 @@ class PettingZooEnvFactory:
                 raise ConfigError(f"this algorithm needs valid-action masks, and the turn-based env {self.id} gives "
                                   "none (neither a Dict observation {'observation', 'action_mask'} nor "
                                   "info['action_mask']): use algo=ppo")
-        elif masks:
-            raise ConfigError(f"env {self.id}: env=pz passes no valid-action masks for Parallel envs yet; use "
+        elif self.row_masks and not masks:
+            why = ("its learners choose among different numbers of actions, which rows mask to each one's own"
+                   if self.padded_actions else "it gives valid-action masks, which this algorithm cannot take (it "
+                   "would take actions the env forbids)")
+            raise ConfigError(f"env {self.id}: {why}; use algo=maskable_ppo (the algorithms that take masks)")
+        elif masks and not self.row_masks:
+            raise ConfigError(f"this algorithm needs valid-action masks, and env {self.id} gives none (neither a Dict "
+                              "observation with an 'action_mask' entry nor info['action_mask'] per agent): use "
                               "algo=ppo, ippo or mappo")
         if mode not in ("auto", "sync"):
             raise ConfigError(f"train.vector_mode={mode}: env=pz steps its copies in this process; choose from: "
