@@ -366,3 +366,75 @@ def test_maskable_ppo_never_takes_a_forbidden_action_learns_the_masked_toy_and_p
         obs, _, _, _, infos = env.step(actions)  # raises on a forbidden action
     with pytest.raises(Exception, match="agent 'agent_1''s valid actions are in its info: pass action_mask="):
         policy.predict({a: obs[a] for a in ("agent_0", "agent_1")} if obs else env.reset(seed=1)[0])
+
+
+# ------------------------------------------------------------------- agents that join late, states that end
+
+class JoinLate(CoopMatch):
+    """coop_match where agent_1 is absent at the reset and joins after `join_at` steps; every agent terminates at
+    the end, after which state() raises (as multiwalker's, whose termination destroys the bodies it reads)."""
+
+    def __init__(self, max_cycles: int = 6, join_at: int = 2) -> None:
+        super().__init__(max_cycles)
+        self.join_at, self.taken = join_at, []
+
+    def reset(self, seed=None, options=None):
+        super().reset(seed, options)
+        self.agents = ["agent_0"]
+        return self._observations(), {a: {} for a in self.agents}
+
+    def state(self):
+        if not self.agents:
+            raise AttributeError("'NoneType' object has no attribute 'position'")
+        return super().state()
+
+    def step(self, actions):
+        self.taken.append(dict(actions))
+        hit = int(actions["agent_0"]) == self.cue and ("agent_1" not in actions
+                                                       or int(actions["agent_1"]) == (self.cue + 1) % 3)
+        rewards = {a: float(hit) for a in self.agents}
+        self.t += 1
+        self.cue = int(self.np_random.integers(3))
+        if self.t == self.join_at:
+            self.agents.append("agent_1")
+        end = self.t >= self.max_cycles
+        obs = self._observations()
+        flags = {a: end for a in self.agents}
+        if end:
+            self.agents = []
+        return obs, rewards, flags, {a: False for a in flags}, {a: {} for a in flags}
+
+
+def join_late(**kwargs):
+    return JoinLate(**kwargs)
+
+
+def test_an_agent_that_joins_mid_episode_gets_rows_from_its_first_observation_and_ended_states_are_not_read():
+    env = JoinLate()
+    vec = ParallelVectorEnv([env], "join", None, agent_id=True, critic_state=True)
+    obs, _ = vec.reset(seed=0)
+    assert not obs[1, :3].any()  # not there yet: its row holds nothing of its own
+    _, r, te, tr, _ = vec.step(np.array([0, 0]))
+    assert tr[1] and not te[1] and not (te[0] or tr[0]) and r[1] == 0.0  # absent: flagged, nothing stored
+    obs, r, te, tr, _ = vec.step(np.array([0, 0]))  # t = 2: agent_1 joins
+    assert not (te[1] or tr[1]) and r[1] == 0.0 and obs[1, :3].sum() == 1.0  # a reset step: its first observation
+    assert "agent_1" not in env.taken[-1]
+    earned = 0.0
+    for _ in range(4):  # t = 3..6: both act; at 6 every agent terminates and state() would raise
+        obs, r, te, tr, infos = vec.step(np.array([1, 2]))
+        assert "agent_1" in env.taken[-1]
+        earned += r[1]
+    assert te.all() and "_episode" in infos
+    assert infos["agent_episode"]["r"][1] == earned  # its return counts from its join
+    obs, *_ = vec.step(np.array([0, 0]))  # the copy's reset step
+    assert not obs[1, :3].any()
+    vec.close()
+
+
+@pytest.mark.slow
+def test_mappo_trains_on_an_env_whose_agents_join_late(tmp_path):
+    run_dir = tmp_path / "join"
+    train(["algo=mappo", "env=pz", "env.id=test_multiagent_groups:join_late", "train.total_steps=512",
+           "train.test_every=512", *FAST], run_dir)
+    record = json.loads((run_dir / "eval.jsonl").read_text().splitlines()[-1])
+    assert record["env_steps"] == 512 and len(record["returns"]) == 4

@@ -387,6 +387,7 @@ class ParallelVectorEnv(AgentRowsEnv):
         m, n = self.num_copies, self.n_agents
         self._alive = np.zeros((m, n), bool)
         self._ended_by_termination = np.zeros((m, n), bool)
+        self._left = np.zeros((m, n), bool)  # ended in this episode (an agent absent so far may still join)
         self._needs_reset = np.zeros(m, bool)
 
     def agent_spaces(self, name: str) -> tuple[gym.spaces.Space[Any], gym.spaces.Space[Any]]:
@@ -410,9 +411,11 @@ class ParallelVectorEnv(AgentRowsEnv):
         except (NotImplementedError, AttributeError, TypeError):
             return False
 
-    def _write(self, c: int, obs: dict[str, Any], infos: dict[str, Any]) -> None:
+    def _write(self, c: int, obs: dict[str, Any], infos: dict[str, Any], state: bool = True) -> None:
         """Copy c's rows and masks from PettingZoo's dicts of observations and infos (agents that are gone keep their
-        last observation, and allow no action: read as any, since it is not taken)."""
+        last observation, and allow no action: read as any, since it is not taken). `state`: False where nothing
+        will bootstrap from this step's global state (the copy ended with every learner terminated), which some envs
+        cannot give then (multiwalker's state() reads bodies its termination destroyed)."""
         env = self.copies[c]
         for i, (name, layout) in enumerate(zip(self.agent_names, self.obs_layouts, strict=True)):
             if name not in obs:
@@ -426,20 +429,22 @@ class ParallelVectorEnv(AgentRowsEnv):
                                None if MASK_KEY not in info else np.asarray(info[MASK_KEY], bool).reshape(-1))
         if self.active_column is not None:
             self._obs[c, :, self.active_column] = self._active[c]
-        if self.state_size:
+        if self.state_size and state:
             if self._use_env_state:
-                state = np.asarray(env.state(), np.float32).reshape(-1)
+                values = np.asarray(env.state(), np.float32).reshape(-1)
             else:
-                state = np.concatenate([self._all_layouts[a].split(obs[a])[0] if a in obs
-                                        else np.zeros(self._all_layouts[a].size, np.float32)
-                                        for a in env.possible_agents])
-            self._obs[c, :, -self.state_size:] = state
+                values = np.concatenate([self._all_layouts[a].split(obs[a])[0] if a in obs
+                                         else np.zeros(self._all_layouts[a].size, np.float32)
+                                         for a in env.possible_agents])
+            self._obs[c, :, -self.state_size:] = values
 
     def _reset_copy(self, c: int, seed: int | None) -> None:
         obs, infos = self.copies[c].reset(seed=seed)
         self._alive[c] = [name in obs for name in self.agent_names]
         self._active[c] = self._alive[c]
         self._ended_by_termination[c] = False
+        self._left[c] = False
+        self._obs[c, ~self._alive[c], :self.own_size] = 0.0  # not there yet (it may join): nothing of a last episode
         self._needs_reset[c] = False
         self._returns[c] = 0.0
         self._other_returns[c] = 0.0
@@ -475,7 +480,11 @@ class ParallelVectorEnv(AgentRowsEnv):
             acts.update({name: self.noop(env.action_space(name)) for name in self.others if name in live})
             obs, rew, term, trunc, infos = env.step(acts)
             for i, name in enumerate(self.agent_names):
-                if not was_alive[i]:  # ended earlier: its flag again, so the collector stores nothing of this row
+                if not was_alive[i] and not self._left[c, i] and name in obs and name in env.agents:
+                    # it joins: as a reset step, its first observation and no reward (the step before flagged it)
+                    self._alive[c, i] = True
+                    continue
+                if not was_alive[i]:  # ended earlier or not there yet: a flag, so the collector stores nothing
                     terminated[c, i] = self._ended_by_termination[c, i]
                     truncated[c, i] = not self._ended_by_termination[c, i]
                     continue
@@ -485,15 +494,20 @@ class ParallelVectorEnv(AgentRowsEnv):
                     u = True
                 if t or u:
                     self._alive[c, i] = False
+                    self._left[c, i] = True
                     self._ended_by_termination[c, i] = t
                 terminated[c, i], truncated[c, i] = t, u and not t
-            copy_ends = not self._alive[c].any() or not env.agents
+            # the copy's episode ends with the env's, or once every learner has left (one not there yet may join)
+            copy_ends = not env.agents or (not self._alive[c].any() and bool(self._left[c].any())
+                                           and all(self._left[c, i] or name not in live
+                                                   for i, name in enumerate(self.agent_names)))
             # joint mode: an agent is active until it ends. At the team's last step those that end by truncation stay
             # active in the final observation, which the team's value bootstraps from; one truncated while its team
             # goes on ends there as if terminated (the team's future no longer holds it, and the same observation
             # is the current side of the team's next transition)
             self._active[c] = self._alive[c] | (was_alive & truncated[c]) if copy_ends else self._alive[c]
-            self._write(c, obs, infos)
+            # the final state is read only where a learner's episode ends unterminated (bootstrapped)
+            self._write(c, obs, infos, state=not copy_ends or bool((was_alive & ~terminated[c]).any()))
             self._returns[c] += rewards[c]
             self._other_returns[c] += sum(float(rew.get(name, 0.0)) for name in self.others)
             self._lengths[c] += 1

@@ -22,6 +22,7 @@ _SKIP = {
     "env", "envs", "env_fns", "_env_fns", "spec", "metadata", "render_mode", "screen", "screens", "clock", "surf",
     "observation_space", "action_space", "single_observation_space", "single_action_space",
     "_observation_space", "_action_space", "_metadata", "_cached_spec", "episode_start_times",
+    "obs_layouts", "_all_layouts",  # env=pz: how each agent's observation becomes numbers (envs/multiagent.py)
 }
 
 
