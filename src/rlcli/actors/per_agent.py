@@ -139,8 +139,7 @@ class RowGaussianHead(nn.Module):
         self.action_dim = action_dim
 
     def split(self, params: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        mean, log_std = params.split(self.action_dim, -1)
-        return mean, log_std
+        return params[..., :self.action_dim], params[..., self.action_dim:]
 
     def sample(self, params: torch.Tensor, deterministic: bool) -> torch.Tensor:
         mean, log_std = self.split(params)
@@ -178,22 +177,26 @@ class PerAgentActorCritic(nn.Module):
         gaussian = isinstance(first.head, GaussianHead)
         self._row_head = RowGaussianHead(first.head.mean.out_features) if gaussian else None
 
+    def _copies(self) -> list[Any]:
+        """The copies, as the ActorCritics they are (a ModuleList gives them as plain Modules)."""
+        return list(self.members)
+
     # what the algorithms and the collector read of an ActorCritic
     @property
     def normalizer(self) -> nn.Module:
-        normalizer: nn.Module = self.members[0].normalizer
+        normalizer: nn.Module = self._copies()[0].normalizer
         return normalizer
 
     @property
     def head(self) -> Any:
-        return self._row_head if self._row_head is not None else self.members[0].head
+        return self._row_head if self._row_head is not None else self._copies()[0].head
 
     def __getattr__(self, name: str) -> Any:
         try:
             return super().__getattr__(name)
         except AttributeError:
             if name in ("discrete", "action_bounds", "action_start", "obs_shape", "value_outputs", "policy_size"):
-                return getattr(self.members[0], name)
+                return getattr(self._copies()[0], name)
             raise
 
     def agent_of(self, obs: torch.Tensor) -> torch.Tensor:
@@ -201,7 +204,7 @@ class PerAgentActorCritic(nn.Module):
 
     def param_groups(self) -> dict[str, list[nn.Parameter]]:
         groups: dict[str, list[nn.Parameter]] = {"shared": [], "pi": [], "v": []}
-        for member in self.members:
+        for member in self._copies():
             for name, params in member.param_groups().items():
                 groups[name] += params
         return groups
@@ -214,7 +217,7 @@ class PerAgentActorCritic(nn.Module):
     def policy_and_values(self, obs: torch.Tensor, action_mask: torch.Tensor | None = None,
                           ) -> tuple[torch.Tensor, torch.Tensor]:
         outs = []
-        for member in self.members:
+        for member in self._copies():
             params, values = member.policy_and_values(obs, action_mask)
             outs.append((self._head_params(member, params), values))
         return pick(outs, self.agent_of(obs))  # type: ignore[no-any-return]
@@ -232,14 +235,14 @@ class PerAgentActorCritic(nn.Module):
 
     def draw(self, params: torch.Tensor) -> torch.Tensor | None:
         draw = getattr(self.head, "draw", None)
-        return None if draw is None else draw(params)  # type: ignore[no-any-return]
+        return None if draw is None else draw(params)
 
     def policy_params(self, obs: torch.Tensor) -> torch.Tensor:
-        outs = [self._head_params(member, member.policy_params(obs)) for member in self.members]
+        outs = [self._head_params(member, member.policy_params(obs)) for member in self._copies()]
         return pick(outs, self.agent_of(obs))  # type: ignore[no-any-return]
 
     def value(self, obs: torch.Tensor, state: RecurrentState | None = None) -> torch.Tensor:
-        return pick([member.value(obs) for member in self.members], self.agent_of(obs))  # type: ignore[no-any-return]
+        return pick([member.value(obs) for member in self._copies()], self.agent_of(obs))  # type: ignore[no-any-return]
 
     def evaluate(self, obs: torch.Tensor, actions: torch.Tensor, action_mask: torch.Tensor | None = None) -> Any:
         from rlcli.actors.mlp import EvalOutput
