@@ -438,3 +438,26 @@ def test_mappo_trains_on_an_env_whose_agents_join_late(tmp_path):
            "train.test_every=512", *FAST], run_dir)
     record = json.loads((run_dir / "eval.jsonl").read_text().splitlines()[-1])
     assert record["env_steps"] == 512 and len(record["returns"]) == 4
+
+
+@pytest.mark.slow
+def test_a_shared_run_warm_starts_every_groups_copy_and_a_run_with_groups_trains_from_it(tmp_path):
+    """actor.init_from of a shared-parameter run into a run with a network per group: each copy starts as the
+    shared network (its weights and observation statistics), and the run trains from there."""
+    import rlcli
+    from rlcli.actors.weights import load_network_weights
+
+    shared_dir = tmp_path / "shared"
+    train(["algo=ippo", "env=coop_match", "train.total_steps=256", "train.test_every=256", *FAST], shared_dir)
+    shared = rlcli.load(shared_dir).networks.state_dict()
+    space = gym.spaces.Box(-np.inf, np.inf, (3 + 2,), np.float32)
+    space.separate_agents = SeparateAgents(2, 3, False, (0, 1))
+    grouped = ACTORS.build({"name": "mlp", "hidden_sizes": [16, 16]}, observation_space=space,
+                           action_space=gym.spaces.Discrete(3), heads="actor_critic")
+    load_network_weights(grouped, shared_dir)
+    for member in grouped.members:
+        assert member.state_dict().keys() == shared.keys()
+        assert all(torch.equal(v, shared[k]) for k, v in member.state_dict().items())
+    train(["algo=ippo", "env=coop_match", "env.groups={a: [agent_0], b: [agent_1]}", f"actor.init_from={shared_dir}",
+           "train.total_steps=256", "train.test_every=256", *FAST], tmp_path / "grouped")
+    assert json.loads((tmp_path / "grouped" / "eval.jsonl").read_text().splitlines()[-1])["env_steps"] == 256

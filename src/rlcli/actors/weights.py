@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,28 @@ def network_weights(data: dict[str, Any]) -> dict[str, Any]:
     return weights
 
 
+_MEMBER = re.compile(r"(?:^|\.)(?:\w+\.)?members\.\d+\.")
+
+
+def copied_into_members(weights: dict[str, Any], target: dict[str, Any]) -> dict[str, Any]:
+    """A shared network's weights copied into every per-agent or per-group copy (actors/per_agent.py:
+    `members.<i>.` in the target's keys), so that a run with env.share_params=false or env.groups can start from a
+    shared-parameter run; weights whose keys already fit are returned as they are."""
+    if set(weights) == set(target) or not any("members." in key for key in target):
+        return weights
+    copied = {}
+    for key in target:
+        if key in weights:
+            copied[key] = weights[key]
+            continue
+        for pattern in (r"members\.\d+\.", _MEMBER.pattern):  # nets.0.members.1.x -> nets.0.x; q.agents.members.1.x -> q.x
+            shared = re.sub(pattern, lambda m: "." if m.group(0).startswith(".") else "", key, count=1)
+            if shared in weights:
+                copied[key] = weights[shared]
+                break
+    return copied if len(copied) == len(target) else weights
+
+
 def load_network_weights(networks: Any, path: Path, key: str = "actor.init_from", trusted: bool = False) -> None:
     """Copy the networks and their observation statistics from the checkpoint that `path` names (a file,
     `checkpoints/latest`, a run's `checkpoints/` or the run dir); one line naming `key` when they do not fit.
@@ -26,7 +49,7 @@ def load_network_weights(networks: Any, path: Path, key: str = "actor.init_from"
     data = checkpoint.load(path, trusted=trusted)
     checkpoint.require(data, path, "algo")
     try:
-        networks.load_state_dict(network_weights(data))
+        networks.load_state_dict(copied_into_members(network_weights(data), networks.state_dict()))
     except RuntimeError as error:
         first = str(error).strip().splitlines()
         detail = first[1].strip() if len(first) > 1 else first[0]
