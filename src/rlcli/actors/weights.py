@@ -33,7 +33,8 @@ def copied_into_members(weights: dict[str, Any], target: dict[str, Any]) -> dict
         if key in weights:
             copied[key] = weights[key]
             continue
-        for pattern in (r"members\.\d+\.", _MEMBER.pattern):  # nets.0.members.1.x -> nets.0.x; q.agents.members.1.x -> q.x
+        # nets.0.members.1.x -> nets.0.x; else q.agents.members.1.x -> q.x
+        for pattern in (r"members\.\d+\.", _MEMBER.pattern):
             shared = re.sub(pattern, lambda m: "." if m.group(0).startswith(".") else "", key, count=1)
             if shared in weights:
                 copied[key] = weights[shared]
