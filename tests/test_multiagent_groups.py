@@ -209,6 +209,12 @@ def test_ippo_trains_both_sides_of_simple_tag_and_reports_each_groups_return(tmp
     done = forked_cli.run([str(run_dir), "episodes=2"], tmp_path, program="rl-eval")
     assert done.returncode == 0, done.stderr
     assert "per group (mean of the sum of its agents' returns): adversary " in done.stdout
+    done = forked_cli.run([str(run_dir), "--csv", str(tmp_path / "r.csv")], tmp_path, program="rl-report")
+    assert done.returncode == 0, done.stderr
+    import csv
+
+    (row,) = csv.DictReader((tmp_path / "r.csv").open())
+    assert row["final_per_group"] == f"adversary={np.mean(groups['adversary']):g} agent={np.mean(groups['agent']):g}"
     from mpe2 import simple_tag_v3
 
     import rlcli

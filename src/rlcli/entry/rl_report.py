@@ -44,6 +44,7 @@ class Run:
     # multi-agent runs (env=pz): the last test phase's mean return of each agent, and of the whole team (with the
     # agents outside env.agents); `returns` are the sums over the group's agents, never divided
     agent_finals: dict[str, float] = field(default_factory=dict)
+    group_finals: dict[str, float] = field(default_factory=dict)  # env.groups: each group's final return
     team_final: float | None = None
 
     @property
@@ -113,6 +114,9 @@ def load_run(path: Path) -> Run:
         run.agent_finals = ({str(name): float(np.mean(r)) for name, r in agents.items() if _returns(r)}
                             if isinstance(agents, dict) else {})
         run.team_final = float(np.mean(team)) if _returns(team) else None
+        groups = record.get("group_returns")
+        run.group_finals = ({str(name): float(np.mean(r)) for name, r in groups.items() if _returns(r)}
+                            if isinstance(groups, dict) else {})
         score = record.get("normalized_score")
         if _number(score):
             run.scores.append(float(score))
@@ -205,6 +209,7 @@ def summarize(group: Group) -> dict[str, Any]:
     scores = {"final_score": _mean_ci(group.values("final_score")), "best_score": _mean_ci(group.values("best_score"))}
     steps, wall = group.values("env_steps"), group.values("wall_s")
     names = list(dict.fromkeys(name for r in group.runs for name in r.agent_finals))
+    group_names = list(dict.fromkeys(name for r in group.runs for name in r.group_finals))
     teams = [r for r in group.runs if r.team_final is not None and r.final is not None]
     return {
         "seeds": sorted((r.seed for r in group.runs), key=str),
@@ -220,6 +225,9 @@ def summarize(group: Group) -> dict[str, Any]:
                    for name in names},
         "team": _mean_std([r.team_final for r in teams if r.team_final is not None])
         if any(r.team_final != r.final for r in teams) else None,
+        # env.groups: each group's final return (the sum of its agents'), mean over seeds
+        "groups": {name: float(np.mean([r.group_finals[name] for r in group.runs if name in r.group_finals]))
+                   for name in group_names},
     }
 
 
@@ -254,8 +262,10 @@ def print_table(groups: list[Group], keys: list[str]) -> None:
     scored = any(r.scores for g in groups for r in g.runs)
     rows = [summarize(group) for group in groups]
     agents, team = any(row["agents"] for row in rows), any(row["team"] for row in rows)
+    groups_seen = any(row["groups"] for row in rows)
     columns = ("seeds", "final return", "final IQM", "best return", *(("final score", "best score") if scored else ()),
-               *(("final per agent",) if agents else ()), *(("final team (all agents)",) if team else ()),
+               *(("final per agent",) if agents else ()), *(("final per group",) if groups_seen else ()),
+               *(("final team (all agents)",) if team else ()),
                "gradient steps" if all("dataset" in g.config for g in groups) else "env steps", "wall s")
     for column in columns:
         table.add_column(column, justify="right")
@@ -267,7 +277,9 @@ def print_table(groups: list[Group], keys: list[str]) -> None:
         table.add_row(*(group.config.get(k, "-") for k in keys), seeds, _pm(row["final"], n),
                       "-" if row["final_iqm"] is None else f"{row['final_iqm']:.1f}", _pm(row["best"], n),
                       *((_ci(row["final_score"], n), _ci(row["best_score"], n)) if scored else ()),
-                      *((_agents(row["agents"]) or "-",) if agents else ()), *((_pm(row["team"], n),) if team else ()),
+                      *((_agents(row["agents"]) or "-",) if agents else ()),
+                      *((_agents(row["groups"]) or "-",) if groups_seen else ()),
+                      *((_pm(row["team"], n),) if team else ()),
                       "-" if row["env_steps"] is None else f"{row['env_steps']:,.0f}",
                       "-" if row["wall_s"] is None else f"{row['wall_s']:.1f}")
     console = Console()
@@ -279,7 +291,7 @@ def print_table(groups: list[Group], keys: list[str]) -> None:
 def write_csv(groups: list[Group], keys: list[str], path: Path) -> None:
     columns = [*keys, "n_seeds", "seeds", "final_mean", "final_std", "final_iqm", "best_mean", "best_std",
                "env_steps_mean", "wall_s_mean", "final_score_mean", "final_score_ci95", "best_score_mean",
-               "best_score_ci95", "final_per_agent", "final_team_mean", "final_team_std"]
+               "best_score_ci95", "final_per_agent", "final_team_mean", "final_team_std", "final_per_group"]
     with open(path, "w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(columns)
@@ -290,7 +302,7 @@ def write_csv(groups: list[Group], keys: list[str], path: Path) -> None:
                              " ".join(map(str, row["seeds"])), *final, row["final_iqm"], *best,
                              row["env_steps"], row["wall_s"], *(row["final_score"] or (None, None)),
                              *(row["best_score"] or (None, None)), _agents(row["agents"], "="),
-                             *(row["team"] or (None, None))])
+                             *(row["team"] or (None, None)), _agents(row["groups"], "=")])
 
 
 def mean_curve(runs: list[Run]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
