@@ -187,6 +187,14 @@ def test_groups_that_match_a_known_layout_train_bit_identically_to_it(groups, sa
     assert strip(scalars(tmp_path / "groups")) == scalars(tmp_path / "known")
 
 
+def bad_reset(**kwargs):
+    class BadReset(CoopMatch):
+        def reset(self, seed=None, options=None):
+            raise RuntimeError("the simulator is not running")
+
+    return BadReset()
+
+
 # ------------------------------------------------------------------------------------------- the competitive run
 
 @pytest.mark.slow
@@ -254,8 +262,20 @@ def test_a_grouped_run_with_padded_rows_stopped_after_a_checkpoint_resumes_bit_i
      "env.agent_id=true (or env.groups=null)"),
     (["algo=maskable_ppo", "env=tictactoe", "env.groups=prefix"],
      "env.groups=prefix: env pettingzoo.classic.tictactoe_v3 is a turn-based (AEC) env"),
+    (["algo=ippo", "env=vmas", "env.scenario=simple_speaker_listener", "env.continuous_actions=false"],
+     "env=vmas env.scenario=simple_speaker_listener: its learners choose among different numbers of Discrete "
+     "actions (27, 9), which env=vmas cannot mask to each one's own; use env.continuous_actions=true"),
+    (["algo=pqn", "env=simple_tag_v3"],  # the env's yaml sets env.groups: the message names it, not share_params
+     "env.groups: algo=pqn builds its own networks, which have no per-agent version; use env.groups=null"),
+    (["algo=ippo", "env=simple_tag_v3", "actor=lstm"],
+     "env.groups gives each group its own actor=mlp network; actor=lstm has no per-agent version: use actor=mlp, "
+     "or env.groups=null"),
+    (["algo=ippo", "env=pz", "env.id=test_multiagent_groups:bad_reset"],
+     "env test_multiagent_groups:bad_reset raised RuntimeError at reset: the simulator is not running"),
 ])
 def test_bad_group_settings_are_one_line(args, message, tmp_path):
+    if any("vmas" in a for a in args):
+        pytest.importorskip("vmas")
     done = forked_cli.run([*args, "train.total_steps=64", *QUIET, f"hydra.run.dir={tmp_path / 'run'}"], tmp_path)
     assert done.returncode != 0
     lines = done.stderr.strip().splitlines()
@@ -467,3 +487,21 @@ def test_a_shared_run_warm_starts_every_groups_copy_and_a_run_with_groups_trains
     train(["algo=ippo", "env=coop_match", "env.groups={a: [agent_0], b: [agent_1]}", f"actor.init_from={shared_dir}",
            "train.total_steps=256", "train.test_every=256", *FAST], tmp_path / "grouped")
     assert json.loads((tmp_path / "grouped" / "eval.jsonl").read_text().splitlines()[-1])["env_steps"] == 256
+
+
+@pytest.mark.slow
+def test_a_multiagent_run_saved_before_env_groups_existed_resumes(tmp_path):
+    """A checkpoint of an rlcli without env.groups has no such key: resuming it is not 'a changed env.groups'."""
+    from rlcli.services import checkpoint
+
+    run_dir = tmp_path / "old"
+    train(["algo=ippo", "env=coop_match", "env.share_params=false", "train.total_steps=256",
+           "train.checkpoint_every=128", "train.test_every=256", *FAST], run_dir)
+    for path in (run_dir / "checkpoints").glob("ckpt_*.pt"):
+        data = checkpoint.load(path)
+        data.pop("format")
+        steps = data.pop("env_steps")
+        del data["config"]["env"]["groups"]
+        checkpoint.write(path, steps, data)
+    done = forked_cli.run([f"resume={run_dir}", "train.total_steps=384"], tmp_path)
+    assert done.returncode == 0, done.stderr

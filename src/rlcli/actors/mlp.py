@@ -14,7 +14,7 @@ from rlcli.actors.heads import BernoulliHead, CategoricalHead, GaussianHead, Mul
 from rlcli.actors.layers import Activation, mlp, orthogonal_init
 from rlcli.actors.normalizer import RunningNorm
 from rlcli.actors.offpolicy import NetworkRecipe
-from rlcli.actors.per_agent import PerAgentActorCritic, separate_agents
+from rlcli.actors.per_agent import PerAgentActorCritic, separate_agents, setting_of
 from rlcli.actors.sde import SdeOptions, StateDependentGaussianHead
 from rlcli.contracts import ActOutput, NetworkSpec, RecurrentState
 from rlcli.envs.dict_obs import PackedDict
@@ -239,8 +239,9 @@ def build_mlp_actor(
     if layout is None:
         return build()
     if use_sde:
-        raise ConfigError("algo.use_sde=true has no per-agent version (env.share_params=false): use "
-                          "algo.use_sde=false, or env.share_params=true")
+        setting, undo = setting_of(layout)
+        raise ConfigError(f"algo.use_sde=true has no per-agent version ({setting}): use algo.use_sde=false, or "
+                          f"{undo}")
     if layout.id_start is None:
         raise ConfigError("env.share_params=false with env.joint=true is for algo=vdn, qmix, masac, maddpg; "
                           "on-policy algorithms take one row per agent: set env.joint=false")

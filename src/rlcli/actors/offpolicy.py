@@ -18,7 +18,7 @@ from torch import nn
 
 from rlcli.actors.layers import Activation, mlp, orthogonal_init
 from rlcli.actors.normalizer import RunningNorm
-from rlcli.actors.per_agent import per_agent
+from rlcli.actors.per_agent import per_agent, setting_of
 from rlcli.actors.sde import SdeOptions, StateDependentSquashedPolicy
 from rlcli.registry import ConfigError
 
@@ -64,9 +64,9 @@ class NetworkRecipe:
         """After the algorithm is built: with env.share_params=false, one line where it built no per-agent network
         (it makes its networks itself from the settings, e.g. algo=pqn, crossq), rather than silently sharing."""
         if self.agents is not None and not self.per_agent_built:
-            raise ConfigError(f"env.share_params=false: algo={algo} builds its own networks, which have no per-agent "
-                              "version; use env.share_params=true, or algo=ppo, ippo, mappo, dqn, sac, td3, vdn, qmix, "
-                              "masac, maddpg")
+            setting, undo = setting_of(self.agents)
+            raise ConfigError(f"{setting}: algo={algo} builds its own networks, which have no per-agent version; use "
+                              f"{undo}, or algo=ppo, ippo, mappo, dqn, sac, td3, vdn, qmix, masac, maddpg")
 
     def mlp(self, in_features: int, sizes: list[int]) -> tuple[nn.Sequential, int]:
         body = mlp(in_features, sizes, self.activation)
@@ -197,8 +197,9 @@ class SquashedGaussianPolicy(nn.Module):
 def sde_squashed_policy(torso: NetworkRecipe, action_dim: int) -> StateDependentSquashedPolicy:
     """SAC / TQC's policy with gSDE (algo.use_sde=true), on the same torso as SquashedGaussianPolicy."""
     if torso.agents is not None:
-        raise ConfigError("algo.use_sde=true has no per-agent version (env.share_params=false): use "
-                          "algo.use_sde=false, or env.share_params=true")
+        setting, undo = setting_of(torso.agents)
+        raise ConfigError(f"algo.use_sde=true has no per-agent version ({setting}): use algo.use_sde=false, or "
+                          f"{undo}")
     obs_net, common, width = torso.features()
     log_std_init = -3.0 if torso.log_std_init is None else torso.log_std_init
     return StateDependentSquashedPolicy(nn.Sequential(obs_net, common), width, torso.head(width, action_dim, 0.01),

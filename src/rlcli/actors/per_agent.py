@@ -44,11 +44,21 @@ def separate_agents(observation_space: gym.spaces.Space[Any]) -> SeparateAgents 
     return layout if isinstance(layout, SeparateAgents) else None
 
 
+def setting_of(layout: SeparateAgents) -> tuple[str, str]:
+    """The setting that asked for copies and the one that undoes it, for messages: env.share_params=false (one copy
+    per agent) or env.groups (one per group)."""
+    if layout.copy_of is None:
+        return "env.share_params=false", "env.share_params=true"
+    return "env.groups", "env.groups=null"
+
+
 def refuse_separate(observation_space: gym.spaces.Space[Any], actor: str) -> None:
     """One line for an actor that cannot hold separate parameters per agent."""
-    if separate_agents(observation_space) is not None:
-        raise ConfigError(f"env.share_params=false gives each agent its own actor=mlp network; actor={actor} has no "
-                          "per-agent version: use actor=mlp, or env.share_params=true")
+    layout = separate_agents(observation_space)
+    if layout is not None:
+        setting, undo = setting_of(layout)
+        raise ConfigError(f"{setting} gives each {'agent' if layout.copy_of is None else 'group'} its own actor=mlp "
+                          f"network; actor={actor} has no per-agent version: use actor=mlp, or {undo}")
 
 
 def pick(outs: Sequence[Any], agent: torch.Tensor) -> Any:

@@ -394,11 +394,15 @@ class ParallelVectorEnv(AgentRowsEnv):
         return self.copies[0].observation_space(name), self.copies[0].action_space(name)
 
     @staticmethod
-    def gives_info_masks(env: Any, agents: list[str] | None) -> bool:
+    def gives_info_masks(env: Any, agents: list[str] | None, env_id: str) -> bool:
         """Whether the env's infos hold the agents' valid actions (`info[agent]['action_mask']`), read from a reset
-        (a run's first reset reseeds the env)."""
-        _, infos = env.reset(seed=0)
-        return any(MASK_KEY in (infos.get(a) or {}) for a in (agents or env.possible_agents))
+        (a run's first reset reseeds the env); an env that gives them only after a step is not seen to."""
+        try:
+            _, infos = env.reset(seed=0)
+        except Exception as error:  # noqa: BLE001  (a user's env raises what it likes)
+            detail = (str(error).strip().splitlines() or [""])[-1]
+            raise ConfigError(f"env {env_id} raised {type(error).__name__} at reset: {detail}") from None
+        return any(MASK_KEY in ((infos or {}).get(a) or {}) for a in (agents or env.possible_agents))
 
     @staticmethod
     def _has_state(env: Any) -> bool:
@@ -696,7 +700,7 @@ class PettingZooEnvFactory:
                     vec.n_players, vec.own_size, False)
             return vec
         if self.info_masks is None:  # the factory's first env, made to check the settings
-            self.info_masks = ParallelVectorEnv.gives_info_masks(copies[0], self.agents)
+            self.info_masks = ParallelVectorEnv.gives_info_masks(copies[0], self.agents, self.id)
         vec = ParallelVectorEnv(copies, self.id, self.agents, self.agent_id, self.critic_state, self.joint,
                                 self.info_masks)
         attach_parameter_layout(vec, self.share_params, self.groups)

@@ -107,7 +107,13 @@ class VmasEnvFactory:
         self.spec = ParallelEnvSpec(self.id, "vmas", reward_threshold)
         probe = self._copies(1)  # checks the scenario's kwargs, agents and spaces now, before any run state exists
         self.n_agents = probe.n_agents
+        sizes = probe.action_sizes
         probe.close()
+        if sizes is not None:  # rows of different action sizes need masks, which env=vmas does not pass
+            raise ConfigError(f"env=vmas env.scenario={self.scenario}: its learners choose among different numbers "
+                              f"of Discrete actions ({', '.join(map(str, sizes))}), which env=vmas cannot mask to "
+                              "each one's own; use env.continuous_actions=true, or env.agents=[...] with equal action "
+                              "spaces")
 
     @property
     def reward_threshold(self) -> float | None:

@@ -312,6 +312,10 @@ def _flatten(node: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix[:-1]: node}
 
 
+# Settings a multi-agent run saved before they existed had, by their meaning then.
+ADDED_SINCE = {"env.groups": None}
+
+
 def incompatible_changes(saved: dict[str, Any], current: dict[str, Any]) -> list[str]:
     """`key (old -> new)` for every difference outside CHANGEABLE."""
     return [f"{key} ({old!r} -> {new!r})" for key, old, new in differences(saved, current)]
@@ -326,6 +330,8 @@ def differences(saved: dict[str, Any], current: dict[str, Any]) -> list[tuple[st
 
     unstated = algo_defaults().get(str(saved.get("algo", {}).get("name")), {})
     old = {**{f"algo.{k}": v for k, v in unstated.items() if f"algo.{k}" in new}, **old}
+    if saved.get("env", {}).get("name") in ("pz", "vmas"):  # keys added since, whose default is the old behaviour
+        old = {**{key: value for key, value in ADDED_SINCE.items() if key in new}, **old}
     return [(key, old.get(key, "<unset>"), new.get(key, "<unset>")) for key in sorted(set(old) | set(new))
             if not key.startswith(CHANGEABLE) and old.get(key, "<unset>") != new.get(key, "<unset>")]
 
