@@ -505,3 +505,30 @@ def test_a_multiagent_run_saved_before_env_groups_existed_resumes(tmp_path):
         checkpoint.write(path, steps, data)
     done = forked_cli.run([f"resume={run_dir}", "train.total_steps=384"], tmp_path)
     assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.parametrize("scenario", ["simple_speaker_listener_v4", "simple_adversary_v3"])
+def test_mpe_worlds_whose_entities_point_at_one_another_are_restored_exactly(scenario):
+    """A speaker's goal is one of the world's landmarks (simple_adversary's agents' too): restored by index, so a
+    copy restored into an env whose goal pointed elsewhere plays on as the saved one does, past the episode's end."""
+    from rlcli.envs.state import get_env_state, set_env_state
+    from rlcli.services.plain_state import decode, encode
+
+    pytest.importorskip("mpe2")
+    env_id = f"mpe2.{scenario}"
+    make = lambda: ENVS.build({"name": "pz", "id": env_id, "groups": "prefix"}).make(4 * 2, masks=True)  # noqa: E731
+    try:
+        vec, other = make(), make()
+    except ConfigError:  # equal action spaces: no masks
+        make = lambda: ENVS.build({"name": "pz", "id": env_id, "groups": "prefix"}).make(3 * 2)  # noqa: E731
+        vec, other = make(), make()
+    vec.reset(seed=1)
+    other.reset(seed=2)
+    rng = np.random.default_rng(0)
+    actions = rng.integers(3, size=(40, vec.num_envs))
+    for a in actions[:12]:
+        vec.step(a)
+    set_env_state(other, decode(encode(get_env_state(vec))))
+    for a in actions[12:]:
+        for x, y in zip(vec.step(a), other.step(a), strict=True):
+            assert str(x) == str(y) if isinstance(x, dict) else np.array_equal(x, y)

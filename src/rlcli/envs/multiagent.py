@@ -393,6 +393,59 @@ class ParallelVectorEnv(AgentRowsEnv):
     def agent_spaces(self, name: str) -> tuple[gym.spaces.Space[Any], gym.spaces.Space[Any]]:
         return self.copies[0].observation_space(name), self.copies[0].action_space(name)
 
+    def _entities(self) -> list[list[Any] | None]:
+        """Each copy's world entities where the env has an MPE-style world (mpe2: agents and landmarks), else None."""
+        found: list[list[Any] | None] = []
+        for copy in self.copies:
+            entities = getattr(getattr(copy_layers(copy)[-1], "world", None), "entities", None)
+            found.append(list(entities) if isinstance(entities, list) and entities else None)
+        return found
+
+    def capture_state(self) -> dict[str, Any]:
+        """What the attribute walk (envs/state.py) cannot keep: which entity of a world an entity's attribute refers
+        to (simple_speaker_listener's goal landmark, simple_adversary's), by index. The walk keeps objects by value
+        and writes a saved one into whatever object the attribute holds at restore, so a goal that pointed at another
+        landmark then would take the saved landmark's state and keep pointing at the wrong one."""
+        from rlcli.services.plain_state import Unsupported, encode
+
+        worlds: list[dict[str, Any] | None] = []
+        for entities in self._entities():
+            if entities is None:
+                worlds.append(None)
+                continue
+            refs, own = [], []
+            for i, entity in enumerate(entities):
+                values = {}
+                for attr, value in vars(entity).items():
+                    j = next((k for k, other in enumerate(entities) if value is other), None)
+                    if j is not None:
+                        refs.append([i, attr, j])
+                        continue
+                    try:
+                        values[attr] = encode(value, objects=True)
+                    except Unsupported:
+                        continue  # not state the walk keeps either
+                own.append(values)
+            worlds.append({"refs": refs, "entities": own})
+        return {"worlds": worlds}
+
+    def restore_state(self, state: dict[str, Any]) -> None:
+        """After the attribute walk: every entity's own state again, then its references to other entities."""
+        from rlcli.services.plain_state import restore_into
+
+        for entities, saved in zip(self._entities(), state["worlds"], strict=True):
+            if entities is None or saved is None:
+                continue
+            for entity, values in zip(entities, saved["entities"], strict=True):
+                for attr, value in values.items():
+                    setattr(entity, attr, restore_into(getattr(entity, attr, None), value))
+            for i, attr, j in saved["refs"]:
+                if not (0 <= int(i) < len(entities) and 0 <= int(j) < len(entities)
+                        and hasattr(entities[int(i)], str(attr))):
+                    raise ValueError(f"the checkpoint's env state names entity {i}.{attr} -> {j}, which this world of "
+                                     f"{len(entities)} entities does not have")
+                setattr(entities[int(i)], str(attr), entities[int(j)])
+
     @staticmethod
     def gives_info_masks(env: Any, agents: list[str] | None, env_id: str) -> bool:
         """Whether the env's infos hold the agents' valid actions (`info[agent]['action_mask']`), read from a reset
