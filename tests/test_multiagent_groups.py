@@ -390,6 +390,8 @@ def test_maskable_ppo_never_takes_a_forbidden_action_learns_the_masked_toy_and_p
         masks = {a: infos[a]["action_mask"] for a in env.agents if "action_mask" in infos[a]}
         actions, _ = policy.predict({a: obs[a] for a in env.agents}, deterministic=True, action_mask=masks)
         obs, _, _, _, infos = env.step(actions)  # raises on a forbidden action
+    with pytest.raises(TypeError, match="with a dict of observations, give a dict {agent: mask}"):
+        policy.predict(dict(obs), action_mask=np.ones(4, bool))
     with pytest.raises(Exception, match="agent 'agent_1''s valid actions are in its info: pass action_mask="):
         policy.predict({a: obs[a] for a in ("agent_0", "agent_1")} if obs else env.reset(seed=1)[0])
 
@@ -532,3 +534,18 @@ def test_mpe_worlds_whose_entities_point_at_one_another_are_restored_exactly(sce
     for a in actions[12:]:
         for x, y in zip(vec.step(a), other.step(a), strict=True):
             assert str(x) == str(y) if isinstance(x, dict) else np.array_equal(x, y)
+
+
+def test_an_observation_layout_flattens_scalars_discretes_and_dicts_and_takes_a_mask_out():
+    from rlcli.envs.multiagent import ObservationLayout
+
+    scalar = ObservationLayout(gym.spaces.Box(-1.0, 1.0, (), np.float32), "a", "env")
+    assert scalar.size == 1 and scalar.split(np.float32(0.5))[0].tolist() == [0.5]
+    discrete = ObservationLayout(gym.spaces.Discrete(3), "a", "env")
+    assert discrete.size == 3 and discrete.split(2)[0].tolist() == [0.0, 0.0, 1.0]
+    masked = ObservationLayout(gym.spaces.Dict({"observation": gym.spaces.Box(0, 1, (2, 2)),
+                                                "action_mask": gym.spaces.MultiBinary(4)}), "a", "env")
+    flat, mask = masked.split({"observation": np.eye(2), "action_mask": np.array([1, 0, 1, 1])})
+    assert masked.size == 4 and flat.tolist() == [1.0, 0.0, 0.0, 1.0] and mask.tolist() == [True, False, True, True]
+    with pytest.raises(ConfigError, match="agent 'a' has Sequence.*which do not flatten into a vector"):
+        ObservationLayout(gym.spaces.Sequence(gym.spaces.Discrete(2)), "a", "env")

@@ -76,43 +76,6 @@ class Run:
         """The trained agent as the run ended (its last checkpoint), on the CPU."""
         return self.load("last")
 
-    def _agent_observation(self, obs: Any, name: str, rows: AgentRows) -> tuple[np.ndarray, np.ndarray | None]:
-        """Agent `name`'s observation as its row's numbers (as its env writes them), and the mask it holds."""
-        import gymnasium as gym
-
-        layout = rows.layouts[name]
-        if isinstance(layout.space, gym.spaces.Box):
-            own = _real_observations(obs, self.env_id)
-            if own.shape != tuple(layout.space.shape):
-                raise InvalidValue(f"obs[{name!r}] has the shape {own.shape}; agent {name!r} of {self.env_id} "
-                                   f"observes {tuple(layout.space.shape)} (give one observation per agent)")
-            return own, None
-        try:
-            flat, mask = layout.split(obs)
-        except (KeyError, TypeError, ValueError, AttributeError, IndexError):
-            raise InvalidValue(f"obs[{name!r}] is not an observation of agent {name!r} of {self.env_id}, which "
-                               f"observes {layout.space}") from None
-        return _real_observations(flat, self.env_id), mask
-
-    @staticmethod
-    def _agent_mask(held: np.ndarray | None, given: Any, name: str, rows: AgentRows, size: int) -> np.ndarray:
-        """Agent `name`'s valid actions among the rows' (its own first): from its observation, else from
-        `action_mask` ({agent: mask}), else all of its own where its env gives masks only in the observation."""
-        import numpy as np
-
-        mask = held
-        if isinstance(given, Mapping) and name in given:
-            mask = np.asarray(given[name], bool).reshape(-1)
-        elif mask is None and rows.info_masks:
-            raise InvalidValue(f"agent {name!r}'s valid actions are in its info: pass action_mask={{agent: "
-                               "infos[agent]['action_mask']}")
-        full = np.ones(len(rows.valid[name]) if rows.valid else size, bool)
-        if mask is not None:
-            if mask.shape != (size,):
-                raise InvalidValue(f"action_mask for agent {name!r} has the shape {mask.shape}; it has {size} actions")
-            full[:size] = mask
-        return full
-
     def save(self, path: str | Path) -> Path:
         """SB3's `model.save(path)`: the agent as the run ended (its policy: config, networks, observation statistics)
         written to exactly `path`; `rlcli.load(path)` reads it back in any process. Training goes on from the run
@@ -480,6 +443,9 @@ class Policy:
         import numpy as np
 
         mask = held
+        if given is not None and not isinstance(given, Mapping):
+            raise InvalidType("action_mask: with a dict of observations, give a dict {agent: mask} (True for each "
+                              "valid action)")
         if isinstance(given, Mapping) and name in given:
             mask = np.asarray(given[name], bool).reshape(-1)
         elif mask is None and rows.info_masks:

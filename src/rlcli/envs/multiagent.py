@@ -167,7 +167,7 @@ class ObservationLayout:
             flat = rest if isinstance(rest, gym.spaces.Box) else gym.spaces.flatten_space(rest)
         except NotImplementedError:
             flat = None
-        if not isinstance(flat, gym.spaces.Box) or not flat.shape:
+        if not isinstance(flat, gym.spaces.Box):
             raise ConfigError(f"env {env_id}: agent {name!r} has {space} observations, which do not flatten into a "
                               "vector; multi-agent envs take Box, Discrete, MultiDiscrete and Dict/Tuple of them")
         self.flat = flat
@@ -376,8 +376,9 @@ class ParallelVectorEnv(AgentRowsEnv):
         self.copies, self.env_id = copies, env_id
         possible = list(first.possible_agents)
         self._use_env_state = (critic_state or joint) and self._has_state(first)
-        # every agent's observation as numbers: the global state, where the env has none
-        self._all_layouts = {a: ObservationLayout(first.observation_space(a), a, env_id) for a in possible}
+        # every agent's observation as numbers: the global state, where it is wanted and the env has none
+        self._all_layouts = ({a: ObservationLayout(first.observation_space(a), a, env_id) for a in possible}
+                             if (critic_state or joint) and not self._use_env_state else {})
         state_size = 0
         if critic_state or joint:
             state_size = (int(np.prod(first.state_space.shape)) if self._use_env_state
@@ -708,7 +709,7 @@ class PettingZooEnvFactory:
     def __init__(self, id: str | None, kwargs: dict[str, Any] | None = None, agents: list[str] | None = None,
                  agent_id: bool = True, critic_state: bool = False, joint: bool = False, normalize_obs: bool = False,
                  clip_obs: float = 10.0, reward_threshold: float | None = None, share_params: bool = True,
-                 groups: str | dict[str, Any] | None = None) -> None:
+                 groups: Any = None) -> None:
         self.creator = resolve_parallel_env(id)
         self.id = str(id)
         self.kwargs = dict(kwargs or {})

@@ -68,7 +68,7 @@ class VmasEnvFactory:
                  continuous_actions: bool = True, device: str = "cpu", agents: list[str] | None = None,
                  agent_id: bool = True, critic_state: bool = False, joint: bool = False, share_params: bool = True,
                  normalize_obs: bool = False, clip_obs: float = 10.0, reward_threshold: float | None = None,
-                 groups: str | dict[str, Any] | None = None) -> None:
+                 groups: Any = None) -> None:
         self.vmas_module = import_vmas()
         names = scenario_names(self.vmas_module)
         if not scenario or str(scenario) not in names:
