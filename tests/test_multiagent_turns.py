@@ -358,10 +358,27 @@ def test_maskable_ppo_self_play_on_tictactoe_logs_each_players_return_and_tests_
 
     import rlcli
 
-    game = tictactoe_v3.env()
-    game.reset(seed=0)
-    with pytest.raises(rlcli.RlcliError, match="predict does not take the observations of the turn-based"):
-        rlcli.load(run_dir).predict({a: game.observe(a) for a in game.agents})
+    # predict plays a seat of the AEC game: the acting player's observation (its legal moves inside) -> its move;
+    # a uniformly random opponent in the other seat, every game to its end, no illegal move (PettingZoo would end
+    # the game with a -1 for an illegal one, and say so in its log)
+    policy, rng = rlcli.load(run_dir), np.random.default_rng(0)
+    for seat, seed in ((0, 0), (1, 1), (0, 2), (1, 3)):
+        game = tictactoe_v3.env()
+        game.reset(seed=seed)
+        mover = game.possible_agents[seat]
+        for agent in game.agent_iter():
+            obs, _, terminated, truncated, _ = game.last()
+            if terminated or truncated:
+                game.step(None)
+                continue
+            if agent == mover:
+                actions, _ = policy.predict({agent: obs}, deterministic=True)
+                move = int(actions[agent])
+            else:
+                move = int(rng.choice(np.flatnonzero(obs["action_mask"])))
+            assert obs["action_mask"][move], (agent, move, obs["action_mask"])
+            game.step(move)
+        assert all(-1 <= r <= 1 for r in game.rewards.values())
 
 
 @pytest.mark.parametrize(("args", "message"), [

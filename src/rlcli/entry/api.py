@@ -344,16 +344,23 @@ class Policy:
             return None
         import numpy as np
 
-        from rlcli.envs.multiagent import AgentRowsEnv
+        from rlcli.envs.multiagent import AgentRowsEnv, ObservationLayout
+        from rlcli.envs.turn_based import TurnBasedVectorEnv
 
         probe = self.make_env()
         try:
             vec = probe
-            while not isinstance(vec, AgentRowsEnv):
+            while not isinstance(vec, AgentRowsEnv | TurnBasedVectorEnv):
                 vec = getattr(vec, "env", None)
-                if vec is None:  # envs/turn_based.py's self-play runs
-                    raise RlcliError(f"predict does not take the observations of the turn-based (AEC) env "
-                                     f"{self.env_id} yet; rl-eval plays the policy against a random player")
+                if vec is None:
+                    raise RlcliError(f"predict does not take {self.env_id}'s observations as a dict of agents")
+            if isinstance(vec, TurnBasedVectorEnv):  # self-play: every player's row, its one-hot, its legal moves
+                players, game = list(vec.players), vec.copies[0]
+                return AgentRows(players, players, {},
+                                 {p: ObservationLayout(game.observation_space(p), p, self.env_id) for p in players},
+                                 {p: np.ones(vec.n_actions, bool) for p in players} if vec.has_masks else None,
+                                 vec.has_masks and not vec.dict_obs, vec.own_size, vec.agent_id,
+                                 vec.own_size + (vec.n_players if vec.agent_id else 0))
             act_space = vec.agent_spaces(vec.agent_names[0])[1]
             masks = None if not vec.has_masks else dict(zip(vec.agent_names, vec._valid, strict=True))
             return AgentRows(list(vec.agent_names), list(vec.possible_agents),
