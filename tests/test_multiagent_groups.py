@@ -58,6 +58,9 @@ def test_prefix_groups_agents_by_their_names_stem_and_a_mapping_is_taken_in_row_
                          "agent_1) in one group, or name the learners in env.agents"),
     ({"a": []}, "env.groups.a=[]: list the group's agents (e.g. [agent_0])"),
     (3, "env.groups=3: choose from: null (one group), prefix, or a mapping"),
+    ({"a": {"agents": ["agent_0", "agent_1"], "share": False}},
+     "env.groups.a: unknown key 'share'; a group is a list of agents or {agents: [...], share_params: false}"),
+    ({"a": {"agents": ["agent_0", "agent_1"], "share_params": "no"}}, "env.groups.a.share_params='no': true or false"),
 ])
 def test_a_bad_grouping_is_one_line_naming_the_value(groups, message):
     with pytest.raises(ConfigError) as error:
@@ -114,6 +117,14 @@ def test_env_groups_put_a_copy_index_per_agent_on_the_observation_space():
     assert vec.single_observation_space.separate_agents == SeparateAgents(4, 16, False, None)
     assert len(vec.agent_groups) == 2
     vec.close()
+    adversaries = ["adversary_0", "adversary_1", "adversary_2"]
+    for groups, copy_of in (({"adversary": {"agents": adversaries, "share_params": False}, "agent": ["agent_0"]},
+                             (0, 1, 2, 3)),  # a group of separate networks beside a shared one
+                            ({"agent": ["agent_0"], "adversary": {"agents": adversaries}}, (1, 1, 1, 0)),
+                            ({"all": {"agents": [*adversaries, "agent_0"], "share_params": False}}, (0, 1, 2, 3))):
+        vec = ENVS.build({"name": "pz", "id": "mpe2.simple_tag_v3", "groups": groups}).make(4)
+        assert vec.single_observation_space.separate_agents.copy_of == copy_of, groups
+        vec.close()
     one = ENVS.build({"name": "pz", "id": "mpe2.simple_tag_v3", "groups": {"all": ["adversary_0", "adversary_1",
                                                                                   "adversary_2", "agent_0"]}})
     vec = one.make(4)  # one group: one network, nothing attached
@@ -258,8 +269,8 @@ def test_a_grouped_run_with_padded_rows_stopped_after_a_checkpoint_resumes_bit_i
     (["algo=ippo", "env=coop_match", "env.groups=bogus"],
      "env.groups='bogus': choose from: null (one group), prefix, or a mapping {group: [agents]}"),
     (["algo=ippo", "env=coop_match", "env.groups={a: [agent_0], b: [agent_1]}", "env.agent_id=false"],
-     "env.groups makes 2 groups (a, b), each its own network, and finds a row's agent by its one-hot index: set "
-     "env.agent_id=true (or env.groups=null)"),
+     "env.groups (a, b) gives agents networks of their own, found by a row's one-hot index: set env.agent_id=true "
+     "(or env.groups=null)"),
     (["algo=maskable_ppo", "env=tictactoe", "env.groups=prefix"],
      "env.groups=prefix: env pettingzoo.classic.tictactoe_v3 is a turn-based (AEC) env"),
     (["algo=ippo", "env=vmas", "env.scenario=simple_speaker_listener", "env.continuous_actions=false"],

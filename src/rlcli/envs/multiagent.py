@@ -663,10 +663,8 @@ def resolve_groups(groups: Any, learners: list[str], env_id: str) -> dict[str, l
                           "mapping {group: [agents]} (env.groups={adversary: [adversary_0, adversary_1]})")
     owner: dict[str, str] = {}
     for group, members in groups.items():
-        names = [members] if isinstance(members, str) else list(members) if isinstance(members, Sequence) else None
-        if not names:
-            raise ConfigError(f"env.groups.{group}={members!r}: list the group's agents (e.g. [{learners[0]}])")
-        for name in map(str, names):
+        names = _group_agents(str(group), members, learners)
+        for name in names:
             if name not in learners:
                 raise ConfigError(f"env.groups.{group}: {name!r} is not a learning agent of {env_id}; its learning "
                                   f"agents (env.agents): {', '.join(learners)}")
@@ -681,19 +679,48 @@ def resolve_groups(groups: Any, learners: list[str], env_id: str) -> dict[str, l
     return {str(group): [name for name in learners if owner[name] == str(group)] for group in groups}
 
 
+def _group_agents(group: str, members: Any, learners: list[str]) -> list[str]:
+    """A group's agents from its entry in env.groups: a list of agents, or {agents: [...], share_params: bool}."""
+    if isinstance(members, Mapping):
+        unknown = sorted(set(map(str, members)) - {"agents", "share_params"})
+        if unknown or "agents" not in members:
+            raise ConfigError(f"env.groups.{group}: {'unknown key ' + repr(unknown[0]) if unknown else 'no agents'}; a "
+                              "group is a list of agents or {agents: [...], share_params: false}")
+        if not isinstance(members.get("share_params", True), bool):
+            raise ConfigError(f"env.groups.{group}.share_params={members['share_params']!r}: true or false")
+        members = members["agents"]
+    names = [members] if isinstance(members, str) else list(members) if isinstance(members, Sequence) else None
+    if not names:
+        raise ConfigError(f"env.groups.{group}={members!r}: list the group's agents (e.g. [{learners[0]}])")
+    return [str(name) for name in names]
+
+
+def separate_groups(groups: Any) -> set[str]:
+    """The groups of env.groups whose agents each have their own network ({agents: [...], share_params: false})."""
+    if not isinstance(groups, Mapping):
+        return set()
+    return {str(group) for group, members in groups.items()
+            if isinstance(members, Mapping) and members.get("share_params", True) is False}
+
+
 def attach_parameter_layout(vec: AgentRowsEnv, share_params: bool, groups: Any) -> None:
     """Which learning agents share parameters, for the actor to build from (actors/per_agent.py): one set for all
-    (nothing attached), one per group (env.groups), or one per agent (env.share_params=false). The groups are kept
-    on the env as `agent_groups` for their returns."""
+    (nothing attached), one per group (env.groups; a group with share_params: false one per agent of it), or one per
+    agent (env.share_params=false). The groups are kept on the env as `agent_groups` for their returns."""
     vec.agent_groups = resolve_groups(groups, vec.agent_names, vec.env_id)
-    group_of = {name: g for g, (_, names) in enumerate(vec.agent_groups.items()) for name in names}
-    if share_params and len(vec.agent_groups) <= 1:
+    separate = separate_groups(groups)
+    copy_index: dict[str, int] = {}  # each learner's network: its group's one, or its own in a separate group
+    copies = 0
+    for group, names in vec.agent_groups.items():
+        for k, name in enumerate(names):
+            copies += group in separate or k == 0
+            copy_index[name] = copies - 1
+    if share_params and len(vec.agent_groups) <= 1 and not separate:
         return
     if not vec.joint and not vec.agent_id:
-        raise ConfigError(f"env.groups makes {len(vec.agent_groups)} groups ({', '.join(vec.agent_groups)}), each its "
-                          "own network, and finds a row's agent by its one-hot index: set env.agent_id=true (or "
-                          "env.groups=null)")
-    copy_of = None if not share_params else tuple(group_of[name] for name in vec.agent_names)
+        raise ConfigError(f"env.groups ({', '.join(vec.agent_groups)}) gives agents networks of their own, found by "
+                          "a row's one-hot index: set env.agent_id=true (or env.groups=null)")
+    copy_of = None if not share_params else tuple(copy_index[name] for name in vec.agent_names)
     vec.single_observation_space.separate_agents = SeparateAgents(  # type: ignore[attr-defined]
         vec.n_agents, None if vec.joint else vec.own_size, vec.joint, copy_of)
 
