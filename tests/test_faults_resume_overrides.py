@@ -153,15 +153,20 @@ def test_an_entry_point_env_id_taken_from_another_setting_is_not_imported(run_co
     assert out.returncode == 2 and f"line {number + 2} " in one_line(out), out.stderr
 
 
-def test_a_run_saved_before_train_step_timeout_existed_resumes(run_copy, tmp_path):
-    """A checkpoint of an rlcli without train.step_timeout (this session's new key) has no such key in its config:
-    resuming it is not 'a changed train.step_timeout', and a timeout may be added on resume (a hung env's rescue)."""
-    for path in (run_copy / "checkpoints").glob("ckpt_*.pt"):
+def drop_config_key(run_dir: Path, section: str, key: str) -> None:
+    """Make the run's checkpoints those of an rlcli that did not have `section.key` yet."""
+    for path in (run_dir / "checkpoints").glob("ckpt_*.pt"):
         data = checkpoint.load(path)
         data.pop("format")
         steps = data.pop("env_steps")
-        del data["config"]["train"]["step_timeout"]
+        del data["config"][section][key]
         checkpoint.write(path, steps, data)
+
+
+def test_a_run_saved_before_train_step_timeout_existed_resumes(run_copy, tmp_path):
+    """A checkpoint of an rlcli without train.step_timeout (this session's new key) has no such key in its config:
+    resuming it is not 'a changed train.step_timeout', and a timeout may be added on resume (a hung env's rescue)."""
+    drop_config_key(run_copy, "train", "step_timeout")
     out = run_cli(f"resume={run_copy}", "train.total_steps=768", "train.step_timeout=60", cwd=tmp_path)
     assert out.returncode == 0, out.stderr
 

@@ -505,17 +505,12 @@ def test_a_shared_run_warm_starts_every_groups_copy_and_a_run_with_groups_trains
 @pytest.mark.slow
 def test_a_multiagent_run_saved_before_env_groups_existed_resumes(tmp_path):
     """A checkpoint of an rlcli without env.groups has no such key: resuming it is not 'a changed env.groups'."""
-    from rlcli.services import checkpoint
+    from test_faults_resume_overrides import drop_config_key
 
     run_dir = tmp_path / "old"
     train(["algo=ippo", "env=coop_match", "env.share_params=false", "train.total_steps=256",
            "train.checkpoint_every=128", "train.test_every=256", *FAST], run_dir)
-    for path in (run_dir / "checkpoints").glob("ckpt_*.pt"):
-        data = checkpoint.load(path)
-        data.pop("format")
-        steps = data.pop("env_steps")
-        del data["config"]["env"]["groups"]
-        checkpoint.write(path, steps, data)
+    drop_config_key(run_dir, "env", "groups")
     done = forked_cli.run([f"resume={run_dir}", "train.total_steps=384"], tmp_path)
     assert done.returncode == 0, done.stderr
 
