@@ -146,6 +146,12 @@ def check_kwargs(
         raise ConfigError(f"{prefix} is missing required key(s): {', '.join(f'{prefix}.{m}' for m in missing)}")
 
 
+def defaults_of(factory: Callable[..., Any], context: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The settings a factory takes and their defaults, as its signature states them (those with one)."""
+    params, _ = _accepted_parameters(factory, context)
+    return {name: p.default for name, p in params.items() if p.default is not p.empty}
+
+
 def _accepted_parameters(
     factory: Callable[..., Any], context: tuple[str, ...]
 ) -> tuple[dict[str, Any], dict[str, Any]]:

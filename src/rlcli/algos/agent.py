@@ -32,10 +32,11 @@ def network_section(cfg: DictConfig) -> dict[str, Any]:
 
 
 def algo_section(cfg: DictConfig) -> dict[str, Any]:
-    """The algo config without the keys applied to every algorithm alike (schedules, add-ons)."""
+    """The algo config without the keys applied to every algorithm alike (schedules, add-ons, groups)."""
     algo = section(cfg, "algo")
     algo.pop("schedules", None)
     algo.pop("policy_loss_addons", None)
+    algo.pop("groups", None)  # each group's own settings (algos/grouped.py)
     return algo
 
 
@@ -62,6 +63,20 @@ def build_agent(cfg: DictConfig, env_factory: GymEnvFactory, obs_space: Any, act
                           f"{env_factory.spec.id}; it supports: {', '.join(spec.action_spaces)}")
     if spec.check_observations is not None:
         spec.check_observations(obs_space, env_factory.spec.id)
+    groups = cfg.algo.get("groups")
+    if groups:  # each group of agents its own on-policy algorithm (algos/grouped.py)
+        if cfg.algo.get("policy_loss_addons"):
+            raise ConfigError("algo.policy_loss_addons with algo.groups: the add-ons are not built per group yet; "
+                              "drop one of them")
+        if network_spec.recurrent:
+            raise ConfigError(f"algo.groups takes feed-forward networks; actor={cfg.actor.name} is recurrent: use "
+                              "actor=mlp")
+        from rlcli.algos.grouped import build_grouped
+
+        grouped = build_grouped(OmegaConf.to_container(groups, resolve=True), algo_cfg, network_section(cfg),
+                                env_factory, obs_space, act_space, device, num_envs)
+        check_contract(grouped, algo_cfg["name"], spec)
+        return Agent(grouped, spec, network_spec, [], 0, torch.float32)
     actor_critic = spec.heads == "actor_critic"
     # gSDE is the algorithm's setting (algo.use_sde, as in SB3), but an actor-critic's head is the network's
     use_sde = actor_critic and bool(algo_cfg.get("use_sde", False))

@@ -8,6 +8,8 @@ V(final observation), which is exactly what a time-limited step must bootstrap f
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import torch
 
@@ -228,6 +230,19 @@ class RolloutBuffer:
             f(self.advantages), f(self.returns), f(self.valid), self.starts[:, envs], self.carries[0, envs],
             None if self.action_masks is None else f(self.action_masks),
         )
+
+    def columns(self, envs: torch.Tensor) -> RolloutBuffer:
+        """A full rollout's columns `envs` as a rollout of their own (copies: returns computed on it stay in it),
+        for a learner of some of the rows (algo.groups: each group's algorithm learns from its agents' rows)."""
+        if self.acting is not None:
+            raise RuntimeError("a turn-based rollout has no columns of its own")
+        part = copy.copy(self)
+        layout = (self.n_steps, self.num_envs)
+        for name, value in vars(self).items():
+            if isinstance(value, torch.Tensor) and value.dim() >= 2 and value.shape[:2] == layout:
+                setattr(part, name, value[:, envs])
+        part.num_envs = int(envs.numel())
+        return part
 
     def reset(self) -> None:
         self.pos = 0

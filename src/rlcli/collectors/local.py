@@ -51,6 +51,38 @@ class CollectStats:
     agent_episodes: dict[str, list[float]] = field(default_factory=dict)  # env=pz: each agent's returns this phase
 
 
+class AgentReturns:
+    """env=pz: each agent's returns over the last 100 episodes, the window of rollout/return_mean (run/build.py's
+    recent_returns), so the agents' means add up to the team's; and each group's (env.groups), its agents' sum."""
+
+    def __init__(self, names: list[str], groups: dict[str, list[str]]) -> None:
+        self.groups = groups
+        self.recent = {name: collections.deque[float](maxlen=100) for name in names}
+
+    def add(self, stats: CollectStats, returns: dict[str, list[float]]) -> None:
+        """Episodes' returns per agent: into `stats.agent_episodes` (this phase's) and the windows, whose means
+        become stats.scalars' rollout/return_<agent> and rollout/group_return_<group>."""
+        for name, values in returns.items():
+            if values:
+                stats.agent_episodes.setdefault(name, []).extend(values)
+                self.recent[name].extend(values)
+                stats.scalars[f"rollout/return_{name}"] = float(np.mean(self.recent[name]))
+        if len(self.groups) > 1:  # a group's return is its agents' sum; their windows hold the same episodes
+            for group, names in self.groups.items():
+                if all(self.recent[name] for name in names):
+                    stats.scalars[f"rollout/group_return_{group}"] = float(
+                        sum(np.mean(self.recent[name]) for name in names))
+
+    def state_dict(self) -> dict[str, list[float]]:
+        return {name: list(window) for name, window in self.recent.items()}
+
+    def load_state_dict(self, recent: object) -> None:
+        for name, window in self.recent.items():
+            window.clear()
+            if isinstance(recent, dict):
+                window.extend(float(r) for r in recent.get(name, []))
+
+
 class ExperienceCollector(Protocol):
     """What the trainer and the checkpoints call on a collector: `Collector` steps the envs in this process,
     `RayCollector` (ray_collector.py) on Ray workers. Both fill the buffer the same way."""
@@ -100,10 +132,7 @@ class Collector:
         self.obs_dtype = obs_dtype  # uint8 for pixels: they stay uint8 until the network scales them
         self.clock = clock or PhaseClock()
         self.agent_names: list[str] = find_attr(envs, "agent_names") or []  # env=pz: the group's agents, by row
-        self.agent_groups: dict[str, list[str]] = find_attr(envs, "agent_groups") or {}  # env.groups
-        # env=pz: each agent's returns over the last 100 episodes, the window of rollout/return_mean (run/build.py's
-        # recent_returns), so the agents' means add up to the team's
-        self.recent_agent_returns = {name: collections.deque[float](maxlen=100) for name in self.agent_names}
+        self.agent_windows = AgentReturns(self.agent_names, find_attr(envs, "agent_groups") or {})
         self.act_s = self.env_s = self.buffer_s = 0.0  # this collect phase's seconds so far
         self.reset(seed)
 
@@ -130,8 +159,7 @@ class Collector:
                 "carry": None if self.carry is None else self.carry.clone().cpu(),
                 "action_mask": None if self.action_mask is None else self.action_mask.cpu(),
                 **({"acting": self.acting.copy()} if self.acting is not None else {}),
-                **({"recent_agent_returns": {k: list(v) for k, v in self.recent_agent_returns.items()}}
-                   if self.agent_names else {})}
+                **({"recent_agent_returns": self.agent_windows.state_dict()} if self.agent_names else {})}
 
     def load_state_dict(self, state: dict[str, object]) -> None:
         self.obs = torch.as_tensor(state["obs"], device=self.device)
@@ -143,11 +171,7 @@ class Collector:
         self.action_mask = None if mask is None else torch.as_tensor(mask, device=self.device).clone()
         acting = state.get("acting")
         self.acting = None if acting is None else np.asarray(acting, dtype=bool).copy()
-        recent = state.get("recent_agent_returns")
-        for name, window in self.recent_agent_returns.items():
-            window.clear()
-            if isinstance(recent, dict):
-                window.extend(float(r) for r in recent.get(name, []))
+        self.agent_windows.load_state_dict(state.get("recent_agent_returns"))
 
     def env_state(self) -> Any:
         return get_env_state(self.envs) if capturable(self.envs) else None
@@ -276,7 +300,7 @@ class Collector:
         stats.episode_lengths.extend(lengths.tolist())
         stats.episode_steps.extend([step] * len(returns))
         if self.agent_names:  # env=pz: each agent's return, next to the team sums above (envs/multiagent.py)
-            self._agent_returns(stats, infos)
+            self.agent_windows.add(stats, agent_returns(infos, self.agent_names))
         self.obs = torch.as_tensor(next_obs, dtype=self.obs_dtype, device=self.device)
         self.action_mask = self._masks(infos)
         self.acting = _acting(infos)
@@ -286,21 +310,6 @@ class Collector:
         self.act_s += t1 - t0
         self.env_s += t2 - t1
         self.buffer_s += t3 - t2
-
-    def _agent_returns(self, stats: CollectStats, infos: dict[str, Any]) -> None:
-        """rollout/return_<agent>: the mean return of each agent over the last 100 episodes (as rollout/return_mean's
-        team sums); `stats.agent_episodes`: each agent's returns of this phase."""
-        for name, returns in agent_returns(infos, self.agent_names).items():
-            if returns:
-                stats.agent_episodes.setdefault(name, []).extend(returns)
-                recent = self.recent_agent_returns[name]
-                recent.extend(returns)
-                stats.scalars[f"rollout/return_{name}"] = float(np.mean(recent))
-        if len(self.agent_groups) > 1:  # a group's return is its agents' sum; their windows hold the same episodes
-            for group, names in self.agent_groups.items():
-                if all(self.recent_agent_returns[name] for name in names):
-                    stats.scalars[f"rollout/group_return_{group}"] = float(
-                        sum(np.mean(self.recent_agent_returns[name]) for name in names))
 
     def actions_to_take(self, learner: Learner, out: ActOutput | None, random_actions: bool) -> torch.Tensor:
         """The acting's actions, or (an off-policy warm-up) uniformly random ones, drawn from torch's generator so

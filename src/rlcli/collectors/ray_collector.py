@@ -41,7 +41,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from rlcli.collectors.env_faults import CollectorError
-from rlcli.collectors.local import CollectStats
+from rlcli.collectors.local import AgentReturns, CollectStats
 from rlcli.collectors.ray_settings import RaySettings
 from rlcli.collectors.ray_worker import Fragment, RolloutWorker
 from rlcli.contracts import Learner, OnPolicyLearner
@@ -74,8 +74,11 @@ class RayCollector:
     """The learner's side: starts the workers, sends weights, merges their fragments into the buffer."""
 
     def __init__(self, cfg: DictConfig, settings: RaySettings, total_envs: int, normalizer: Any,
-                 device: torch.device, on_policy: bool, clock: PhaseClock | None = None, start: bool = True) -> None:
+                 device: torch.device, on_policy: bool, clock: PhaseClock | None = None, start: bool = True,
+                 agent_names: list[str] | None = None, agent_groups: dict[str, list[str]] | None = None) -> None:
         self.cfg, self.settings, self.total = cfg, settings, total_envs
+        # env=pz: each agent's and group's return over the last 100 episodes, as a local run's collector keeps them
+        self.agent_windows = AgentReturns(list(agent_names or []), dict(agent_groups or {}))
         self.normalizer, self.device, self.on_policy = normalizer, device, on_policy
         self.clock = clock or PhaseClock()
         self.each = settings.envs_each(total_envs)
@@ -180,7 +183,7 @@ class RayCollector:
         seconds = self.clock.seconds
         seconds["env"] += t1 - t0  # waiting for the workers: their acting and env steps
         seconds["buffer"] += t2 - t1
-        stats.scalars = {"collector/policy_lag": float(np.mean([self.version - f.version for f in fragments])),
+        stats.scalars |= {"collector/policy_lag": float(np.mean([self.version - f.version for f in fragments])),
                          "collector/restarts": float(self.restarts),
                          "collector/fragment_seconds": float(np.mean([f.seconds for f in fragments]))}
         return stats
@@ -258,6 +261,9 @@ class RayCollector:
             stats.episode_returns.append(fragments[k].stats.episode_returns[i])
             stats.episode_lengths.append(fragments[k].stats.episode_lengths[i])
             stats.episode_steps.append(step)
+            # env=pz: a copy's episode gives one return per agent, in the same order as the team's
+            self.agent_windows.add(stats, {name: [float(agents[i])] for name, agents
+                                           in fragments[k].stats.agent_episodes.items()})
         return stats
 
     # ------------------------------------------------------------------------ state for checkpoints
@@ -287,10 +293,11 @@ class RayCollector:
 
     def state_dict(self) -> dict[str, object]:
         return {"workers": self.settings.workers, "envs_per_worker": self.each, "version": self.version,
-                "restarts": self.restarts}
+                "restarts": self.restarts, "recent_agent_returns": self.agent_windows.state_dict()}
 
     def load_state_dict(self, state: dict[str, object]) -> None:
         self.version, self.restarts = int(state.get("version", 0)), int(state.get("restarts", 0))  # type: ignore[call-overload]
+        self.agent_windows.load_state_dict(state.get("recent_agent_returns"))
 
     def env_state(self) -> Any:
         """Each worker's envs and collector state (synchronous mode, between iterations: nothing in flight)."""

@@ -92,6 +92,27 @@ class SeparateAgents:
 
 
 @dataclass(frozen=True)
+class AgentGroups:
+    """env.groups as the rows see it, for algo.groups (algos/grouped.py: each group its own algorithm): the groups'
+    names, each learning agent's group (`group_of[i]`, by its one-hot from column `id_start`) and, per group, whether
+    its agents each have their own network ({agents: [...], share_params: false}, or env.share_params=false). The env
+    puts it on its observation space as `group_layout` (row mode, env.agent_id=true)."""
+
+    names: tuple[str, ...]
+    group_of: tuple[int, ...]
+    separate: tuple[bool, ...]
+    id_start: int
+
+    @property
+    def n_agents(self) -> int:
+        return len(self.group_of)
+
+    def agents_of(self, group: int) -> tuple[int, ...]:
+        """The agents of group `group`, in row order."""
+        return tuple(i for i, g in enumerate(self.group_of) if g == group)
+
+
+@dataclass(frozen=True)
 class ParallelEnvSpec:
     """What the rest of rlcli reads of an env's spec (its id, for messages and run names)."""
 
@@ -715,6 +736,12 @@ def attach_parameter_layout(vec: AgentRowsEnv, share_params: bool, groups: Any) 
         for k, name in enumerate(names):
             copies += group in separate or k == 0
             copy_index[name] = copies - 1
+    if vec.agent_groups and not vec.joint and vec.agent_id:  # what algo.groups builds each group's algorithm from
+        names = list(vec.agent_groups)
+        group_of = {name: names.index(group) for group, members in vec.agent_groups.items() for name in members}
+        vec.single_observation_space.group_layout = AgentGroups(  # type: ignore[attr-defined]
+            tuple(names), tuple(group_of[name] for name in vec.agent_names),
+            tuple(not share_params or group in separate for group in names), vec.own_size)
     if share_params and len(vec.agent_groups) <= 1 and not separate:
         return
     if not vec.joint and not vec.agent_id:

@@ -37,6 +37,7 @@ from rlcli.contracts import (
 )
 from rlcli.envs import GymEnvFactory, VectorMode
 from rlcli.envs.masks import mask_width
+from rlcli.envs.multiagent import find_attr
 from rlcli.envs.turn_based import check_turn_based
 from rlcli.registry import ACTORS, ALGOS, BUFFERS, ENVS, ConfigError, check_kwargs, require
 from rlcli.run.algo_defaults import CONTEXT
@@ -302,7 +303,9 @@ def build(cfg: DictConfig, start_workers: bool = True) -> Components:
     online = offline is None or offline.settings.online_steps > 0
     try:
         if online:  # collector=ray: the training envs live on the workers; this process keeps one for spaces
-            envs = env_factory.make(settings.num_envs if rays is None else 1, settings.vector_mode,
+            # (a multi-agent env's one copy is a row per agent: envs/multiagent.py's copies_of)
+            one_copy = 1 if getattr(env_factory, "joint", True) else int(getattr(env_factory, "n_agents", 1))
+            envs = env_factory.make(settings.num_envs if rays is None else one_copy, settings.vector_mode,
                                     gamma=float(algo_cfg.get("gamma", 0.99)), masks=masks)
         video_envs = make_video_envs(cfg, env_factory, settings.vector_mode, masks)
         obs_space, act_space = envs.single_observation_space, envs.single_action_space
@@ -374,7 +377,8 @@ def build(cfg: DictConfig, start_workers: bool = True) -> Components:
     else:
         try:
             collector = RayCollector(cfg, rays, settings.num_envs, algo.networks.normalizer, device, spec.on_policy,
-                                     clock, start=start_workers)
+                                     clock, start=start_workers, agent_names=find_attr(envs, "agent_names"),
+                                     agent_groups=find_attr(envs, "agent_groups"))
         except BaseException:
             for made in (envs, test_envs, video_envs):
                 if made is not None:

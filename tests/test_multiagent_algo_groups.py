@@ -1,0 +1,245 @@
+"""algo.groups: each group of env.groups its own on-policy algorithm on one shared rollout (algos/grouped.py). A
+group's update is exactly its algorithm's update on its own agents' columns of the rollout (its GAE with its own
+gamma, its minibatches, its optimizer), acting gives each row its own group's policy, a grouped run trains, resumes
+bit for bit, warm-starts from a shared or an env.groups run, runs on Ray workers, and its mistakes are one line."""
+
+import copy
+
+import forked_cli
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("pettingzoo")
+from test_multiagent import QUIET, final, train  # noqa: E402
+from test_resume import assert_equal_state, assert_sigterm_then_resume_is_exact  # noqa: E402
+
+from rlcli.algos.grouped import GroupedOnPolicy, build_grouped  # noqa: E402
+from rlcli.buffers.rollout import RolloutBuffer, compute_gae  # noqa: E402
+from rlcli.envs.multiagent import AgentGroups  # noqa: E402
+from rlcli.registry import ConfigError  # noqa: E402
+from rlcli.schedules import build_schedules  # noqa: E402
+
+OWN, N, COPIES, STEPS = 4, 3, 2, 8
+LAYOUT = AgentGroups(("hunters", "prey"), (0, 0, 1), (False, False), OWN)
+PPO = {"name": "ppo", "n_steps": STEPS, "batch_size": 8, "n_epochs": 2, "lr": 3e-4, "gamma": 0.99}
+FAST = ["train.num_envs=8", "algo.n_steps=16", "algo.batch_size=16", "algo.n_epochs=2", "train.test_episodes=4",
+        "actor.hidden_sizes=[16,16]", "torch_threads=1"]
+TAG = ["algo=ippo", "env=simple_tag_v3", "env.kwargs.max_cycles=10"]
+
+
+class Factory:
+    normalize_obs, clip_obs = False, 10.0
+
+
+def rows_space(layout: AgentGroups = LAYOUT) -> gym.spaces.Box:
+    space = gym.spaces.Box(-np.inf, np.inf, (OWN + N,), np.float32)
+    space.group_layout = layout
+    return space
+
+
+def grouped(groups: dict, base: dict = PPO, layout: AgentGroups = LAYOUT) -> GroupedOnPolicy:
+    torch.manual_seed(0)
+    return build_grouped(groups, dict(base), {"name": "mlp", "hidden_sizes": [16, 16]}, Factory(),
+                         rows_space(layout), gym.spaces.Discrete(3), torch.device("cpu"), COPIES * N)
+
+
+def row_obs(rows: int) -> torch.Tensor:
+    """Random own observations, each row's one-hot: row r is agent r % N (copies of the env one after another)."""
+    obs = torch.zeros(rows, OWN + N)
+    obs[:, :OWN] = torch.randn(rows, OWN)
+    obs[torch.arange(rows), OWN + torch.arange(rows) % N] = 1.0
+    return obs
+
+
+def filled_rollout(algo: GroupedOnPolicy) -> tuple[RolloutBuffer, torch.Tensor]:
+    rows = COPIES * N
+    buffer = RolloutBuffer(STEPS, rows, (OWN + N,), (), True, torch.device("cpu"))
+    generator = torch.Generator().manual_seed(1)
+    for _ in range(STEPS):
+        obs = row_obs(rows)
+        out = algo.act(obs)
+        done = (torch.rand(rows, generator=generator) < 0.1).float()
+        buffer.add(obs, out.actions, out.log_probs, out.values, torch.randn(rows, generator=generator),
+                   done * 0.5, done, torch.ones(rows))
+    return buffer, row_obs(rows)
+
+
+def columns_of(group: int) -> torch.Tensor:
+    return torch.tensor([r for r in range(COPIES * N) if LAYOUT.group_of[r % N] == group])
+
+
+# ------------------------------------------------------------------------------------------------ the update
+
+def test_each_group_learns_exactly_as_its_algorithm_on_its_own_columns():
+    """Hunters on PPO with gamma 0.9 and a small clip, the prey on A2C: the grouped update gives each group's weights
+    and optimizer state bit for bit what that algorithm's own update on the group's columns gives, and the returns
+    are compute_gae's on those columns with the group's gamma and lambda."""
+    algo = grouped({"hunters": {"gamma": 0.9, "clip_range": 0.1}, "prey": {"name": "a2c", "lr": 1e-3}})
+    assert type(algo.algos["prey"]).__name__ == "A2C" and algo.algos["prey"].n_steps == STEPS
+    assert algo.algos["prey"].gamma == 0.99 and algo.algos["hunters"].gamma == 0.9
+    buffer, last_obs = filled_rollout(algo)
+    alone = {name: copy.deepcopy(sub) for name, sub in algo.algos.items()}
+    torch.manual_seed(5)
+    algo.finish_rollout(buffer, last_obs, None)
+    parts = list(algo._parts)
+    metrics = algo.update(buffer, None)
+    assert {"hunters/policy_loss", "hunters/approx_kl", "prey/policy_loss", "prey/value_loss"} <= set(metrics)
+    torch.manual_seed(5)
+    for k, sub in enumerate(alone.values()):
+        part = buffer.columns(columns_of(k))
+        sub.finish_rollout(part, last_obs[columns_of(k)], None)
+        with torch.no_grad():
+            last_values = sub.networks.value(last_obs[columns_of(k)])
+        advantages, returns = compute_gae(buffer.rewards[:, columns_of(k)], buffer.values[:, columns_of(k)],
+                                          buffer.terminated[:, columns_of(k)], buffer.dones[:, columns_of(k)],
+                                          last_values, sub.gamma, sub.gae_lambda)
+        assert torch.equal(parts[k].returns, returns) and torch.equal(parts[k].advantages, advantages)
+        sub.update(part, None)
+    for name, sub in alone.items():
+        assert_equal_state(sub.state_dict(), algo.algos[name].state_dict(), name)
+    before = copy.deepcopy(alone["prey"].state_dict())
+    assert not all(torch.equal(v, before["networks"][k]) for k, v in
+                   grouped({}).algos["prey"].state_dict()["networks"].items() if v.is_floating_point())
+
+
+def test_each_row_acts_by_its_own_groups_policy():
+    algo = grouped({"prey": {"ent_coef": 0.01}})
+    obs = row_obs(COPIES * N)
+    out = algo.act(obs, deterministic=True)
+    for k, sub in enumerate(algo.algos.values()):
+        own = sub.act(obs[columns_of(k)], deterministic=True)
+        assert torch.equal(out.actions[columns_of(k)], own.actions)
+        # (computed in a batch of every row: equal up to the matmul's summation order)
+        torch.testing.assert_close(out.values[columns_of(k)], own.values)
+        torch.testing.assert_close(out.log_probs[columns_of(k)], own.log_probs)
+
+
+def test_separate_agents_in_a_group_get_their_own_networks_and_one_normalizer_serves_all():
+    layout = AgentGroups(("hunters", "prey"), (0, 0, 1), (True, False), OWN)
+    algo = grouped({}, layout=layout)
+    hunters, prey = algo.algos["hunters"].networks, algo.algos["prey"].networks
+    assert len(hunters.members) == 2 and not hasattr(prey, "members")
+    assert hunters.normalizer is prey.normalizer is algo.networks.normalizer
+    obs = row_obs(COPIES * N)
+    rows = columns_of(0)
+    for m, member in enumerate(hunters.members):  # hunter m's rows go through copy m
+        mine = rows[(rows % N) == m]
+        assert torch.equal(hunters.value(obs[mine]), member.value(obs[mine]))
+
+
+def test_schedules_set_every_group_or_one_and_each_groups_defaults_are_its_own():
+    algo = grouped({"prey": {"name": "a2c", "lr_schedule": "linear"}})
+    assert set(algo.default_schedules) == {"prey.lr_scale"}
+    scheduled = build_schedules(algo, {"ent_coef": "linear:0.1:0.0"})
+    for item in scheduled:
+        item.set(item.schedule(0.5))
+    assert algo.algos["hunters"].ent_coef == algo.algos["prey"].ent_coef == pytest.approx(0.05)
+    assert algo.algos["prey"].lr_scale == pytest.approx(0.5) and algo.algos["hunters"].lr_scale == 1.0
+    assert algo.ent_coef == pytest.approx(0.05) and getattr(algo, "prey.lr_scale") == pytest.approx(0.5)
+    with pytest.raises(ConfigError, match="algo.schedules.bogus"):
+        build_schedules(algo, {"bogus": "constant:1"})
+
+
+@pytest.mark.parametrize(("groups", "base", "message"), [
+    ({"wolves": {"lr": 1e-3}}, PPO, "algo.groups.wolves: env.groups has no group 'wolves'; its groups: hunters, prey"),
+    ({"prey": {"name": "dqn"}}, PPO, "algo.groups.prey.name=dqn: a group's algorithm shares the run's rollout"),
+    ({"prey": {"n_steps": 4}}, PPO, "algo.groups.prey.n_steps=4: the groups collect one rollout, so each group's "
+                                    "n_steps is the run's algo.n_steps=8"),
+    ({"prey": {"batch_size": 64}}, PPO, "algo.groups.prey (ppo): algo.batch_size=64 is invalid: must be in [1, "
+                                        "n_steps * num_envs = 16]"),
+    ({"prey": 3}, PPO, "algo.groups.prey=3: a mapping of the group's settings"),
+    ([1], PPO, "algo.groups=[1]: a mapping {group: {setting: value}}"),
+    ({"prey": {"lr": 1e-3}}, {"name": "sac"}, "algo.groups gives each group an on-policy algorithm of its own"),
+])
+def test_a_bad_group_setting_is_one_line(groups, base, message):
+    with pytest.raises(ConfigError) as error:
+        grouped(groups, base)
+    assert message in str(error.value) and "\n" not in str(error.value)
+
+
+# ------------------------------------------------------------------------------------------------------- runs
+
+@pytest.mark.slow
+def test_a_grouped_run_trains_evaluates_and_resumes_bit_identically(tmp_path):
+    pytest.importorskip("mpe2")
+    args = [*TAG, "algo.groups.adversary.lr=1e-3", "algo.groups.agent.name=a2c", "algo.groups.agent.ent_coef=0.01",
+            "train.total_steps=1024", "train.checkpoint_every=256", "train.test_every=512", "train.log_every=128",
+            *FAST, *QUIET]
+    stopped = assert_sigterm_then_resume_is_exact(args, 1024, tmp_path)
+    state = final(stopped)["algo"]
+    assert set(state["groups"]) == {"adversary", "agent"} and "kl_coef" in state["groups"]["adversary"]
+    assert {key.split(".")[1] for key in state["networks"]} == {"adversary", "agent"}
+    done = forked_cli.run([str(stopped), "episodes=2"], tmp_path, program="rl-eval")
+    assert done.returncode == 0, done.stderr
+    assert "per group (mean of the sum of its agents' returns): adversary " in done.stdout
+    from mpe2 import simple_tag_v3
+
+    import rlcli
+
+    policy, env = rlcli.load(stopped), simple_tag_v3.parallel_env(max_cycles=10)
+    obs, _ = env.reset(seed=3)
+    while env.agents:
+        actions, _ = policy.predict({a: obs[a] for a in env.agents}, deterministic=True)
+        assert set(actions) == set(env.agents) and all(0 <= int(a) < 5 for a in actions.values())
+        obs, *_ = env.step(actions)
+    done = forked_cli.run([str(stopped), "episodes=1", "export=torchscript"], tmp_path, program="rl-eval")
+    assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.slow
+def test_warm_starts_from_a_shared_run_and_from_an_env_groups_run_copy_into_each_groups_network(tmp_path):
+    pytest.importorskip("mpe2")
+    import rlcli
+    from rlcli.actors.weights import load_network_weights
+
+    common = [*TAG, "train.total_steps=256", "train.test_every=256", *FAST]
+    train([*common, "env.groups=null"], tmp_path / "shared")
+    train(common, tmp_path / "copies")  # simple_tag's yaml: env.groups=prefix, a network per group
+    train([*common, "algo.groups.agent.ent_coef=0.01"], tmp_path / "grouped")
+    networks = rlcli.load(tmp_path / "grouped").networks
+    shared = rlcli.load(tmp_path / "shared").networks.state_dict()
+    load_network_weights(networks, tmp_path / "shared")
+    for name in ("adversary", "agent"):
+        own = networks.groups[name].state_dict()
+        assert all(torch.equal(v, shared[k]) for k, v in own.items())
+    copies = rlcli.load(tmp_path / "copies").networks.state_dict()
+    load_network_weights(networks, tmp_path / "copies")
+    for index, name in enumerate(("adversary", "agent")):
+        own = networks.groups[name].state_dict()
+        assert all(torch.equal(v, copies[f"members.{index}.{k}"]) for k, v in own.items())
+    train([*common, "algo.groups.agent.name=a2c", f"actor.init_from={tmp_path / 'copies'}"], tmp_path / "warm")
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("ray_exclusive")
+def test_rows_of_agents_on_ray_workers_reproduce_the_local_run(tmp_path):
+    """Row mode on collector=ray (it asked the one env it keeps for spaces for 1 row, which a 2-agent env refused):
+    2 workers x 4 rows give an 8-row local run's grouped weights and scalars."""
+    from test_multiagent import scalars
+
+    common = ["algo=ippo", "env=coop_match", "env.groups={a: [agent_0], b: [agent_1]}", "algo.groups.b.name=a2c",
+              "train.total_steps=512", "train.test_every=256", "train.vector_mode=sync", *FAST]
+    train(common, tmp_path / "local")
+    train([*common, "collector=ray", "collector.workers=2", "collector.envs_per_worker=4"], tmp_path / "ray")
+    assert_equal_state(final(tmp_path / "local")["algo"], final(tmp_path / "ray")["algo"], "algo")
+    ray_scalars = {k: v for k, v in scalars(tmp_path / "ray").items() if not k.startswith("collector/")}
+    assert ray_scalars == scalars(tmp_path / "local")
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    ([*TAG, "algo.groups.prey.lr=1e-3"], "algo.groups.prey: env.groups has no group 'prey'; its groups: adversary, "
+                                         "agent"),
+    ([*TAG, "env.groups=null", "algo.groups.agent.lr=1e-3"],
+     "algo.groups gives each group of env.groups an algorithm of its own: it needs a multi-agent env"),
+    ([*TAG, "algo.groups.agent.lr=1e-3", "compile=true"], "compile=true does not cover algo.groups yet"),
+    ([*TAG, "algo.groups.agent.lr=1e-3", "actor=lstm"], "algo.groups takes feed-forward networks"),
+    (["algo=ppo", "env=CartPole-v1", "algo.groups.agent.lr=1e-3"], "it needs a multi-agent env"),
+])
+def test_a_bad_grouped_run_is_one_line(args, message, tmp_path):
+    pytest.importorskip("mpe2")
+    done = forked_cli.run([*args, "train.total_steps=64", *QUIET, f"hydra.run.dir={tmp_path / 'run'}"], tmp_path)
+    assert done.returncode != 0
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], done.stderr
