@@ -99,9 +99,22 @@ def test_each_group_learns_exactly_as_its_algorithm_on_its_own_columns():
         sub.update(part, None)
     for name, sub in alone.items():
         assert_equal_state(sub.state_dict(), algo.algos[name].state_dict(), name)
-    before = copy.deepcopy(alone["prey"].state_dict())
-    assert not all(torch.equal(v, before["networks"][k]) for k, v in
-                   grouped({}).algos["prey"].state_dict()["networks"].items() if v.is_floating_point())
+
+
+def test_one_groups_rewards_change_its_weights_and_no_other_groups():
+    """The same rollout twice from the same weights and stream, the hunters' rewards changed in the second: the
+    hunters learn something else, the prey exactly the same."""
+    results = []
+    for shift in (0.0, 1.0):
+        algo = grouped({"prey": {"name": "a2c"}})
+        buffer, last_obs = filled_rollout(algo)
+        buffer.rewards[:, columns_of(0)] += shift
+        torch.manual_seed(5)
+        algo.finish_rollout(buffer, last_obs, None)
+        algo.update(buffer, None)
+        results.append({name: sub.state_dict()["networks"] for name, sub in algo.algos.items()})
+    assert_equal_state(results[0]["prey"], results[1]["prey"], "prey")
+    assert any(not torch.equal(v, results[1]["hunters"][k]) for k, v in results[0]["hunters"].items())
 
 
 def test_each_row_acts_by_its_own_groups_policy():
@@ -140,6 +153,29 @@ def test_schedules_set_every_group_or_one_and_each_groups_defaults_are_its_own()
     assert algo.ent_coef == pytest.approx(0.05) and getattr(algo, "prey.lr_scale") == pytest.approx(0.5)
     with pytest.raises(ConfigError, match="algo.schedules.bogus"):
         build_schedules(algo, {"bogus": "constant:1"})
+    # gamma, which the run also reads on the algorithm, reaches every group
+    for item in build_schedules(algo, {"gamma": "constant:0.5"}):
+        item.set(item.schedule(0.0))
+    assert algo.gamma == algo.algos["hunters"].gamma == algo.algos["prey"].gamma == 0.5
+    # one group's schedule (algo.schedules.prey.ent_coef), and lr for all replacing the groups' own lr_scale
+    scheduled = build_schedules(algo, {"prey": {"ent_coef": "constant:0.3"}, "lr": "constant:1e-4"})
+    assert [item.name for item in scheduled] == ["prey.ent_coef", "lr"]
+    for item in scheduled:
+        item.set(item.schedule(0.0))
+    assert algo.algos["prey"].ent_coef == 0.3 and algo.algos["hunters"].ent_coef == pytest.approx(0.05)
+
+
+def test_a_setting_changed_on_resume_keeps_a_groups_own_value():
+    """`rl-train resume=<run> algo.ent_coef=0.02`: the groups on the run's value take the new one; a group with
+    its own (algo.groups.prey.ent_coef) keeps it."""
+    from rlcli.run.resume import new_settings_kept
+
+    algo = grouped({"prey": {"ent_coef": 0.01}}, {**PPO, "ent_coef": 0.02})
+    state = algo.state_dict()
+    with new_settings_kept(algo, [("algo.ent_coef", 0.0, 0.02)]):
+        algo.ent_coef = 0.0  # what a checkpoint's values would do
+        algo.load_state_dict(state)
+    assert algo.algos["hunters"].ent_coef == 0.02 and algo.algos["prey"].ent_coef == 0.01
 
 
 @pytest.mark.parametrize(("groups", "base", "message"), [
@@ -204,12 +240,18 @@ def test_warm_starts_from_a_shared_run_and_from_an_env_groups_run_copy_into_each
     for name in ("adversary", "agent"):
         own = networks.groups[name].state_dict()
         assert all(torch.equal(v, shared[k]) for k, v in own.items())
-    copies = rlcli.load(tmp_path / "copies").networks.state_dict()
-    load_network_weights(networks, tmp_path / "copies")
-    for index, name in enumerate(("adversary", "agent")):
-        own = networks.groups[name].state_dict()
-        assert all(torch.equal(v, copies[f"members.{index}.{k}"]) for k, v in own.items())
-    train([*common, "algo.groups.agent.name=a2c", f"actor.init_from={tmp_path / 'copies'}"], tmp_path / "warm")
+    # a group whose agents each have a network: every one starts from the shared network
+    separate = "env.groups={adversary: {agents: [adversary_0, adversary_1, adversary_2], share_params: false}, " \
+               "agent: [agent_0]}"
+    train([*common, separate, "algo.groups.agent.name=a2c", f"actor.init_from={tmp_path / 'shared'}"],
+          tmp_path / "warm")
+    members = rlcli.load(tmp_path / "warm").networks.groups["adversary"].members
+    assert len(members) == 3
+    # (trained since: the copies started equal, so their layers' shapes are the shared network's)
+    assert all(member.state_dict().keys() == shared.keys() for member in members)
+    # a run with a network per group (env.groups) does not say which copy was which group: one line, no guess
+    with pytest.raises(ConfigError, match="does not fit this actor"):
+        load_network_weights(networks, tmp_path / "copies")
 
 
 @pytest.mark.slow
@@ -236,6 +278,8 @@ def test_rows_of_agents_on_ray_workers_reproduce_the_local_run(tmp_path):
     ([*TAG, "algo.groups.agent.lr=1e-3", "compile=true"], "compile=true does not cover algo.groups yet"),
     ([*TAG, "algo.groups.agent.lr=1e-3", "actor=lstm"], "algo.groups takes feed-forward networks"),
     (["algo=ppo", "env=CartPole-v1", "algo.groups.agent.lr=1e-3"], "it needs a multi-agent env"),
+    ([*TAG, "algo.groups=agent"], "algo.groups='agent': a mapping {group: {setting: value}}"),
+    ([*TAG, "algo.groups={agent: {lrr: 0.1}}"], "algo.groups.agent (ppo): unknown key 'algo.lrr'"),
 ])
 def test_a_bad_grouped_run_is_one_line(args, message, tmp_path):
     pytest.importorskip("mpe2")

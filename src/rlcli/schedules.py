@@ -128,8 +128,10 @@ REPLACES = {"lr": "lr_scale"}
 
 def build_schedules(algo: Any, spec: dict[str, Any] | None, addons: Sequence[Any] = (),
                     storage: Any = None) -> list[ScheduledValue]:
-    """The defaults that the algorithm and its storage declare, with `algo.schedules` entries on top."""
-    explicit = {key: parse_schedule(key, text) for key, text in (spec or {}).items()}
+    """The defaults that the algorithm and its storage declare, with `algo.schedules` entries on top. A nested entry
+    (`algo.schedules.<group>.ent_coef`, algo.groups) names one group's setting as `<group>.ent_coef`; an entry for
+    every group replaces the groups' own defaults of that value too (`lr` their `<group>.lr_scale`)."""
+    explicit = {key: parse_schedule(key, text) for key, text in _flat(spec or {}).items()}
     valid = numeric_params(algo, addons, storage)
     for key in explicit:
         if key not in valid:
@@ -137,9 +139,22 @@ def build_schedules(algo: Any, spec: dict[str, Any] | None, addons: Sequence[Any
                               f"schedulable: {', '.join(valid)}")
     schedules = {**algo.default_schedules, **(storage.default_schedules if storage is not None else {})}
     for key in explicit:
-        schedules.pop(REPLACES.get(key, ""), None)
+        replaced = {key, REPLACES.get(key, key)}
+        for default in [d for d in schedules if d in replaced or d.rpartition(".")[2] in replaced and "." not in key]:
+            schedules.pop(default)
     schedules.update(explicit)
     return [ScheduledValue(key, schedule, _setter(algo, key, addons, storage)) for key, schedule in schedules.items()]
+
+
+def _flat(spec: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """{group: {ent_coef: ...}} -> {"group.ent_coef": ...}; flat entries as they are."""
+    flat: dict[str, Any] = {}
+    for key, value in spec.items():
+        if isinstance(value, dict):
+            flat |= _flat(value, f"{prefix}{key}.")
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
 
 
 def apply_schedules(scheduled: Sequence[ScheduledValue], progress: float) -> dict[str, float]:

@@ -20,40 +20,32 @@ def network_weights(data: dict[str, Any]) -> dict[str, Any]:
 
 
 _MEMBER = re.compile(r"(?:^|\.)(?:\w+\.)?members\.\d+\.")
-_GROUP = re.compile(r"^groups\.([^.]+)\.")  # a group's own algorithm's networks (algo.groups)
+_GROUP = re.compile(r"^groups\.[^.]+\.")  # a group's own algorithm's networks (algo.groups)
 
 
 def copied_into_members(weights: dict[str, Any], target: dict[str, Any]) -> dict[str, Any]:
     """A shared network's weights copied into every per-agent or per-group copy (actors/per_agent.py:
     `members.<i>.` in the target's keys) and into every group's own algorithm (algos/grouped.py: `groups.<name>.`),
     so that a run with env.share_params=false, env.groups or algo.groups can start from a shared-parameter run;
-    weights whose keys already fit are returned as they are."""
+    weights whose keys already fit are returned as they are. A source with copies of its own fills only the same
+    layout (which copy was which group is not in its weights)."""
     if set(weights) == set(target) or not any("members." in key or key.startswith("groups.") for key in target):
         return weights
+    shared_source = not any("members." in key or key.startswith("groups.") for key in weights)
     copied = {}
-    # an env.groups run's copies, one per group in the groups' order, into algo.groups' networks of those groups
-    groups = list(dict.fromkeys(m.group(1) for key in target if (m := _GROUP.match(key))))
-    copies = {int(m.group(1)) for key in weights if (m := re.match(r"members\.(\d+)\.", key))}
-    by_group = copies == set(range(len(groups))) and len(groups) > 1
     for key in target:
         if key in weights:
             copied[key] = weights[key]
             continue
-        key_in_group = _GROUP.sub("", key, count=1)
-        in_group = _GROUP.match(key)
-        group_copy = f"members.{groups.index(in_group.group(1))}.{key_in_group}" if by_group and in_group else ""
-        for source in (key_in_group, group_copy):
-            if source in weights:
-                copied[key] = weights[source]
-                break
-        if key in copied:
+        if not shared_source:
             continue
-        # nets.0.members.1.x -> nets.0.x; else q.agents.members.1.x -> q.x
-        for pattern in (r"members\.\d+\.", _MEMBER.pattern):
-            shared = re.sub(pattern, lambda m: "." if m.group(0).startswith(".") else "", key_in_group, count=1)
-            if shared in weights:
-                copied[key] = weights[shared]
-                break
+        # groups.a.x -> x; nets.0.members.1.x -> nets.0.x; else q.agents.members.1.x -> q.x
+        inner = _GROUP.sub("", key, count=1)
+        candidates = [inner] + [re.sub(pattern, lambda m: "." if m.group(0).startswith(".") else "", inner, count=1)
+                                for pattern in (r"members\.\d+\.", _MEMBER.pattern)]
+        shared = next((c for c in candidates if c in weights), None)
+        if shared is not None:
+            copied[key] = weights[shared]
     return copied if len(copied) == len(target) else weights
 
 

@@ -73,7 +73,8 @@ def build_agent(cfg: DictConfig, env_factory: GymEnvFactory, obs_space: Any, act
                               "actor=mlp")
         from rlcli.algos.grouped import build_grouped
 
-        grouped = build_grouped(OmegaConf.to_container(groups, resolve=True), algo_cfg, network_section(cfg),
+        settings = OmegaConf.to_container(groups, resolve=True) if OmegaConf.is_config(groups) else groups
+        grouped = build_grouped(settings, algo_cfg, network_section(cfg),
                                 env_factory, obs_space, act_space, device, num_envs)
         check_contract(grouped, algo_cfg["name"], spec)
         return Agent(grouped, spec, network_spec, [], 0, torch.float32)

@@ -13,9 +13,11 @@ observation normalizer the collector updates, and the env's action space.
 Each group's algorithm is the registered one, built as a run of it would be, on a network of its own (or, where the
 group's agents do not share parameters, one per agent: actors/per_agent.py); its update is that algorithm's update on
 its columns of the rollout (`RolloutBuffer.columns`), its GAE with its own gamma and lambda, its own optimizer and
-minibatches. So a group trains exactly as the same algorithm on those rows alone would, and nothing of one group's
-loss reaches another's weights. Acting computes every group's policy on every row and keeps each row's own (a
-gather, as the per-agent copies do), which keeps act free of data-dependent shapes for export.
+minibatches. So a group's update is its algorithm's update on those columns alone, and nothing of one group's loss
+reaches another's weights; what the groups do share is the rollout's random stream (each group's policy samples
+every row) and, with env.normalize_obs, observation statistics gathered from every row. Acting computes every
+group's policy on every row and keeps each row's own (a gather, as the per-agent copies do), which keeps act free
+of data-dependent shapes for export.
 """
 
 from __future__ import annotations
@@ -153,17 +155,19 @@ class GroupedOnPolicy:
         self._parts: list[RolloutStorage] | None = None
 
     def __setattr__(self, name: str, value: Any) -> None:
+        """A schedulable setting goes to the groups: <group>.<setting> to that group, a setting every group has to
+        all of them (gamma too, which the run also reads here)."""
         algos = self.__dict__.get("algos")
-        if algos is None or name in self.__dict__ or name.startswith("_"):
-            object.__setattr__(self, name, value)
-        elif "." in name:  # a schedule's <group>.<setting>
+        if algos is not None and "." in name:
             group, _, key = name.partition(".")
             setattr(algos[group], key, value)
-        elif name in self.__dict__.get("schedulable", ()):
+            return
+        if algos is not None and name in self.__dict__.get("schedulable", ()):
             for algo in algos.values():
                 setattr(algo, name, value)
-        else:
-            object.__setattr__(self, name, value)
+            if name not in self.__dict__:
+                return
+        object.__setattr__(self, name, value)
 
     def __getattr__(self, name: str) -> Any:
         """A schedulable setting: <group>.<setting> from that group, one every group has from the first (a Ray

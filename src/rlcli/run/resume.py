@@ -402,6 +402,8 @@ def new_settings_kept(algo: Any, changes: list[tuple[str, Any, Any]]) -> Iterato
     rates = [[{k: group[k] for k in ("lr", "base_lr") if k in group} for group in optimizer.param_groups]
              for optimizer in algo.optimizers()] if keys & set(OPTIMIZER_KEYS) else []
     names = [key.removeprefix("algo.") for key in keys if key.removeprefix("algo.") in algo.schedulable]
+    # algo.groups: a group's own value of a changed setting (`<group>.<name>`) is put back after the run's
+    names += [name for name in algo.schedulable if "." in name and name.rpartition(".")[2] in names]
     values = {name: copy.deepcopy(getattr(algo, name)) for name in names}
     yield
     for optimizer, fresh_groups in zip(algo.optimizers(), rates, strict=False):
