@@ -13,6 +13,7 @@ import torch
 
 pytest.importorskip("pettingzoo")
 from test_multiagent import QUIET, final, train  # noqa: E402
+from test_multiagent_groups import play_simple_tag  # noqa: E402
 from test_resume import assert_equal_state, assert_sigterm_then_resume_is_exact  # noqa: E402
 
 from rlcli.algos.grouped import GroupedOnPolicy, build_grouped  # noqa: E402
@@ -210,16 +211,7 @@ def test_a_grouped_run_trains_evaluates_and_resumes_bit_identically(tmp_path):
     done = forked_cli.run([str(stopped), "episodes=2"], tmp_path, program="rl-eval")
     assert done.returncode == 0, done.stderr
     assert "per group (mean of the sum of its agents' returns): adversary " in done.stdout
-    from mpe2 import simple_tag_v3
-
-    import rlcli
-
-    policy, env = rlcli.load(stopped), simple_tag_v3.parallel_env(max_cycles=10)
-    obs, _ = env.reset(seed=3)
-    while env.agents:
-        actions, _ = policy.predict({a: obs[a] for a in env.agents}, deterministic=True)
-        assert set(actions) == set(env.agents) and all(0 <= int(a) < 5 for a in actions.values())
-        obs, *_ = env.step(actions)
+    play_simple_tag(stopped)
     done = forked_cli.run([str(stopped), "episodes=1", "export=torchscript"], tmp_path, program="rl-eval")
     assert done.returncode == 0, done.stderr
 

@@ -234,16 +234,7 @@ def test_ippo_trains_both_sides_of_simple_tag_and_reports_each_groups_return(tmp
 
     (row,) = csv.DictReader((tmp_path / "r.csv").open())
     assert row["final_per_group"] == f"adversary={np.mean(groups['adversary']):g} agent={np.mean(groups['agent']):g}"
-    from mpe2 import simple_tag_v3
-
-    import rlcli
-
-    policy, env = rlcli.load(run_dir), simple_tag_v3.parallel_env(max_cycles=10)
-    obs, _ = env.reset(seed=3)
-    while env.agents:
-        actions, _ = policy.predict({a: obs[a] for a in env.agents}, deterministic=True)
-        assert set(actions) == set(env.agents) and all(0 <= int(a) < 5 for a in actions.values())
-        obs, *_ = env.step(actions)
+    play_simple_tag(run_dir)
     # scripts/multiagent_crossplay.py plays each side trained or random: four pairings
     import subprocess
     import sys
@@ -255,6 +246,21 @@ def test_ippo_trains_both_sides_of_simple_tag_and_reports_each_groups_return(tmp
     assert done.returncode == 0, done.stderr
     pairings = [line for line in done.stdout.splitlines() if "->" in line]
     assert len(pairings) == 4 and "adversary trained, agent random" in pairings[1], done.stdout
+
+
+def play_simple_tag(run_dir) -> None:
+    """A trained simple_tag run plays one episode through predict, on PettingZoo's dicts (the prey's 14 inputs and
+    the adversaries' 16): an action in range for every agent at every step."""
+    from mpe2 import simple_tag_v3
+
+    import rlcli
+
+    policy, env = rlcli.load(run_dir), simple_tag_v3.parallel_env(max_cycles=10)
+    obs, _ = env.reset(seed=3)
+    while env.agents:
+        actions, _ = policy.predict({a: obs[a] for a in env.agents}, deterministic=True)
+        assert set(actions) == set(env.agents) and all(0 <= int(a) < 5 for a in actions.values())
+        obs, *_ = env.step(actions)
 
 
 @pytest.mark.slow
