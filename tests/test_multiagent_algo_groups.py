@@ -143,6 +143,13 @@ def test_separate_agents_in_a_group_get_their_own_networks_and_one_normalizer_se
         assert torch.equal(hunters.value(obs[mine]), member.value(obs[mine]))
 
 
+def test_a_group_can_have_its_own_network_sizes():
+    algo = grouped({"prey": {"actor": {"hidden_sizes": [8]}, "lr": 1e-3}})
+    widths = {name: [p.shape[0] for p in sub.networks.pi_body.parameters()] for name, sub in algo.algos.items()}
+    assert widths == {"hunters": [16, 16, 16, 16], "prey": [8, 8]}
+    assert algo.algos["prey"].optimizer.param_groups[0]["lr"] == 1e-3
+
+
 def test_schedules_set_every_group_or_one_and_each_groups_defaults_are_its_own():
     algo = grouped({"prey": {"name": "a2c", "lr_schedule": "linear"}})
     assert set(algo.default_schedules) == {"prey.lr_scale"}
@@ -187,6 +194,10 @@ def test_a_setting_changed_on_resume_keeps_a_groups_own_value():
     ({"prey": {"batch_size": 64}}, PPO, "algo.groups.prey (ppo): algo.batch_size=64 is invalid: must be in [1, "
                                         "n_steps * num_envs = 16]"),
     ({"prey": 3}, PPO, "algo.groups.prey=3: a mapping of the group's settings"),
+    ({"prey": {"actor": {"name": "cnn"}}}, PPO, "algo.groups.prey.actor.name=cnn: a group's network is the run's "
+                                               "actor with other settings"),
+    ({"prey": {"actor": 3}}, PPO, "algo.groups.prey.actor=3: a mapping of the run's actor settings"),
+    ({"prey": {"actor": {"hidden": [3]}}}, PPO, "algo.groups.prey (ppo): unknown key 'actor.hidden'"),
     ([1], PPO, "algo.groups=[1]: a mapping {group: {setting: value}}"),
     ({"prey": {"lr": 1e-3}}, {"name": "sac"}, "algo.groups gives each group an on-policy algorithm of its own"),
 ])

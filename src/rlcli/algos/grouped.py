@@ -6,7 +6,8 @@ rollout together, row by row, and each group's algorithm learns from its own age
 
 `algo.groups.<group>` holds what that group's algorithm changes from the run's `algo`: its settings (lr, ent_coef,
 clip_range, gamma, n_epochs, ...) or another on-policy algorithm (`name: a2c`), which then starts from that
-algorithm's own defaults and the run's n_steps and gamma. A group not named there runs `algo` as it is. What the
+algorithm's own defaults and the run's n_steps and gamma; and under `actor`, what its network changes from the run's
+`actor` (`algo.groups.agent.actor.hidden_sizes=[32,32]`). A group not named there runs `algo` as it is. What the
 groups share is the loop: one rollout of `algo.n_steps` steps (so every group's n_steps is the run's), the one
 observation normalizer the collector updates, and the env's action space.
 
@@ -245,6 +246,21 @@ class GroupedOnPolicy:
             algo.load_state_dict({**state["groups"][name], "networks": algo.networks.state_dict()})
 
 
+def network_changes(group: str, changes: Any) -> dict[str, Any]:
+    """algo.groups.<group>.actor: what the group's network changes from the run's `actor` (its sizes, activation,
+    ...; not which network it is)."""
+    actor = changes.get("actor") if isinstance(changes, Mapping) else None
+    if actor is None:
+        return {}
+    if not isinstance(actor, Mapping):
+        raise ConfigError(f"algo.groups.{group}.actor={actor!r}: a mapping of the run's actor settings (e.g. "
+                          f"algo.groups.{group}.actor.hidden_sizes=[128,128])")
+    if "name" in actor:
+        raise ConfigError(f"algo.groups.{group}.actor.name={actor['name']}: a group's network is the run's actor with "
+                          "other settings (hidden_sizes, activation, ...); set actor= for every group")
+    return dict(actor)
+
+
 def build_grouped(groups: Any, algo_cfg: dict[str, Any], network_cfg: dict[str, Any], env_factory: Any,
                   obs_space: gym.spaces.Space[Any], act_space: gym.spaces.Space[Any], device: torch.device,
                   num_envs: int) -> GroupedOnPolicy:
@@ -257,12 +273,17 @@ def build_grouped(groups: Any, algo_cfg: dict[str, Any], network_cfg: dict[str, 
                           f"algo={algo_cfg['name']} is not one: choose from: {', '.join(loop_partners(base_spec))}")
     algos = {}
     copies = num_envs // layout.n_agents
-    for k, (group, settings) in enumerate(group_settings(algo_cfg, groups, layout).items()):
+    own_networks = {group: network_changes(group, changes) for group, changes in groups.items()} \
+        if isinstance(groups, Mapping) else {}
+    plain = {group: {k: v for k, v in changes.items() if k != "actor"} if isinstance(changes, Mapping) else changes
+             for group, changes in groups.items()} if isinstance(groups, Mapping) else groups
+    for k, (group, settings) in enumerate(group_settings(algo_cfg, plain, layout).items()):
         spec: AlgoSpec = ALGOS.spec(str(settings["name"]))
         use_sde = bool(settings.get("use_sde", False))
         try:
             networks = ACTORS.build(
-                network_cfg, observation_space=group_space(obs_space, layout, k), action_space=act_space,
+                {**network_cfg, **own_networks.get(group, {})}, observation_space=group_space(obs_space, layout, k),
+                action_space=act_space,
                 normalize_obs=env_factory.normalize_obs, clip_obs=env_factory.clip_obs, heads="actor_critic",
                 **({"value_outputs": spec.value_outputs} if spec.value_outputs > 1 else {}),
                 **({"use_sde": True} if use_sde else {})).to(device)
