@@ -60,6 +60,8 @@ RUNS = {
     "ippo-separate": ["algo=ippo", "env=coop_match", "env.share_params=false", "algo.n_steps=64", "algo.batch_size=64"],
     "mappo-vmas": ["algo=mappo", "env=vmas", "env.scenario=navigation", "+env.kwargs.n_agents=2", "algo.n_steps=64",
                    "algo.batch_size=64"],
+    "ippo-algo-groups": ["algo=ippo", "env=coop_match", "env.groups={a: [agent_0], b: [agent_1]}",
+                         "algo.groups.b.name=a2c", "algo.n_steps=64", "algo.batch_size=64"],
     "vdn": ["algo=vdn", "env=coop_match", *OFF],
     "qmix": ["algo=qmix", "env=coop_match", *OFF],
     "masac": ["algo=masac", "env=coop_reach", *OFF],
