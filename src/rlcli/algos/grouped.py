@@ -76,8 +76,7 @@ def group_settings(base: Mapping[str, Any], groups: Mapping[str, Any], layout: A
             own = {**base, **changes}
         else:
             spec = ALGOS.spec(name)  # an unknown name: the registry's one line with the choices
-            if not (spec.on_policy and spec.heads == "actor_critic" and spec.rollout_returns
-                    and spec.action_masks == base_spec.action_masks):
+            if not shares_rollout(spec, base_spec):
                 raise ConfigError(f"algo.groups.{group}.name={name}: a group's algorithm shares the run's rollout "
                                   f"(algo={base['name']}), so it is an on-policy actor-critic one with the same use of "
                                   f"action masks; choose from: {', '.join(loop_partners(base_spec))}")
@@ -91,11 +90,16 @@ def group_settings(base: Mapping[str, Any], groups: Mapping[str, Any], layout: A
     return settings
 
 
+def shares_rollout(spec: AlgoSpec, run: AlgoSpec) -> bool:
+    """Whether an algorithm can learn a group's part of a run's rollout: an on-policy actor-critic on the rollout's
+    GAE, taking action masks where the run's does."""
+    return spec.on_policy and spec.heads == "actor_critic" and spec.rollout_returns and \
+        spec.action_masks == run.action_masks
+
+
 def loop_partners(spec: AlgoSpec) -> list[str]:
-    """The algorithms a group may run beside a run of `spec`'s: on-policy actor-critics on the rollout's GAE."""
-    return [name for name in ALGOS.names()
-            if (s := ALGOS.spec(name)).on_policy and s.heads == "actor_critic" and s.rollout_returns
-            and s.action_masks == spec.action_masks]
+    """The algorithms a group may run beside a run of `spec`'s."""
+    return [name for name in ALGOS.names() if shares_rollout(ALGOS.spec(name), spec)]
 
 
 def group_space(obs_space: gym.spaces.Space[Any], layout: AgentGroups, group: int) -> gym.spaces.Space[Any]:
@@ -268,7 +272,7 @@ def build_grouped(groups: Any, algo_cfg: dict[str, Any], network_cfg: dict[str, 
     same share of every env copy)."""
     layout = group_layout(obs_space)
     base_spec: AlgoSpec = ALGOS.spec(str(algo_cfg["name"]))
-    if not (base_spec.on_policy and base_spec.heads == "actor_critic" and base_spec.rollout_returns):
+    if not shares_rollout(base_spec, base_spec):
         raise ConfigError(f"algo.groups gives each group an on-policy algorithm of its own on one rollout; "
                           f"algo={algo_cfg['name']} is not one: choose from: {', '.join(loop_partners(base_spec))}")
     algos = {}
