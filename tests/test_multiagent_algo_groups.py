@@ -219,6 +219,8 @@ def test_a_grouped_run_trains_evaluates_and_resumes_bit_identically(tmp_path):
     state = final(stopped)["algo"]
     assert set(state["groups"]) == {"adversary", "agent"} and "kl_coef" in state["groups"]["adversary"]
     assert {key.split(".")[1] for key in state["networks"]} == {"adversary", "agent"}
+    table = [line for line in (stopped / "train.log").read_text().splitlines() if "| return " in line][-1]
+    assert "| adversary pi loss " in table and "| agent pi loss " in table and "| agent v loss " in table, table
     done = forked_cli.run([str(stopped), "episodes=2"], tmp_path, program="rl-eval")
     assert done.returncode == 0, done.stderr
     assert "per group (mean of the sum of its agents' returns): adversary " in done.stdout

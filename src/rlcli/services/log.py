@@ -149,7 +149,14 @@ class RunLogger:
 
     def table(self, step: int) -> None:
         """A compact one-row table of the latest numbers, also written as one line to train.log."""
-        shown = [(header, fmt.format(self.latest[tag])) for tag, header, fmt in _TABLE if tag in self.latest]
+        shown = []
+        for tag, header, fmt in _TABLE:
+            if tag in self.latest:
+                shown.append((header, fmt.format(self.latest[tag])))
+            elif tag.startswith("train/"):  # algo.groups: each group's own (train/<group>/<metric>), in its place
+                metric = tag.removeprefix("train/")
+                shown += [(f"{key.split('/')[1]} {header}", fmt.format(value)) for key, value in self.latest.items()
+                          if key.count("/") == 2 and key.startswith("train/") and key.endswith("/" + metric)]
         # env=pz: "return" is the team sum; each agent's own return after it (rollout/return_<agent>)
         shown[1:1] = [(tag.removeprefix("rollout/return_"), f"{value:.1f}") for tag, value in self.latest.items()
                       if tag.startswith("rollout/return_") and tag != "rollout/return_mean"]
