@@ -126,6 +126,12 @@ def test_off_policy_collects_ahead_with_bounded_lag_and_survives_a_killed_worker
     (["collector.workrs=2"], "unknown key 'collector.workrs'"),
     (["collector.max_policy_lag=-1"], "collector.max_policy_lag=-1 is invalid: must be >= 0"),
     (["algo=ppo", "actor=gru"], "collector=ray does not carry recurrent networks' state"),
+    # a multi-agent env's rows come in copies of all its agents: each worker's share must be whole copies
+    (["algo=ippo", "env=coop_match", "collector.envs_per_worker=3"],
+     "collector.envs_per_worker=3: env rlcli.envs.pz_toys:coop_match has 2 agents, one row each, so a worker's envs "
+     "must be a multiple of 2"),
+    (["algo=ippo", "env=coop_match", "train.num_envs=6"],
+     "train.num_envs=6 over collector.workers=2 (3 each): env rlcli.envs.pz_toys:coop_match has 2 agents"),
 ])
 def test_collector_settings_that_cannot_work_are_one_line(tmp_path, args, expected):
     out = run_cli("collector=ray", *args, "train.total_steps=64", cwd=tmp_path, timeout=120)

@@ -305,6 +305,11 @@ def build(cfg: DictConfig, start_workers: bool = True) -> Components:
         if online:  # collector=ray: the training envs live on the workers; this process keeps one for spaces
             # (a multi-agent env's one copy is a row per agent: envs/multiagent.py's copies_of)
             one_copy = 1 if getattr(env_factory, "joint", True) else int(getattr(env_factory, "n_agents", 1))
+            if rays is not None and (each := settings.num_envs // rays.workers) % one_copy:  # before any worker
+                named = (f"collector.envs_per_worker={each}" if rays.envs_per_worker is not None else
+                         f"train.num_envs={settings.num_envs} over collector.workers={rays.workers} ({each} each)")
+                raise ConfigError(f"{named}: env {env_factory.spec.id} has {one_copy} agents, one row each, so a "
+                                  f"worker's envs must be a multiple of {one_copy} (e.g. {one_copy} = 1 copy)")
             envs = env_factory.make(settings.num_envs if rays is None else one_copy, settings.vector_mode,
                                     gamma=float(algo_cfg.get("gamma", 0.99)), masks=masks)
         video_envs = make_video_envs(cfg, env_factory, settings.vector_mode, masks)
