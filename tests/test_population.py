@@ -19,7 +19,6 @@ from offline_fixtures import dataset_file
 from test_resume import assert_equal_state, final
 
 from rlcli.algos.compiled import FAST_TANH_VARIABLE
-from rlcli.algos.optim import FusedAdam, fused_adam_available, step_together
 from rlcli.contracts import RunClock
 from rlcli.registry import ConfigError
 from rlcli.run.compose import compose_config
@@ -252,31 +251,6 @@ def test_stacked_weights_are_the_members_own_tensors():
         stack_weights([tied, copy.deepcopy(tied)])
     shared = torch.nn.Linear(3, 3)  # one module under two names: it can
     stack_weights([torch.nn.Sequential(shared, shared), copy.deepcopy(torch.nn.Sequential(shared, shared))])
-
-
-@pytest.mark.skipif(not fused_adam_available(), reason="the fused Adam kernel is not in this torch build")
-def test_stepping_members_together_is_each_optimizers_own_step_bit_for_bit():
-    torch.manual_seed(0)
-    nets = [torch.nn.Linear(4, 3) for _ in range(3)]
-    copies = copy.deepcopy(nets)
-    lrs = [1e-3, 1e-3, 3e-4]  # two share one fused call, the third gets its own
-    together = [FusedAdam(n.parameters(), lr=lr, eps=1e-5) for n, lr in zip(nets, lrs, strict=True)]
-    alone = [FusedAdam(n.parameters(), lr=lr, eps=1e-5) for n, lr in zip(copies, lrs, strict=True)]
-    for _ in range(3):
-        x = torch.randn(5, 4)
-        for n, c in zip(nets, copies, strict=True):
-            n(x).square().sum().backward()
-            c(x).square().sum().backward()
-        step_together(together)
-        for optimizer in alone:
-            optimizer.step()
-        for n, c in zip(nets, copies, strict=True):
-            n.zero_grad()
-            c.zero_grad()
-    for n, c in zip(nets, copies, strict=True):
-        assert all(torch.equal(p, q) for p, q in zip(n.parameters(), c.parameters(), strict=True))
-    for t, a in zip(together, alone, strict=True):
-        assert_equal_state(t.state_dict(), a.state_dict())
 
 
 def test_populations_are_halved_until_every_worker_has_one():

@@ -158,16 +158,17 @@ def _is_torch_default(path: str) -> bool:
     return os.path.abspath(path) == os.path.abspath(default_cache_dir())
 
 
-class _Loss(nn.Module):
-    """Holds the networks so that `functional_call` can substitute their parameters."""
+class NetworksCall(nn.Module):
+    """A function of the networks (a loss, a population's acting) as a module call, so that `functional_call` can
+    substitute their parameters (those of a compiled step's graph inputs, or a population member's)."""
 
-    def __init__(self, networks: nn.Module, loss: Callable[..., Any]) -> None:
+    def __init__(self, networks: nn.Module, function: Callable[..., Any]) -> None:
         super().__init__()
         self.networks = networks
-        self._loss = loss
+        self._function = (function,)  # a tuple, not a submodule: the networks are registered once, above
 
     def forward(self, *args: Any) -> Any:
-        return self._loss(*args)
+        return self._function[0](*args)
 
 
 class _AdamRule:
@@ -315,7 +316,7 @@ class CompiledStep:
     def __init__(self, networks: nn.Module, optimizer: Any, loss: Callable[..., Any],
                  updates_buffers: bool = False) -> None:
         self.rule = optimizer_rule(optimizer)
-        self.module = _Loss(networks, loss)
+        self.module = NetworksCall(networks, loss)
         self.optimizer = optimizer
         group_of = {id(p): i for i, g in enumerate(optimizer.param_groups) for p in g["params"]}
         trained = [(n, p) for n, p in networks.named_parameters() if id(p) in group_of]

@@ -12,7 +12,7 @@ weight decay, amsgrad or maximize; RMSprop without momentum or centering.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from typing import Any
 
 import torch
@@ -249,30 +249,3 @@ def load_layout(param_groups: list[dict[str, Any]], state_dict: dict[str, Any], 
                 state[p] = {"step": (step if step_on_cpu else step.to(p.device)).clone(),
                             **{slot: entry[slot].to(device=p.device, dtype=p.dtype).clone() for slot in slots}}
     return state
-
-
-def step_together(optimizers: Sequence[Any]) -> None:
-    """Step several optimizers (a population's members) as a single run steps each: FusedAdam groups with the
-    same settings go to the fused kernel in one call (it is elementwise, so the result is each member's own
-    step, bit for bit); any other optimizer steps on its own."""
-    calls: dict[tuple[float, tuple[float, float], float], list[tuple[Any, dict[str, Any]]]] = {}
-    for optimizer in optimizers:
-        if not isinstance(optimizer, FusedAdam):
-            optimizer.step()
-            continue
-        for group in optimizer.param_groups:
-            calls.setdefault((group["lr"], tuple(group["betas"]), group["eps"]), []).append((optimizer, group))
-    with torch.no_grad():
-        for (lr, (beta1, beta2), eps), groups in calls.items():
-            params = [p for optimizer, group in groups for p in group["params"] if p.grad is not None]
-            states = [optimizer._state(p) for optimizer, group in groups for p in group["params"]
-                      if p.grad is not None]
-            if not params:
-                continue
-            steps = [s["step"] for s in states]
-            torch._foreach_add_(steps, 1)
-            torch._fused_adam_(
-                params, [p.grad for p in params], [s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states],
-                [], steps, lr=lr, beta1=beta1, beta2=beta2, weight_decay=0.0, eps=eps, amsgrad=False,
-                maximize=False,
-            )

@@ -26,6 +26,7 @@ import torch
 from torch import nn
 
 from rlcli.actors.normalizer import RunningNorm
+from rlcli.algos.compiled import NetworksCall
 from rlcli.contracts import ActOutput
 from rlcli.sweeps.population.stacking import vmapped
 
@@ -83,7 +84,7 @@ class MembersForward:
     def __init__(self, module: nn.Module, params: dict[str, torch.Tensor], call: Callable[..., Any],
                  vmapped_call: Callable[..., Any]) -> None:
         self.call, self.vmapped_call = call, vmapped_call
-        self.swaps: list[Swap] | None = _swaps(module, params)
+        self.swaps: list[Swap] | None = members_swaps(module, params)
         self.checked = False
 
     def __call__(self, *args: Any) -> Any:
@@ -106,7 +107,7 @@ class MembersForward:
 
 @contextlib.contextmanager
 def swapped(swaps: list[Swap]) -> Iterator[None]:
-    """Within it, the member's module computes for every member (`_swaps`' stand-ins in place of its layers)."""
+    """Within it, the member's module computes for every member (`members_swaps`' stand-ins in place of its layers)."""
     for parent, name, _, members in swaps:
         parent._modules[name] = members
     try:
@@ -117,12 +118,6 @@ def swapped(swaps: list[Swap]) -> Iterator[None]:
 
 
 def members_swaps(module: nn.Module, params: dict[str, torch.Tensor]) -> list[Swap] | None:
-    """`module`'s stand-ins over the stacked `params` (None where its weights do not all sit in linear layers and
-    layer norms)."""
-    return _swaps(module, params)
-
-
-def _swaps(module: nn.Module, params: dict[str, torch.Tensor]) -> list[Swap] | None:
     """(parent, child name, the member's module, its every-member stand-in) for each linear layer, layer norm and
     flatten of `module`; None when a weight or buffer sits anywhere else (a Gaussian head's log std, a convolution,
     ...)."""
@@ -162,18 +157,6 @@ def _equal(a: Any, b: Any) -> bool:
     return False
 
 
-class _MemberAct(nn.Module):
-    """Acting's arithmetic (the policy head's parameters and the values) as a module call, for functional_call."""
-
-    def __init__(self, networks: nn.Module) -> None:
-        super().__init__()
-        self.networks = networks
-
-    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        out: tuple[torch.Tensor, torch.Tensor] = self.networks.policy_and_values(obs)  # type: ignore[operator]
-        return out
-
-
 class MembersActing:
     """An on-policy population's acting: `policy_and_values` for all members' observations at once, each member's
     acting draw from its own stream (`acting_noise`), and where the members' heads draw apart (a categorical head's
@@ -183,7 +166,8 @@ class MembersActing:
 
     def __init__(self, algos: Sequence[Any], params: dict[str, torch.Tensor], buffers: dict[str, torch.Tensor]) -> None:
         self.algos = list(algos)
-        member_act = _MemberAct(self.algos[0].networks)
+        networks = self.algos[0].networks
+        member_act = NetworksCall(networks, networks.policy_and_values)  # the policy head's parameters, the values
         vmapped_act = vmapped(member_act)
         self._act = MembersForward(member_act.networks, params, member_act,
                                    lambda obs: vmapped_act(params, buffers, obs))

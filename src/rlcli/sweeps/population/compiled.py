@@ -39,8 +39,8 @@ def one_optimizer_rule(optimizers: Sequence[Any]) -> list[OptimizerRule]:
 
 
 class CompiledMembersStep:
-    """`step(batch, terms, active)`: one optimizer step of every active member on its rows of `batch`; returns the
-    members' [members] loss statistics. `losses(params, buffers, batch, terms) -> (losses [members], stats)` is
+    """`step(batch, active)`: one optimizer step of every active member on its rows of `batch`; returns the
+    members' [members] loss statistics. `losses(params, buffers, batch) -> (losses [members], stats)` is
     the members' vectorized loss (lockstep.py's), `params` the stacked weights it reads, `rows`
     each stacked weight's member parameters; those the members' optimizers train are stepped, the rest (a target
     network's) are read as they are."""
@@ -64,12 +64,12 @@ class CompiledMembersStep:
 
     def _pure_step(self, params: dict[str, torch.Tensor], slots: list[list[torch.Tensor]], steps: torch.Tensor,
                    lrs: torch.Tensor, active: torch.Tensor, hyper: torch.Tensor,
-                   batch: Any, terms: dict[str, torch.Tensor], limit: torch.Tensor | None) -> tuple[Any, ...]:
+                   batch: Any, limit: torch.Tensor | None) -> tuple[Any, ...]:
         trained = {n: params[n] for n in self.names}
         frozen = {n: p for n, p in params.items() if n not in trained}
 
         def total(weights: dict[str, torch.Tensor]) -> tuple[torch.Tensor, Any]:
-            losses, stats = self.losses({**frozen, **weights}, self.buffers, batch, terms)
+            losses, stats = self.losses({**frozen, **weights}, self.buffers, batch)
             return losses.sum(), stats  # the members are independent: each row's gradient is its own loss's
 
         grads, stats = torch.func.grad(total, has_aux=True)(trained)
@@ -91,8 +91,8 @@ class CompiledMembersStep:
                 new_slots[k].append(torch.where(on, value, slot[i]))
         return new_params, new_slots, steps + active, stats
 
-    def step(self, batch: Any, terms: dict[str, torch.Tensor], active: torch.Tensor) -> Any:
-        """(`batch`: the stacked tensors the loss takes, `terms` its other inputs; returns the loss's stats, the
+    def step(self, batch: Any, active: torch.Tensor) -> Any:
+        """(`batch`: the stacked tensors the loss takes; returns the loss's stats, the
         on-policy members' dict of [members] tensors or the off-policy members' tuple. The members' clips are
         `self.limit` as it is at the call, an input of the graph: a caller whose schedules move them sets it.)"""
         # each member's learning rate per param group, as its schedule set it this update: [groups, members]
@@ -106,7 +106,7 @@ class CompiledMembersStep:
             params = {n: p.detach() for n, p in self.params.items()}
             new_params, new_slots, new_steps, stats = self._step(
                 params, self.states.slots, self.states.steps[0].to(self.device, copy=True), lrs, active, self.hyper,
-                batch, terms, self.limit)
+                batch, self.limit)
             torch._foreach_copy_([self.params[n] for n in self.names], new_params)  # the members' views follow
             for old, new in zip(self.states.slots, new_slots, strict=True):
                 torch._foreach_copy_(old, new)

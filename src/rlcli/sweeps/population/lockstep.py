@@ -27,9 +27,13 @@ import torch
 from torch import nn
 from torch.func import functional_call, vmap
 
-from rlcli.algos.loss_step import LossStep, compile_enabled, loss_steps
+from rlcli.algos.compiled import NetworksCall
+from rlcli.algos.loss_step import LossStep, compile_enabled
+from rlcli.algos.offpolicy import gradient_steps_now, mean_of_steps
 from rlcli.algos.runner import Tally, finish_phase, read_owner
 from rlcli.batches import ReplayBatch, RolloutBatch
+from rlcli.buffers.her import HerReplayBuffer
+from rlcli.buffers.replay import ReplayBuffer
 from rlcli.buffers.rollout import RolloutBuffer
 from rlcli.contracts import ActOutput, RunClock
 from rlcli.registry import ConfigError
@@ -38,7 +42,6 @@ from rlcli.sweeps.population.catalog import can_batch
 from rlcli.sweeps.population.compiled import CompiledMembersStep, one_optimizer_rule
 from rlcli.sweeps.population.members_loss import MembersLoss
 from rlcli.sweeps.population.optimizer_states import StackedStep
-from rlcli.sweeps.population.phases import check_replay_members, update_phases
 from rlcli.sweeps.population.stacking import (
     clip_limits,
     members_mask,
@@ -92,18 +95,6 @@ class UpdatesARollout(Protocol):
     def act_on(self, params: torch.Tensor, values: torch.Tensor, deterministic: bool = False) -> ActOutput: ...
 
 
-class _StepLoss(nn.Module):
-    """A LossStep's loss as a module call, so that functional_call can swap a member's weights into its networks."""
-
-    def __init__(self, networks: nn.Module, loss: Callable[..., Any]) -> None:
-        super().__init__()
-        self.networks = networks
-        self._loss = (loss,)  # a tuple, not a submodule: the networks are registered once, above
-
-    def forward(self, *args: Any) -> Any:
-        return self._loss[0](*args)
-
-
 class LockstepPopulation:
     """The members' stacked weights and what their steps need: which weights each LossStep trains (by the
     LossStep's attribute name, the same in every member), each target network's (target, source) weight pairs."""
@@ -111,11 +102,11 @@ class LockstepPopulation:
     def __init__(self, algos: Sequence[Any], storages: Sequence[Any]) -> None:
         self.rollout = isinstance(algos[0], UpdatesARollout)
         if self.rollout:
-            _check_on_policy(algos, storages)
+            _check_members(algos, storages, (RolloutBuffer,), batched_on_policy())
         elif not isinstance(algos[0], WrittenForARunner):
             raise ConfigError(f"{type(algos[0]).__name__} does not step through a runner: {can_batch('lockstep')} do")
         else:
-            check_replay_members(algos, storages, batched_lockstep())
+            _check_members(algos, storages, (ReplayBuffer, HerReplayBuffer), batched_lockstep())
         _check_lockstep(algos)
         self.algos = list(algos)
         self.params, self.buffers = stack_weights([a.networks for a in algos])
@@ -136,10 +127,7 @@ class LockstepPopulation:
         # compile=true members (all or none: compile is part of the population key): each LossStep of all members
         # one compiled graph, built at its first call
         self.compiled: dict[str, CompiledMembersStep] | None = {} if compile_enabled(algos[0]) else None
-        if self.compiled is not None:
-            if any(step.updates_buffers for step in loss_steps(algos[0])):
-                raise ConfigError(f"{type(algos[0]).__name__} with compile=true updates buffers in its compiled steps, "
-                                  "which a compiled population does not cover yet")
+        if self.compiled is not None:  # (a member whose compiled steps update buffers, CrossQ's, is refused before)
             _check_one_optimizer(algos)
         # on-policy members act together: one forward for all, each member's draws from its own stream
         self.acting = MembersActing(algos, self.params, self.buffers) if self.rollout else None
@@ -193,9 +181,7 @@ class LockstepPopulation:
         stepping = [m for m, on in enumerate(active) if on]
         if not stepping:
             return results
-        rollouts = {m: tuple(storages[m].flat()) for m in stepping}
-        if len({rollout[0].shape[0] for rollout in rollouts.values()}) > 1:
-            raise ConfigError("the members' rollouts differ in size (n_steps x num_envs): they cannot share updates")
+        rollouts = {m: tuple(storages[m].flat()) for m in stepping}  # one size: n_steps, num_envs are in the key
         batch = RolloutBatch(*stack_members(rollouts, len(self.algos)))
         first = self.algos[stepping[0]]
         metrics = first._update(batch, MembersRun(self, stepping, storages[stepping[0]], torch_rngs))
@@ -232,7 +218,7 @@ class LockstepPopulation:
         dims = tuple(_in_dim(a) for a in args)
         key = (id(algo), attr, dims)
         if key not in self._losses:
-            module = _StepLoss(algo.networks, getattr(algo, attr).loss)
+            module = NetworksCall(algo.networks, getattr(algo, attr).loss)
 
             def member(params: dict[str, torch.Tensor], buffers: dict[str, torch.Tensor], *member_args: Any) -> Any:
                 weights = {f"networks.{k}": v for k, v in {**params, **buffers}.items()}
@@ -286,7 +272,7 @@ class MembersRun:
         if pop.compiled is not None:
             if attr not in pop.compiled:
                 def members_losses(params: dict[str, torch.Tensor], buffers: dict[str, torch.Tensor],
-                                   inputs: tuple[Any, ...], terms: dict[str, torch.Tensor]) -> tuple[torch.Tensor, Any]:
+                                   inputs: tuple[Any, ...]) -> tuple[torch.Tensor, Any]:
                     values, aux = pop.members_loss(first, attr, inputs)(params, buffers, *inputs)
                     return values, (values.detach(), aux)
 
@@ -294,7 +280,7 @@ class MembersRun:
                                                          {name: pop.rows[name] for name in trained},
                                                          [s.optimizer for s in steps], limit)
             pop.compiled[attr].limit = limit  # the clips as schedules set them now
-            losses, aux = pop.compiled[attr].step(args, {}, members_mask(self.stepping, len(pop.algos), pop.device))
+            losses, aux = pop.compiled[attr].step(args, members_mask(self.stepping, len(pop.algos), pop.device))
             return losses, aux
         idle = [m for m in range(len(pop.algos)) if m not in self.stepping] if step.updates_buffers else []
         kept = {name: stacked[idle].clone() for name, stacked in pop.buffers.items()} if idle else {}
@@ -409,17 +395,40 @@ def _stacked(values: list[Any], device: torch.device, what: str) -> Any:
     return torch.stack([torch.as_tensor(v, device=device) for v in values])
 
 
-def _check_on_policy(algos: Sequence[Any], storages: Sequence[Any]) -> None:
-    """One line naming what keeps these on-policy members out of a population (the launcher then runs them one by
-    one): the algorithm's own `population_refusal` (a recurrent actor, add-ons, extra networks), or a storage that
-    is not a rollout."""
+def _check_members(algos: Sequence[Any], storages: Sequence[Any], storage_types: tuple[type, ...],
+                   batchable: str) -> None:
+    """One line naming what keeps these members out of a population (the launcher then runs them one by one): the
+    algorithm's own `population_refusal` (a recurrent actor, add-ons, extra networks, CrossQ's compiled steps), or
+    a storage not of `storage_types`. Uniform, n-step, prioritized, ERE and HER replay all draw their batches (HER:
+    its relabelled goals too) from torch's CPU generator, which the population swaps to each member's stream.
+    `batchable`: what can batch."""
     for algo, storage in zip(algos, storages, strict=True):
         refusal = algo.population_refusal() if hasattr(algo, "population_refusal") else None
         if refusal is not None:
-            raise ConfigError(f"{refusal} cannot train in a population yet; {batched_on_policy()} without it can")
-        if not isinstance(storage, RolloutBuffer):
-            raise ConfigError(f"{type(storage).__name__} storage cannot train in a population yet; "
-                              f"{batched_on_policy()} can")
+            raise ConfigError(f"{refusal} cannot train in a population yet; {batchable} without it can")
+        if not isinstance(storage, storage_types):
+            raise ConfigError(f"{type(storage).__name__} storage cannot train in a population yet; {batchable} can")
+
+
+def update_phases(algos: Sequence[Any], storages: Sequence[Any], active: Sequence[bool],
+                  clocks: Sequence[RunClock | None],
+                  gradient_step: Callable[[list[int], int, list[int]], dict[int, dict[str, torch.Tensor]]],
+                  ) -> list[dict[str, torch.Tensor] | None]:
+    """An off-policy update phase for every member at once, as `algos.offpolicy.run_gradient_steps` gives a single
+    run: each member takes its single run's count of gradient steps, the population's steps in lockstep (a member
+    with fewer drops out of the later ones; `gradient_step(stepping, k, counts)` gives each stepping member's
+    metrics), and each member's metrics are the means of its steps' (None for an inactive member; {} for one whose
+    storage holds nothing whole yet, which takes no step, as its single run)."""
+    steps = [gradient_steps_now(a.gradient_steps, clock) if on and clock is not None and len(s) > 0 else 0
+             for a, s, on, clock in zip(algos, storages, active, clocks, strict=True)]
+    logs: list[dict[str, list[torch.Tensor]]] = [{} for _ in algos]
+    for k in range(max(steps, default=0)):
+        stepping = [m for m, n in enumerate(steps) if k < n]
+        for m, metrics in gradient_step(stepping, k, steps).items():
+            for name, value in metrics.items():
+                logs[m].setdefault(name, []).append(value)
+    return [None if not on or clock is None else {k: mean_of_steps(v) for k, v in log.items()}
+            for on, clock, log in zip(active, clocks, logs, strict=True)]
 
 
 def _check_one_optimizer(algos: Sequence[Any]) -> None:

@@ -10,7 +10,6 @@ import torch
 from torch import nn
 from torch.func import functional_call, vmap
 
-from rlcli.algos.optim import step_together
 from rlcli.registry import ConfigError
 
 if TYPE_CHECKING:
@@ -60,7 +59,7 @@ def _stack(name: str, tensors: list[torch.Tensor]) -> torch.Tensor:
     return stacked
 
 
-def vmapped(module: nn.Module, prefix: str = "networks") -> Callable[..., Any]:
+def vmapped(module: nn.Module) -> Callable[..., Any]:
     """`module`'s forward for every member at once: (stacked params, stacked buffers, *stacked args) -> stacked
     results, each row computed by the module's own code with that member's weights (`functional_call`)."""
 
@@ -68,7 +67,7 @@ def vmapped(module: nn.Module, prefix: str = "networks") -> Callable[..., Any]:
         # tie_weights=False: a module reached under two names (actor.shared=true's one body for policy and value)
         # is swapped once, on the object both names hold; torch's tie handling swapped it under each name and
         # left the batched weights in it. (Weights shared by two different modules are refused by stack_weights.)
-        return functional_call(module, {f"{prefix}.{k}": v for k, v in {**params, **buffers}.items()}, args,
+        return functional_call(module, {f"networks.{k}": v for k, v in {**params, **buffers}.items()}, args,
                                tie_weights=False)
 
     return vmap(member)
@@ -133,7 +132,7 @@ def step_members(params: dict[str, torch.Tensor], losses: torch.Tensor, rows: di
     """A single run's `gradient_step` for every stepping member at once: backward through all members' losses
     (independent, so each row's gradient is its own loss's), each member's clip over the gradients of `rows` (the
     part this optimizer trains), then one optimizer step over the stacked weights (`stacked_step`, where the members
-    can share it) or the members' own optimizers (FusedAdam's in one fused call)."""
+    can share it) or the members' own optimizers."""
     for stacked in params.values():
         stacked.grad = None
     torch.autograd.backward(losses.sum())
@@ -142,7 +141,8 @@ def step_members(params: dict[str, torch.Tensor], losses: torch.Tensor, rows: di
     if stacked_step is not None and stacked_step.step(stepping):
         return
     hand_gradients(params, rows, stepping)
-    step_together(optimizers)
+    for optimizer in optimizers:
+        optimizer.step()
     if stacked_step is not None:
         stacked_step.stepped_apart()
 
