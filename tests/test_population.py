@@ -836,7 +836,7 @@ def test_due_members_test_together_as_each_would_alone(algo, tmp_path):
     """The members due a test phase run their test episodes in step (one forward for all members per step): each
     gets the episodes its own test phase would give; a member not due runs none."""
     check_testing_together(TESTED[algo], discrete=algo in ("ppo", "pqn", "dqn"), tmp_path=tmp_path,
-                           one_call=algo in ("ppo", "dqn", "td3", "sac"))
+                           one_call=algo == "ppo")
 
 
 def check_testing_together(overrides: list[str], discrete: bool, tmp_path, rtol: float = 1e-4,
@@ -853,12 +853,12 @@ def check_testing_together(overrides: list[str], discrete: bool, tmp_path, rtol:
         members.append(Member(Trainer(components, run_dir, state), run_dir, seed, "", {}))
     population = population_update([m.trainer.c.algo for m in members], [m.trainer.c.buffer for m in members])
     calls = []
-    together = getattr(population, "act_deterministically", None)
-    if together is not None:  # which kinds act in one call: counted
-        population.act_deterministically = lambda *args: calls.append(out := together(*args)) or out
+    if population.acting is not None:  # on-policy members: which heads act in one call, counted
+        together = population.acting.act_deterministically
+        population.acting.act_deterministically = lambda *args: calls.append(out := together(*args)) or out
     tested = test_together(members, [True, False, True], population)
-    # categorical members (PPO's) take their deterministic actions in one call, lockstep members (TD3's, SAC's) each its
-    # own act through the population's act_deterministically; the others member by member
+    # categorical members (PPO's) take their deterministic actions in one call; off-policy members (DQN's, TD3's,
+    # SAC's) each its own act, and the other on-policy heads (PQN's epsilon-greedy) member by member
     assert any(out is not None for out in calls) is one_call
     assert sorted(tested) == [0, 2]
     for index in (0, 2):

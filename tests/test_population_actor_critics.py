@@ -77,8 +77,11 @@ def test_a_members_first_update_is_its_single_runs_within_float_tolerance(algo):
     assert float(members[0][0].algo.alpha()) != pytest.approx(1.0)  # a learned one moved
 
 
-@pytest.mark.parametrize("algo", ["sac", "td3", "sac-sde", "crossq"])
+@pytest.mark.parametrize("algo", ["sac", "td3", "sac-sde", "crossq", "tqc", "ddpg"])
 def test_a_members_rollouts_are_its_single_runs_in_warm_up_and_within_rounding_after(tmp_path, algo):
+    """Each member acts with its own `act` on its rows under its own stream: its exploration noise
+    (Ornstein-Uhlenbeck's state stepped once; gSDE's matrices drawn at the phase's start) and actions are its single
+    run's."""
     def components_of(seed: int):
         return prepare(compose_config([*TINY, *ALGOS[algo], f"seed={seed}"]))
 
@@ -106,32 +109,6 @@ def test_a_members_rollouts_are_its_single_runs_in_warm_up_and_within_rounding_a
             assert torch.equal(ours[:4], theirs[:4]), field  # the warm-up's uniform draws, bit for bit
             # the policy's: the same noise through weights multiplied in one batched call (float rounding apart)
             assert torch.allclose(ours[4:], theirs[4:], atol=1e-5, rtol=0), field
-
-
-@pytest.mark.parametrize("algo", ["td3", "ddpg", "sac", "tqc", "sac-sde"])
-def test_members_acting_through_the_population_is_each_members_act_bit_for_bit(algo):
-    """TD3, DDPG, SAC and TQC members (a lockstep population) act with their own `act` on their rows, each under its
-    stream: its exploration noise (Ornstein-Uhlenbeck's state stepped once; gSDE's matrices drawn at the phase's
-    start) and actions are its single run's."""
-    built = [prepare(compose_config([*TINY, *ALGOS[algo], f"seed={seed}"]))[0] for seed in (0, 1)]
-    twins = [copy.deepcopy(c.algo) for c in built]  # the same noise state, for act
-    population = population_update([c.algo for c in built], [c.buffer for c in built])
-    obs = torch.randn(2, 2, 3)
-    outputs, _ = population.policy_and_values(obs)
-    expected, noise = {}, {}
-    for m in (0, 1):
-        torch.manual_seed(30 + m)
-        expected[m] = twins[m].act(obs[m])
-        torch.manual_seed(30 + m)
-        noise[m] = population.acting_noise(m, outputs[m])
-    got = population.act_members(outputs, noise)
-    for m in (0, 1):
-        assert torch.equal(got[m].actions, expected[m].actions)
-        assert not torch.equal(got[m].actions, twins[m].act(obs[m], deterministic=True).actions)  # noise was added
-        if algo in ("td3", "ddpg"):
-            assert torch.equal(built[m].algo.noise.state, twins[m].noise.state)  # an OU state stepped alike
-        if algo == "sac-sde":  # the member's own exploration matrices, drawn from its stream
-            assert torch.equal(built[m].algo.networks.policy.noise.eps, twins[m].networks.policy.noise.eps)
 
 
 @pytest.mark.parametrize("algo", ["td3", "ddpg", "td3-compiled", "td3-her"])

@@ -91,31 +91,6 @@ def test_a_members_first_update_is_its_single_runs_within_float_tolerance(algo):
     assert not torch.equal(first, second)  # the members' rows are their own
 
 
-@pytest.mark.parametrize("algo", ["dqn", "qrdqn"])
-def test_members_epsilon_greedy_through_the_population_is_each_members_act_bit_for_bit(algo):
-    """Each member acts with its own `act` on its rows under its own stream, at its own point of its epsilon
-    schedule: its single run's actions and draws."""
-    built = [prepare(compose_config([*TINY, *ALGOS[algo], f"seed={seed}"]))[0] for seed in (0, 1, 2)]
-    for components, epsilon in zip(built, (0.5, 0.0, 1.0), strict=True):
-        components.algo.epsilon = epsilon  # each member at its own point of its schedule
-    twins = [copy.deepcopy(c.algo) for c in built]
-    population = population_update([c.algo for c in built], [c.buffer for c in built])
-    obs = torch.randn(3, 4, 4)
-    outputs, _ = population.policy_and_values(obs)
-    expected, draws = {}, {}
-    for m in (0, 2):  # member 1 acts on its own (warming up)
-        torch.manual_seed(20 + m)
-        expected[m] = twins[m].act(obs[m])
-        after_act = torch.rand(1)
-        torch.manual_seed(20 + m)
-        draws[m] = population.acting_noise(m, outputs[m])
-        assert torch.equal(torch.rand(1), after_act)  # the same draws from the stream, no more, no fewer
-    got = population.act_members(outputs, draws)
-    assert sorted(got) == [0, 2]
-    for m in (0, 2):
-        assert torch.equal(got[m].actions, expected[m].actions)
-
-
 @pytest.mark.parametrize("unit", ["step", "episode"])
 def test_a_members_rollouts_are_its_single_runs_in_warm_up_and_epsilon_greedy(unit, tmp_path):
     """With algo.train_freq_unit=episode each member collects until its own episodes end (at different steps: the

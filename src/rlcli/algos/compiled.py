@@ -167,6 +167,10 @@ class NetworksCall(nn.Module):
         self.networks = networks
         self._function = (function,)  # a tuple, not a submodule: the networks are registered once, above
 
+    @property
+    def function(self) -> Callable[..., Any]:
+        return self._function[0]
+
     def forward(self, *args: Any) -> Any:
         return self._function[0](*args)
 
@@ -342,7 +346,7 @@ class CompiledStep:
         """A copy over the copied networks, optimizer and loss: a copied torch.compile wrapper would still run this
         step's module (a deep-copied algorithm would train through the original's other weights)."""
         return CompiledStep(copy.deepcopy(self.networks, memo), copy.deepcopy(self.optimizer, memo),
-                            copy.deepcopy(self.module._loss, memo), self.updates_buffers)
+                            copy.deepcopy(self.module.function, memo), self.updates_buffers)
 
     def _pure_step(self, params: list[torch.Tensor], slots: list[list[torch.Tensor]], step: torch.Tensor,
                    lrs: torch.Tensor, hyper: torch.Tensor, buffers: dict[str, torch.Tensor],
@@ -420,7 +424,7 @@ class CompiledStep:
         networks' tensors (a target network's, a normalizer's: read in place), and the values of the settings a
         schedule moves that the loss reads from its algorithm (`schedulable`: reward_scale, TD3's target noise,
         IQL's expectile...). A change is a new capture."""
-        owner = getattr(self.module._loss, "__self__", None)
+        owner = getattr(self.module.function, "__self__", None)
         settings = tuple(getattr(owner, name, None) for name in getattr(owner, "schedulable", ()))
         tensors = tuple(t.data_ptr() for t in (*self.networks.parameters(), *self.networks.buffers()))
         return settings, tensors

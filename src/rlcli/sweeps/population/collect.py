@@ -8,7 +8,7 @@ from __future__ import annotations
 import itertools
 import time
 from collections.abc import Sequence
-from typing import Any, Protocol, cast, runtime_checkable
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -20,20 +20,6 @@ from rlcli.contracts import ActOutput
 from rlcli.sweeps.population import streams
 from rlcli.sweeps.population.kinds import Population
 from rlcli.sweeps.population.members import Member
-
-
-@runtime_checkable
-class ActsInOneCall(Protocol):
-    """A population whose acting after the network (the distribution's sampling) is one call for all members,
-    each member's draws taken beforehand from its own stream (acting.py's categorical sampling; lockstep.py's
-    members each act with their own `act`);
-    `acting_noise` gives None where a member must act on its own. (`values`: the batched values, which the
-    on-policy members' actions carry.)"""
-
-    def acting_noise(self, member: int, outputs: torch.Tensor) -> Any: ...
-
-    def act_members(self, outputs: torch.Tensor, draws: dict[int, Any],
-                    values: torch.Tensor | None = None) -> dict[int, ActOutput]: ...
 
 
 def collect_together(members: Sequence[Member], population: Population,
@@ -49,9 +35,7 @@ def collect_together(members: Sequence[Member], population: Population,
     # the local collector, which the launcher checked (collector=ray's workers step their envs themselves)
     collectors = {id(m): cast(Collector, m.trainer.c.collector) for m in rows}
     stats |= {id(m): collectors[id(m)].begin(m.trainer.c.learner) for m in rows}
-    # checked once: isinstance against a runtime-checkable protocol takes ~30 us, per member and env step it was a
-    # tenth of a PPO population's acting
-    one_call = population if isinstance(population, ActsInOneCall) else None
+    batched = population.acting  # on-policy members' forward in one call (None: each member's own act)
     for step in itertools.count():
         # each member's phase ends where its single run's ends (algo.train_freq_unit=episode: at different steps,
         # and a member that is through stops stepping while the others go on)
@@ -64,7 +48,7 @@ def collect_together(members: Sequence[Member], population: Population,
         seen = {id(m): collectors[id(m)].observe() for m in rows}  # the others' rows (failed, through) stay zeros
         first = next(iter(seen.values()))[0]
         obs = torch.stack([seen[id(m)][0] if id(m) in seen else torch.zeros_like(first) for m in members])
-        params, values = population.policy_and_values(obs)
+        params, values = batched.policy_and_values(obs) if batched is not None else (obs, None)
         share = (time.perf_counter() - started) / len(rows)
         acting = [(index, member) for index, member in enumerate(members) if id(member) in seen]
         outs: dict[int, ActOutput | None] = {}
@@ -79,19 +63,20 @@ def collect_together(members: Sequence[Member], population: Population,
             out = None
             if member.warming_up:
                 actions[index] = collector.actions_to_take(member.trainer.c.learner, None, True)
-            elif one_call is not None and (draw := one_call.acting_noise(index, params[index])) is not None:
-                draws[index] = draw
-            else:
+            elif batched is not None and (draw := batched.acting_noise(index, params[index])) is not None:
+                draws[index] = draw  # acted on with the others' after this loop
+            else:  # on its own: the on-policy head's act_on, or an off-policy member's act on its observations
                 with torch.inference_mode():
-                    out = algo.act_on(params[index], values[index])  # type: ignore[attr-defined]
+                    out = (algo.act(params[index]) if values is None else
+                           algo.act_on(params[index], values[index]))  # type: ignore[attr-defined]
                 actions[index] = out.actions
             outs[index] = out
             streams.keep(member.rng, streams.current(stream))
             collector.act_s += share + time.perf_counter() - drawn
         moved = time.perf_counter()
         if draws:
-            assert one_call is not None
-            for index, out in one_call.act_members(params, draws, values).items():
+            assert batched is not None and values is not None
+            for index, out in batched.act_members(params, draws, values).items():
                 outs[index], actions[index] = out, out.actions
         env_actions = on_host({index: member.trainer.c.algo.env_actions(actions[index]) for index, member in acting})
         share = (time.perf_counter() - moved) / len(acting)

@@ -129,37 +129,9 @@ class LockstepPopulation:
         self.compiled: dict[str, CompiledMembersStep] | None = {} if compile_enabled(algos[0]) else None
         if self.compiled is not None:  # (a member whose compiled steps update buffers, CrossQ's, is refused before)
             _check_one_optimizer(algos)
-        # on-policy members act together: one forward for all, each member's draws from its own stream
+        # on-policy members act together: one forward for all, each member's draws from its own stream (None: each
+        # member acts with its own `act` on its rows, under its own stream: its single run's actions and draws)
         self.acting = MembersActing(algos, self.params, self.buffers) if self.rollout else None
-
-    # acting: an off-policy member's own `act` on its rows, under its own stream (the caller swaps it in): its single
-    # run's actions and draws, bit for bit (the network part is not batched: an offline member acts only in tests);
-    # on-policy members' through MembersActing
-    @torch.inference_mode()
-    def policy_and_values(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        if self.acting is not None:
-            return self.acting.policy_and_values(obs)
-        return obs, obs.new_zeros(obs.shape[:2])
-
-    def acting_noise(self, member: int, outputs: torch.Tensor) -> Any:
-        if self.acting is not None:
-            return self.acting.acting_noise(member, outputs)
-        with torch.inference_mode():
-            out: ActOutput = self.algos[member].act(outputs)
-        return out
-
-    def act_members(self, outputs: torch.Tensor, draws: dict[int, Any],
-                    values: torch.Tensor | None = None) -> dict[int, ActOutput]:
-        if self.acting is not None:
-            return self.acting.act_members(outputs, draws, values)
-        return draws
-
-    @torch.inference_mode()
-    def act_deterministically(self, outputs: torch.Tensor, values: torch.Tensor,
-                              members: list[int]) -> dict[int, ActOutput] | None:
-        if self.acting is not None:
-            return self.acting.act_deterministically(outputs, values, members)
-        return {m: self.algos[m].act(outputs[m], deterministic=True) for m in members}
 
     def update(self, active: Sequence[bool], storages: Sequence[Any], torch_rngs: list[Stream],
                clocks: Sequence[RunClock | None] = ()) -> list[dict[str, torch.Tensor] | None]:

@@ -12,25 +12,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import Protocol, runtime_checkable
 
 import torch
 
 from rlcli.collectors.testing import TestEpisodes, TestStats
-from rlcli.contracts import ActOutput
 from rlcli.run.evaluation import test_seed
 from rlcli.sweeps.population.collect import on_host
 from rlcli.sweeps.population.kinds import Population
 from rlcli.sweeps.population.members import Member
-
-
-@runtime_checkable
-class TestsInOneCall(Protocol):
-    """A population whose members' deterministic actions can be one call over their stacked rows (None from
-    `act_deterministically` where they cannot: each member then acts on its own rows)."""
-
-    def act_deterministically(self, outputs: torch.Tensor, values: torch.Tensor,
-                              members: list[int]) -> dict[int, ActOutput] | None: ...
 
 
 def test_together(members: Sequence[Member], due: Sequence[bool], population: Population) -> dict[int, TestStats]:
@@ -44,7 +33,7 @@ def test_together(members: Sequence[Member], due: Sequence[bool], population: Po
     if not runs:
         return {}
     started = time.perf_counter()
-    one_call = population if isinstance(population, TestsInOneCall) else None  # checked once (~30 us a check)
+    acting = population.acting  # on-policy members' forward in one call (None: each member's own act)
     while stepping := {index: run for index, run in runs.items() if not run.done}:
         with torch.inference_mode():
             seen = {}
@@ -53,13 +42,18 @@ def test_together(members: Sequence[Member], due: Sequence[bool], population: Po
                 seen[index] = c.algo.networks.normalizer(torch.as_tensor(run.obs, dtype=c.obs_dtype, device=c.device))
             first = next(iter(seen.values()))
             obs = torch.stack([seen.get(index, torch.zeros_like(first)) for index in range(len(members))])
-            params, values = population.policy_and_values(obs)
-            together = one_call.act_deterministically(params, values, list(stepping)) if one_call else None
+            if acting is not None:
+                params, values = acting.policy_and_values(obs)
+                together = acting.act_deterministically(params, values, list(stepping))
             actions = {}
             for index in stepping:
                 algo = members[index].trainer.c.algo
-                out = (together[index] if together is not None else
-                       algo.act_on(params[index], values[index], deterministic=True))  # type: ignore[attr-defined]
+                if acting is None:
+                    out = algo.act(obs[index], deterministic=True)
+                elif together is not None:
+                    out = together[index]
+                else:
+                    out = algo.act_on(params[index], values[index], deterministic=True)  # type: ignore[attr-defined]
                 actions[index] = algo.env_actions(out.actions)
         for index, env_actions in on_host(actions).items():  # from a GPU in one copy
             stepping[index].step(env_actions)
