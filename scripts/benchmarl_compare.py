@@ -1,10 +1,13 @@
 """Multi-agent head-to-head (issue #58): rlcli's MAPPO and IPPO against BenchMARL 1.5.2's on PettingZoo's
-simple_spread (3 agents, 25-step episodes, discrete actions), on the same machine, budget, network sizes and PPO
-settings, over seeds. docs/results/multiagent.md shows what it gave.
+simple_spread (3 agents, 25-step episodes, discrete actions), and its MASAC and MADDPG on simple_spread with
+continuous actions (--algos masac maddpg), on the same machine, budget, network sizes and settings, over seeds.
+docs/results/multiagent.md shows what it gave.
 
     python scripts/benchmarl_compare.py --quick --bm-python /tmp/bm-venv/bin/python      # a smoke run
     nice -n 10 python scripts/benchmarl_compare.py --work /tmp/bmc_main --team-steps 40000 \\
         --seeds 0 1 2 3 --bm-python /tmp/bm-venv/bin/python                               # docs/results/multiagent.md
+    nice -n 5 python scripts/benchmarl_compare.py --work /tmp/bmc_off --team-steps 60000 --seeds 0 1 2 \\
+        --algos masac maddpg --bm-python /tmp/bm-venv/bin/python                          # its last section
 
 BenchMARL's venv (its own; torch pinned so that pip keeps the CPU build):
     python3 -m venv /tmp/bm-venv && echo torch==2.13.0 > /tmp/bm-constraints.txt
@@ -29,6 +32,11 @@ no advantage normalization (BenchMARL hard-codes none), gradient norm clipped at
 deterministic (argmax) policy at the middle and the end (BenchMARL also tests after its first iteration; that test is
 kept in the JSON, apart). What stays different is in docs/results/multiagent.md.
 
+MASAC and MADDPG (rlcli's joint mode: a row is a copy of the env, so rlcli's steps are team steps): BenchMARL's
+off-policy defaults (10 copies, 6,000 team steps collected then 1,000 gradient steps of 128, no random warm-up,
+replay of 1M, tau 0.005, MADDPG's Gaussian noise 0.8 -> 0.01 over a third of the run, in the env's [0, 1] units)
+but lr 3e-4 on both sides (--off-lr), MLPs [256, 256] tanh, gradient norm clipped at 5.
+
 Every run is a subprocess, one at a time, on one torch thread. A run whose result is already under --work is not
 run again (delete it to redo it). Prints markdown tables and writes every figure to <work>/benchmarl_compare.json.
 """
@@ -51,6 +59,7 @@ import numpy as np
 
 BIN = Path(sys.executable).parent
 ALGOS = ("mappo", "ippo")
+OFF_POLICY = ("masac", "maddpg")  # on simple_spread with continuous actions (mpe2's Box(0, 1, (5,)) an agent)
 N_AGENTS = 3
 
 # The BenchMARL side, run by --bm-python with one JSON argument; prints one JSON line last.
@@ -61,28 +70,40 @@ a = json.loads(sys.argv[1])
 import torch
 torch.set_num_threads(1)
 import benchmarl, torchrl, tensordict, pettingzoo
-from benchmarl.algorithms import IppoConfig, MappoConfig
+from benchmarl.algorithms import IppoConfig, MaddpgConfig, MappoConfig, MasacConfig
 from benchmarl.environments import PettingZooTask
 from benchmarl.experiment import Experiment, ExperimentConfig
 from benchmarl.models.mlp import MlpConfig
 task = PettingZooTask.SIMPLE_SPREAD.get_from_yaml()
 task.config.update({"max_cycles": 25, "N": 3, "local_ratio": 0.5})
-algo = (MappoConfig if a["algo"] == "mappo" else IppoConfig).get_from_yaml()
-algo.clip_epsilon, algo.entropy_coef, algo.critic_coef, algo.lmbda = a["clip"], a["ent_coef"], 1.0, a["gae_lambda"]
-algo.loss_critic_type, algo.share_param_critic = "l2", True
+off = a["algo"] in ("masac", "maddpg")
+configs = {"mappo": MappoConfig, "ippo": IppoConfig, "masac": MasacConfig, "maddpg": MaddpgConfig}
+algo = configs[a["algo"]].get_from_yaml()  # masac, maddpg: their yamls' own (l2, one critic shared, alpha from 1)
+if not off:
+    algo.clip_epsilon, algo.entropy_coef, algo.critic_coef, algo.lmbda = a["clip"], a["ent_coef"], 1.0, a["gae_lambda"]
+    algo.loss_critic_type, algo.share_param_critic = "l2", True
 model = MlpConfig.get_from_yaml()
 model.num_cells, model.activation_class = list(a["hidden"]), torch.nn.Tanh
 critic = MlpConfig.get_from_yaml()
 critic.num_cells, critic.activation_class = list(a["hidden"]), torch.nn.Tanh
 c = ExperimentConfig.get_from_yaml()
 c.sampling_device = c.train_device = c.buffer_device = "cpu"
-c.share_policy_params, c.prefer_continuous_actions = True, False
-c.gamma, c.lr, c.adam_eps, c.clip_grad_norm, c.clip_grad_val = a["gamma"], a["lr"], 1e-5, True, 5.0
+c.share_policy_params, c.prefer_continuous_actions = True, off
+c.gamma, c.lr, c.clip_grad_norm, c.clip_grad_val = a["gamma"], a["lr"], True, 5.0
+c.adam_eps = c.adam_eps if off else 1e-5
 c.max_n_iters, c.max_n_frames = None, a["team_steps"]
-c.on_policy_collected_frames_per_batch = a["frames_per_batch"]
-c.on_policy_n_envs_per_worker = a["n_envs"]
-c.on_policy_minibatch_size = a["minibatch"]
-c.on_policy_n_minibatch_iters = a["minibatch_iters"]
+if off:
+    c.off_policy_collected_frames_per_batch = a["frames_per_batch"]
+    c.off_policy_n_envs_per_worker = a["n_envs"]
+    c.off_policy_n_optimizer_steps = a["gradient_steps"]
+    c.off_policy_train_batch_size = a["batch"]
+    c.off_policy_memory_size, c.off_policy_init_random_frames = 1_000_000, 0
+    c.exploration_eps_init, c.exploration_eps_end, c.exploration_anneal_frames = a["sigma"], a["sigma_end"], None
+else:
+    c.on_policy_collected_frames_per_batch = a["frames_per_batch"]
+    c.on_policy_n_envs_per_worker = a["n_envs"]
+    c.on_policy_minibatch_size = a["minibatch"]
+    c.on_policy_n_minibatch_iters = a["minibatch_iters"]
 c.evaluation, c.render, c.evaluation_interval = True, False, a["eval_interval"]
 c.evaluation_episodes, c.evaluation_deterministic_actions = a["test_episodes"], True
 c.loggers, c.create_json, c.save_folder = ["csv"], False, a["folder"]
@@ -110,7 +131,8 @@ def benchmarl_tests(folder: Path, eval_interval: int) -> tuple[list[dict[str, An
     """BenchMARL's test phases from its csv logger: rows are (iteration, value). It tests after the first iteration
     too (n_iters_performed == 0), then at every multiple of evaluation_interval; the first is kept, marked. Its
     eval episode_reward is the mean over the group's 3 agents of each agent's summed reward: x 3 is the team sum.
-    Also the team return of the last ~100 training episodes (its collection episode_reward, the same mean x 3)."""
+    Also the team return of the last ~100 training episodes (its collection episode_reward, the same mean x 3; an
+    off-policy iteration has 240 episodes, the fewest it gives)."""
     scalars = next(p for p in folder.rglob("scalars") if p.is_dir())
 
     def rows(name: str) -> dict[int, float]:
@@ -119,7 +141,9 @@ def benchmarl_tests(folder: Path, eval_interval: int) -> tuple[list[dict[str, An
 
     frames = rows("counters_total_frames")
     collection = rows("collection_agent_reward_episode_reward_mean")
-    last = [collection[it] for it in sorted(collection)[-3:]]  # 3 iterations: ~96 episodes, as rlcli's last 100
+    episodes = frames[min(frames)] / 25  # episodes an iteration (25 steps each)
+    iterations = max(1, round(100 / episodes))  # the last ~100 episodes as rlcli's (on-policy 3 x 32; off-policy 240)
+    last = [collection[it] for it in sorted(collection)[-iterations:]]
     tests = []
     for it, per_agent in sorted(rows("eval_agent_reward_episode_reward_mean").items()):
         tests.append({"iteration": it, "team_steps": frames[it], "per_agent_mean": per_agent,
@@ -182,6 +206,15 @@ def main() -> None:
     p.add_argument("--clip", type=float, default=0.2)
     p.add_argument("--ent-coef", type=float, default=0.01)
     p.add_argument("--test-episodes", type=int, default=10)
+    off = p.add_argument_group("masac and maddpg (continuous simple_spread; BenchMARL's off-policy defaults but lr)")
+    off.add_argument("--off-copies", type=int, default=10, help="copies of the env (rlcli: one row each, joint mode)")
+    off.add_argument("--off-steps", type=int, default=600, help="steps of each copy between update phases")
+    off.add_argument("--off-gradient-steps", type=int, default=1000, help="gradient steps an update phase")
+    off.add_argument("--off-batch", type=int, default=128, help="team transitions a gradient step")
+    off.add_argument("--off-lr", type=float, default=3e-4, help="both sides (BenchMARL's default 5e-5 is for "
+                                                                 "millions of frames)")
+    off.add_argument("--off-sigma", type=float, nargs=2, default=[0.8, 0.01],
+                     help="MADDPG's exploration std in action units ([0, 1]), annealed over the first third")
     p.add_argument("--quick", action="store_true", help="a smoke run: 1,600 team steps, one seed")
     args = p.parse_args()
     if args.quick:
@@ -189,8 +222,13 @@ def main() -> None:
         if args.work == Path("/tmp/benchmarl_compare"):
             args.work = Path("/tmp/benchmarl_compare_quick")
     batch = args.copies * args.n_steps  # team steps per update
-    if args.team_steps % (2 * batch) or batch % args.minibatch:
+    off_batch = args.off_copies * args.off_steps
+    if any(a in ALGOS for a in args.algos) and (args.team_steps % (2 * batch) or batch % args.minibatch):
         raise SystemExit(f"--team-steps must be a multiple of 2 x {batch} and {batch} of --minibatch")
+    if any(a in OFF_POLICY for a in args.algos) and args.team_steps % (2 * off_batch):
+        raise SystemExit(f"--team-steps must be a multiple of 2 x {off_batch} (--off-copies x --off-steps)")
+    if unknown := sorted(set(args.algos) - set(ALGOS) - set(OFF_POLICY)):
+        raise SystemExit(f"--algos: {unknown} unknown; choose from {ALGOS + OFF_POLICY}")
     eval_interval = args.team_steps // 2
     work = args.work
     (work / "logs").mkdir(parents=True, exist_ok=True)
@@ -205,21 +243,35 @@ def main() -> None:
         if not res_path.exists():
             d = work / "rlcli" / f"{algo}_seed{seed}"
             shutil.rmtree(d, ignore_errors=True)
-            cmd = [str(BIN / "rl-train"), f"algo={algo}", "env=simple_spread_v3", f"seed={seed}", "torch_threads=1",
-                   "log.tensorboard=false", "log.console=false", "env.agent_id=false",
-                   f"actor.hidden_sizes={hidden}", "actor.activation=tanh", "actor.ortho_init=false",
-                   "actor.shared=false", f"train.num_envs={N_AGENTS * args.copies}",
-                   f"train.total_steps={N_AGENTS * args.team_steps}", f"train.test_every={N_AGENTS * eval_interval}",
-                   f"train.test_episodes={args.test_episodes}", "train.stop_reward=null",
-                   f"algo.n_steps={args.n_steps}", f"algo.batch_size={N_AGENTS * args.minibatch}",
-                   f"algo.n_epochs={args.epochs}", f"algo.lr={args.lr}", f"algo.gamma={args.gamma}",
-                   f"algo.gae_lambda={args.gae_lambda}", f"algo.clip_range={args.clip}",
-                   f"algo.ent_coef={args.ent_coef}", "algo.vf_coef=1.0", "algo.max_grad_norm=5.0",
-                   "algo.normalize_advantage=false", "algo.lr_schedule=constant", "algo.target_kl=null",
-                   f"hydra.run.dir={d}"]
+            common = [str(BIN / "rl-train"), f"algo={algo}", "env=simple_spread_v3", f"seed={seed}",
+                      "torch_threads=1", "log.tensorboard=false", "log.console=false", "env.agent_id=false",
+                      f"actor.hidden_sizes={hidden}", "actor.activation=tanh", "actor.ortho_init=false",
+                      f"train.test_episodes={args.test_episodes}", "train.stop_reward=null",
+                      f"algo.gamma={args.gamma}", "algo.max_grad_norm=5.0", f"hydra.run.dir={d}"]
+            if algo in OFF_POLICY:  # joint mode: a row is a copy of the env, a step of the team
+                rows = 1
+                sigma, sigma_end = args.off_sigma
+                cmd = [*common, "env.kwargs.continuous_actions=true", f"train.num_envs={args.off_copies}",
+                       f"train.total_steps={args.team_steps}", f"train.test_every={eval_interval}",
+                       "algo.learning_starts=0", f"algo.train_freq={args.off_steps}",
+                       f"algo.gradient_steps={args.off_gradient_steps}", f"algo.batch_size={args.off_batch}",
+                       f"algo.lr={args.off_lr}", "buffer.capacity=1000000"]
+                if algo == "maddpg":  # BenchMARL's additive Gaussian noise: sigma in [0, 1] units is 2 x in rlcli's
+                    cmd += [f"algo.noise_std={2 * sigma}",  # [-1, 1], annealed linearly over a third of the run
+                            f"algo.schedules.noise_scale=linear:1.0:{sigma_end / sigma}:0.3333333"]
+            else:  # row mode: a row is an agent
+                rows = N_AGENTS
+                cmd = [*common, "actor.shared=false", f"train.num_envs={N_AGENTS * args.copies}",
+                       f"train.total_steps={N_AGENTS * args.team_steps}",
+                       f"train.test_every={N_AGENTS * eval_interval}",
+                       f"algo.n_steps={args.n_steps}", f"algo.batch_size={N_AGENTS * args.minibatch}",
+                       f"algo.n_epochs={args.epochs}", f"algo.lr={args.lr}",
+                       f"algo.gae_lambda={args.gae_lambda}", f"algo.clip_range={args.clip}",
+                       f"algo.ent_coef={args.ent_coef}", "algo.vf_coef=1.0",
+                       "algo.normalize_advantage=false", "algo.lr_schedule=constant", "algo.target_kl=null"]
             wall = run(cmd, work / "logs" / f"rlcli_{algo}_seed{seed}.log")
             records = [json.loads(line) for line in (d / "eval.jsonl").read_text().splitlines() if line.strip()]
-            tests = [{"team_steps": r["env_steps"] / N_AGENTS, "team_sum_mean": float(np.mean(r["returns"])),
+            tests = [{"team_steps": r["env_steps"] / rows, "team_sum_mean": float(np.mean(r["returns"])),
                       "returns": r["returns"]} for r in records]
             res_path.write_text(json.dumps({"tests": tests, "process_s": wall, "cmd": cmd}))
         result = json.loads(res_path.read_text())
@@ -233,11 +285,14 @@ def main() -> None:
             shutil.rmtree(folder, ignore_errors=True)
             folder.mkdir(parents=True)
             spec = {"algo": algo, "seed": seed, "team_steps": args.team_steps, "frames_per_batch": batch,
-                    "n_envs": args.copies, "minibatch": args.minibatch,
+                    "n_envs": args.copies, "minibatch": args.minibatch, "gradient_steps": args.off_gradient_steps,
+                    "batch": args.off_batch, "sigma": args.off_sigma[0], "sigma_end": args.off_sigma[1],
                     "minibatch_iters": args.epochs * batch // args.minibatch, "hidden": args.hidden, "lr": args.lr,
                     "gamma": args.gamma, "gae_lambda": args.gae_lambda, "clip": args.clip,
                     "ent_coef": args.ent_coef, "eval_interval": eval_interval,
                     "test_episodes": args.test_episodes, "folder": str(folder)}
+            if algo in OFF_POLICY:
+                spec.update(frames_per_batch=off_batch, n_envs=args.off_copies, lr=args.off_lr)
             log = work / "logs" / f"benchmarl_{algo}_seed{seed}.log"
             wall = run([args.bm_python, "-c", BENCHMARL_SIDE, json.dumps(spec)], log)
             result = json.loads(log.read_text().strip().splitlines()[-1])
