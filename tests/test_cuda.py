@@ -6,12 +6,11 @@ CI has no GPU, so every test here is skipped there, by name; on a machine with o
 import copy
 import subprocess
 
-import numpy as np
 import pytest
 import test_population
 import torch
 from conftest import RL_TRAIN, run_cli
-from offline_fixtures import cartpole_dataset, pendulum_dataset
+from offline_fixtures import dataset_file
 from test_population import ALGOS, CROSSQ, DQN, PPO, SAC, TESTED
 from test_resume import final
 
@@ -116,35 +115,24 @@ OFFLINE = {"bc": ("pendulum", []), "awac": ("pendulum", []), "cql": ("pendulum",
            "iql-online": ("pendulum", ["offline.online_steps=256", "algo.learning_starts=0"])}
 
 
-@pytest.fixture(scope="module")
-def datasets(tmp_path_factory) -> dict[str, str]:
-    """Pendulum and CartPole datasets as .npz files (the Dataset's fields, its env id and reference returns)."""
-    folder = tmp_path_factory.mktemp("data")
-    paths = {}
-    for kind, data in (("pendulum", pendulum_dataset(1000, noise=0.3)), ("cartpole", cartpole_dataset(1000))):
-        fields = ("observations", "actions", "rewards", "next_observations", "terminations", "truncations")
-        np.savez(folder / f"{kind}.npz", **{k: getattr(data, k) for k in fields}, env_id=data.env_id,
-                 ref_min_score=data.ref_min_score, ref_max_score=data.ref_max_score)
-        paths[kind] = str(folder / f"{kind}.npz")
-    return paths
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("name", list(OFFLINE))
-def test_every_offline_algorithm_learns_resumes_and_evaluates_on_cuda(name, datasets, tmp_path):
+def test_every_offline_algorithm_learns_resumes_and_evaluates_on_cuda(name, tmp_path):
     kind, extra = OFFLINE[name]
     run_dir = tmp_path / "run"
-    args = [f"algo={name.split('-')[0]}", f"dataset={datasets[kind]}", "actor.hidden_sizes=[32,32]",
+    args = [f"algo={name.split('-')[0]}", f"dataset={dataset_file(kind)}", "actor.hidden_sizes=[32,32]",
             "algo.batch_size=64", *extra, *QUIET]
     first = run_cli(*args, "train.total_steps=256", "train.test_every=128", f"hydra.run.dir={run_dir}", cwd=tmp_path)
     assert first.returncode == 0, first.stderr[-3000:]
     assert "done: " in (run_dir / "train.log").read_text()
     assert (run_dir / "eval.jsonl").read_text().strip()
     saved = final(run_dir)
+    assert saved["state"]["env_steps"] >= 256
     assert all(torch.isfinite(t).all() for t in saved["algo"]["networks"].values() if t.is_floating_point())
     assert "cuda" in saved["rng"]
     resumed = run_cli(f"resume={run_dir}", "train.total_steps=384", cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert final(run_dir)["state"]["env_steps"] >= 384
     evaluated = subprocess.run([str(RL_TRAIN.parent / "rl-eval"), str(run_dir), "episodes=2"], cwd=tmp_path,
                                capture_output=True, text=True, timeout=300)
     assert evaluated.returncode == 0, evaluated.stderr[-3000:]

@@ -309,7 +309,8 @@ def build(cfg: DictConfig, start_workers: bool = True) -> Components:
                 named = (f"collector.envs_per_worker={each}" if rays.envs_per_worker is not None else
                          f"train.num_envs={settings.num_envs} over collector.workers={rays.workers} ({each} each)")
                 raise ConfigError(f"{named}: env {env_factory.spec.id} has {one_copy} agents, one row each, so a "
-                                  f"worker's envs must be a multiple of {one_copy} (e.g. {one_copy} = 1 copy)")
+                                  f"worker's envs must be a multiple of {one_copy} (a copy of the env is "
+                                  f"{one_copy} rows)")
             envs = env_factory.make(settings.num_envs if rays is None else one_copy, settings.vector_mode,
                                     gamma=float(algo_cfg.get("gamma", 0.99)), masks=masks)
         video_envs = make_video_envs(cfg, env_factory, settings.vector_mode, masks)
