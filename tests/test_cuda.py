@@ -91,19 +91,25 @@ def test_vmas_on_cuda_keeps_its_own_seeded_device_generator():
 @pytest.mark.slow
 @pytest.mark.parametrize("name", list(RUNS))
 def test_every_algorithm_trains_resumes_and_evaluates_on_cuda(name, tmp_path):
+    check_trains_resumes_and_evaluates([*RUNS[name], *QUIET], 512, tmp_path)
+
+
+def check_trains_resumes_and_evaluates(args: list[str], steps: int, tmp_path) -> None:
+    """`steps` steps of a run tested at half of them, its checkpoint finite and holding the GPU's generator, a resume
+    to 1.5x `steps`, then rl-eval."""
     run_dir = tmp_path / "run"
-    first = run_cli(*RUNS[name], *QUIET, "train.total_steps=512", "train.test_every=256", f"hydra.run.dir={run_dir}",
-                    cwd=tmp_path)
+    first = run_cli(*args, f"train.total_steps={steps}", f"train.test_every={steps // 2}",
+                    f"hydra.run.dir={run_dir}", cwd=tmp_path)
     assert first.returncode == 0, first.stderr[-3000:]
     assert "done: " in (run_dir / "train.log").read_text()
-    assert (run_dir / "eval.jsonl").read_text().strip()  # tested (every 256 steps, or at the end of a phase)
+    assert (run_dir / "eval.jsonl").read_text().strip()  # tested (at half the steps, or at the end of a phase)
     saved = final(run_dir)
-    assert saved["state"]["env_steps"] >= 512
+    assert saved["state"]["env_steps"] >= steps
     assert all(torch.isfinite(t).all() for t in saved["algo"]["networks"].values() if t.is_floating_point())
     assert "cuda" in saved["rng"]  # the GPU's generator is saved, so that resume continues its stream
-    resumed = run_cli(f"resume={run_dir}", "train.total_steps=768", cwd=tmp_path)
+    resumed = run_cli(f"resume={run_dir}", f"train.total_steps={steps * 3 // 2}", cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert final(run_dir)["state"]["env_steps"] >= 768
+    assert final(run_dir)["state"]["env_steps"] >= steps * 3 // 2
     evaluated = subprocess.run([str(RL_TRAIN.parent / "rl-eval"), str(run_dir), "episodes=2"], cwd=tmp_path,
                                capture_output=True, text=True, timeout=300)
     assert evaluated.returncode == 0, evaluated.stderr[-3000:]
@@ -119,23 +125,9 @@ OFFLINE = {"bc": ("pendulum", []), "awac": ("pendulum", []), "cql": ("pendulum",
 @pytest.mark.parametrize("name", list(OFFLINE))
 def test_every_offline_algorithm_learns_resumes_and_evaluates_on_cuda(name, tmp_path):
     kind, extra = OFFLINE[name]
-    run_dir = tmp_path / "run"
     args = [f"algo={name.split('-')[0]}", f"dataset={dataset_file(kind)}", "actor.hidden_sizes=[32,32]",
             "algo.batch_size=64", *extra, *QUIET]
-    first = run_cli(*args, "train.total_steps=256", "train.test_every=128", f"hydra.run.dir={run_dir}", cwd=tmp_path)
-    assert first.returncode == 0, first.stderr[-3000:]
-    assert "done: " in (run_dir / "train.log").read_text()
-    assert (run_dir / "eval.jsonl").read_text().strip()
-    saved = final(run_dir)
-    assert saved["state"]["env_steps"] >= 256
-    assert all(torch.isfinite(t).all() for t in saved["algo"]["networks"].values() if t.is_floating_point())
-    assert "cuda" in saved["rng"]
-    resumed = run_cli(f"resume={run_dir}", "train.total_steps=384", cwd=tmp_path)
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert final(run_dir)["state"]["env_steps"] >= 384
-    evaluated = subprocess.run([str(RL_TRAIN.parent / "rl-eval"), str(run_dir), "episodes=2"], cwd=tmp_path,
-                               capture_output=True, text=True, timeout=300)
-    assert evaluated.returncode == 0, evaluated.stderr[-3000:]
+    check_trains_resumes_and_evaluates(args, 256, tmp_path)
 
 
 def _stream() -> streams.Stream:
