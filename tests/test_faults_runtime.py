@@ -103,6 +103,24 @@ def test_a_hung_test_episode_times_out_too(tmp_path):
     assert "did not return from a test episode's step within train.step_timeout=1 s" in one_line(out, code=1)
 
 
+@pytest.mark.parametrize("where", ["train", "test"])
+def test_a_hung_env_in_a_population_times_out_each_member_in_one_line(where, tmp_path):
+    """train.step_timeout holds in a population too (one process, both members batched: n_jobs=1): each member's
+    hung step ends it with its single run's line, whether in its training envs or its test episodes."""
+    started = time.monotonic()
+    args = ["-m", "hydra/launcher=population", "hydra.launcher.n_jobs=1", "seed=0,1", *SMALL,
+            *(a for a in HUNG if not a.startswith("hydra.run.dir")), f"+env.kwargs.where={where}",
+            f"+env.kwargs.at={400 if where == 'train' else 5}", "train.step_timeout=1", "hydra.sweep.dir=sw"]
+    out = run(RL_TRAIN, *args, cwd=tmp_path, timeout=120)
+    assert out.returncode == 1, out.stderr
+    what = "a step" if where == "train" else "a test episode's step"
+    errors = [line for line in out.stderr.splitlines() if line.startswith("rl-train: error: ")]
+    assert len(errors) == 2 and all(f"did not return from {what} within train.step_timeout=1 s" in line
+                                    for line in errors), out.stderr
+    assert "warning" not in out.stderr  # batched, not the one-at-a-time fallback (whose runs install it themselves)
+    assert time.monotonic() - started < 90
+
+
 # --------------------------------------------------------------------------- the first Ctrl-C stops any run
 def _stopped_within_seconds(proc, sig: int = signal.SIGINT) -> tuple[str, float]:
     proc.send_signal(sig)

@@ -11,6 +11,7 @@ from rlcli.collectors.local import CollectStats
 from rlcli.collectors.testing import TestStats
 from rlcli.run.divergence import Diverged
 from rlcli.run.stop import RunFailed, StoppedBySignal, StopSignals
+from rlcli.services.deadlines import DEADLINES
 from rlcli.sweeps.population import streams
 from rlcli.sweeps.population.collect import collect_together
 from rlcli.sweeps.population.kinds import Population
@@ -25,6 +26,8 @@ def train_population(members: list[Member], population: Population) -> int | Non
         with member.turn():
             _start(member)
     restore = signals.catch()
+    # train.step_timeout (part of the population key, so every member's): a hung env step fails its member in one line
+    restore_deadlines = DEADLINES.install(members[0].trainer.c.settings.step_timeout)
     try:
         while any(m.live for m in members):
             waiting = _WaitingAccount([m for m in members if m.live])
@@ -54,6 +57,7 @@ def train_population(members: list[Member], population: Population) -> int | Non
                     with member.turn():
                         _stop(member, signals.received)
     finally:
+        restore_deadlines()
         restore()
     return signals.received
 
@@ -126,10 +130,14 @@ def _record_update(member: Member) -> bool:
     return False
 
 
-def _after_update(member: Member, tested: TestStats | None) -> None:
-    """Its test (`tested`: the episodes it ran with the others), logs, stop and checkpoint steps."""
+def _after_update(member: Member, tested: TestStats | CollectorError | None) -> None:
+    """Its test (`tested`: the episodes it ran with the others, or the error of a test env that failed), logs, stop
+    and checkpoint steps."""
     trainer, it = member.trainer, member.it
     assert it is not None
+    if isinstance(tested, CollectorError):
+        _fail(member, tested)
+        return
     try:
         total = trainer.c.settings.total_steps
         if trainer.after_update(it, tested) or trainer.state.env_steps >= total:

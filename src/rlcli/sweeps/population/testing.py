@@ -15,6 +15,7 @@ from collections.abc import Sequence
 
 import torch
 
+from rlcli.collectors.env_faults import CollectorError
 from rlcli.collectors.testing import TestEpisodes, TestStats
 from rlcli.run.evaluation import test_seed
 from rlcli.sweeps.population.collect import on_host
@@ -22,9 +23,12 @@ from rlcli.sweeps.population.kinds import Population
 from rlcli.sweeps.population.members import Member
 
 
-def test_together(members: Sequence[Member], due: Sequence[bool], population: Population) -> dict[int, TestStats]:
+def test_together(members: Sequence[Member], due: Sequence[bool], population: Population,
+                  ) -> dict[int, TestStats | CollectorError]:
     """The test episodes of each member that is `due` a test phase and can take one together, by member index (the
-    others run theirs alone). Each member's share of the wall time goes to its time account's `test`."""
+    others run theirs alone), or the error of a member whose test env failed (a step past train.step_timeout),
+    which then stops while the others go on. Each member's share of the wall time goes to its time account's
+    `test`."""
     runs: dict[int, TestEpisodes] = {}
     for index, (member, on) in enumerate(zip(members, due, strict=True)):
         c = member.trainer.c
@@ -33,6 +37,7 @@ def test_together(members: Sequence[Member], due: Sequence[bool], population: Po
     if not runs:
         return {}
     started = time.perf_counter()
+    failed: dict[int, CollectorError] = {}
     acting = population.acting  # on-policy members' forward in one call (None: each member's own act)
     while stepping := {index: run for index, run in runs.items() if not run.done}:
         with torch.inference_mode():
@@ -56,8 +61,12 @@ def test_together(members: Sequence[Member], due: Sequence[bool], population: Po
                     out = algo.act_on(params[index], values[index], deterministic=True)  # type: ignore[attr-defined]
                 actions[index] = algo.env_actions(out.actions)
         for index, env_actions in on_host(actions).items():  # from a GPU in one copy
-            stepping[index].step(env_actions)
-    share = (time.perf_counter() - started) / len(runs)
+            try:
+                stepping[index].step(env_actions)
+            except CollectorError as error:
+                failed[index] = error
+                del runs[index]
+    share = (time.perf_counter() - started) / max(1, len(runs))
     for index in runs:
         members[index].trainer.c.clock.seconds["test"] += share
-    return {index: run.stats() for index, run in runs.items()}
+    return {**failed, **{index: run.stats() for index, run in runs.items()}}
