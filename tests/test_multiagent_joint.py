@@ -265,11 +265,17 @@ def test_value_decomposition_on_envs_it_cannot_take_is_one_line(args, message, t
 
 
 @pytest.mark.slow
-def test_a_vdn_run_stopped_after_its_first_checkpoint_resumes_bit_identically(tmp_path):
-    args = ["algo=vdn", "env=coop_match", "train.num_envs=2", "train.total_steps=1200", "train.checkpoint_every=400",
+@pytest.mark.parametrize("more", [
+    ["algo=vdn", "algo.target_update_interval=200"],
+    # the target network soft-updated after every 3rd gradient step (the counter in the checkpoint), QMIX's mixer with
+    # torchrl's one-layer hypernetworks (BenchMARL's settings, scripts/benchmarl_compare.py)
+    ["algo=qmix", "algo.target_update_unit=gradient_step", "algo.target_update_interval=3", "algo.tau=0.05",
+     "algo.hypernet_layers=1"],
+], ids=["vdn", "qmix-gradient-step-unit"])
+def test_a_vdn_or_qmix_run_stopped_after_its_first_checkpoint_resumes_bit_identically(more, tmp_path):
+    args = [*more, "env=coop_match", "train.num_envs=2", "train.total_steps=1200", "train.checkpoint_every=400",
             "train.test_every=600", "train.test_episodes=2", "train.log_every=200", "algo.learning_starts=200",
-            "algo.train_freq=4", "algo.gradient_steps=2", "algo.target_update_interval=200",
-            "actor.hidden_sizes=[16]", *QUIET]
+            "algo.train_freq=4", "algo.gradient_steps=2", "actor.hidden_sizes=[16]", *QUIET]
     assert_sigterm_then_resume_is_exact(args, 1200, tmp_path)
 
 

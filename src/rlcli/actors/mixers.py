@@ -2,7 +2,8 @@
 
 `QMixer` is QMIX's monotonic mixing network (Rashid et al. 2018): a one-hidden-layer network over the agents' Qs whose
 weights hypernetworks make from the global state and keep non-negative (abs), so that dQ_tot/dQ_i >= 0 and each agent's
-greedy action is the team's. Sizes as PyMARL's and BenchMARL's defaults: embed 32, hypernetworks' hidden layer 64.
+greedy action is the team's. Sizes as PyMARL's defaults: embed 32, the weights' hypernetworks with a hidden layer of
+64 (`hypernet_layers=2`); `hypernet_layers=1` makes each of them one linear layer, as torchrl's QMixer (BenchMARL's).
 """
 
 from __future__ import annotations
@@ -12,14 +13,20 @@ from torch import nn
 
 
 class QMixer(nn.Module):
-    def __init__(self, n_agents: int, state_size: int, embed_dim: int = 32, hypernet_hidden: int = 64) -> None:
+    def __init__(self, n_agents: int, state_size: int, embed_dim: int = 32, hypernet_hidden: int = 64,
+                 hypernet_layers: int = 2) -> None:
         super().__init__()
         self.n_agents, self.embed_dim = n_agents, embed_dim
-        self.hyper_w1 = nn.Sequential(nn.Linear(state_size, hypernet_hidden), nn.ReLU(),
-                                      nn.Linear(hypernet_hidden, n_agents * embed_dim))
+
+        def hypernet(out: int) -> nn.Module:
+            """The state's map to `out` mixing weights: one linear layer, or two with a ReLU between."""
+            if hypernet_layers == 1:
+                return nn.Linear(state_size, out)
+            return nn.Sequential(nn.Linear(state_size, hypernet_hidden), nn.ReLU(), nn.Linear(hypernet_hidden, out))
+
+        self.hyper_w1 = hypernet(n_agents * embed_dim)
         self.hyper_b1 = nn.Linear(state_size, embed_dim)
-        self.hyper_w2 = nn.Sequential(nn.Linear(state_size, hypernet_hidden), nn.ReLU(),
-                                      nn.Linear(hypernet_hidden, embed_dim))
+        self.hyper_w2 = hypernet(embed_dim)
         self.value = nn.Sequential(nn.Linear(state_size, embed_dim), nn.ReLU(), nn.Linear(embed_dim, 1))  # V(s)
 
     def forward(self, qs: torch.Tensor, state: torch.Tensor) -> torch.Tensor:

@@ -90,7 +90,10 @@ class DQN:
         gradient_steps: int = 1,  # gradient steps per update phase
         gamma: float = 0.99,
         tau: float = 1.0,  # target update weight: 1 = hard copy, <1 = Polyak averaging
-        target_update_interval: int = 1000,  # env steps between target updates (as in SB3)
+        target_update_interval: int = 1000,  # steps between target updates, of the unit target_update_unit names
+        target_update_unit: Literal["env_step", "gradient_step"] = "env_step",  # env_step (SB3's: at the end of the
+                                # update phase that crosses a multiple) | gradient_step (after every interval-th
+                                # gradient step: tau=0.005 with interval 1 is BenchMARL's and torchrl's soft update)
         exploration_fraction: float = 0.1,  # fraction of train.total_steps over which epsilon decays
         exploration_initial_eps: float = 1.0,
         exploration_final_eps: float = 0.05,
@@ -102,6 +105,8 @@ class DQN:
     ) -> None:
         check_offpolicy(lr, batch_size, learning_starts, train_freq, gradient_steps, gamma, tau, reward_scale)
         require(target_update_interval > 0, "algo.target_update_interval", target_update_interval, "must be > 0")
+        require(target_update_unit in ("env_step", "gradient_step"), "algo.target_update_unit", target_update_unit,
+                "choose from: env_step, gradient_step")
         require(0 <= exploration_fraction <= 1, "algo.exploration_fraction", exploration_fraction, "must be in [0, 1]")
         for key, eps in (("algo.exploration_initial_eps", exploration_initial_eps),
                          ("algo.exploration_final_eps", exploration_final_eps)):
@@ -117,6 +122,7 @@ class DQN:
         self.batch_size, self.learning_starts = batch_size, learning_starts
         self.gradient_steps = resolve_gradient_steps(gradient_steps, train_freq, num_envs, train_freq_unit)
         self.gamma, self.tau, self.target_update_interval = gamma, tau, target_update_interval
+        self.target_update_unit = target_update_unit
         # epsilon over the run: a schedule the trainer applies before each collect phase
         self.epsilon = exploration_initial_eps
         self.default_schedules = {"epsilon": Schedule("linear", exploration_initial_eps, exploration_final_eps,
@@ -182,8 +188,10 @@ class DQN:
         """After an update phase's gradient steps (each member's own, in a population): the target network at its
         interval, and the phase's metrics."""
         net = self.networks
-        # As in SB3 (and so RL-Zoo's tuned values): the interval counts env steps, not gradient steps.
-        if clock.env_steps // self.target_update_interval > self.last_target_update // self.target_update_interval:
+        # As in SB3 (and so RL-Zoo's tuned values): the interval counts env steps, not gradient steps (unless
+        # target_update_unit=gradient_step: then _gradient_step updates it).
+        if self.target_update_unit == "env_step" and clock.env_steps // self.target_update_interval \
+                > self.last_target_update // self.target_update_interval:
             polyak_update(net.q_target, net.q, self.tau)
             self.last_target_update = clock.env_steps
         if not metrics:
@@ -197,6 +205,12 @@ class DQN:
         args = (batch, run.storage.burn_in) if self.recurrent else (batch,)
         loss, (errors, q_mean) = run(self.train_step, *args)
         self.gradient_updates += 1
+        updates = self.gradient_updates
+        # target_update_unit=gradient_step: the target network after every interval-th gradient step (each member's
+        # own settings, in a population; env_step: finish_update)
+        if (due := run.only(lambda algo: algo.target_update_unit == "gradient_step"
+                            and updates % algo.target_update_interval == 0)) is not None:
+            due.polyak(self.networks.q_target, self.networks.q)
         return errors, {"value_loss": loss.detach(), "q_mean": q_mean}
 
     def population_refusal(self) -> str | None:

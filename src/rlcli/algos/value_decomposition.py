@@ -100,7 +100,8 @@ class VDN(DQN):
         gradient_steps: int = 1,
         gamma: float = 0.99,
         tau: float = 1.0,  # target update weight: 1 = hard copy, <1 = Polyak averaging
-        target_update_interval: int = 1000,  # env steps between target updates
+        target_update_interval: int = 1000,  # steps between target updates, of the unit target_update_unit names
+        target_update_unit: Literal["env_step", "gradient_step"] = "env_step",  # env_step | gradient_step (algo=dqn's)
         exploration_fraction: float = 0.1,  # fraction of train.total_steps over which each agent's epsilon decays
         exploration_initial_eps: float = 1.0,
         exploration_final_eps: float = 0.05,
@@ -117,7 +118,8 @@ class VDN(DQN):
         super().__init__(agent_recipe, gym.spaces.Discrete(layout.n_actions), num_envs, lr=lr, batch_size=batch_size,
                          learning_starts=learning_starts, train_freq=train_freq, train_freq_unit=train_freq_unit,
                          gradient_steps=gradient_steps, gamma=gamma, tau=tau,
-                         target_update_interval=target_update_interval, exploration_fraction=exploration_fraction,
+                         target_update_interval=target_update_interval, target_update_unit=target_update_unit,
+                         exploration_fraction=exploration_fraction,
                          exploration_initial_eps=exploration_initial_eps, exploration_final_eps=exploration_final_eps,
                          loss=loss, double=double, dueling=dueling, max_grad_norm=max_grad_norm,
                          reward_scale=reward_scale)
@@ -161,14 +163,19 @@ class QMIX(VDN):
         action_space: gym.spaces.Space[Any],
         num_envs: int,
         mixer_embed_dim: int = 32,  # the mixing network's hidden width (PyMARL's and BenchMARL's)
-        hypernet_hidden: int = 64,  # the hypernetworks' hidden layer
+        hypernet_hidden: int = 64,  # the hypernetworks' hidden layer (hypernet_layers=2)
+        hypernet_layers: int = 2,  # the mixing weights' hypernetworks: 2 (a hidden layer, PyMARL's) | 1 (one linear
+                                   # layer, torchrl's QMixer, which BenchMARL's QMIX uses)
         **vdn_settings: Any,
     ) -> None:
         require(mixer_embed_dim > 0, "algo.mixer_embed_dim", mixer_embed_dim, "must be > 0")
         require(hypernet_hidden > 0, "algo.hypernet_hidden", hypernet_hidden, "must be > 0")
-        self.mixer_embed_dim, self.hypernet_hidden = mixer_embed_dim, hypernet_hidden
+        require(hypernet_layers in (1, 2), "algo.hypernet_layers", hypernet_layers, "choose from: 1, 2")
+        self.mixer_embed_dim, self.hypernet_hidden, self.hypernet_layers = mixer_embed_dim, hypernet_hidden, \
+            hypernet_layers
         super().__init__(recipe, action_space, num_envs, **vdn_settings)
 
     def mixer(self, layout: JointActions) -> nn.Module | None:
         require(layout.state_size > 0, "env.joint", True, "gives no global state for QMIX's mixer")
-        return QMixer(layout.n_agents, layout.state_size, self.mixer_embed_dim, self.hypernet_hidden)
+        return QMixer(layout.n_agents, layout.state_size, self.mixer_embed_dim, self.hypernet_hidden,
+                      self.hypernet_layers)
