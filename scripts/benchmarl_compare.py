@@ -1,13 +1,18 @@
 """Multi-agent head-to-head (issue #58): rlcli's MAPPO and IPPO against BenchMARL 1.5.2's on PettingZoo's
-simple_spread (3 agents, 25-step episodes, discrete actions), and its MASAC and MADDPG on simple_spread with
-continuous actions (--algos masac maddpg), on the same machine, budget, network sizes and settings, over seeds.
-docs/results/multiagent.md shows what it gave.
+simple_spread (3 agents, 25-step episodes, discrete actions), its MASAC and MADDPG on simple_spread with
+continuous actions (--algos masac maddpg), and its QMIX, VDN and IQL on discrete simple_spread (--algos qmix vdn iql),
+on the same machine, budget, network sizes and settings, over seeds. docs/results/multiagent.md shows what it gave.
 
     python scripts/benchmarl_compare.py --quick --bm-python /tmp/bm-venv/bin/python      # a smoke run
     nice -n 10 python scripts/benchmarl_compare.py --work /tmp/bmc_main --team-steps 40000 \\
         --seeds 0 1 2 3 --bm-python /tmp/bm-venv/bin/python                               # docs/results/multiagent.md
     nice -n 5 python scripts/benchmarl_compare.py --work /tmp/bmc_off --team-steps 60000 --seeds 0 1 2 \\
         --algos masac maddpg --bm-python /tmp/bm-venv/bin/python                          # its last section
+    python scripts/benchmarl_compare.py --quick --algos qmix vdn iql --bm-python /tmp/bm-venv/bin/python
+    nice -n 5 python scripts/benchmarl_compare.py --work /tmp/bmc_q --team-steps 60000 --seeds 0 1 2 \\
+        --algos qmix vdn iql --bm-python /tmp/bm-venv/bin/python                          # QMIX, VDN, IQL
+The last is 18 runs, one at a time: about 45 minutes on this 2-core machine (15 a seed; up to about 70 with the other
+core busier), estimated from the --quick smoke below.
 
 BenchMARL's venv (its own; torch pinned so that pip keeps the CPU build):
     python3 -m venv /tmp/bm-venv && echo torch==2.13.0 > /tmp/bm-constraints.txt
@@ -37,6 +42,29 @@ off-policy defaults (10 copies, 6,000 team steps collected then 1,000 gradient s
 replay of 1M, tau 0.005, MADDPG's Gaussian noise 0.8 -> 0.01 over a third of the run, in the env's [0, 1] units)
 but lr 3e-4 on both sides (--off-lr), MLPs [256, 256] tanh, gradient norm clipped at 5.
 
+QMIX, VDN and IQL (discrete simple_spread, BenchMARL's off-policy defaults as above, lr 3e-4 on both sides):
+BenchMARL's QMIX/VDN (torchrl's QMixerLoss with delay_value) learn the mean of the agents' rewards with a target
+network that picks and values the next actions (no double Q), l2 loss, soft target updates (tau 0.005 after every
+optimizer step), epsilon-greedy per agent from 0.8 to 0.01 over the first third of the frames (stepped after each
+iteration), the mixer torchrl's QMixer (embed 32, one linear layer per weights' hypernetwork). rlcli's side: algo=qmix
+/ vdn in joint mode (a row is a copy of the env; the team reward is the sum, so algo.reward_scale=1/3 gives the mean),
+algo.double=false, algo.loss=mse, algo.tau=0.005 algo.target_update_interval=1
+algo.target_update_unit=gradient_step, algo.exploration_initial_eps=0.8 exploration_final_eps=0.01
+exploration_fraction=1/3 (rlcli sets epsilon before each collect phase: the same values at the same frames),
+algo.mixer_embed_dim=32 algo.hypernet_layers=1. IQL is BenchMARL's independent DQN (each agent its own reward, one
+network shared); rlcli's is algo=dqn in row mode (a row an agent: 3 x the copies, steps and batch in rows; rlcli's
+algo=iql is offline implicit Q-learning, another algorithm). What stays different: Adam eps (rlcli 1e-8, BenchMARL
+1e-6), rlcli's reset steps (1 step in 26 of a copy's budget stores no transition: 57,700 of 60,000 team steps are
+learned from), IQL's batches (rlcli samples 384 agent rows, BenchMARL 128 team steps of 3 agents each), initial
+weights, sampling and env seeds.
+
+Timing of the --quick smoke (1,200 team steps: 2 collect phases of 10 copies x 60 steps, 100 gradient steps of 128
+after each; seed 0, nice 10, 2026-11-29 with the other core busy, load average 2.8). Whole processes: rlcli QMIX 6.4 s,
+VDN 6.1 s, IQL 5.4 s (start-up about 3 s each); BenchMARL 12.7, 9.5 and 10.3 s (start-up 3-6 s). Per gradient step:
+rlcli 9.3 ms (QMIX), 6.7 (VDN), 5.0 (IQL); BenchMARL 10.5, 8.3 and 11.5 ms; per team step collected: rlcli 0.3-0.4 ms,
+BenchMARL 1.4-1.8 ms. At 60,000 team steps (10,000 gradient steps) a seed is about 120 + 100 + 75 s of rlcli and
+210 + 180 + 230 s of BenchMARL: 15 minutes, 45 for three seeds.
+
 Every run is a subprocess, one at a time, on one torch thread. A run whose result is already under --work is not
 run again (delete it to redo it). Prints markdown tables and writes every figure to <work>/benchmarl_compare.json.
 """
@@ -60,6 +88,8 @@ import numpy as np
 BIN = Path(sys.executable).parent
 ALGOS = ("mappo", "ippo")
 OFF_POLICY = ("masac", "maddpg")  # on simple_spread with continuous actions (mpe2's Box(0, 1, (5,)) an agent)
+VALUE = ("qmix", "vdn", "iql")  # on simple_spread with discrete actions, BenchMARL's off-policy settings as OFF_POLICY
+RLCLI_ALGO = {"iql": "dqn"}  # BenchMARL's IQL is rlcli's algo=dqn in row mode (rlcli's algo=iql is offline IQL)
 N_AGENTS = 3
 
 # The BenchMARL side, run by --bm-python with one JSON argument; prints one JSON line last.
@@ -70,15 +100,19 @@ a = json.loads(sys.argv[1])
 import torch
 torch.set_num_threads(1)
 import benchmarl, torchrl, tensordict, pettingzoo
-from benchmarl.algorithms import IppoConfig, MaddpgConfig, MappoConfig, MasacConfig
+from benchmarl.algorithms import IppoConfig, IqlConfig, MaddpgConfig, MappoConfig, MasacConfig, QmixConfig, VdnConfig
 from benchmarl.environments import PettingZooTask
 from benchmarl.experiment import Experiment, ExperimentConfig
 from benchmarl.models.mlp import MlpConfig
 task = PettingZooTask.SIMPLE_SPREAD.get_from_yaml()
 task.config.update({"max_cycles": 25, "N": 3, "local_ratio": 0.5})
-off = a["algo"] in ("masac", "maddpg")
-configs = {"mappo": MappoConfig, "ippo": IppoConfig, "masac": MasacConfig, "maddpg": MaddpgConfig}
-algo = configs[a["algo"]].get_from_yaml()  # masac, maddpg: their yamls' own (l2, one critic shared, alpha from 1)
+off = a["algo"] in ("masac", "maddpg", "qmix", "vdn", "iql")
+continuous = a["algo"] in ("masac", "maddpg")
+configs = {"mappo": MappoConfig, "ippo": IppoConfig, "masac": MasacConfig, "maddpg": MaddpgConfig,
+           "qmix": QmixConfig, "vdn": VdnConfig, "iql": IqlConfig}
+# masac, maddpg: their yamls' own (l2, one critic shared, alpha from 1); qmix, vdn, iql: theirs (l2, delay_value,
+# qmix's mixing_embed_dim 32)
+algo = configs[a["algo"]].get_from_yaml()
 if not off:
     algo.clip_epsilon, algo.entropy_coef, algo.critic_coef, algo.lmbda = a["clip"], a["ent_coef"], 1.0, a["gae_lambda"]
     algo.loss_critic_type, algo.share_param_critic = "l2", True
@@ -88,7 +122,7 @@ critic = MlpConfig.get_from_yaml()
 critic.num_cells, critic.activation_class = list(a["hidden"]), torch.nn.Tanh
 c = ExperimentConfig.get_from_yaml()
 c.sampling_device = c.train_device = c.buffer_device = "cpu"
-c.share_policy_params, c.prefer_continuous_actions = True, off
+c.share_policy_params, c.prefer_continuous_actions = True, continuous
 c.gamma, c.lr, c.clip_grad_norm, c.clip_grad_val = a["gamma"], a["lr"], True, 5.0
 c.adam_eps = c.adam_eps if off else 1e-5
 c.max_n_iters, c.max_n_frames = None, a["team_steps"]
@@ -98,7 +132,9 @@ if off:
     c.off_policy_n_optimizer_steps = a["gradient_steps"]
     c.off_policy_train_batch_size = a["batch"]
     c.off_policy_memory_size, c.off_policy_init_random_frames = 1_000_000, 0
+    # MADDPG's Gaussian sigma, or QMIX/VDN/IQL's epsilon; annealed over max_n_frames / 3 (None)
     c.exploration_eps_init, c.exploration_eps_end, c.exploration_anneal_frames = a["sigma"], a["sigma_end"], None
+    c.soft_target_update, c.polyak_tau = True, 0.005  # its defaults, stated: after every optimizer step
 else:
     c.on_policy_collected_frames_per_batch = a["frames_per_batch"]
     c.on_policy_n_envs_per_worker = a["n_envs"]
@@ -206,8 +242,10 @@ def main() -> None:
     p.add_argument("--clip", type=float, default=0.2)
     p.add_argument("--ent-coef", type=float, default=0.01)
     p.add_argument("--test-episodes", type=int, default=10)
-    off = p.add_argument_group("masac and maddpg (continuous simple_spread; BenchMARL's off-policy defaults but lr)")
-    off.add_argument("--off-copies", type=int, default=10, help="copies of the env (rlcli: one row each, joint mode)")
+    off = p.add_argument_group("masac, maddpg (continuous simple_spread), qmix, vdn, iql (discrete): BenchMARL's "
+                               "off-policy defaults but lr")
+    off.add_argument("--off-copies", type=int, default=10, help="copies of the env (rlcli: one row each in joint mode, "
+                                                                     "3 for iql's rows)")
     off.add_argument("--off-steps", type=int, default=600, help="steps of each copy between update phases")
     off.add_argument("--off-gradient-steps", type=int, default=1000, help="gradient steps an update phase")
     off.add_argument("--off-batch", type=int, default=128, help="team transitions a gradient step")
@@ -215,20 +253,28 @@ def main() -> None:
                                                                  "millions of frames)")
     off.add_argument("--off-sigma", type=float, nargs=2, default=[0.8, 0.01],
                      help="MADDPG's exploration std in action units ([0, 1]), annealed over the first third")
-    p.add_argument("--quick", action="store_true", help="a smoke run: 1,600 team steps, one seed")
+    off.add_argument("--eps", type=float, nargs=2, default=[0.8, 0.01],
+                     help="QMIX, VDN and IQL's epsilon, annealed over the first third (BenchMARL's defaults)")
+    p.add_argument("--quick", action="store_true",
+                   help="a smoke run, one seed: 1,600 team steps; with off-policy algorithms 1,200 (2 phases of "
+                        "--off-copies x 60 steps, 100 gradient steps each: the full run's ratio), 4,800 with both")
     args = p.parse_args()
+    if unknown := sorted(set(args.algos) - set(ALGOS) - set(OFF_POLICY) - set(VALUE)):
+        raise SystemExit(f"--algos: {unknown} unknown; choose from {ALGOS + OFF_POLICY + VALUE}")
+    off_algos = [a for a in args.algos if a in OFF_POLICY + VALUE]
     if args.quick:
-        args.team_steps, args.seeds = 1600, [0]
+        args.seeds = [0]
+        if off_algos:
+            args.off_steps, args.off_gradient_steps = 60, 100
+        args.team_steps = 4800 if off_algos and len(off_algos) < len(args.algos) else 1200 if off_algos else 1600
         if args.work == Path("/tmp/benchmarl_compare"):
             args.work = Path("/tmp/benchmarl_compare_quick")
     batch = args.copies * args.n_steps  # team steps per update
     off_batch = args.off_copies * args.off_steps
     if any(a in ALGOS for a in args.algos) and (args.team_steps % (2 * batch) or batch % args.minibatch):
         raise SystemExit(f"--team-steps must be a multiple of 2 x {batch} and {batch} of --minibatch")
-    if any(a in OFF_POLICY for a in args.algos) and args.team_steps % (2 * off_batch):
+    if off_algos and args.team_steps % (2 * off_batch):
         raise SystemExit(f"--team-steps must be a multiple of 2 x {off_batch} (--off-copies x --off-steps)")
-    if unknown := sorted(set(args.algos) - set(ALGOS) - set(OFF_POLICY)):
-        raise SystemExit(f"--algos: {unknown} unknown; choose from {ALGOS + OFF_POLICY}")
     eval_interval = args.team_steps // 2
     work = args.work
     (work / "logs").mkdir(parents=True, exist_ok=True)
@@ -243,7 +289,8 @@ def main() -> None:
         if not res_path.exists():
             d = work / "rlcli" / f"{algo}_seed{seed}"
             shutil.rmtree(d, ignore_errors=True)
-            common = [str(BIN / "rl-train"), f"algo={algo}", "env=simple_spread_v3", f"seed={seed}",
+            common = [str(BIN / "rl-train"), f"algo={RLCLI_ALGO.get(algo, algo)}", "env=simple_spread_v3",
+                      f"seed={seed}",
                       "torch_threads=1", "log.tensorboard=false", "log.console=false", "env.agent_id=false",
                       f"actor.hidden_sizes={hidden}", "actor.activation=tanh", "actor.ortho_init=false",
                       f"train.test_episodes={args.test_episodes}", "train.stop_reward=null",
@@ -259,6 +306,27 @@ def main() -> None:
                 if algo == "maddpg":  # BenchMARL's additive Gaussian noise: sigma in [0, 1] units is 2 x in rlcli's
                     cmd += [f"algo.noise_std={2 * sigma}",  # [-1, 1], annealed linearly over a third of the run
                             f"algo.schedules.noise_scale=linear:1.0:{sigma_end / sigma}:0.3333333"]
+            elif algo in VALUE:  # qmix, vdn: joint mode (a row a copy of the env); iql: rlcli's dqn in row mode
+                rows = N_AGENTS if algo == "iql" else 1
+                eps, eps_end = args.eps
+                cmd = [*common, f"train.num_envs={rows * args.off_copies}",
+                       f"train.total_steps={rows * args.team_steps}", f"train.test_every={rows * eval_interval}",
+                       "algo.learning_starts=0",
+                       f"algo.train_freq={args.off_steps}", f"algo.gradient_steps={args.off_gradient_steps}",
+                       f"algo.batch_size={rows * args.off_batch}", f"algo.lr={args.off_lr}",
+                       f"buffer.capacity={rows * 1_000_000}",
+                       # torchrl's target: the target network picks and values the next actions; squared error
+                       "algo.double=false", "algo.loss=mse",
+                       # its soft update after every optimizer step
+                       "algo.tau=0.005", "algo.target_update_interval=1", "algo.target_update_unit=gradient_step",
+                       # its epsilon per agent, annealed over a third of the frames, set after each iteration (rlcli:
+                       # before each collect phase, at the progress then: the same values at the same frames)
+                       f"algo.exploration_initial_eps={eps}", f"algo.exploration_final_eps={eps_end}",
+                       f"algo.exploration_fraction={1 / 3}"]
+                if algo != "iql":  # BenchMARL's QMIX and VDN learn the mean of the agents' rewards; rlcli's the sum
+                    cmd.append(f"algo.reward_scale={1 / N_AGENTS}")
+                if algo == "qmix":  # torchrl's QMixer: embed 32, one linear layer per weights' hypernetwork
+                    cmd += ["algo.mixer_embed_dim=32", "algo.hypernet_layers=1"]
             else:  # row mode: a row is an agent
                 rows = N_AGENTS
                 cmd = [*common, "actor.shared=false", f"train.num_envs={N_AGENTS * args.copies}",
@@ -286,12 +354,13 @@ def main() -> None:
             folder.mkdir(parents=True)
             spec = {"algo": algo, "seed": seed, "team_steps": args.team_steps, "frames_per_batch": batch,
                     "n_envs": args.copies, "minibatch": args.minibatch, "gradient_steps": args.off_gradient_steps,
-                    "batch": args.off_batch, "sigma": args.off_sigma[0], "sigma_end": args.off_sigma[1],
+                    "batch": args.off_batch, "sigma": (args.eps if algo in VALUE else args.off_sigma)[0],
+                    "sigma_end": (args.eps if algo in VALUE else args.off_sigma)[1],
                     "minibatch_iters": args.epochs * batch // args.minibatch, "hidden": args.hidden, "lr": args.lr,
                     "gamma": args.gamma, "gae_lambda": args.gae_lambda, "clip": args.clip,
                     "ent_coef": args.ent_coef, "eval_interval": eval_interval,
                     "test_episodes": args.test_episodes, "folder": str(folder)}
-            if algo in OFF_POLICY:
+            if algo in OFF_POLICY + VALUE:
                 spec.update(frames_per_batch=off_batch, n_envs=args.off_copies, lr=args.off_lr)
             log = work / "logs" / f"benchmarl_{algo}_seed{seed}.log"
             wall = run([args.bm_python, "-c", BENCHMARL_SIDE, json.dumps(spec)], log)
