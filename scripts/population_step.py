@@ -27,7 +27,7 @@ from rlcli.run.compose import compose_config
 from rlcli.run.state import prepare
 from rlcli.services import checkpoint
 from rlcli.sweeps.population import streams
-from rlcli.sweeps.population.kinds import population_update
+from rlcli.sweeps.population.lockstep import population_update
 
 ENVS = {"sac": "Pendulum-v1", "tqc": "Pendulum-v1", "td3": "Pendulum-v1", "ddpg": "Pendulum-v1",
         "dqn": "CartPole-v1", "qrdqn": "CartPole-v1", "ppo": "CartPole-v1", "a2c": "CartPole-v1",

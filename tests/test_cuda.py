@@ -21,7 +21,7 @@ from rlcli.run.trainer import Trainer
 from rlcli.services import checkpoint
 from rlcli.sweeps.population import streams
 from rlcli.sweeps.population.collect import collect_together
-from rlcli.sweeps.population.kinds import population_update
+from rlcli.sweeps.population.lockstep import population_update
 from rlcli.sweeps.population.members import Member
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (CI has none)")

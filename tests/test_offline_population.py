@@ -17,8 +17,7 @@ from rlcli.contracts import RunClock
 from rlcli.registry import ConfigError
 from rlcli.run.compose import compose_config
 from rlcli.run.state import prepare
-from rlcli.sweeps.population.kinds import population_update
-from rlcli.sweeps.population.lockstep import LockstepPopulation
+from rlcli.sweeps.population.lockstep import LockstepPopulation, population_update
 
 TINY = ["actor.hidden_sizes=[32,32]", "algo.batch_size=32", "algo.gradient_steps=2", "log.tensorboard=false",
         "log.console=false", "train.test_episodes=1"]

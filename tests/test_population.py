@@ -26,8 +26,8 @@ from rlcli.run.state import prepare
 from rlcli.run.trainer import Trainer
 from rlcli.sweeps.population import streams
 from rlcli.sweeps.population.collect import collect_together
-from rlcli.sweeps.population.kinds import population_update
 from rlcli.sweeps.population.launch import group_jobs, split_for_workers
+from rlcli.sweeps.population.lockstep import population_update
 from rlcli.sweeps.population.members import Member
 from rlcli.sweeps.population.numpy_stream import NumpyStream
 from rlcli.sweeps.population.stacking import stack_weights
@@ -101,9 +101,9 @@ def test_a_members_first_update_is_its_single_runs_within_float_tolerance(algo):
     # networks of linear layers (and layer norms) act in one batched product per layer, vmap's numbers, and their
     # loss runs on the members' stacked rows with per-member means, which the first call checked against vmap bit
     # for bit (losses, logs and gradients); the others (a Gaussian's log std, a convolution) through vmap
-    assert (population.acting._act.swaps is not None) is (algo in LINEAR_NETWORKS)
+    assert (population.acting._act.fast is not None) is (algo in LINEAR_NETWORKS)
     (loss,) = population.direct.values()
-    assert loss.direct is (algo in LINEAR_NETWORKS)
+    assert (loss.fast is not None) is (algo in LINEAR_NETWORKS)
     # FusedAdam (PPO, PG), RMSprop (A2C) and RAdam (PQN) members can step as one call where they share settings
     # (here they do not: member 1's lr differs, so each steps its own optimizer)
     assert population.stacked_steps["train_step"] is not None
@@ -665,9 +665,8 @@ def test_the_declared_population_kinds_are_what_batches_and_everything_else_is_r
     the declared ones."""
     from rlcli.registry import ALGOS
     from rlcli.sweeps.population.catalog import can_batch
-    from rlcli.sweeps.population.lockstep import UpdatesARollout, WrittenForARunner
 
-    shapes = {"on_policy": UpdatesARollout, "lockstep": WrittenForARunner}
+    steps = {"on_policy": "_update", "lockstep": "_gradient_step"}  # the step each kind's update calls
     built_in = [n for n in ALGOS.names() if ALGOS.get(n).__module__.startswith("rlcli.")]
     declared = [n for n in built_in if ALGOS.spec(n).population is not None]
     assert can_batch() == f"{', '.join(declared[:-1])} and {declared[-1]}"
@@ -683,7 +682,7 @@ def test_the_declared_population_kinds_are_what_batches_and_everything_else_is_r
             with pytest.raises(ConfigError, match=f"cannot train in a population yet: {re.escape(can_batch())} can"):
                 population_update([c.algo for c in runs], [c.buffer for c in runs])
             continue
-        assert isinstance(runs[0].algo, shapes[spec.population]), name
+        assert callable(getattr(runs[0].algo, steps[spec.population], None)), name
         refuses = getattr(runs[0].algo, "population_refusal", lambda: None)
         refusal = refuses()  # a default the kind cannot batch (ddpg: episodic collects)
         if refusal is not None:
@@ -787,7 +786,7 @@ def test_the_members_acting_forward_skips_vmap_only_where_it_gives_vmaps_numbers
 
     from torch.func import functional_call, vmap
 
-    from rlcli.sweeps.population.acting import MembersForward
+    from rlcli.sweeps.population.acting import CheckedFastPath, call_swapped, members_swaps, same
 
     class PoolsTheBatch(torch.nn.Module):  # reads dim 0 as the batch: on [members, envs, ...] it pools members
         def __init__(self) -> None:
@@ -814,14 +813,15 @@ def test_the_members_acting_forward_skips_vmap_only_where_it_gives_vmaps_numbers
         obs = torch.randn(3, 5, 2, 3) if fast else torch.randn(3, 5, 3)
         alone = torch.stack([net(o) for net, o in zip(nets, obs, strict=True)])
         batched = vmap(partial(functional_call, nets[0]), in_dims=(0, 0))
-        forward = MembersForward(nets[0], params, nets[0], partial(batched, params))
-        assert forward.swaps is not None  # all are built of linear layers (and a layer norm) only
+        swaps = members_swaps(nets[0], params)
+        assert swaps is not None  # all are built of linear layers (and a layer norm) only
+        forward = CheckedFastPath(partial(call_swapped, swaps, nets[0]))
         with torch.no_grad():
             for _ in range(2):
-                assert torch.allclose(forward(obs), alone, atol=1e-6)
-        assert (forward.swaps is not None) is fast  # the second kept the fast path only where it agreed
+                assert torch.allclose(forward(partial(batched, params, obs), same, obs), alone, atol=1e-6)
+        assert (forward.fast is not None) is fast  # the first call kept the fast path only where it agreed
     gaussian = prepare(compose_config(["algo=ppo", "env=Pendulum-v1"]))[0].algo.networks
-    assert MembersForward(gaussian, stack_weights([gaussian])[0], gaussian, print).swaps is None  # its log std
+    assert members_swaps(gaussian, stack_weights([gaussian])[0]) is None  # its log std
 
 
 # each kind's acting: a categorical and a gSDE Gaussian policy, PQN's and DQN's greedy Q, SAC's squashed mean, TD3's

@@ -16,8 +16,7 @@ from rlcli.run.compose import compose_config
 from rlcli.run.state import prepare
 from rlcli.run.trainer import Trainer
 from rlcli.sweeps.population.collect import collect_together
-from rlcli.sweeps.population.kinds import population_update
-from rlcli.sweeps.population.lockstep import LockstepPopulation
+from rlcli.sweeps.population.lockstep import LockstepPopulation, population_update
 from rlcli.sweeps.population.members import Member
 
 TINY = ["env=Pendulum-v1", "train.num_envs=2", "train.test_every=256", "train.test_episodes=1",

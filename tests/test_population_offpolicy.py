@@ -18,8 +18,7 @@ from rlcli.run.compose import compose_config
 from rlcli.run.state import prepare
 from rlcli.run.trainer import Trainer
 from rlcli.sweeps.population.collect import collect_together
-from rlcli.sweeps.population.kinds import population_update
-from rlcli.sweeps.population.lockstep import LockstepPopulation
+from rlcli.sweeps.population.lockstep import LockstepPopulation, population_update
 from rlcli.sweeps.population.members import Member
 
 TINY = ["env=CartPole-v1", "train.num_envs=4", "train.test_every=512", "train.test_episodes=2",

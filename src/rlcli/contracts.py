@@ -52,7 +52,7 @@ class AlgoSpec:
     # learns only from a dataset (`dataset=`; bc, td3_bc, iql, cql, awac, rebrac): an offline run, budget in gradient
     # steps. An online off-policy algorithm may also be given a dataset (it then starts from it)
     offline: bool = False
-    # the batched update a population of its runs takes (hydra/launcher=population, sweeps/population/kinds.py);
+    # the batched update a population of its runs takes (hydra/launcher=population, sweeps/population/lockstep.py);
     # None: a population sweep trains its jobs one at a time. The lists of what can batch are read from here.
     population: PopulationKind | None = None
     # on-policy: its advantages and returns are the rollout's own (`RolloutStorage.compute_returns`, GAE), which on a

@@ -82,7 +82,7 @@ def members_first() -> Iterator[None]:
     and each mean is each member's own, kept as [members, 1] so that it broadcasts against the members' rows and
     their coefficients ([members, 1]). A population's eager step calls the algorithms' own losses this way instead of
     under vmap (sweeps/population/lockstep.py), where its first call gives vmap's numbers bit for bit
-    (members_loss.py)."""
+    (sweeps/population/acting.CheckedFastPath)."""
     before, _LOSS_MODE.members_first = _LOSS_MODE.members_first, True
     try:
         yield

@@ -8,7 +8,7 @@ call in its own Python (8 PPO CartPole members: 0.48 ms a step, against 0.10 ms 
 out), which over a 100k-step run is ~5 s of a population's time. The products are vmap's own (its rule for a linear
 layer is this batched product), and the first call checks that: it runs both ways and keeps the fast one only if
 the results are equal bit for bit; otherwise every call goes through vmap. A population's eager loss takes the same
-swap (`swapped`, lockstep.py), checked against vmap the same way (members_loss.py).
+swap (lockstep.py), checked against vmap the same way (`CheckedFastPath`, with the gradients).
 
 `MembersActing`: an on-policy population's acting, the networks' `policy_and_values` for all members in one call,
 then each member's draw from its own stream and, for categorical heads, every member's sampling in one `act_on`
@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 from collections.abc import Callable, Iterator, Sequence
+from functools import partial
 from typing import Any
 
 import torch
@@ -76,33 +77,38 @@ class _MembersLayerNorm(nn.Module):
         return out
 
 
-class MembersForward:
-    """`call(*args)` (one member's code, `module` inside it) for every member at once: vmap's results, faster when
-    `module`'s weights all sit in linear layers (the first call checks the two agree; see the module docstring).
-    Its only buffers may be a RunningNorm's, which the acting callers apply outside the call."""
+class CheckedFastPath:
+    """vmap's results for all members by a faster way, kept only where its first call agrees with vmap's bit for bit
+    (the module docstring): `fast(*args)`, or None (or an error) where it does not apply, against `slow()`."""
 
-    def __init__(self, module: nn.Module, params: dict[str, torch.Tensor], call: Callable[..., Any],
-                 vmapped_call: Callable[..., Any]) -> None:
-        self.call, self.vmapped_call = call, vmapped_call
-        self.swaps: list[Swap] | None = members_swaps(module, params)
+    def __init__(self, fast: Callable[..., Any] | None) -> None:
+        self.fast = fast  # None: vmap's, always
         self.checked = False
 
-    def __call__(self, *args: Any) -> Any:
-        if self.swaps is None:
-            return self.vmapped_call(*args)
-        fast = self._swapped(*args)
-        if not self.checked:  # the first call: the fast path must give vmap's numbers exactly, or is dropped
-            slow = self.vmapped_call(*args)
-            self.checked = True
-            if not _equal(fast, slow):
-                self.swaps = None
-                return slow
-        return fast
+    def __call__(self, slow: Callable[[], Any], same: Callable[[Any, Any], bool], *args: Any) -> Any:
+        if self.fast is None:
+            return slow()
+        if self.checked:
+            out = self.fast(*args)
+            if out is not None:
+                return out
+            self.fast = None  # it no longer applies (a loss whose shapes changed): vmap's from here on
+            return slow()
+        try:
+            out = self.fast(*args)
+        except (RuntimeError, IndexError, ValueError):  # code written for one member's shapes only: vmap's (a real
+            out = None  # fault shows again under vmap, just below)
+        expected, self.checked = slow(), True
+        if out is None or not same(out, expected):
+            self.fast = None
+            return expected
+        return out
 
-    def _swapped(self, *args: Any) -> Any:
-        assert self.swaps is not None
-        with swapped(self.swaps):
-            return self.call(*args)
+
+def call_swapped(swaps: list[Swap], call: Callable[..., Any], *args: Any) -> Any:
+    """`call(*args)` (one member's code) for every member, `members_swaps`' stand-ins in place of its layers."""
+    with swapped(swaps):
+        return call(*args)
 
 
 @contextlib.contextmanager
@@ -149,12 +155,27 @@ def members_swaps(module: nn.Module, params: dict[str, torch.Tensor]) -> list[Sw
     return swaps
 
 
-def _equal(a: Any, b: Any) -> bool:
+def same(a: Any, b: Any) -> bool:
+    """The same tensors, bit for bit, in the same structure (tuples, lists, dicts; None for None)."""
     if isinstance(a, torch.Tensor):
         return isinstance(b, torch.Tensor) and a.shape == b.shape and torch.equal(a, b)
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
     if isinstance(a, tuple | list):
-        return isinstance(b, tuple | list) and len(a) == len(b) and all(_equal(x, y) for x, y in zip(a, b, strict=True))
-    return False
+        return isinstance(b, tuple | list) and len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=True))
+    return a is None and b is None
+
+
+def same_losses(fast: tuple[torch.Tensor, Any], slow: tuple[torch.Tensor, Any], inputs: Sequence[torch.Tensor]) -> bool:
+    """The same (losses, logs) bit for bit, and the same gradients of the losses' sum with respect to `inputs` (the
+    graph is kept: the step's backward runs afterwards)."""
+    if not same(fast, slow):
+        return False
+    inputs = [t for t in inputs if t.requires_grad]
+    if not inputs or not fast[0].requires_grad:
+        return True
+    return same(*(torch.autograd.grad(out[0].sum(), inputs, retain_graph=True, allow_unused=True)
+                  for out in (fast, slow)))
 
 
 class MembersActing:
@@ -168,15 +189,15 @@ class MembersActing:
         self.algos = list(algos)
         networks = self.algos[0].networks
         member_act = NetworksCall(networks, networks.policy_and_values)  # the policy head's parameters, the values
-        vmapped_act = vmapped(member_act)
-        self._act = MembersForward(member_act.networks, params, member_act,
-                                   lambda obs: vmapped_act(params, buffers, obs))
+        self._vmapped_act, self._weights = vmapped(member_act), (params, buffers)
+        swaps = members_swaps(member_act.networks, params)
+        self._act = CheckedFastPath(None if swaps is None else partial(call_swapped, swaps, member_act))
         self.draws_apart = all(_takes_uniforms(a) for a in self.algos)
 
     @torch.inference_mode()
     def policy_and_values(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """[members, envs, ...] observations -> each member's policy-head parameters and values, one call."""
-        out: tuple[torch.Tensor, torch.Tensor] = self._act(obs)
+        out: tuple[torch.Tensor, torch.Tensor] = self._act(partial(self._vmapped_act, *self._weights, obs), same, obs)
         return out
 
     def acting_noise(self, member: int, outputs: torch.Tensor) -> torch.Tensor | None:

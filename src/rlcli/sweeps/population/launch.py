@@ -315,7 +315,7 @@ def _batched_update(members: list[Any]) -> Any:
     from rlcli.collectors.local import Collector
     from rlcli.collectors.offline import OfflineCollector, OfflineThenOnline
     from rlcli.services.log import console
-    from rlcli.sweeps.population.kinds import population_update
+    from rlcli.sweeps.population.lockstep import population_update
 
     if len(members) == 1:
         return None

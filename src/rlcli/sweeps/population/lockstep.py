@@ -11,8 +11,8 @@ are one population because their settings agree (but for the seed, lr, tau and m
 counters are equal. compile=true: each LossStep of all members is one compiled graph (compiled.py). Eagerly, where
 the networks are linear layers (and layer norms), a loss runs once on the members' stacked rows with one batched
 product per layer and each mean per member (acting.py's stand-ins, algos/base.members_first), which the first call
-checks against vmap bit for bit (members_loss.py); and members that share their optimizer's settings step it as one
-call (optimizer_states.StackedStep). An off-policy member acts with its own `act`, in turn; on-policy members act
+checks against vmap bit for bit (acting.CheckedFastPath); and members that share their optimizer's settings step it as
+one call (optimizer_states.StackedStep). An off-policy member acts with its own `act`, in turn; on-policy members act
 together (acting.MembersActing). The offline algorithms, TD3 and DDPG are written this way (offline populations learn
 over one copy of the dataset: offline/replay.py shares it).
 """
@@ -21,12 +21,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from functools import partial
-from typing import Any, Protocol, TypeVar, runtime_checkable
+from typing import Any, TypeVar
 
 import torch
 from torch import nn
 from torch.func import functional_call, vmap
 
+from rlcli.algos.base import members_first
 from rlcli.algos.compiled import NetworksCall
 from rlcli.algos.loss_step import LossStep, compile_enabled
 from rlcli.algos.offpolicy import gradient_steps_now, mean_of_steps
@@ -35,12 +36,11 @@ from rlcli.batches import ReplayBatch, RolloutBatch
 from rlcli.buffers.her import HerReplayBuffer
 from rlcli.buffers.replay import ReplayBuffer
 from rlcli.buffers.rollout import RolloutBuffer
-from rlcli.contracts import ActOutput, RunClock
+from rlcli.contracts import PopulationKind, RunClock
 from rlcli.registry import ConfigError
-from rlcli.sweeps.population.acting import MembersActing, members_swaps, swapped
-from rlcli.sweeps.population.catalog import can_batch
+from rlcli.sweeps.population.acting import CheckedFastPath, MembersActing, call_swapped, members_swaps, same_losses
+from rlcli.sweeps.population.catalog import can_batch, declared_kind
 from rlcli.sweeps.population.compiled import CompiledMembersStep, one_optimizer_rule
-from rlcli.sweeps.population.members_loss import MembersLoss
 from rlcli.sweeps.population.optimizer_states import StackedStep
 from rlcli.sweeps.population.stacking import (
     clip_limits,
@@ -71,40 +71,26 @@ def batched_on_policy() -> str:
     return f"{can_batch('on_policy')} (MLP or CNN actors)"
 
 
-@runtime_checkable
-class WrittenForARunner(Protocol):
-    """An algorithm whose gradient step goes through a runner (algos/runner.py), each of its optimizers' steps a
-    LossStep attribute."""
-
-    networks: nn.Module
-    batch_size: int
-    gradient_steps: int
-    gradient_updates: int
-
-    def _gradient_step(self, batch: Any, run: Any) -> Any: ...
-
-
-@runtime_checkable
-class UpdatesARollout(Protocol):
-    """An on-policy algorithm whose update on a rollout goes through a runner (algos/runner.py)."""
-
-    networks: nn.Module
-
-    def _update(self, batch: RolloutBatch, run: Any) -> dict[str, torch.Tensor]: ...
-
-    def act_on(self, params: torch.Tensor, values: torch.Tensor, deterministic: bool = False) -> ActOutput: ...
+def population_update(algos: Sequence[Any], storages: Sequence[Any]) -> LockstepPopulation:
+    """The members' batched update, as their algorithm's registered spec declares its kind (`AlgoSpec.population`,
+    catalog.py), or a ConfigError saying in one line why these members cannot batch."""
+    classes = {type(a) for a in algos}
+    if len(classes) > 1:
+        raise ConfigError(f"the members run different algorithms ({sorted(k.__name__ for k in classes)})")
+    kind = declared_kind(algos[0])
+    if kind is None:
+        raise ConfigError(f"{type(algos[0]).__name__} cannot train in a population yet: {can_batch()} can")
+    return LockstepPopulation(algos, storages, kind)
 
 
 class LockstepPopulation:
     """The members' stacked weights and what their steps need: which weights each LossStep trains (by the
     LossStep's attribute name, the same in every member), each target network's (target, source) weight pairs."""
 
-    def __init__(self, algos: Sequence[Any], storages: Sequence[Any]) -> None:
-        self.rollout = isinstance(algos[0], UpdatesARollout)
+    def __init__(self, algos: Sequence[Any], storages: Sequence[Any], kind: PopulationKind) -> None:
+        self.rollout = kind == "on_policy"  # its `_update` on a rollout; else its `_gradient_step` on a batch
         if self.rollout:
             _check_members(algos, storages, (RolloutBuffer,), batched_on_policy())
-        elif not isinstance(algos[0], WrittenForARunner):
-            raise ConfigError(f"{type(algos[0]).__name__} does not step through a runner: {can_batch('lockstep')} do")
         else:
             _check_members(algos, storages, (ReplayBuffer, HerReplayBuffer), batched_lockstep())
         _check_lockstep(algos)
@@ -120,7 +106,7 @@ class LockstepPopulation:
         self._losses: dict[tuple[int, str, tuple[Any, ...]], Callable[..., Any]] = {}
         # the eager step: each loss on the stacked rows where that gives vmap's numbers (checked at its first call),
         # and the members' optimizer steps as one call where they share their settings
-        self.direct: dict[tuple[int, str, tuple[Any, ...]], MembersLoss] = {}
+        self.direct: dict[tuple[int, str, tuple[Any, ...]], CheckedFastPath] = {}
         self.stacked_steps: dict[str, StackedStep | None] = {}
         self.attrs: dict[int, str] = {}  # a LossStep's attribute name, by the step's id
         self.step_params: dict[str, dict[str, torch.Tensor]] = {}  # the weights a LossStep's loss reads
@@ -203,22 +189,15 @@ class LockstepPopulation:
                    params: dict[str, torch.Tensor]) -> tuple[torch.Tensor, Any]:
         """The members' (losses, aux) of `algo`'s LossStep `attr`: on their stacked rows, or vmap's (see the module
         docstring). A loss that updates buffers or draws, or networks of other layers, always take vmap's."""
-        vmapped_loss = self.members_loss(algo, attr, args)
         step: LossStep = getattr(algo, attr)
         key = (id(algo), attr, tuple(_in_dim(a) for a in args))
         if key not in self.direct:
             swaps = None if step.updates_buffers else members_swaps(algo.networks, self.params)
-            if swaps is None:
-                self.direct[key] = MembersLoss(_never, _never)
-                self.direct[key].direct = False
-            else:
-                self.direct[key] = MembersLoss(partial(_direct_loss, step.loss, swaps), _never)
-        members_loss = self.direct[key]
+            self.direct[key] = CheckedFastPath(None if swaps is None else
+                                               partial(_rows_loss, step.loss, swaps, len(self.algos)))
         trained = tuple(params[name] for name in self.steps[attr])
-        # each member's scalar (a [members] tensor, a setting run.read gave) broadcasts over its rows as [members, 1]
-        scalars = {str(i): a for i, a in enumerate(args) if isinstance(a, torch.Tensor) and a.dim() == 1}
-        members_loss.vmapped_loss = lambda *_: vmapped_loss(params, self.buffers, *args)
-        out: tuple[torch.Tensor, Any] = members_loss(tuple(args), trained, scalars)
+        vmapped = partial(self.members_loss(algo, attr, args), params, self.buffers, *args)
+        out: tuple[torch.Tensor, Any] = self.direct[key](vmapped, partial(same_losses, inputs=trained), *args)
         return out
 
 class MembersRun:
@@ -317,16 +296,18 @@ class MembersRun:
         return x.reshape(x.shape[0], -1).mean(1)
 
 
-def _direct_loss(loss: Callable[..., Any], swaps: Any, args: tuple[Any, ...], trained: tuple[torch.Tensor, ...],
-                 scalars: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """A LossStep's loss on the members' stacked rows (MembersLoss calls it within members_first, its scalars
-    [members, 1]); what it logs must be a dict of per-member values."""
-    given = tuple(scalars.get(str(i), a) for i, a in enumerate(args))
-    with swapped(swaps):
-        value, aux = loss(*given)
-    if not isinstance(aux, dict):
-        raise ValueError("not a dict of per-member values")
-    return value, aux
+def _rows_loss(loss: Callable[..., Any], swaps: Any, members: int,
+               *args: Any) -> tuple[torch.Tensor, dict[str, torch.Tensor]] | None:
+    """A LossStep's loss on the members' stacked rows: each mean per member (members_first), each member's scalar
+    (a [members] tensor, a setting run.read gave) as [members, 1] so that it broadcasts over its rows; None where it
+    does not give one value per member, and a dict of them for its logs (a loss that reduces some other way)."""
+    given = tuple(a.unsqueeze(-1) if isinstance(a, torch.Tensor) and a.dim() == 1 else a for a in args)
+    with members_first():
+        value, aux = call_swapped(swaps, loss, *given)
+    if not isinstance(aux, dict) or any(not isinstance(v, torch.Tensor) or v.shape != (members, 1)
+                                        for v in (value, *aux.values())):
+        return None
+    return value.squeeze(-1), {k: v.squeeze(-1) for k, v in aux.items()}
 
 
 def _in_dim(arg: Any) -> Any:
@@ -337,10 +318,6 @@ def _in_dim(arg: Any) -> Any:
         dims = [_in_dim(a) for a in arg]
         return type(arg)(*dims) if hasattr(arg, "_fields") else tuple(dims)
     return None
-
-
-def _never(*_: Any) -> Any:
-    raise ValueError("vmap's only")
 
 
 def _row(value: Any, m: int) -> Any:
