@@ -65,28 +65,11 @@ def run_job(cfg: DictConfig, run_dir: Path, job_num: int, overrides: list[str],
     stop)."""
     from rlcli.run import lock as run_lock
 
-    shown = " ".join(o for o in overrides if not o.startswith(("sweep.trial", "resume=", "hydra.")))
+    record, trainer = open_job(cfg, run_dir, job_num, overrides, test_hook_factory)
+    if trainer is None:
+        return record
+    shown = shown_overrides(overrides)
     try:
-        run_lock.acquire(run_dir)
-    except ConfigError as error:  # another process runs this job: leave its directory alone
-        _say(f"[job {job_num}] {shown}: {error}")
-        return {"job": job_num, "overrides": list(overrides), "status": "failed", "error": str(error)}
-    try:
-        return _run_locked_job(cfg, run_dir, job_num, overrides, shown, test_hook_factory, may_train)
-    finally:
-        run_lock.release(run_dir)
-
-
-def _run_locked_job(cfg: DictConfig, run_dir: Path, job_num: int, overrides: list[str], shown: str,
-                    test_hook_factory: Callable[[DictConfig], Any] | None,
-                    may_train: Callable[[Any], bool] | None = None) -> dict[str, Any]:
-    job_started = time.perf_counter()
-    record = start_record(cfg, run_dir, job_num, overrides, shown)
-    if record["status"] in DONE:
-        return record  # finished before: skipped
-    trainer = None
-    try:
-        trainer = job_trainer(cfg, run_dir, job_num, overrides, job_started, test_hook_factory)
         if may_train is not None and not may_train(trainer.signals):  # the sweep was stopped while it set up
             trainer.close()
             record.update(status="interrupted", error="stopped before training began", ended=time.time())
@@ -95,7 +78,42 @@ def _run_locked_job(cfg: DictConfig, run_dir: Path, job_num: int, overrides: lis
         trainer.run()
     except BaseException as error:
         return end_record(record, run_dir, job_num, shown, error=error)
-    return end_record(record, run_dir, job_num, shown, trainer=trainer)
+    else:
+        return end_record(record, run_dir, job_num, shown, trainer=trainer)
+    finally:
+        run_lock.release(run_dir)
+
+
+def open_job(cfg: DictConfig, run_dir: Path, job_num: int, overrides: list[str],
+             test_hook_factory: Callable[[DictConfig], Any] | None = None) -> tuple[dict[str, Any], Any]:
+    """A job's run dir locked, its `running` record written and its trainer built (or resumed): (record, trainer),
+    the caller then releasing the lock. The trainer is None where the job ends here, its lock released: another
+    process runs it, it is done already (resume=auto), or it failed to build; the record says which."""
+    from rlcli.run import lock as run_lock
+
+    job_started, shown = time.perf_counter(), shown_overrides(overrides)
+    try:
+        run_lock.acquire(run_dir)
+    except ConfigError as error:  # another process runs this job: leave its directory alone
+        _say(f"[job {job_num}] {shown}: {error}")
+        return {"job": job_num, "overrides": list(overrides), "status": "failed", "error": str(error)}, None
+    trainer = None
+    try:
+        record = start_record(cfg, run_dir, job_num, overrides, shown)
+        if record["status"] not in DONE:  # else finished before: skipped
+            try:
+                trainer = job_trainer(cfg, run_dir, job_num, overrides, job_started, test_hook_factory)
+            except BaseException as error:
+                record = end_record(record, run_dir, job_num, shown, error=error)
+    finally:
+        if trainer is None:
+            run_lock.release(run_dir)
+    return record, trainer
+
+
+def shown_overrides(overrides: list[str]) -> str:
+    """A job's overrides as its lines show them (without the sweep's bookkeeping)."""
+    return " ".join(o for o in overrides if not o.startswith(("sweep.trial", "resume=", "hydra.")))
 
 
 def start_record(cfg: DictConfig, run_dir: Path, job_num: int, overrides: list[str], shown: str) -> dict[str, Any]:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import copy
 import signal
 import sys
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -20,7 +19,6 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from rlcli.registry import ConfigError
-from rlcli.run import lock as run_lock
 from rlcli.run.stop import stopped_during_start_up
 from rlcli.sweeps import worker_processes
 from rlcli.sweeps.population import workers
@@ -283,31 +281,18 @@ def run_population(hydra_context: Any, configs: list[DictConfig]) -> tuple[list[
 
 def _prepare_member(cfg: DictConfig) -> Any:
     """Hydra's task function for one job: its run dir locked, its record written, its components built (or
-    resumed). Returns the Member, or the job's final record when it is already done or failed to build."""
+    resumed), as a single job's (sweeps/jobs.open_job). Returns the Member, or the job's final record when it is
+    already done or failed to build."""
     from hydra.core.hydra_config import HydraConfig
 
-    from rlcli.sweeps.jobs import end_record, job_trainer, start_record
+    from rlcli.sweeps.jobs import open_job, shown_overrides
     from rlcli.sweeps.population.members import Member
     from rlcli.sweeps.tuning import trial_reporter
 
-    hydra_cfg = HydraConfig.get()
-    run_dir, job_num = Path(hydra_cfg.runtime.output_dir), int(hydra_cfg.job.num)
-    overrides = list(hydra_cfg.overrides.task)
-    shown = " ".join(o for o in overrides if not o.startswith(("sweep.trial", "resume=", "hydra.")))
-    try:
-        run_lock.acquire(run_dir)
-    except ConfigError as error:  # another process runs this job: its directory is left alone
-        return {"job": job_num, "overrides": overrides, "status": "failed", "error": str(error)}
-    record = start_record(cfg, run_dir, job_num, overrides, shown)
-    if record["status"] != "running":
-        run_lock.release(run_dir)
-        return record
-    try:
-        trainer = job_trainer(cfg, run_dir, job_num, overrides, time.perf_counter(), trial_reporter)
-    except Exception as error:
-        run_lock.release(run_dir)
-        return end_record(record, run_dir, job_num, shown, error=error)
-    return Member(trainer, run_dir, job_num, shown, record)
+    job = HydraConfig.get()
+    run_dir, job_num, overrides = Path(job.runtime.output_dir), int(job.job.num), list(job.overrides.task)
+    record, trainer = open_job(cfg, run_dir, job_num, overrides, trial_reporter)
+    return record if trainer is None else Member(trainer, run_dir, job_num, shown_overrides(overrides), record)
 
 
 def _batched_update(members: list[Any]) -> Any:
