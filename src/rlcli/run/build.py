@@ -211,6 +211,9 @@ def check_config(cfg: DictConfig) -> None:
         raise ConfigError(f"env.critic_state=true gives the centralized critic of algo=mappo (its value network alone "
                           f"reads the global state); algo={algo_name}'s networks, its policy too, would all read it: "
                           "use env.critic_state=false (independent learners: IQL, ISAC, IDDPG)")
+    if cfg.env.get("joint") is False and any(kind.startswith("Joint") for kind in spec.action_spaces):
+        raise ConfigError(f"algo={algo_name} learns from a team's joint transitions, and env.joint=false gives one row "
+                          f"per agent: use env.joint=true, as conf/algo/{algo_name}.yaml sets")
     network_name = cfg.actor.name
     if spec.networks is not None and network_name not in spec.networks:
         raise ConfigError(f"algo={algo_name} does not support actor={network_name} yet; "
