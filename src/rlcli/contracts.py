@@ -120,6 +120,14 @@ class ActOutput(NamedTuple):
     carry: torch.Tensor | None = None  # recurrent networks: the carry after this step
 
 
+class EvalOutput(NamedTuple):
+    """An actor's reading of a batch's actions: their log-probabilities, the policy's entropy, the values."""
+
+    log_probs: torch.Tensor
+    entropy: torch.Tensor
+    values: torch.Tensor
+
+
 # ------------------------------------------------------------------------------------ storages
 
 

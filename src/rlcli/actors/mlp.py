@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal
 
 import gymnasium as gym
 import numpy as np
@@ -16,17 +16,10 @@ from rlcli.actors.normalizer import RunningNorm
 from rlcli.actors.offpolicy import NetworkRecipe
 from rlcli.actors.per_agent import PerAgentActorCritic, separate_agents, setting_of
 from rlcli.actors.sde import SdeOptions, StateDependentGaussianHead
-from rlcli.contracts import ActOutput, NetworkSpec, RecurrentState
+from rlcli.contracts import ActOutput, EvalOutput, NetworkSpec, RecurrentState
 from rlcli.envs.dict_obs import PackedDict
 from rlcli.registry import ACTORS, ConfigError, require
 from rlcli.services.runtime import DeviceConstants
-
-
-class EvalOutput(NamedTuple):
-    log_probs: torch.Tensor
-    entropy: torch.Tensor
-    values: torch.Tensor
-
 
 PolicyHead = CategoricalHead | GaussianHead | MultiCategoricalHead | BernoulliHead | StateDependentGaussianHead
 

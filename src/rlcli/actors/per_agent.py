@@ -31,7 +31,7 @@ import torch
 from torch import nn
 
 from rlcli.actors.heads import GaussianHead, diag_gaussian_kl
-from rlcli.contracts import ActOutput, RecurrentState
+from rlcli.contracts import ActOutput, EvalOutput, RecurrentState
 from rlcli.envs.multiagent import SeparateAgents
 from rlcli.registry import ConfigError
 
@@ -254,9 +254,7 @@ class PerAgentActorCritic(nn.Module):
     def value(self, obs: torch.Tensor, state: RecurrentState | None = None) -> torch.Tensor:
         return pick([member.value(obs) for member in self._copies()], self.agent_of(obs))  # type: ignore[no-any-return]
 
-    def evaluate(self, obs: torch.Tensor, actions: torch.Tensor, action_mask: torch.Tensor | None = None) -> Any:
-        from rlcli.actors.mlp import EvalOutput
-
+    def evaluate(self, obs: torch.Tensor, actions: torch.Tensor, action_mask: torch.Tensor | None = None) -> EvalOutput:
         params, values = self.policy_and_values(obs, action_mask)
         head = self.head
         return EvalOutput(head.log_prob(params, actions), head.entropy(params), values)

@@ -22,10 +22,10 @@ import torch
 from torch import nn
 
 from rlcli.actors.layers import Activation, mlp, orthogonal_init
-from rlcli.actors.mlp import EvalOutput, action_conversions, policy_head
+from rlcli.actors.mlp import action_conversions, policy_head
 from rlcli.actors.normalizer import RunningNorm
 from rlcli.actors.per_agent import refuse_separate
-from rlcli.contracts import ActOutput, NetworkSpec, RecurrentState
+from rlcli.contracts import ActOutput, EvalOutput, NetworkSpec, RecurrentState
 from rlcli.registry import ACTORS, ConfigError, require
 
 

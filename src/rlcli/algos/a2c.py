@@ -12,7 +12,6 @@ from rlcli.actors.sde import NoiseResampling, head_noise
 from rlcli.algos.addons import PolicyAddon
 from rlcli.algos.base import (
     Decay,
-    OneStepUpdate,
     adam,
     check_common,
     explained_variance,
@@ -21,6 +20,7 @@ from rlcli.algos.base import (
 )
 from rlcli.algos.loss_step import LossStep
 from rlcli.algos.losses import policy_gradient_terms, squared_value_loss
+from rlcli.algos.one_step import OneStepUpdate
 from rlcli.algos.optim import RMSprop
 from rlcli.batches import RolloutBatch
 from rlcli.contracts import ON_POLICY_ACTIONS, ActOutput, AlgoSpec, RecurrentState, RolloutStorage

@@ -17,7 +17,6 @@ from rlcli.actors.mlp import ActorCritic
 from rlcli.algos.addons import PolicyAddon
 from rlcli.algos.base import (
     Decay,
-    OneStepUpdate,
     adam,
     check_common,
     explained_variance,
@@ -26,6 +25,7 @@ from rlcli.algos.base import (
 )
 from rlcli.algos.loss_step import LossStep
 from rlcli.algos.losses import policy_gradient_terms, squared_value_loss
+from rlcli.algos.one_step import OneStepUpdate
 from rlcli.batches import RolloutBatch
 from rlcli.contracts import ON_POLICY_ACTIONS, ActOutput, AlgoSpec, RecurrentState, RolloutStorage
 from rlcli.registry import ALGOS

@@ -24,6 +24,7 @@ from os import PathLike
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from rlcli.entry.api_errors import InvalidType, InvalidValue, NotFound, RlcliError
 from rlcli.run.callbacks import Callback
 
 if TYPE_CHECKING:
@@ -35,24 +36,6 @@ LoadWhich = Literal["best", "last"] | int
 # env= of train / load / evaluate: an env config name or gymnasium id, a function that makes an env, an env instance
 # or a gymnasium VectorEnv (Any: gymnasium is imported only when one is given)
 EnvSource = str | Callable[..., Any] | Any
-
-
-class RlcliError(Exception):
-    """Bad input (a config value, a path, a checkpoint) or a run that failed; the message is one line saying what is
-    wrong and what would work, as rl-train and rl-eval print it."""
-
-
-class InvalidValue(RlcliError, ValueError):
-    """A value rlcli cannot use (a NaN observation, a section given as a number): an RlcliError and a ValueError, so
-    either `except` catches it."""
-
-
-class InvalidType(RlcliError, TypeError):
-    """An argument of the wrong kind (a number for a path, a path for a Policy): an RlcliError and a TypeError."""
-
-
-class NotFound(RlcliError, FileNotFoundError):
-    """No run directory or checkpoint file at the path given: an RlcliError and a FileNotFoundError."""
 
 
 # ------------------------------------------------------------------------------------------------ train

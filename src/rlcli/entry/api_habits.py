@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from rlcli.entry.api import InvalidType, InvalidValue, NotFound, RlcliError
+from rlcli.entry.api_errors import InvalidType, InvalidValue, NotFound, RlcliError
 
 _SB3_NAMES = {"learning_rate": "lr"}  # SB3's keyword -> rlcli's algo key, where the names differ
 
