@@ -2,6 +2,7 @@
 (rlcli/sweeps/population/lockstep.py)."""
 
 import copy
+import json
 from typing import Any
 
 import numpy
@@ -168,3 +169,44 @@ def test_a_dqn_population_sweep_writes_what_the_basic_launcher_writes(algo, tmp_
     evaluated = __import__("subprocess").run([str(RL_TRAIN.parent / "rl-eval"), str(tmp_path / "pop" / "1"),
                                               "episodes=2"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert evaluated.returncode == 0, evaluated.stderr
+
+
+# the joint-mode multi-agent algorithms: a team's transitions, agents as a batch axis of one network (or stacked
+# copies, env.share_params=false), the same runner-written step as DQN's and SAC's, so the same population
+JOINT = {"vdn": ["algo=vdn", "env=coop_match"], "qmix": ["algo=qmix", "env=coop_match"],
+         "qmix-separate": ["algo=qmix", "env=coop_match", "env.share_params=false"],
+         "masac": ["algo=masac", "env=coop_reach"], "maddpg": ["algo=maddpg", "env=coop_reach"]}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("algo", list(JOINT))
+def test_a_joint_multiagent_population_sweep_writes_what_the_basic_launcher_writes(algo, tmp_path):
+    tiny = ["train.num_envs=2", "train.test_every=384", "train.test_episodes=2", "train.stop_reward=null",
+            "log.tensorboard=false", "log.console=false", "algo.learning_starts=64", "algo.batch_size=32",
+            "algo.train_freq=4", "algo.gradient_steps=2", "actor.hidden_sizes=[32,32]"]
+    args = ["-m", *tiny, *JOINT[algo], "seed=0,1", "algo.lr=1e-3,3e-4", "train.total_steps=384"]
+    population = run(*args, "hydra/launcher=population", "hydra.launcher.n_jobs=1", "hydra.sweep.dir=pop", cwd=tmp_path)
+    assert population.returncode == 0, population.stderr[-3000:]
+    assert "cannot train in a population" not in population.stdout + population.stderr
+    basic = run(*args, "hydra.sweep.dir=basic", cwd=tmp_path)
+    assert basic.returncode == 0, basic.stderr[-3000:]
+    for job in map(str, range(4)):
+        pop, bas = tmp_path / "pop" / job, tmp_path / "basic" / job
+        assert "members" in (pop / "train.log").read_text().split("time: ")[-1]  # it trained in the population
+        a, b = final(pop), final(bas)
+        assert a["state"]["env_steps"] == b["state"]["env_steps"] == 384
+        assert a["algo"]["gradient_updates"] == b["algo"]["gradient_updates"] > 0
+        nets_a, nets_b = a["algo"]["networks"], b["algo"]["networks"]
+        assert all(torch.allclose(nets_a[k], nets_b[k], atol=1e-4) for k in nets_a), job
+        acted, alone = numpy.asarray(a["buffer"]["actions"]), numpy.asarray(b["buffer"]["actions"])
+        tests = [[json.loads(line) for line in (run_dir / "eval.jsonl").read_text().splitlines()]
+                 for run_dir in (pop, bas)]
+        assert [t["env_steps"] for t in tests[0]] == [t["env_steps"] for t in tests[1]] == [384]
+        if "coop_match" in JOINT[algo][1]:  # Discrete: the same actions and test episodes, bit for bit
+            assert numpy.array_equal(acted, alone)
+            assert [(t["returns"], t["agent_returns"]) for t in tests[0]] == \
+                   [(t["returns"], t["agent_returns"]) for t in tests[1]]
+        else:  # Box: the actions of weights equal to float tolerance
+            assert numpy.allclose(acted, alone, atol=1e-4)
+            for ours, theirs in zip(*tests, strict=True):
+                assert ours["returns"] == pytest.approx(theirs["returns"], abs=1e-3)
