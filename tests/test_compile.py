@@ -134,7 +134,7 @@ DQN_ARGS = ["env=CartPole-v1", "train.total_steps=2048", "algo.learning_starts=5
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("algo", ["dqn", "qrdqn", "c51"])
+@pytest.mark.parametrize("algo", ["dqn", "qrdqn", "c51", "vdn", "qmix"])
 def test_compiled_dqn_steps_match_eager_steps_from_the_same_state(algo, tmp_path):
     """The target network is read, not trained: only the optimizer's parameters go through the compiled step.
     QR-DQN and C51 compile through DQN's step over their own transition_loss. A 2k-step run takes as many
@@ -144,7 +144,9 @@ def test_compiled_dqn_steps_match_eager_steps_from_the_same_state(algo, tmp_path
     rounding, CPU-dependently: eager_and_compiled_copies.) A wrong clip or bias correction moves weights by
     many steps."""
     kept: list = []
-    eager, compiled = eager_and_compiled(tmp_path, [f"algo={algo}", *DQN_ARGS], keep=kept)
+    env = ["env=coop_match"] if algo in ("vdn", "qmix") else []  # many agents' joint transitions (their mixer)
+    args = [a for a in DQN_ARGS if not (env and a.startswith("env="))]
+    eager, compiled = eager_and_compiled(tmp_path, [f"algo={algo}", *args, *env], keep=kept)
     assert compile_enabled(compiled) and compiled.gradient_updates == eager.gradient_updates > 0
     buffer = kept[0].buffer
     one, other = eager_and_compiled_copies(eager)
@@ -287,7 +289,7 @@ ACTOR_CRITIC_ARGS = ["env=Pendulum-v1", "train.total_steps=600", "algo.learning_
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("algo", ["sac", "td3", "sac-gsde"])
+@pytest.mark.parametrize("algo", ["sac", "td3", "sac-gsde", "masac", "maddpg"])
 def test_compiled_actor_critic_steps_match_eager(algo, tmp_path):
     """Two compiled steps (critics, then the policy through the critics just stepped), with the policy's noise
     drawn outside the graphs from the run's stream: the same draws as the eager run, so after 200 gradient steps
@@ -295,7 +297,9 @@ def test_compiled_actor_critic_steps_match_eager(algo, tmp_path):
     Longer runs drift apart as any two float orders do (SAC's policy: 3e-3 after 800 steps, as the actions taken
     and so the data move), so the comparison stops where a wrong clip, formula or draw would still show."""
     gsde = ["algo.use_sde=true"] if algo.endswith("-gsde") else []  # the matrix is the noise (measured: 5e-7)
-    eager, compiled = eager_and_compiled(tmp_path, [f"algo={algo.removesuffix('-gsde')}", *gsde, *ACTOR_CRITIC_ARGS])
+    env = ["env=coop_reach"] if algo.startswith("ma") else []  # many agents: the centralized critic
+    args = [a for a in ACTOR_CRITIC_ARGS if not (env and a.startswith("env="))]
+    eager, compiled = eager_and_compiled(tmp_path, [f"algo={algo.removesuffix('-gsde')}", *gsde, *args, *env])
     assert compile_enabled(compiled) and all(step.compile_seconds is not None for step in loss_steps(compiled))
     assert compiled.gradient_updates == eager.gradient_updates > 0
     for (name, a), b in zip(eager.networks.state_dict().items(), compiled.networks.state_dict().values(), strict=True):

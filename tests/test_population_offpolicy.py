@@ -175,7 +175,9 @@ def test_a_dqn_population_sweep_writes_what_the_basic_launcher_writes(algo, tmp_
 # copies, env.share_params=false), the same runner-written step as DQN's and SAC's, so the same population
 JOINT = {"vdn": ["algo=vdn", "env=coop_match"], "qmix": ["algo=qmix", "env=coop_match"],
          "qmix-separate": ["algo=qmix", "env=coop_match", "env.share_params=false"],
-         "masac": ["algo=masac", "env=coop_reach"], "maddpg": ["algo=maddpg", "env=coop_reach"]}
+         "masac": ["algo=masac", "env=coop_reach"], "maddpg": ["algo=maddpg", "env=coop_reach"],
+         # compile=true: each loss step of all members one compiled graph, as compiled single runs
+         "qmix-compiled": ["algo=qmix", "env=coop_match", "compile=true"]}
 
 
 @pytest.mark.slow

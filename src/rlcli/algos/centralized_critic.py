@@ -34,7 +34,7 @@ from rlcli.registry import ALGOS, ConfigError, require
 
 # Anything but joint continuous actions reaches the constructor, which says in one line what to use
 CENTRALIZED = AlgoSpec(on_policy=False, action_spaces=("JointBox", "JointActions", "Box", "Discrete", "MultiDiscrete"),
-                       networks=("mlp",), population="lockstep")
+                       networks=("mlp",), population="lockstep", compiles=True)
 
 
 def joint_box(action_space: gym.spaces.Space[Any], name: str) -> JointBox:

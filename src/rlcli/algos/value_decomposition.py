@@ -34,7 +34,7 @@ from rlcli.registry import ALGOS, ConfigError, require
 
 # Anything but joint actions reaches the constructor, which says in one line what to use (env.joint=true)
 JOINT = AlgoSpec(on_policy=False, action_spaces=("JointActions", "JointBox", "Discrete", "MultiDiscrete", "Box"),
-                 networks=("mlp",), population="lockstep")
+                 networks=("mlp",), population="lockstep", compiles=True)
 
 
 class TeamQ(nn.Module):
