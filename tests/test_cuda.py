@@ -67,6 +67,9 @@ RUNS = {
     "qmix": ["algo=qmix", "env=coop_match", *OFF],
     "masac": ["algo=masac", "env=coop_reach", *OFF],
     "maddpg": ["algo=maddpg", "env=coop_reach", *OFF],
+    # their compiled steps (captured as CUDA graphs on a GPU, as SAC's are)
+    "qmix-compiled": ["algo=qmix", "env=coop_match", "compile=true", *OFF],
+    "masac-compiled": ["algo=masac", "env=coop_reach", "compile=true", *OFF],
 }
 
 
