@@ -61,7 +61,7 @@ def _one_members_shapes_only(target, mask, prediction, coef):
 def _members_loss(loss):
     """The population's eager loss as lockstep.py builds it (no layers to swap here): the loss on the stacked rows,
     checked at its first call against vmap's, with the gradients with respect to the prediction."""
-    return CheckedFastPath(partial(_rows_loss, loss, [], 4))
+    return CheckedFastPath(partial(_rows_loss, loss, [], 4), shape_errors=(RuntimeError, IndexError, ValueError))
 
 
 def test_a_loss_of_per_member_means_runs_on_the_stacked_rows_with_vmaps_numbers():
@@ -113,3 +113,23 @@ def test_the_check_compares_gradients_too():
     members_loss = CheckedFastPath(partial(_rows_loss, detached_inside, [], 4))
     members_loss(partial(vmapped, *args), partial(same_losses, inputs=args[2:3]), *args)
     assert members_loss.fast is None
+
+
+def test_a_fast_way_that_fails_is_vmaps_only_where_its_errors_say_so():
+    """Acting takes no shape errors: a fast way that raises is a fault, raised (not a silent slowdown); a checked fast
+    way that no longer applies (None) hands over to vmap for good."""
+    def broken(x):
+        raise RuntimeError("a broken stand-in")
+
+    with pytest.raises(RuntimeError, match="a broken stand-in"):
+        CheckedFastPath(broken)(lambda: 0, same, torch.zeros(1))
+    calls = []
+
+    def applies_once(x):
+        calls.append(1)
+        return x if len(calls) == 1 else None
+
+    path = CheckedFastPath(applies_once)
+    assert torch.equal(path(lambda: torch.ones(1), same, torch.ones(1)), torch.ones(1)) and path.fast is not None
+    assert torch.equal(path(lambda: torch.full((1,), 2.0), same, torch.ones(1)), torch.full((1,), 2.0))
+    assert path.fast is None

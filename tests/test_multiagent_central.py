@@ -168,7 +168,8 @@ def test_the_centralized_critics_learn_the_cooperative_toy(algo, tmp_path):
     (["algo=masac", "env=coop_match"],
      "algo=masac takes continuous (Box) actions; this env's agents act with Discrete ones"),
     (["algo=maddpg", "env=coop_reach", "env.joint=false"],
-     "algo=maddpg learns from a team's joint transitions with continuous actions, and this env gives Box"),
+     "algo=maddpg learns from a team's joint transitions, and env.joint=false gives one row per agent: use "
+     "env.joint=true"),
     (["algo=masac", "env=gym", "env.id=Pendulum-v1"],
      "env.joint=true (algo=vdn, qmix, masac, maddpg: a team's joint transitions) needs a multi-agent env; env "
      "Pendulum-v1 has one agent"),

@@ -416,9 +416,14 @@ CROSSQ = ["algo=crossq", "env=Pendulum-v1", "algo.learning_starts=100", "algo.ba
           "algo.renorm_warmup_steps=100"]
 
 
+# many agents' joint transitions: QMIX's team of Q-networks and mixer, each member's target updates and epsilon
+QMIX = ["algo=qmix", "env=coop_match", "algo.learning_starts=300", "algo.batch_size=32", "algo.train_freq=4",
+        "algo.gradient_steps=2", "algo.target_update_interval=200", "actor.hidden_sizes=[32,32]"]
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("family", [PPO, [*PPO, "compile=true"], ALGOS["pqn"], DQN, SAC, TD3, CROSSQ],
-                         ids=["ppo", "ppo-compiled", "pqn", "dqn", "sac", "td3", "crossq"])
+@pytest.mark.parametrize("family", [PPO, [*PPO, "compile=true"], ALGOS["pqn"], DQN, SAC, TD3, CROSSQ, QMIX],
+                         ids=["ppo", "ppo-compiled", "pqn", "dqn", "sac", "td3", "crossq", "qmix"])
 def test_sigterm_then_resume_auto_is_bit_identical_to_an_uninterrupted_population(tmp_path, family):
     tiny = [a for a in TINY if not (a.startswith("env=") and any(f.startswith("env=") for f in family))]
     # 1,024 steps (2,048 before: the same checks, half the training). The SIGTERM lands after job 1's first checkpoint
@@ -658,6 +663,21 @@ def test_members_with_ray_collectors_run_one_at_a_time_after_a_warning(capsys):
     assert "jobs 3, 3 run one at a time" in said.out + said.err
 
 
+def test_a_declared_kind_without_its_step_is_one_line(monkeypatch):
+    """A plugin algorithm that declares a population kind without the step that kind's update calls is refused in
+    one line (which the launcher turns into its warning, the jobs then run one at a time), not a traceback at its
+    first update."""
+    import rlcli.sweeps.population.lockstep as lockstep
+
+    class DeclaresOnly:
+        networks = torch.nn.Linear(2, 2)
+
+    for kind, missing in (("on_policy", "_update, act_on"), ("lockstep", "_gradient_step")):
+        monkeypatch.setattr(lockstep, "declared_kind", lambda algo, kind=kind: kind)
+        with pytest.raises(ConfigError, match=rf"^DeclaresOnly declares population='{kind}' but has no {missing} "):
+            population_update([DeclaresOnly(), DeclaresOnly()], [None, None])
+
+
 def test_the_declared_population_kinds_are_what_batches_and_everything_else_is_refused():
     """`AlgoSpec.population` is where the lists of what can batch come from, so it must not drift from the code:
     every built-in algorithm that declares a kind, built with its defaults, has the shape its kind's update calls
@@ -666,7 +686,7 @@ def test_the_declared_population_kinds_are_what_batches_and_everything_else_is_r
     from rlcli.registry import ALGOS
     from rlcli.sweeps.population.catalog import can_batch
 
-    steps = {"on_policy": "_update", "lockstep": "_gradient_step"}  # the step each kind's update calls
+    steps = {"on_policy": ("_update", "act_on"), "lockstep": ("_gradient_step",)}  # what each kind's update calls
     built_in = [n for n in ALGOS.names() if ALGOS.get(n).__module__.startswith("rlcli.")]
     declared = [n for n in built_in if ALGOS.spec(n).population is not None]
     assert can_batch() == f"{', '.join(declared[:-1])} and {declared[-1]}"
@@ -682,7 +702,7 @@ def test_the_declared_population_kinds_are_what_batches_and_everything_else_is_r
             with pytest.raises(ConfigError, match=f"cannot train in a population yet: {re.escape(can_batch())} can"):
                 population_update([c.algo for c in runs], [c.buffer for c in runs])
             continue
-        assert callable(getattr(runs[0].algo, steps[spec.population], None)), name
+        assert all(callable(getattr(runs[0].algo, step, None)) for step in steps[spec.population]), name
         refuses = getattr(runs[0].algo, "population_refusal", lambda: None)
         refusal = refuses()  # a default the kind cannot batch (ddpg: episodic collects)
         if refusal is not None:

@@ -175,9 +175,13 @@ def test_a_dqn_population_sweep_writes_what_the_basic_launcher_writes(algo, tmp_
 # copies, env.share_params=false), the same runner-written step as DQN's and SAC's, so the same population
 JOINT = {"vdn": ["algo=vdn", "env=coop_match"], "qmix": ["algo=qmix", "env=coop_match"],
          "qmix-separate": ["algo=qmix", "env=coop_match", "env.share_params=false"],
+         "vdn-leaving": ["algo=vdn", "env=coop_match", "+env.kwargs.leave_at=5"],  # agent_1 ends before its team
          "masac": ["algo=masac", "env=coop_reach"], "maddpg": ["algo=maddpg", "env=coop_reach"],
          # compile=true: each loss step of all members one compiled graph, as compiled single runs
          "qmix-compiled": ["algo=qmix", "env=coop_match", "compile=true"]}
+# what the members differ in besides the seed: a setting each reads per member
+DIFFER = {"vdn": "algo.target_update_interval=64,128", "qmix": "algo.exploration_final_eps=0.05,0.3",
+          "masac": "algo.target_entropy=-1,-3", "maddpg": "algo.noise_std=0.1,0.3"}
 
 
 @pytest.mark.slow
@@ -186,7 +190,8 @@ def test_a_joint_multiagent_population_sweep_writes_what_the_basic_launcher_writ
     tiny = ["train.num_envs=2", "train.test_every=384", "train.test_episodes=2", "train.stop_reward=null",
             "log.tensorboard=false", "log.console=false", "algo.learning_starts=64", "algo.batch_size=32",
             "algo.train_freq=4", "algo.gradient_steps=2", "actor.hidden_sizes=[32,32]"]
-    args = ["-m", *tiny, *JOINT[algo], "seed=0,1", "algo.lr=1e-3,3e-4", "train.total_steps=384"]
+    differ = DIFFER[JOINT[algo][0].removeprefix("algo=")]
+    args = ["-m", *tiny, *JOINT[algo], "seed=0,1", differ, "algo.lr=1e-3", "train.total_steps=384"]
     population = run(*args, "hydra/launcher=population", "hydra.launcher.n_jobs=1", "hydra.sweep.dir=pop", cwd=tmp_path)
     assert population.returncode == 0, population.stderr[-3000:]
     assert "cannot train in a population" not in population.stdout + population.stderr
@@ -212,3 +217,25 @@ def test_a_joint_multiagent_population_sweep_writes_what_the_basic_launcher_writ
             assert numpy.allclose(acted, alone, atol=1e-4)
             for ours, theirs in zip(*tests, strict=True):
                 assert ours["returns"] == pytest.approx(theirs["returns"], abs=1e-3)
+
+
+def test_masac_members_count_an_agent_that_left_at_their_own_target_entropy():
+    """MASAC's temperature step counts an agent that has left (its active flag 0) at its share of the target entropy:
+    each member's own target (they may differ in it), not the first member's. Half the stored rows have agent_1 gone."""
+    def filled(*more: str):
+        components, _ = prepare(compose_config(["algo=masac", "env=coop_reach", "train.num_envs=4",
+                                                "log.tensorboard=false", "log.console=false", "algo.batch_size=32",
+                                                "algo.learning_starts=64", "algo.gradient_steps=2",
+                                                "actor.hidden_sizes=[32,32]", *more]))
+        for _ in range(8):
+            components.collector.collect(components.learner, random_actions=True)
+        layout, stored = components.algo.layout, len(components.buffer)
+        with torch.no_grad():
+            components.buffer.obs[:stored:2, 1, layout.agent_size] = 0.0  # agent_1 left in every other transition
+        return components, torch.get_rng_state()
+
+    members = [filled("seed=0", "algo.target_entropy=-1"), filled("seed=0", "algo.target_entropy=-3")]
+    clock = RunClock(128, 1024, 16)
+    population, singles = assert_first_update_is_each_single_runs(members, [clock, clock])
+    alphas = [float(c.algo.networks.log_alpha) for c, _ in members]
+    assert alphas[0] != alphas[1]  # the same seed and data: only the targets differ, and they reached the temperature

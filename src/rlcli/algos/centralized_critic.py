@@ -26,6 +26,7 @@ import torch
 from torch import nn
 
 from rlcli.actors.offpolicy import Critics, DeterministicPolicy, NetworkRecipe, SquashedGaussianPolicy
+from rlcli.algos.runner import Runner
 from rlcli.algos.sac import SAC
 from rlcli.algos.td3 import DDPG, explored
 from rlcli.contracts import ActOutput, AlgoSpec, RecurrentState
@@ -147,14 +148,16 @@ class MASAC(SAC):
     def random_actions(self, n: int) -> torch.Tensor:
         return super().random_actions(n).view(n, self.layout.n_agents, self.layout.action_dim)
 
-    def actor_loss(self, obs: torch.Tensor, alpha: torch.Tensor,
-                   noise: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """SAC's policy loss. The log-probs it hands the temperature's step (and the logged entropy) count each
-        inactive agent as meeting its share of the target entropy, so that the temperature tunes each active agent's
-        entropy toward target_entropy / agents (minus its action's size, by default) however many are left."""
-        loss, log_probs = super().actor_loss(obs, alpha, noise)
+    def entropy_log_probs(self, run: Runner, log_probs: torch.Tensor, obs: torch.Tensor) -> torch.Tensor:
+        """The log-probs the temperature's step (and the logged entropy) read count each inactive agent as meeting
+        its share of the target entropy, so that the temperature tunes each active agent's entropy toward
+        target_entropy / agents (minus its action's size, by default) however many are left. The target is each
+        member's own in a population (run.read: [members], over its rows)."""
         inactive = (1.0 - active_flags(obs, self.layout)).sum(-1)
-        return loss, log_probs - self.temperature.target_entropy * inactive / self.layout.n_agents
+        target = run.read(self.temperature.target)
+        if isinstance(target, torch.Tensor):
+            target = target.unsqueeze(-1)
+        return log_probs - target * inactive / self.layout.n_agents
 
 
 @ALGOS.register("maddpg", spec=CENTRALIZED)

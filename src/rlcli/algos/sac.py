@@ -203,9 +203,15 @@ class SAC(BoxActorCritic):
         next_noise, noise = run.draw(lambda: net.policy.gradient_step_draws(rows, device))
         critic_loss, errors = run(self.critic_train_step, batch, alpha, next_noise)
         policy_loss, log_probs = run(self.policy_train_step, batch.obs, alpha, noise)
+        log_probs = self.entropy_log_probs(run, log_probs, batch.obs)
         self.temperature_and_targets(run, log_probs)
         return errors, {"value_loss": critic_loss.detach(), "policy_loss": policy_loss.detach(), "alpha": alpha,
                         "entropy": -run.mean(log_probs)}
+
+    def entropy_log_probs(self, run: Runner, log_probs: torch.Tensor, obs: torch.Tensor) -> torch.Tensor:
+        """The policy's log-probs as the temperature's step and the logged entropy read them (MASAC counts an agent
+        that has left at its share of the target)."""
+        return log_probs
 
     def temperature_and_targets(self, run: Runner, log_probs: torch.Tensor) -> None:
         """After the policy's step: the temperature's step where it learns, then the target critics' update where

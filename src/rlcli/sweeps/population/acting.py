@@ -79,10 +79,13 @@ class _MembersLayerNorm(nn.Module):
 
 class CheckedFastPath:
     """vmap's results for all members by a faster way, kept only where its first call agrees with vmap's bit for bit
-    (the module docstring): `fast(*args)`, or None (or an error) where it does not apply, against `slow()`."""
+    (the module docstring): `fast(*args)`, or None where it does not apply, against `slow()`. `shape_errors`: the
+    errors that say, at the first call only, that `fast` does not apply (a loss written for one member's shapes);
+    any other, or one later, is raised."""
 
-    def __init__(self, fast: Callable[..., Any] | None) -> None:
+    def __init__(self, fast: Callable[..., Any] | None, shape_errors: tuple[type[Exception], ...] = ()) -> None:
         self.fast = fast  # None: vmap's, always
+        self.shape_errors = shape_errors
         self.checked = False
 
     def __call__(self, slow: Callable[[], Any], same: Callable[[Any, Any], bool], *args: Any) -> Any:
@@ -96,8 +99,8 @@ class CheckedFastPath:
             return slow()
         try:
             out = self.fast(*args)
-        except (RuntimeError, IndexError, ValueError):  # code written for one member's shapes only: vmap's (a real
-            out = None  # fault shows again under vmap, just below)
+        except self.shape_errors:  # code written for one member's shapes only: vmap's (a real fault in it shows
+            out = None  # again under vmap, just below)
         expected, self.checked = slow(), True
         if out is None or not same(out, expected):
             self.fast = None

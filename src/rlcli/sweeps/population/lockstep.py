@@ -77,9 +77,13 @@ def population_update(algos: Sequence[Any], storages: Sequence[Any]) -> Lockstep
     classes = {type(a) for a in algos}
     if len(classes) > 1:
         raise ConfigError(f"the members run different algorithms ({sorted(k.__name__ for k in classes)})")
-    kind = declared_kind(algos[0])
+    kind, name = declared_kind(algos[0]), type(algos[0]).__name__
     if kind is None:
-        raise ConfigError(f"{type(algos[0]).__name__} cannot train in a population yet: {can_batch()} can")
+        raise ConfigError(f"{name} cannot train in a population yet: {can_batch()} can")
+    steps = ("_update", "act_on") if kind == "on_policy" else ("_gradient_step",)  # what the kind's update calls
+    if missing := [step for step in steps if not callable(getattr(algos[0], step, None))]:
+        raise ConfigError(f"{name} declares population={kind!r} but has no {', '.join(missing)} (algos/runner.py): "
+                          f"it cannot train in a population yet; {can_batch(kind)} can")
     return LockstepPopulation(algos, storages, kind)
 
 
@@ -194,7 +198,8 @@ class LockstepPopulation:
         if key not in self.direct:
             swaps = None if step.updates_buffers else members_swaps(algo.networks, self.params)
             self.direct[key] = CheckedFastPath(None if swaps is None else
-                                               partial(_rows_loss, step.loss, swaps, len(self.algos)))
+                                               partial(_rows_loss, step.loss, swaps, len(self.algos)),
+                                               shape_errors=(RuntimeError, IndexError, ValueError))
         trained = tuple(params[name] for name in self.steps[attr])
         vmapped = partial(self.members_loss(algo, attr, args), params, self.buffers, *args)
         out: tuple[torch.Tensor, Any] = self.direct[key](vmapped, partial(same_losses, inputs=trained), *args)
