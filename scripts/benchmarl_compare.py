@@ -11,8 +11,8 @@ on the same machine, budget, network sizes and settings, over seeds. docs/result
     python scripts/benchmarl_compare.py --quick --algos qmix vdn iql --bm-python /tmp/bm-venv/bin/python
     nice -n 5 python scripts/benchmarl_compare.py --work /tmp/bmc_q --team-steps 60000 --seeds 0 1 2 \\
         --algos qmix vdn iql --bm-python /tmp/bm-venv/bin/python                          # QMIX, VDN, IQL
-The last is 18 runs, one at a time: about 45 minutes on this 2-core machine (15 a seed; up to about 70 with the other
-core busier), estimated from the --quick smoke below.
+The last is 18 runs, one at a time: 53 minutes on a 2-core machine whose other core was partly busy (2026-11-29; its
+figures are in docs/results/multiagent.md, last section).
 
 BenchMARL's venv (its own; torch pinned so that pip keeps the CPU build):
     python3 -m venv /tmp/bm-venv && echo torch==2.13.0 > /tmp/bm-constraints.txt
