@@ -253,6 +253,9 @@ def test_vdn_acts_per_agent_epsilon_greedy_and_warms_up_with_joint_random_action
     (["algo=qmix", "env=coop_match", "env.joint=false"],
      "algo=qmix learns from a team's joint transitions, and env.joint=false gives one row per agent: use "
      "env.joint=true, as conf/algo/qmix.yaml sets"),
+    (["algo=mappo", "env=coop_match", "env.joint=true"],
+     "env.joint=true gives a team's joint transitions, which algo=maddpg, masac, qmix, vdn learn from; this run's "
+     "algorithm (ppo) learns from one row per agent: use env.joint=false"),
     # said before the rows' count (8 rows are not whole copies of 3 agents), which would be the next thing to fix
     (["algo=maddpg", "env=simple_spread_v3", "env.kwargs.continuous_actions=true", "env.joint=false"],
      "algo=maddpg learns from a team's joint transitions, and env.joint=false gives one row per agent: use "

@@ -56,8 +56,8 @@ DRAWS_APART = ("ppo", "a2c", "pg", "ppo-cnn", "ppo-shared", "ppo-target-kl", "pp
 OWN_SETTING = {"pqn": "algo.q_lambda=0.3"}
 
 # the declared kinds, as refusals list them
-ALL_BATCHABLE = ("a2c, awac, bc, c51, cql, crossq, ddpg, discrete_cql, dqn, iql, pg, ppo, ppo_kl, pqn, qrdqn, rebrac, "
-                 "sac, td3, td3_bc and tqc")
+ALL_BATCHABLE = ("a2c, awac, bc, c51, cql, crossq, ddpg, discrete_cql, dqn, iql, maddpg, masac, pg, ppo, ppo_kl, pqn, "
+                 "qmix, qrdqn, rebrac, sac, td3, td3_bc, tqc and vdn")
 
 
 def overrides(algo: str, *more: str) -> list[str]:
@@ -351,8 +351,8 @@ def test_what_cannot_batch_runs_one_job_at_a_time_after_a_warning(tmp_path):
               cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
     assert ("population launcher: a recurrent Q-network (actor=gru/lstm) cannot train in a population yet; awac, bc, "
-            "c51, cql, crossq, ddpg, discrete_cql, dqn, iql, qrdqn, rebrac, sac, td3, td3_bc and tqc (MLP or CNN "
-            "networks, buffer=replay, nstep, per, ere or her) without it can"
+            "c51, cql, crossq, ddpg, discrete_cql, dqn, iql, maddpg, masac, qmix, qrdqn, rebrac, sac, td3, td3_bc, tqc "
+            "and vdn (MLP or CNN networks, buffer=replay, nstep, per, ere or her) without it can"
             in out.stderr + out.stdout)
     for job in ("0", "1"):
         assert '"status": "completed"' in (tmp_path / "sw" / job / "status.json").read_text()

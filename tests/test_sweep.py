@@ -95,6 +95,28 @@ def test_bad_sweep_fails_before_any_job(cli, tmp_path, args, expected):
     assert not (tmp_path / "sw").exists()
 
 
+def test_resume_auto_with_another_command_is_one_line_and_leaves_the_sweep_as_it_was(tmp_path):
+    """resume=auto finishes a sweep with the command that started it: another algorithm (or values that renumber the
+    jobs) would have Hydra rewrite each job's saved config and skip completed jobs under the new command's name, so
+    it is refused before anything is written; a changed budget is a resume's to take."""
+    args = ["-m", "algo=vdn", "env=coop_match", "seed=0,1", "train.total_steps=200", "train.test_every=200",
+            "train.test_episodes=2", "log.tensorboard=false", "log.console=false", f"hydra.sweep.dir={tmp_path / 'sw'}"]
+    assert forked_cli.run(args, tmp_path).returncode == 0
+    saved = {p: p.read_bytes() for p in (tmp_path / "sw").rglob("*") if p.is_file()}
+    for changed, job in ((["algo=qmix"], "0"), (["seed=1,0"], "0")):
+        other = [a for a in args if not a.startswith(("algo=", "seed="))] + changed + \
+            (["seed=0,1"] if changed[0].startswith("algo=") else ["algo=vdn"])
+        out = forked_cli.run([*other, "resume=auto"], tmp_path)
+        lines = [line for line in out.stderr.splitlines() if line.strip()]
+        assert out.returncode != 0 and len(lines) == 1, out.stderr[-2000:]
+        assert lines[0].startswith(f"rl-train: error: resume=auto: job {job} of ") and "finish a sweep with the " \
+            "command that started it plus resume=auto" in lines[0], lines[0]
+        assert {p: p.read_bytes() for p in (tmp_path / "sw").rglob("*") if p.is_file()} == saved
+    longer = forked_cli.run([*[a for a in args if not a.startswith("train.total_steps")], "train.total_steps=400",
+                             "resume=auto"], tmp_path)
+    assert longer.returncode == 0 and "already completed, skipped" in longer.stderr, longer.stderr[-2000:]
+
+
 @pytest.mark.slow
 def test_killed_sweep_is_finished_with_resume_auto(tmp_path):
     args = [str(RL_TRAIN), "-m", "seed=0,1,2", "algo.n_steps=16", "algo.batch_size=32", "algo.n_epochs=2",

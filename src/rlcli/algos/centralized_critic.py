@@ -42,8 +42,8 @@ def joint_box(action_space: gym.spaces.Space[Any], name: str) -> JointBox:
     """The joint mode's continuous action space, or a one-line error saying how to get it."""
     if isinstance(action_space, JointActions):
         raise ConfigError(f"algo={name} takes continuous (Box) actions; this env's agents act with Discrete ones: use "
-                          "a continuous version of the env (e.g. env.kwargs.continuous_actions=true), or algo=vdn, "
-                          "qmix")
+                          "an env with continuous actions (env=coop_reach; mpe2's with "
+                          "env.kwargs.continuous_actions=true), or algo=vdn, qmix")
     if not isinstance(action_space, JointBox):
         raise ConfigError(f"algo={name} learns from a team's joint transitions with continuous actions, and this env "
                           f"gives {type(action_space).__name__} actions: use a PettingZoo env with continuous actions "

@@ -70,7 +70,7 @@ def joint_layout(action_space: gym.spaces.Space[Any], name: str) -> JointActions
     """The joint mode's discrete action space, or a one-line error saying how to get it."""
     if not isinstance(action_space, JointActions) and getattr(action_space, "n_agents", None) is not None:
         raise ConfigError(f"algo={name} takes one Discrete action per agent; this env's agents act with "
-                          "continuous (Box) actions: use a discrete version of the env (e.g. "
+                          "continuous (Box) actions: use an env with Discrete actions (env=coop_match; mpe2's with "
                           "env.kwargs.continuous_actions=false), or algo=masac, maddpg")
     if not isinstance(action_space, JointActions):
         raise ConfigError(f"algo={name} learns from a team's joint transitions, and this env gives "

@@ -207,6 +207,7 @@ def evaluate_checkpoint(loaded: Loaded, options: dict[str, Any], name: str) -> t
 def print_table(results: list[Result], title: str) -> None:
     import numpy as np
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     from rlcli.services.log import fmt_return
@@ -216,9 +217,9 @@ def print_table(results: list[Result], title: str) -> None:
         table.add_column(column, justify="left" if column in ("run", "env") else "right", overflow="fold")
     for r in results:
         a = np.asarray(r.returns)
-        table.add_row(str(r.run_dir), r.env_id, str(len(a)), f"{fmt_return(float(a.mean()))} ± {a.std():.1f}",
-                      fmt_return(float(a.min())), fmt_return(float(a.max())), f"{np.mean(r.lengths):.0f}",
-                      f"{r.seconds:.1f}")
+        table.add_row(escape(str(r.run_dir)), escape(r.env_id), str(len(a)),
+                      f"{fmt_return(float(a.mean()))} ± {a.std():.1f}", fmt_return(float(a.min())),
+                      fmt_return(float(a.max())), f"{np.mean(r.lengths):.0f}", f"{r.seconds:.1f}")
     console = Console()
     if not console.is_terminal:
         console = Console(width=200)

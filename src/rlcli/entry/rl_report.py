@@ -254,11 +254,12 @@ def _ci(pair: tuple[float, float] | None, n: int) -> str:
 
 def print_table(groups: list[Group], keys: list[str]) -> None:
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     table = Table(header_style="bold cyan")
     for key in keys:
-        table.add_column(key, overflow="fold")
+        table.add_column(escape(key), overflow="fold")
     scored = any(r.scores for g in groups for r in g.runs)
     rows = [summarize(group) for group in groups]
     agents, team = any(row["agents"] for row in rows), any(row["team"] for row in rows)
@@ -272,9 +273,9 @@ def print_table(groups: list[Group], keys: list[str]) -> None:
     for group, row in zip(groups, rows, strict=True):
         seeds = f"{len(row['seeds'])}: {','.join(map(str, row['seeds']))}"  # how many, and which
         if row["incomplete"]:
-            seeds += f" [{row['incomplete']} unfinished]"
+            seeds += f" ({row['incomplete']} unfinished)"
         n = len(group.values("final"))
-        table.add_row(*(group.config.get(k, "-") for k in keys), seeds, _pm(row["final"], n),
+        table.add_row(*(escape(str(group.config.get(k, "-"))) for k in keys), seeds, _pm(row["final"], n),
                       "-" if row["final_iqm"] is None else f"{row['final_iqm']:.1f}", _pm(row["best"], n),
                       *((_ci(row["final_score"], n), _ci(row["best_score"], n)) if scored else ()),
                       *((_agents(row["agents"]) or "-",) if agents else ()),

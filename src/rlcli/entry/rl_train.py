@@ -296,6 +296,9 @@ def precheck_sweep(args: list[str]) -> tuple[str, bool]:
     sweeper = full.hydra.sweeper
     ours = "rlcli" in str(sweeper.get("_target_", "")) and sweeper.get("params")
     probes = search_space_probes(OmegaConf.to_container(sweeper.params)) if ours else []
+    if resume and resume[-1] == "auto" and not ours:  # (a search's jobs are sampled: theirs are not a product)
+        sweep_dir = [value_of(a) for a in hydra_args if key_of(a) == "hydra.sweep.dir"][-1]
+        check_same_jobs(Path(sweep_dir), job_args)
     built: set[tuple[str, ...]] = set()
     # the jobs' budget warnings, said once here for the whole sweep (not for a search space's sampled jobs)
     warnings: list[str] | None = None if ours else []
@@ -311,6 +314,36 @@ def precheck_sweep(args: list[str]) -> tuple[str, bool]:
         for warning in warnings:
             say(f"rl-train: warning: {warning}")
     return str(launcher.get("_target_", "")), warnings is not None
+
+
+def check_same_jobs(sweep_dir: Path, job_args: list[str]) -> None:
+    """resume=auto finishes a sweep with the command that started it: a job directory whose record (status.json)
+    names other overrides than this command's job of that number is one line, before anything is written (Hydra
+    would rewrite the job's saved config, and a completed job would be skipped under the new command's name).
+    Settings a resume may change (run/resume.py's CHANGEABLE: the budget, logging, device) may differ."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from rlcli.run.resume import CHANGEABLE
+    from rlcli.sweeps.jobs import probe_combinations, read_status
+
+    parser = OverridesParser.create()
+
+    def same_job(overrides: Sequence[str]) -> list[str]:
+        """The job's overrides as Hydra reads them (`true` and `True`, `1e-3` and `0.001` alike; a key given twice:
+        its last value), in one order."""
+        kept = [o for o in overrides if not key_of(o).lstrip("+~").startswith((*CHANGEABLE, "hydra.", "sweep.trial"))]
+        values = {o.get_key_element(): o.get_value_element_as_str() for o in parser.parse_overrides(kept)}
+        return sorted(f"{key}={value}" for key, value in values.items())
+
+    for number, combo in enumerate(probe_combinations(job_args, limit=100_000)):
+        record = read_status(sweep_dir / str(number))
+        if record is None or not isinstance(record.get("overrides"), list):
+            continue  # not started, or not a job rlcli wrote
+        before, now = same_job(record["overrides"]), same_job(combo)
+        if before != now:
+            raise ConfigError(f"resume=auto: job {number} of {sweep_dir} ran {' '.join(before) or 'the defaults'}, "
+                              f"this command's job {number} is {' '.join(now) or 'the defaults'}; finish a sweep with "
+                              "the command that started it plus resume=auto (a new sweep: another hydra.sweep.dir)")
 
 
 def _plain_seed(combo: list[str]) -> bool:

@@ -136,8 +136,9 @@ class GymEnvFactory:
                               f"env {id} has one agent: use algo=ppo, or env=pz (e.g. env=simple_spread_v3)")
         if joint:  # set by algo=vdn, qmix, masac and maddpg
             raise ConfigError(f"env.joint=true (algo=vdn, qmix, masac, maddpg: a team's joint transitions) needs a "
-                              f"multi-agent env; env {id} has one agent: use algo=dqn, sac or ddpg, or env=pz (e.g. "
-                              "env=coop_match, coop_reach, simple_spread_v3)")
+                              f"multi-agent env; env {id} has one agent: use a single-agent algorithm (algo=dqn for "
+                              "Discrete actions, sac or ddpg for Box ones), or a multi-agent env (env=coop_match for "
+                              "vdn, qmix; env=coop_reach for masac, maddpg; env=simple_spread_v3)")
         self.spec = spec
         if "mujoco" in str(self.spec.entry_point):  # its deprecation warnings: once, to train.log (library_noise.py)
             from rlcli.envs.library_noise import quiet_mujoco

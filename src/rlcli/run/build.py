@@ -211,9 +211,13 @@ def check_config(cfg: DictConfig) -> None:
         raise ConfigError(f"env.critic_state=true gives the centralized critic of algo=mappo (its value network alone "
                           f"reads the global state); algo={algo_name}'s networks, its policy too, would all read it: "
                           "use env.critic_state=false (independent learners: IQL, ISAC, IDDPG)")
-    if cfg.env.get("joint") is False and any(kind.startswith("Joint") for kind in spec.action_spaces):
+    joint = [n for n in ALGOS.names() if any(kind.startswith("Joint") for kind in ALGOS.spec(n).action_spaces)]
+    if cfg.env.get("joint") is False and algo_name in joint:
         raise ConfigError(f"algo={algo_name} learns from a team's joint transitions, and env.joint=false gives one row "
                           f"per agent: use env.joint=true, as conf/algo/{algo_name}.yaml sets")
+    if cfg.env.get("joint") is True and algo_name not in joint and cfg.env.get("name") in ("pz", "vmas"):
+        raise ConfigError(f"env.joint=true gives a team's joint transitions, which algo={', '.join(joint)} learn from; "
+                          f"this run's algorithm ({algo_name}) learns from one row per agent: use env.joint=false")
     network_name = cfg.actor.name
     if spec.networks is not None and network_name not in spec.networks:
         raise ConfigError(f"algo={algo_name} does not support actor={network_name} yet; "

@@ -216,6 +216,7 @@ class SweepSummary(Callback):
     """Hydra callback (conf/config.yaml: hydra.callbacks): one table for the whole sweep."""
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        from rich.markup import escape
         from rich.table import Table
 
         from rlcli.services.log import console
@@ -230,18 +231,18 @@ class SweepSummary(Callback):
                  for _, r in records]
         common = set.intersection(*(set(line) for line in lines))
         title = f"sweep {sweep_dir}" + (f"  (all jobs: {' '.join(sorted(common))})" if common else "")
-        table = Table(title=title, header_style="bold cyan")
+        table = Table(title=escape(title), header_style="bold cyan")  # (overrides hold brackets: not markup)
         for column in ("job", "overrides", "status", "test return", "env steps", "seconds"):
             table.add_column(column, justify="left" if column in ("overrides", "status") else "right",
                              overflow="fold")
         for (_, r), line in zip(records, lines, strict=True):
-            table.add_row(str(r.get("job")), " ".join(o for o in line if o not in common), r.get("status", "?"),
+            table.add_row(str(r.get("job")), escape(" ".join(o for o in line if o not in common)), r.get("status", "?"),
                           _fmt(r.get("final_test_return")), _fmt(r.get("env_steps"), "{:,}"),
                           _fmt(r.get("train_seconds")))
         console.print(table)
         for r in failed_jobs:
-            console.print(f"[bold red]job {r.get('job')} {r.get('status')}[/]: {r.get('error', 'no result')}",
-                          highlight=False)
+            error = escape(str(r.get("error", "no result")))
+            console.print(f"[bold red]job {r.get('job')} {r.get('status')}[/]: {error}", highlight=False)
         if failed_jobs:
             console.print(f"{len(failed_jobs)} of {len(records)} jobs did not complete; finish them with the same "
                           f"command plus resume=auto hydra.sweep.dir={sweep_dir}", highlight=False)
