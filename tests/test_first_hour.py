@@ -76,7 +76,19 @@ def test_budget_warnings_and_the_env_id_in_the_run_dir(tmp_path):
     out = run_cli("algo=td3", "env=Pendulum-v1", "train.total_steps=1000", "algo.learning_starts=2000",
                   "algo.batch_size=64", "train.test_every=0", "log.console=false", cwd=tmp_path)
     assert out.returncode == 0, out.stderr
-    assert "algo.learning_starts=2,000 >= the run's 1,000 env steps: it acts randomly throughout" in out.stderr
+    assert ("algo.learning_starts=2,000 > the run's 1,000 env steps: it acts randomly throughout and never learns"
+            in out.stderr)
+    # at equality the last collect phase's update still runs (the warning said "never learns")
+    out = run_cli("algo=td3", "env=Pendulum-v1", "train.total_steps=1000", "algo.learning_starts=1000",
+                  "algo.batch_size=64", "algo.gradient_steps=2", "train.test_every=0", "log.console=false",
+                  cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert ("algo.learning_starts=1,000 <= the run's 1,000 env steps: it acts randomly throughout and learns only "
+            "after its last collect phase") in out.stderr
+    out = run_cli("algo=td3", "env=Pendulum-v1", "train.total_steps=1000", "algo.learning_starts=999",
+                  "algo.batch_size=64", "algo.gradient_steps=2", "train.test_every=0", "log.console=false",
+                  cwd=tmp_path)
+    assert out.returncode == 0 and "learning_starts" not in out.stderr, out.stderr
 
 
 def test_help_names_the_command(cli):

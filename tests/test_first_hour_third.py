@@ -263,3 +263,44 @@ def test_make_quick_runs_the_unit_test_files_that_exist_and_the_readme_says_its_
     readme = (REPO / "README.md").read_text()
     assert "make quick" in readme and "about 3 minutes" in readme
     assert "    make test " in readme  # the test command stays what .ci/run runs
+
+
+# ------------------------------------------------- lines a new user's trial found wrong (issue 58's second round)
+def test_a_zero_return_reads_as_the_progress_table_writes_it():
+    from rlcli.services.log import fmt_return
+
+    assert [fmt_return(v) for v in (0.0, -0.0, 0.5, -0.25, 7.0, -170.24, None)] == \
+        ["0.0", "-0.0", "0.5", "-0.25", "7.0", "-170.2", "-"]
+
+
+def test_the_header_names_the_config_chosen_and_the_algorithm_it_runs():
+    from omegaconf import OmegaConf
+
+    from rlcli.run.trainer import header_labels
+
+    cfg = OmegaConf.create({"algo": {"name": "ppo"}, "env": {"id": "mpe2.simple_spread_v3"}})
+    assert header_labels(cfg, {"algo": "ippo", "env": "simple_spread_v3"}) == {
+        "algo_label": "ippo (ppo)", "env_label": "simple_spread_v3 (mpe2.simple_spread_v3)"}
+    cfg = OmegaConf.create({"algo": {"name": "ppo"}, "env": {"id": "CartPole-v1"}})
+    assert header_labels(cfg, {"algo": "ppo", "env": "CartPole-v1"}) == {"algo_label": None, "env_label": None}
+    assert header_labels(cfg, {}) == {"algo_label": None, "env_label": None}  # no Hydra choices (a plain compose)
+
+
+def test_a_sweeps_overrides_read_as_typed():
+    from rlcli.sweeps.jobs import as_typed, shown_overrides
+
+    assert shown_overrides(["compile=True", "env.joint=False", "algo.name=True_x", "seed=1", "resume=auto"]) == \
+        "compile=true env.joint=false algo.name=True_x seed=1"
+    assert as_typed("env.kwargs.flag") == "env.kwargs.flag"
+
+
+@pytest.mark.slow
+def test_an_ippo_run_says_ippo_and_a_launcher_without_m_is_said(tmp_path):
+    pytest.importorskip("pettingzoo")
+    out = run_cli("algo=ippo", "env=coop_match", "train.total_steps=64", "algo.n_steps=8", "algo.batch_size=32",
+                  "train.test_every=0",
+                  "hydra/launcher=population", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "rl-train: warning: hydra/launcher=population launches the jobs of a -m sweep; without -m this command " \
+           "is one run" in out.stderr
+    assert "rlcli: ippo (ppo) on coop_match (" in out.stderr + out.stdout

@@ -77,8 +77,15 @@ def test_bad_input_is_one_line_and_writes_nothing(run_dir, tmp_path):
     empty = tmp_path / "empty"
     (empty / ".hydra").mkdir(parents=True)
     (empty / ".hydra" / "overrides.yaml").write_text("[]\n")
-    assert "no best model" in one_line_error(rl_eval(str(empty), cwd=tmp_path))
+    assert "no test phase ran (train.test_every=0, or it stopped before its first one)" in \
+        one_line_error(rl_eval(str(empty), cwd=tmp_path))
     assert "no usable checkpoint" in one_line_error(rl_eval(str(empty), "load=last", cwd=tmp_path))
+    # the saved config says which: tests were off, or the run stopped before its first one
+    (empty / ".hydra" / "config.yaml").write_text("train: {test_every: 0}\n")
+    assert "no test phase ran (train.test_every=0); use load=last" in one_line_error(rl_eval(str(empty), cwd=tmp_path))
+    (empty / ".hydra" / "config.yaml").write_text("train: {test_every: 5000}\n")
+    assert "no test phase ran (it stopped before its first one); use load=last" in \
+        one_line_error(rl_eval(str(empty), cwd=tmp_path))
     assert not (empty / "eval").exists()
 
 

@@ -271,10 +271,7 @@ def build_grouped(groups: Any, algo_cfg: dict[str, Any], network_cfg: dict[str, 
     """algo.groups: each group's algorithm on its own network, for its share of the rows (`num_envs` rows, the
     same share of every env copy)."""
     layout = group_layout(obs_space)
-    base_spec: AlgoSpec = ALGOS.spec(str(algo_cfg["name"]))
-    if not shares_rollout(base_spec, base_spec):
-        raise ConfigError(f"algo.groups gives each group an on-policy algorithm of its own on one rollout; "
-                          f"algo={algo_cfg['name']} is not one: choose from: {', '.join(loop_partners(base_spec))}")
+    # (the run's algorithm is an on-policy one that shares its rollout: run/build.py said so before the env was made)
     algos = {}
     copies = num_envs // layout.n_agents
     own_networks = {group: network_changes(group, changes) for group, changes in groups.items()} \

@@ -97,8 +97,8 @@ def load_run(path: Path) -> Run:
     for arg in overrides:
         key, _, value = str(arg).partition("=")
         key = key.lstrip("+~")
-        if not key.startswith(IGNORED_KEYS):
-            config[key] = value
+        if not key.startswith(IGNORED_KEYS):  # a sweep's job records compile=True for the compile=true typed
+            config[key] = value.lower() if value in ("True", "False") else value
     run = Run(path=path, config=config, seed=job_cfg.get("seed"))
     eval_path = path / "eval.jsonl"
     for record in jsonl.read_records(eval_path, warn=lambda text: print(f"rl-report: warning: {text}",

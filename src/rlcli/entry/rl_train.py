@@ -191,7 +191,7 @@ def _single_run(cfg: DictConfig, hydra_cfg: Any, run_dir: Path) -> Any:
     """The trainer of a single run, over the pre-check's components when they were built from this config."""
     from rlcli.run import lock as run_lock
     from rlcli.run.state import prepare
-    from rlcli.run.trainer import Trainer, TrainerOptions
+    from rlcli.run.trainer import Trainer, TrainerOptions, header_labels
 
     try:
         run_lock.acquire(run_dir)  # usually held since main(); a fresh directory is locked here
@@ -201,11 +201,9 @@ def _single_run(cfg: DictConfig, hydra_cfg: Any, run_dir: Path) -> Any:
             prepared[0].close()
         raise
     components, state = _take_prepared(cfg) or prepare(cfg)
-    choice = str(hydra_cfg.runtime.choices.get("env", "gym"))
     options = TrainerOptions(
         typed_keys={key_of(str(a)).lstrip("+~") for a in hydra_cfg.overrides.task},
-        # a shipped variant (MountainCarSparse-v0 is MountainCar-v0 + a setting) names both
-        env_label=f"{choice} ({cfg.env.id})" if choice not in ("gym", cfg.env.id) else None,
+        **header_labels(cfg, hydra_cfg.runtime.choices),
         callbacks=_FROM_PYTHON.get("callbacks", ()),
         in_python=bool(_FROM_PYTHON),
     )
@@ -273,6 +271,15 @@ def precheck_sweep(args: list[str]) -> tuple[str, bool]:
     if resume and resume[-1] == "auto" and not any(key_of(a) == "hydra.sweep.dir" for a in args):
         raise ConfigError("resume=auto with -m needs hydra.sweep.dir=<the sweep's directory> so that it finds the "
                           "jobs of the killed sweep")
+    sweep_dirs = [value_of(a) for a in args if key_of(a) == "hydra.sweep.dir"]
+    if sweep_dirs and sweep_dirs[-1] and not (resume and resume[-1] == "auto"):
+        root = Path(sweep_dirs[-1]).expanduser()
+        trained = sorted({str(c.parent.parent.relative_to(root)) for c in root.glob("**/checkpoints/ckpt_*.pt")})
+        if trained:  # Hydra would start each job fresh in its directory, replacing its best model and eval.jsonl
+            jobs = ", ".join(trained[:5]) + (f" and {len(trained) - 5} more" if len(trained) > 5 else "")
+            raise ConfigError(f"hydra.sweep.dir={sweep_dirs[-1]} already holds a sweep's trained jobs ({jobs}): "
+                              "resume=auto with the command that started it finishes it; for a new sweep, choose "
+                              "another hydra.sweep.dir")
     check_plugins(args)
     args = [a for a in args if key_of(a) != "resume"]
     hydra_args = [a for a in args if key_of(a).startswith(("hydra.", "hydra/"))]
@@ -466,6 +473,11 @@ def _main(argv: list[str] | None) -> None:
             check_writable(args, multirun=True)
             args = with_stoppable_launcher(args, launcher)
         else:
+            for launcher in (a for a in args if key_of(a).lstrip("+~") == "hydra/launcher"
+                             and not any(flag.startswith("-") for flag in args)):  # not --help, --cfg
+                print(f"rl-train: warning: {launcher} launches the jobs of a -m sweep; without -m this command is one "
+                      f"run and no launcher is used: add -m (rl-train -m {launcher} seed=0,1,2 ...)",
+                      file=sys.stderr)
             args = offline_env_args(resume_args(args))
             lock_existing_run_dir(args)
             overrides = with_config_dirs(args)

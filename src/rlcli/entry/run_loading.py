@@ -14,15 +14,21 @@ def is_run_dir(path: Path) -> bool:
     return (path / ".hydra" / "overrides.yaml").is_file() or (path / "checkpoints").is_dir()
 
 
-def env_of(run_dir: Path) -> str:
-    """The env id a run trained on, from its saved config (`?` when it cannot be read)."""
+def saved_setting(run_dir: Path, group: str, key: str) -> Any:
+    """One setting of a run's saved config (None when it cannot be read)."""
     import yaml
 
     try:
         config = yaml.safe_load((run_dir / ".hydra" / "config.yaml").read_text()) or {}
-        return str(config.get("env", {}).get("id", "?"))
+        return config.get(group, {}).get(key)
     except (OSError, yaml.YAMLError, AttributeError):
-        return "?"
+        return None
+
+
+def env_of(run_dir: Path) -> str:
+    """The env id a run trained on, from its saved config (`?` when it cannot be read)."""
+    found = saved_setting(run_dir, "env", "id")
+    return "?" if found is None else str(found)
 
 
 def check_one_env(target: Path, runs: list[Path]) -> None:
@@ -50,8 +56,11 @@ def checkpoint_of(run_dir: Path, load: str, warn: Callable[[str], None] | None =
     if load == "best":
         path = directory / "best.pt"
         if not path.is_file():
-            raise ConfigError(f"{run_dir} has no best model (checkpoints/best.pt): no test phase ran "
-                              "(train.test_every=0?); use load=last")
+            every = saved_setting(run_dir, "train", "test_every")
+            why = ("train.test_every=0" if every == 0 else "it stopped before its first one" if
+                   isinstance(every, int) else "train.test_every=0, or it stopped before its first one")
+            raise ConfigError(f"{run_dir} has no best model (checkpoints/best.pt): no test phase ran ({why}); "
+                              "use load=last")
         return path
     if load == "last":
         skipped: list[str] = []

@@ -49,7 +49,10 @@ def budget_warnings(c: Components, planned: int, typed: set[str] | None = None) 
         warnings.append(f"train.total_steps={s.total_steps:,} is not a whole number of collect phases ({what} = "
                         f"{per_phase:,} env steps): the run takes {planned:,} env steps{fix}")
     learner = c.learner
-    if isinstance(learner, OffPolicyLearner) and (starts := learner.algo.learning_starts) >= planned:
-        warnings.append(f"algo.learning_starts={starts:,} >= the run's {planned:,} env steps: it acts "
-                        "randomly throughout and never learns; lower algo.learning_starts or raise train.total_steps")
+    # its first update comes after the first collect phase that reaches learning_starts (trainer.learning_started)
+    if isinstance(learner, OffPolicyLearner) and (starts := learner.algo.learning_starts) > planned - per_phase:
+        learns = "never learns" if starts > planned else "learns only after its last collect phase"
+        warnings.append(f"algo.learning_starts={starts:,} {'>' if starts > planned else '<='} the run's {planned:,} "
+                        f"env steps: it acts randomly throughout and {learns}; lower algo.learning_starts or raise "
+                        "train.total_steps")
     return warnings

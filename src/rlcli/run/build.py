@@ -21,6 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 import rlcli.buffers  # noqa: F401  (registers the storages)
 from rlcli.actors.weights import load_network_weights
 from rlcli.algos.agent import algo_section, build_agent, network_section, section
+from rlcli.algos.grouped import loop_partners, shares_rollout
 from rlcli.collectors.local import Collector, ExperienceCollector
 from rlcli.collectors.offline import OfflineCollector
 from rlcli.collectors.ray_collector import RayCollector
@@ -211,6 +212,9 @@ def check_config(cfg: DictConfig) -> None:
         raise ConfigError(f"env.critic_state=true gives the centralized critic of algo=mappo (its value network alone "
                           f"reads the global state); algo={algo_name}'s networks, its policy too, would all read it: "
                           "use env.critic_state=false (independent learners: IQL, ISAC, IDDPG)")
+    if cfg.algo.get("groups") and not shares_rollout(spec, spec):  # before env.joint's lines, which it would loop on
+        raise ConfigError(f"algo.groups gives each group an on-policy algorithm of its own on one rollout; "
+                          f"algo={algo_name} is not one: choose from: {', '.join(loop_partners(spec))}")
     joint = [n for n in ALGOS.names() if any(kind.startswith("Joint") for kind in ALGOS.spec(n).action_spaces)]
     if cfg.env.get("joint") is False and algo_name in joint:
         raise ConfigError(f"algo={algo_name} learns from a team's joint transitions, and env.joint=false gives one row "

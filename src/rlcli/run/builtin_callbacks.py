@@ -93,7 +93,7 @@ class RunLog(Callback):
         run.logger = log = RunLogger(run.run_dir, c.settings.total_steps, console, bool(c.cfg.log.tensorboard),
                                      start_step=state.env_steps, start_seconds=state.train_seconds,
                                      prefix=options.console_prefix, tracking=tracking)
-        log.message(f"rlcli: {c.cfg.algo.name} on {options.env_label or c.cfg.env.id}, "
+        log.message(f"rlcli: {options.algo_label or c.cfg.algo.name} on {options.env_label or c.cfg.env.id}, "
                     f"{planned_steps(c, state.env_steps):,} {c.unit}, device {c.device}, run dir {run.run_dir}"
                     + (f", {c.collector.describe()}" if c.collector.describe() else "")
                     + (f", resumed at {state.env_steps:,} {c.unit}" if state.env_steps else ""))

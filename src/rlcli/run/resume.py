@@ -55,14 +55,13 @@ def resume_args(args: list[str]) -> list[str]:
     """Rewrite a command line holding `resume=...` into the resumed run's full command line."""
     resume = [a for a in args if _key(a) == "resume"]
     TYPED_ON_RESUME.clear()
-    if not resume:
-        return args
-    from rlcli.services import checkpoint  # imports torch: only when resuming, so `rl-train --help` stays fast
-
-    value = _value(resume[-1])
+    value = _value(resume[-1]) if resume else ""
     rest = [a for a in args if _key(a) != "resume"]
     if value.lower() in ("", "null", "none"):
+        check_not_a_run([_value(a) for a in rest if _key(a) == "hydra.run.dir"])
         return rest
+    from rlcli.services import checkpoint  # imports torch: only when resuming, so `rl-train --help` stays fast
+
     TYPED_ON_RESUME.update(_key(a) for a in rest if "=" in a and not a.startswith("-"))
     run_dirs = [_value(a) for a in rest if _key(a) == "hydra.run.dir"]
     if value == "auto":
@@ -93,6 +92,20 @@ def resume_args(args: list[str]) -> list[str]:
         raise ConfigError(f"resume={value!r}: {run_dir} is not an rl-train run directory (no .hydra/overrides.yaml)")
     return [*_saved_overrides(run_dir, rest), *_new_overrides(rest), f"hydra.run.dir={_quote(run_dir)}",
             f"resume={_quote(ckpt)}"]
+
+
+def check_not_a_run(run_dirs: list[str]) -> None:
+    """A fresh run in a directory that holds a trained one would replace its best model, eval.jsonl and latest
+    checkpoint (Hydra reuses a run dir as it is): one line naming the ways on instead."""
+    if not run_dirs or not run_dirs[-1]:
+        return
+    run_dir = Path(run_dirs[-1]).expanduser()
+    checkpoints = run_dir / "checkpoints"
+    held = sorted(checkpoints.glob("ckpt_*.pt")) or sorted(checkpoints.glob("best.pt"))  # (none: no such dir)
+    if held:
+        raise ConfigError(f"hydra.run.dir={run_dirs[-1]} already holds a trained run (checkpoints/{held[-1].name}): "
+                          f"resume=auto (or resume={run_dirs[-1]}) continues it; to start over, remove the directory "
+                          "or choose another hydra.run.dir")
 
 
 # Saved overrides that are permissions of one invocation, never replayed from a run directory.

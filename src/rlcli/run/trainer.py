@@ -51,11 +51,20 @@ class TrainerOptions:
     console: Literal["full", "lines", "off"] | None = None  # None: full when log.console, else off
     console_prefix: str = ""  # a sweep's job: "[job 3] " before each line
     env_label: str | None = None  # the header's name for the env (None: env.id)
+    algo_label: str | None = None  # the header's name for the algorithm (None: algo.name; ippo's is ppo)
     sweep_group: str | None = None  # a sweep's job: the sweep its tracked run is grouped under
     job_started: float | None = None  # a sweep's job: its perf_counter start (earlier jobs share the process)
     typed_keys: set[str] | None = None  # the command line's keys (None: unknown), for budget_warnings
     callbacks: Sequence[Callback] = ()  # called at the loop's points (callbacks.py): pruners, the user's own
     in_python: bool = False  # rlcli.train(): a failure is raised to the caller, not printed on stderr
+
+
+def header_labels(cfg: Any, choices: Any) -> dict[str, str | None]:
+    """The run header's names where the config chosen is not the name it runs under (Hydra's runtime choices):
+    algo=ippo runs ppo, env=MountainCarSparse-v0 is MountainCar-v0 with a setting."""
+    algo, env = str(choices.get("algo", cfg.algo.name)), str(choices.get("env", "gym"))
+    return {"algo_label": f"{algo} ({cfg.algo.name})" if algo != cfg.algo.name else None,
+            "env_label": f"{env} ({cfg.env.id})" if env not in ("gym", cfg.env.id) else None}
 
 
 class PlannedUpdate(NamedTuple):

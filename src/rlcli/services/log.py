@@ -67,7 +67,7 @@ def fmt_return(value: float | None) -> str:
     """A return as people read it: one decimal, or three significant digits below 1 (success rates)."""
     if value is None:
         return "-"
-    return f"{value:.1f}" if abs(value) >= 1 else f"{value:.3g}"
+    return f"{value:.1f}" if abs(value) >= 1 or value == 0 else f"{value:.3g}"  # 0.0 as the progress table says it
 
 
 class RunLogger:

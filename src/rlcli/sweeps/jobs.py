@@ -111,9 +111,15 @@ def open_job(cfg: DictConfig, run_dir: Path, job_num: int, overrides: list[str],
     return record, trainer
 
 
+def as_typed(override: str) -> str:
+    """An override as a user types it: Hydra's sweeper hands a job `compile=True` for the `compile=true` typed."""
+    key, sep, value = override.partition("=")
+    return f"{key}={value.lower()}" if sep and value in ("True", "False") else override
+
+
 def shown_overrides(overrides: list[str]) -> str:
     """A job's overrides as its lines show them (without the sweep's bookkeeping)."""
-    return " ".join(o for o in overrides if not o.startswith(("sweep.trial", "resume=", "hydra.")))
+    return " ".join(as_typed(o) for o in overrides if not o.startswith(("sweep.trial", "resume=", "hydra.")))
 
 
 def start_record(cfg: DictConfig, run_dir: Path, job_num: int, overrides: list[str], shown: str) -> dict[str, Any]:
@@ -139,12 +145,15 @@ def start_record(cfg: DictConfig, run_dir: Path, job_num: int, overrides: list[s
 def job_trainer(cfg: DictConfig, run_dir: Path, job_num: int, overrides: list[str], job_started: float,
                 test_hook_factory: Callable[[DictConfig], Any] | None = None) -> Any:
     """A sweep job's trainer over its built (or resumed) components."""
+    from hydra.core.hydra_config import HydraConfig
+
     from rlcli.run.state import prepare
-    from rlcli.run.trainer import Trainer, TrainerOptions
+    from rlcli.run.trainer import Trainer, TrainerOptions, header_labels
 
     components, state = prepare(cfg)
     pruner = test_hook_factory(cfg) if test_hook_factory is not None else None
     options = TrainerOptions(
+        **header_labels(cfg, HydraConfig.get().runtime.choices if HydraConfig.initialized() else {}),
         console="lines" if cfg.log.console else "off", console_prefix=f"[job {job_num}] ",
         sweep_group=sweep_dir_of(run_dir),  # tracked runs: one MLflow tag / W&B group per sweep
         job_started=job_started, typed_keys={o.split("=", 1)[0].lstrip("+~") for o in overrides},
@@ -227,7 +236,7 @@ class SweepSummary(Callback):
         failed_jobs.extend(r for _, r in records if r.get("status") not in DONE)
         if not records:
             return
-        lines = [[o for o in r.get("overrides", []) if not o.startswith(("sweep.trial", "resume="))]
+        lines = [[as_typed(o) for o in r.get("overrides", []) if not o.startswith(("sweep.trial", "resume="))]
                  for _, r in records]
         common = set.intersection(*(set(line) for line in lines))
         title = f"sweep {sweep_dir}" + (f"  (all jobs: {' '.join(sorted(common))})" if common else "")
