@@ -473,3 +473,23 @@ def test_a_bad_cuda_graphs_setting_is_one_line_before_the_run_starts(cli, tmp_pa
     assert out.stderr.strip() == ("rl-train: error: RLCLI_CUDA_GRAPHS='off': choose 1 (torch.compile's CUDA graphs, "
                                   "the default), 0 (none) or capture (rlcli's, by hand)")
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.slow
+def test_compiled_algo_groups_match_eager(tmp_path):
+    """algo.groups (a PPO group beside an A2C one): compile=true compiles each group's own steps, and the groups'
+    weights and optimizer steps agree with the eager run's within float reordering."""
+    pytest.importorskip("pettingzoo")
+    args = ["algo=ippo", "env=coop_match", "env.groups={a: [agent_0], b: [agent_1]}", "++algo.groups.b.name=a2c",
+            "algo.n_steps=16", "algo.batch_size=32", "algo.n_epochs=2", "train.total_steps=512",
+            "train.test_every=512", "train.test_episodes=2", "log.console=false", "log.tensorboard=false",
+            "deterministic=true"]
+    eager, compiled = eager_and_compiled(tmp_path, args)
+    assert compile_enabled(compiled) and not compile_enabled(eager)
+    assert {type(s.loss.__self__).__name__ for s in loss_steps(compiled)} == {"PPO", "A2C"}
+    assert all(s.compile_seconds is not None for s in loss_steps(compiled))
+    for (name, a), b in zip(eager.networks.state_dict().items(), compiled.networks.state_dict().values(), strict=True):
+        torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-4, msg=name)
+    for part_a, part_b in zip(eager.parts, compiled.parts, strict=True):
+        steps_a = [s["step"] for s in part_a.optimizer.state_dict()["state"].values()]
+        assert steps_a and steps_a == [s["step"] for s in part_b.optimizer.state_dict()["state"].values()]

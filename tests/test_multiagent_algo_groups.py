@@ -279,7 +279,6 @@ def test_rows_of_agents_on_ray_workers_reproduce_the_local_run(tmp_path):
                                          "agent"),
     ([*TAG, "env.groups=null", "algo.groups.agent.lr=1e-3"],
      "algo.groups gives each group of env.groups an algorithm of its own: it needs a multi-agent env"),
-    ([*TAG, "algo.groups.agent.lr=1e-3", "compile=true"], "compile=true does not cover algo.groups yet"),
     ([*TAG, "algo.groups.agent.lr=1e-3", "actor=lstm"], "algo.groups takes feed-forward networks"),
     (["algo=ppo", "env=CartPole-v1", "algo.groups.agent.lr=1e-3"], "it needs a multi-agent env"),
     ([*TAG, "algo.groups=agent"], "algo.groups='agent': a mapping {group: {setting: value}}"),

@@ -231,8 +231,10 @@ class GroupedOnPolicy:
     def optimizers(self) -> list[torch.optim.Optimizer]:
         return [optimizer for algo in self.algos.values() for optimizer in algo.optimizers()]
 
-    def compile_refusal(self) -> str | None:
-        return "compile=true does not cover algo.groups yet; drop compile=true (eager is the default)"
+    @property
+    def parts(self) -> list[Any]:
+        """The groups' algorithms: compile=true compiles each one's steps (loss_step.enable_compile)."""
+        return list(self.algos.values())
 
     def population_refusal(self) -> str | None:
         return "algo.groups"

@@ -100,8 +100,10 @@ def as_input(value: Any, device: torch.device, made: dict[tuple[str, str], torch
 
 
 def loss_steps(algo: Any) -> list[LossStep]:
-    """The algorithm's LossSteps: its attributes that are one."""
-    return [value for value in vars(algo).values() if isinstance(value, LossStep)]
+    """The algorithm's LossSteps: its attributes that are one, and those of the algorithms it is made of (`parts`:
+    algo.groups' algorithm of each group)."""
+    own = [value for value in vars(algo).values() if isinstance(value, LossStep)]
+    return own + [step for part in getattr(algo, "parts", ()) for step in loss_steps(part)]
 
 
 def enable_compile(algo: Any) -> None:
@@ -110,10 +112,11 @@ def enable_compile(algo: Any) -> None:
     from rlcli.registry import ConfigError
 
     cuda_graphs_setting()  # a bad RLCLI_CUDA_GRAPHS is one line now, not a traceback at the first update
-    refusal = getattr(algo, "compile_refusal", None)
-    reason = refusal() if refusal is not None else None
-    if reason is not None:
-        raise ConfigError(reason)
+    for part in [algo, *getattr(algo, "parts", ())]:
+        refusal = getattr(part, "compile_refusal", None)
+        reason = refusal() if refusal is not None else None
+        if reason is not None:
+            raise ConfigError(reason)
     steps = loss_steps(algo)
     if not steps:  # (a plugin written before LossStep)
         raise ConfigError(f"compile=true: {type(algo).__name__} steps no optimizer through a LossStep "
