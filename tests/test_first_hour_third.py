@@ -292,6 +292,9 @@ def test_a_sweeps_overrides_read_as_typed():
     assert shown_overrides(["compile=True", "env.joint=False", "algo.name=True_x", "seed=1", "resume=auto"]) == \
         "compile=true env.joint=false algo.name=True_x seed=1"
     assert as_typed("env.kwargs.flag") == "env.kwargs.flag"
+    # rl-train makes algo.groups.* (and algo.schedules.*, algo.policy_loss_addons.*) `++` for Hydra; shown as typed
+    assert shown_overrides(["++algo.groups.right.name=a2c", "++algo.schedules.ent_coef=linear:0.01:0", "++x.y=1"]) \
+        == "algo.groups.right.name=a2c algo.schedules.ent_coef=linear:0.01:0 ++x.y=1"
 
 
 @pytest.mark.slow

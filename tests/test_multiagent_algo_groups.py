@@ -296,3 +296,14 @@ def test_a_bad_grouped_run_is_one_line(args, message, tmp_path):
     assert done.returncode != 0
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], done.stderr
+
+
+def test_a_grouped_population_says_algo_groups_not_a_class_name():
+    """The population launcher's warning for algo.groups members named GroupedOnPolicy and listed ppo as one that
+    can batch."""
+    from rlcli.sweeps.population.lockstep import population_update
+
+    with pytest.raises(ConfigError) as error:
+        population_update([grouped({}), grouped({})], [None, None])
+    assert str(error.value).startswith("algo.groups cannot train in a population yet; a2c, ")
+    assert str(error.value).endswith(" without it can") and "GroupedOnPolicy" not in str(error.value)

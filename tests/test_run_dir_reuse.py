@@ -14,7 +14,7 @@ RUN = ["algo=ppo", "env=CartPole-v1", "train.total_steps=256", "algo.n_steps=32"
 
 def digest(root: Path) -> dict[str, str]:
     return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(root.rglob("*")) if p.is_file() and p.name != "run.lock"}
+            for p in sorted(root.rglob("*")) if p.is_file() and p.name != ".rlcli.lock"}  # (the lock names its holder)
 
 
 def one_line(out) -> str:
@@ -54,3 +54,57 @@ def test_a_new_sweep_in_a_trained_sweep_dir_is_one_line_and_changes_nothing(tmp_
     assert digest(sweep) == before
     finished = run_cli(*args, "resume=auto", cwd=tmp_path)
     assert finished.returncode == 0 and "already completed, skipped" in finished.stderr + finished.stdout
+
+
+@pytest.mark.slow
+def test_a_stopped_run_resumed_with_a_budget_it_has_passed_trains_nothing_and_changes_nothing(tmp_path):
+    """A run stopped (SIGTERM) at N env steps, resumed with train.total_steps <= N: one line, exit 0, the directory
+    as it was (it finished the run at the lower budget: rewrote its .hydra, its last checkpoint and tb, and marked
+    it finished); without the lower budget it then trains on to its own."""
+    import signal
+
+    import forked_cli
+    from test_resume import final, wait_for_checkpoint
+
+    run_dir = tmp_path / "run"
+    args = ["algo=ppo", "env=CartPole-v1", "train.total_steps=200000", "algo.n_steps=32", "train.num_envs=8",
+            "train.checkpoint_every=256", "train.test_every=0", "train.stop_reward=null", "log.console=false",
+            f"hydra.run.dir={run_dir}"]
+    proc = forked_cli.start(args, tmp_path)
+    wait_for_checkpoint(run_dir, proc)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    steps = final(run_dir)["state"]["env_steps"]
+    before = digest(run_dir)
+    out = run_cli(f"resume={run_dir}", f"train.total_steps={steps}", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert [line for line in out.stderr.splitlines() if line.strip()] == [
+        f"rl-train: this run stopped at {steps:,} env steps (test return -), and train.total_steps={steps:,} is not "
+        f"above that: nothing to train (nothing was changed); resume without train.total_steps to finish its own "
+        f"budget, or give one above {steps:,}"]
+    assert digest(run_dir) == before
+    out = run_cli(f"resume={run_dir}", f"train.total_steps={steps + 256}", cwd=tmp_path)
+    assert out.returncode == 0 and final(run_dir)["state"]["env_steps"] == steps + 256, out.stderr
+
+
+@pytest.mark.slow
+def test_a_run_dir_and_a_sweep_dir_are_not_taken_for_each_other(tmp_path):
+    """A run in a sweep's directory, a sweep in a run's, and resume=auto without the sweep's own hydra.sweep.subdir
+    (it trained every job again beside the old ones, and rl-report counted each seed twice): one line each, nothing
+    written."""
+    run_dir, sweep = tmp_path / "run", tmp_path / "sweep"
+    assert run_cli(*RUN, f"hydra.run.dir={run_dir}", cwd=tmp_path).returncode == 0
+    nested = ["-m", *RUN, "seed=0,1", f"hydra.sweep.dir={sweep}", "hydra.sweep.subdir=seed${seed}/job${hydra.job.num}"]
+    assert run_cli(*nested, cwd=tmp_path).returncode == 0
+    before = digest(tmp_path)
+    assert f"hydra.run.dir={sweep} holds a sweep's trained jobs (seed0/job0, seed1/job1): a run of its own needs " \
+        "another hydra.run.dir" in one_line(run_cli(*RUN, f"hydra.run.dir={sweep}", cwd=tmp_path))
+    assert f"hydra.sweep.dir={run_dir} is a trained run's directory (checkpoints/), not a sweep's" in \
+        one_line(run_cli("-m", *RUN, "seed=0,1", f"hydra.sweep.dir={run_dir}", cwd=tmp_path))
+    assert f"resume=auto: {sweep}'s trained jobs are at seed0/job0, seed1/job1, which this command's jobs (0, 1) " \
+        "would not resume: give the hydra.sweep.subdir that started the sweep" in \
+        one_line(run_cli("-m", *RUN, "seed=0,1", f"hydra.sweep.dir={sweep}", "resume=auto", cwd=tmp_path))
+    assert digest(tmp_path) == before
+    finished = run_cli(*nested, "resume=auto", cwd=tmp_path)  # with its subdir: the jobs are found, and skipped
+    assert finished.returncode == 0 and finished.stdout.count("completed") + finished.stderr.count("completed") >= 2

@@ -70,6 +70,16 @@ def test_joblib_sweep_in_parallel_then_rl_report_plots_it(cli, tmp_path):
     assert image.ndim == 3 and image.shape[0] > 100 and image.shape[1] > 100
 
 
+def test_a_swept_null_is_checked_as_null():
+    """`train.stop_reward=null,500`: the pre-check tried the value 'None' (refused, naming null as valid)."""
+    from rlcli.sweeps.jobs import probe_combinations
+
+    assert probe_combinations(["train.stop_reward=null,500", "seed=range(0,2)"]) == [
+        ["train.stop_reward=null", "seed=0"], ["train.stop_reward=null", "seed=1"],
+        ["train.stop_reward=500", "seed=0"], ["train.stop_reward=500", "seed=1"]]
+    assert probe_combinations(["algo.lr=choice(1e-3,3e-4)"]) == [["algo.lr=0.001"], ["algo.lr=0.0003"]]
+
+
 @pytest.mark.parametrize(("args", "expected"), [
     (["train.num_envs=8,0"], "train.num_envs=0 is invalid: must be in [1, 65536]"),
     (["algo=ppo,dqnn"], "unknown algo 'dqnn'"),
@@ -83,6 +93,9 @@ def test_joblib_sweep_in_parallel_then_rl_report_plots_it(cli, tmp_path):
     (["hparams_search=ppo_cartpole", "algo.clip_range=interval(0.1,-0.3)"], "the interval is empty"),
     (["hparams_search=ppo_cartpole", "algo.clip_range=interval(-0.3,0.1)"], "algo.clip_range=-0.3 is invalid"),
     (["algo.lr=interval(oops"], "cannot parse 'algo.lr=interval(oops'"),
+    # Hydra's own reason, not only "Error parsing override" again
+    (["train.stop_reward=choice(null,500)"], "cannot parse 'train.stop_reward=choice(null,500)': TypeError while "
+                                             "evaluating 'choice(null,500)'"),
     # jobs that differ only in a valid seed are built once to check them; a bad seed is still built and named
     (["seed=0,1,4294967296"], "seed=4294967296 is invalid: must be between 0 and 2**32 - 1"),
     (["seed=0,1,x"], "seed='x' is invalid: must be an integer"),

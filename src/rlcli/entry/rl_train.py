@@ -271,15 +271,16 @@ def precheck_sweep(args: list[str]) -> tuple[str, bool]:
     if resume and resume[-1] == "auto" and not any(key_of(a) == "hydra.sweep.dir" for a in args):
         raise ConfigError("resume=auto with -m needs hydra.sweep.dir=<the sweep's directory> so that it finds the "
                           "jobs of the killed sweep")
+    auto = bool(resume) and resume[-1] == "auto"
     sweep_dirs = [value_of(a) for a in args if key_of(a) == "hydra.sweep.dir"]
-    if sweep_dirs and sweep_dirs[-1] and not (resume and resume[-1] == "auto"):
-        root = Path(sweep_dirs[-1]).expanduser()
-        trained = sorted({str(c.parent.parent.relative_to(root)) for c in root.glob("**/checkpoints/ckpt_*.pt")})
-        if trained:  # Hydra would start each job fresh in its directory, replacing its best model and eval.jsonl
-            jobs = ", ".join(trained[:5]) + (f" and {len(trained) - 5} more" if len(trained) > 5 else "")
-            raise ConfigError(f"hydra.sweep.dir={sweep_dirs[-1]} already holds a sweep's trained jobs ({jobs}): "
-                              "resume=auto with the command that started it finishes it; for a new sweep, choose "
-                              "another hydra.sweep.dir")
+    trained = trained_dirs(Path(sweep_dirs[-1]).expanduser()) if sweep_dirs and sweep_dirs[-1] else []
+    if "." in trained:
+        raise ConfigError(f"hydra.sweep.dir={sweep_dirs[-1]} is a trained run's directory (checkpoints/), not a "
+                          "sweep's: choose another hydra.sweep.dir")
+    if trained and not auto:  # Hydra would start each job fresh in its directory, replacing its best.pt, eval.jsonl
+        raise ConfigError(f"hydra.sweep.dir={sweep_dirs[-1]} already holds a sweep's trained jobs ({_some(trained)}): "
+                          "resume=auto with the command that started it finishes it; for a new sweep, choose "
+                          "another hydra.sweep.dir")
     check_plugins(args)
     args = [a for a in args if key_of(a) != "resume"]
     hydra_args = [a for a in args if key_of(a).startswith(("hydra.", "hydra/"))]
@@ -288,7 +289,9 @@ def precheck_sweep(args: list[str]) -> tuple[str, bool]:
         combos = probe_combinations(job_args)
     except Exception as error:  # Hydra's override grammar: name the argument that does not parse
         bad = next((a for a in job_args if not parses(a)), " ".join(job_args))
-        raise ConfigError(f"cannot parse {bad!r}: {str(error).strip().splitlines()[0]}") from None
+        lines = [line for line in str(error).strip().splitlines() if not line.startswith("See https://hydra.cc")]
+        why = lines[-1] if lines else type(error).__name__  # Hydra's reason, after its "Error parsing override ..."
+        raise ConfigError(f"cannot parse {bad!r}: {why}") from None
     check_group_choices([a for combo in combos for a in combo])
     with initialize_config_dir(config_dir=conf_dir(), version_base="1.3", job_name="train"):
         try:
@@ -303,9 +306,15 @@ def precheck_sweep(args: list[str]) -> tuple[str, bool]:
     sweeper = full.hydra.sweeper
     ours = "rlcli" in str(sweeper.get("_target_", "")) and sweeper.get("params")
     probes = search_space_probes(OmegaConf.to_container(sweeper.params)) if ours else []
-    if resume and resume[-1] == "auto" and not ours:  # (a search's jobs are sampled: theirs are not a product)
+    if auto and not ours:  # (a search's jobs are sampled: theirs are not a product)
         sweep_dir = [value_of(a) for a in hydra_args if key_of(a) == "hydra.sweep.dir"][-1]
         check_same_jobs(Path(sweep_dir), job_args)
+        if not any(key_of(a) == "hydra.sweep.subdir" for a in hydra_args):  # the jobs' dirs are their numbers
+            numbers = {str(n) for n in range(len(probe_combinations(job_args, limit=100_000)))}
+            if stray := [t for t in trained if t not in numbers]:
+                raise ConfigError(f"resume=auto: {sweep_dir}'s trained jobs are at {_some(stray)}, which this "
+                                  f"command's jobs ({_some(sorted(numbers, key=int))}) would not resume: give the "
+                                  "hydra.sweep.subdir that started the sweep")
     built: set[tuple[str, ...]] = set()
     # the jobs' budget warnings, said once here for the whole sweep (not for a search space's sampled jobs)
     warnings: list[str] | None = None if ours else []
@@ -323,6 +332,15 @@ def precheck_sweep(args: list[str]) -> tuple[str, bool]:
     return str(launcher.get("_target_", "")), warnings is not None
 
 
+def trained_dirs(root: Path) -> list[str]:
+    """The directories under `root` that hold a trained run (a checkpoint), relative to it ('.': root itself)."""
+    return sorted({str(c.parent.parent.relative_to(root)) for c in root.glob("**/checkpoints/ckpt_*.pt")})
+
+
+def _some(names: list[str]) -> str:
+    return ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+
+
 def check_same_jobs(sweep_dir: Path, job_args: list[str]) -> None:
     """resume=auto finishes a sweep with the command that started it: a job directory whose record (status.json)
     names other overrides than this command's job of that number is one line, before anything is written (Hydra
@@ -331,7 +349,7 @@ def check_same_jobs(sweep_dir: Path, job_args: list[str]) -> None:
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     from rlcli.run.resume import CHANGEABLE
-    from rlcli.sweeps.jobs import probe_combinations, read_status
+    from rlcli.sweeps.jobs import as_typed, probe_combinations, read_status
 
     parser = OverridesParser.create()
 
@@ -340,7 +358,7 @@ def check_same_jobs(sweep_dir: Path, job_args: list[str]) -> None:
         its last value), in one order."""
         kept = [o for o in overrides if not key_of(o).lstrip("+~").startswith((*CHANGEABLE, "hydra.", "sweep.trial"))]
         values = {o.get_key_element(): o.get_value_element_as_str() for o in parser.parse_overrides(kept)}
-        return sorted(f"{key}={value}" for key, value in values.items())
+        return sorted(as_typed(f"{key}={value}") for key, value in values.items())  # (as_typed: for the line)
 
     for number, combo in enumerate(probe_combinations(job_args, limit=100_000)):
         record = read_status(sweep_dir / str(number))

@@ -342,8 +342,11 @@ def with_config_dirs(args: list[str]) -> list[str] | None:
     return overrides
 
 
+# Keys of dicts that configs leave empty or do not have: given as typed, they are made `++` for Hydra
+ADDED_KEYS = ("algo.schedules.", "algo.policy_loss_addons.", "algo.groups.", "algo.groups=")
+
+
 def schedule_args(args: list[str]) -> list[str]:
     """`algo.schedules.X=...` (and `algo.policy_loss_addons.X...`, `algo.groups.X...`) add keys to dicts that
     configs leave empty or do not have: make them `++`."""
-    return [f"++{a}" if a.startswith(("algo.schedules.", "algo.policy_loss_addons.", "algo.groups.", "algo.groups="))
-            else a for a in args]
+    return [f"++{a}" if a.startswith(ADDED_KEYS) else a for a in args]

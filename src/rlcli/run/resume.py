@@ -106,6 +106,11 @@ def check_not_a_run(run_dirs: list[str]) -> None:
         raise ConfigError(f"hydra.run.dir={run_dirs[-1]} already holds a trained run (checkpoints/{held[-1].name}): "
                           f"resume=auto (or resume={run_dirs[-1]}) continues it; to start over, remove the directory "
                           "or choose another hydra.run.dir")
+    jobs = sorted({str(c.parent.parent.relative_to(run_dir)) for c in run_dir.glob("*/**/checkpoints/ckpt_*.pt")})
+    if jobs:
+        raise ConfigError(f"hydra.run.dir={run_dirs[-1]} holds a sweep's trained jobs ({', '.join(jobs[:3])}"
+                          f"{', ...' if len(jobs) > 3 else ''}): a run of its own needs another hydra.run.dir "
+                          f"(resume={run_dirs[-1]}/<job> continues a job)")
 
 
 # Saved overrides that are permissions of one invocation, never replayed from a run directory.
@@ -465,10 +470,10 @@ def finished_run_plan(state: Any, total_steps: int, stop_reward: float | None, t
     raised budget), or a train.stop_reward that its last test return has not reached (a higher one, or null). A
     raised budget alone, on a run whose last test return reached its stop reward, trains on with the stop reward
     off (the first test phase would stop it again): PAST_STOP_REWARD, which adds train.stop_reward=null."""
+    if state.env_steps >= total_steps and state.env_steps > 0:
+        return DONE  # finished, or stopped at or past the budget this command gives: nothing trains
     if not state.finished:
         return None
-    if state.env_steps >= total_steps:
-        return DONE
     last = state.last_test_return
     if stop_reward is None or last is None or last < stop_reward:
         return None
@@ -480,6 +485,10 @@ def finished_run_plan(state: Any, total_steps: int, stop_reward: float | None, t
 def already_done_line(state: Any, total_steps: int, stop_reward: float | None) -> str:
     """Why a resume of a finished run trains nothing, and what would train it on."""
     last = fmt_return(state.last_test_return)
+    if not state.finished:  # stopped (a signal, a kill) at or past the budget this resume gives
+        return (f"this run stopped at {state.env_steps:,} env steps (test return {last}), and train.total_steps="
+                f"{total_steps:,} is not above that: nothing to train (nothing was changed); resume without "
+                f"train.total_steps to finish its own budget, or give one above {state.env_steps:,}")
     done = f"this run already finished at {state.env_steps:,} env steps (test return {last})"
     if state.env_steps >= total_steps:
         return f"{done}; to train longer, give train.total_steps above {state.env_steps:,} (nothing was changed)"

@@ -292,8 +292,8 @@ class Trainer:
 
     def already_done(self) -> bool:
         state = self.state
-        if not state.finished:
-            return False
+        if not state.finished:  # a stopped run resumed with a budget it has already taken trains nothing either
+            return 0 < state.env_steps >= self.c.settings.total_steps
         stop, last = self.c.stop_reward, state.last_test_return
         reached = stop is not None and last is not None and last >= stop
         return state.env_steps >= self.c.settings.total_steps or reached

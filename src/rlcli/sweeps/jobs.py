@@ -112,7 +112,12 @@ def open_job(cfg: DictConfig, run_dir: Path, job_num: int, overrides: list[str],
 
 
 def as_typed(override: str) -> str:
-    """An override as a user types it: Hydra's sweeper hands a job `compile=True` for the `compile=true` typed."""
+    """An override as a user types it: Hydra's sweeper hands a job `compile=True` for the `compile=true` typed, and
+    rl-train gives Hydra `++algo.groups.x.lr=...` for `algo.groups.x.lr=...` (compose.schedule_args)."""
+    from rlcli.run.compose import ADDED_KEYS
+
+    if override.startswith("++") and override[2:].startswith(ADDED_KEYS):
+        override = override[2:]
     key, sep, value = override.partition("=")
     return f"{key}={value.lower()}" if sep and value in ("True", "False") else override
 
@@ -266,8 +271,11 @@ def _expand(override: Any) -> list[str]:
     if not override.is_sweep_override():
         return [override.input_line]
     key = override.get_key_element()
-    dist = parse_search_space({key: override.input_line.split("=", 1)[1]})[key]
-    return [f"{key}={v}" for v in dist.probe_values()]
+    try:  # a list, choice() or range(): the values as Hydra hands them to the jobs (null as null, not None)
+        return [f"{key}={v}" for v in override.sweep_string_iterator()]
+    except Exception:  # an interval() (Optuna's): its two ends
+        dist = parse_search_space({key: override.input_line.split("=", 1)[1]})[key]
+        return [f"{key}={'null' if v is None else v}" for v in dist.probe_values()]
 
 
 def probe_combinations(args: list[str], limit: int = 16) -> list[list[str]]:

@@ -78,6 +78,9 @@ def population_update(algos: Sequence[Any], storages: Sequence[Any]) -> Lockstep
     if len(classes) > 1:
         raise ConfigError(f"the members run different algorithms ({sorted(k.__name__ for k in classes)})")
     kind, name = declared_kind(algos[0]), type(algos[0]).__name__
+    refusal = algos[0].population_refusal() if hasattr(algos[0], "population_refusal") else None
+    if kind is None and refusal is not None:  # (algo.groups: a run of several algorithms, not one registered)
+        raise ConfigError(f"{refusal} cannot train in a population yet; {can_batch()} without it can")
     if kind is None:
         raise ConfigError(f"{name} cannot train in a population yet: {can_batch()} can")
     steps = ("_update", "act_on") if kind == "on_policy" else ("_gradient_step",)  # what the kind's update calls
