@@ -284,6 +284,9 @@ def test_the_header_names_the_config_chosen_and_the_algorithm_it_runs():
     cfg = OmegaConf.create({"algo": {"name": "ppo"}, "env": {"id": "CartPole-v1"}})
     assert header_labels(cfg, {"algo": "ppo", "env": "CartPole-v1"}) == {"algo_label": None, "env_label": None}
     assert header_labels(cfg, {}) == {"algo_label": None, "env_label": None}  # no Hydra choices (a plain compose)
+    cfg = OmegaConf.create({"algo": {"name": "ppo", "groups": {"prey": {"name": "a2c"}, "adversary": {"lr": 1e-3}}},
+                            "env": {"id": "mpe2.simple_tag_v3"}})
+    assert header_labels(cfg, {"algo": "ippo"})["algo_label"] == "ippo (ppo; prey: a2c)"
 
 
 def test_a_sweeps_overrides_read_as_typed():

@@ -189,6 +189,9 @@ def test_a_setting_changed_on_resume_keeps_a_groups_own_value():
 @pytest.mark.parametrize(("groups", "base", "message"), [
     ({"wolves": {"lr": 1e-3}}, PPO, "algo.groups.wolves: env.groups has no group 'wolves'; its groups: hunters, prey"),
     ({"prey": {"name": "dqn"}}, PPO, "algo.groups.prey.name=dqn: a group's algorithm shares the run's rollout"),
+    ({"prey": {"name": "nonsense"}}, PPO, "algo.groups.prey.name=nonsense: a group's algorithm shares the run's "
+                                          "rollout (algo=ppo), so it is an on-policy actor-critic one with the same "
+                                          "use of action masks; choose from: a2c, pg, ppo, ppo_kl, trpo"),
     ({"prey": {"n_steps": 4}}, PPO, "algo.groups.prey.n_steps=4: the groups collect one rollout, so each group's "
                                     "n_steps is the run's algo.n_steps=8"),
     ({"prey": {"batch_size": 64}}, PPO, "algo.groups.prey (ppo): algo.batch_size=64 is invalid: must be in [1, "
@@ -278,7 +281,8 @@ def test_rows_of_agents_on_ray_workers_reproduce_the_local_run(tmp_path):
     ([*TAG, "algo.groups.prey.lr=1e-3"], "algo.groups.prey: env.groups has no group 'prey'; its groups: adversary, "
                                          "agent"),
     ([*TAG, "env.groups=null", "algo.groups.agent.lr=1e-3"],
-     "algo.groups gives each group of env.groups an algorithm of its own: it needs a multi-agent env"),
+     "algo.groups gives each group of env.groups an algorithm of its own: set env.groups (=prefix, or {a: "),
+    ([*TAG, "env.agent_id=false", "algo.groups.agent.lr=1e-3"], "an algorithm of its own: set env.agent_id=true"),
     ([*TAG, "algo.groups.agent.lr=1e-3", "actor=lstm"], "algo.groups takes feed-forward networks"),
     (["algo=ppo", "env=CartPole-v1", "algo.groups.agent.lr=1e-3"], "it needs a multi-agent env"),
     ([*TAG, "algo.groups=agent"], "algo.groups='agent': a mapping {group: {setting: value}}"),

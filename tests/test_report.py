@@ -85,9 +85,13 @@ def test_mean_curve_and_band():
 
 def test_one_seed_and_one_test_still_show(tmp_path):
     make_run(tmp_path / "one", ["algo.lr=0.001"], 7, [(1000, [42.0, 44.0])], status={"status": "completed"})
-    out = subprocess.run([str(RL_REPORT), str(tmp_path / "one")], capture_output=True, text=True, timeout=60)
+    out = subprocess.run([str(RL_REPORT), str(tmp_path / "one"), "--csv", str(tmp_path / "one.csv")],
+                         capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert "43.0 ± -" in out.stdout and "± 0.0" not in out.stdout and "1: 7" in out.stdout
+    with open(tmp_path / "one.csv") as f:
+        (row,) = list(csv.DictReader(f))
+    assert (row["final_mean"], row["final_std"], row["best_std"]) == ("43.0", "", "")  # no spread: not 0.0
     groups = report.group_runs(report.find_runs([tmp_path / "one"]))
     assert report.plot_curves(groups, [], tmp_path / "c.png") == ["o"]  # a single point is drawn as a marker
     assert (tmp_path / "c.png").stat().st_size > 0

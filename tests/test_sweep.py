@@ -127,7 +127,9 @@ def test_resume_auto_with_another_command_is_one_line_and_leaves_the_sweep_as_it
         assert {p: p.read_bytes() for p in (tmp_path / "sw").rglob("*") if p.is_file()} == saved
     longer = forked_cli.run([*[a for a in args if not a.startswith("train.total_steps")], "train.total_steps=400",
                              "resume=auto"], tmp_path)
-    assert longer.returncode == 0 and "already completed, skipped" in longer.stderr, longer.stderr[-2000:]
+    assert longer.returncode == 0 and "already completed, skipped (at " in longer.stderr, longer.stderr[-2000:]
+    assert f"a longer train.total_steps does not reopen a finished job: rl-train resume={tmp_path / 'sw'}" in \
+        longer.stderr and "train.total_steps=400 trains it on)" in longer.stderr
 
 
 @pytest.mark.slow

@@ -75,8 +75,8 @@ def group_settings(base: Mapping[str, Any], groups: Mapping[str, Any], layout: A
         if name == base["name"]:
             own = {**base, **changes}
         else:
-            spec = ALGOS.spec(name)  # an unknown name: the registry's one line with the choices
-            if not shares_rollout(spec, base_spec):
+            spec = ALGOS.spec(name) if name in ALGOS.names() else None
+            if spec is None or not shares_rollout(spec, base_spec):
                 raise ConfigError(f"algo.groups.{group}.name={name}: a group's algorithm shares the run's rollout "
                                   f"(algo={base['name']}), so it is an on-policy actor-critic one with the same use of "
                                   f"action masks; choose from: {', '.join(loop_partners(base_spec))}")

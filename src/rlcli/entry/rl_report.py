@@ -298,12 +298,14 @@ def write_csv(groups: list[Group], keys: list[str], path: Path) -> None:
         writer.writerow(columns)
         for group in groups:
             row = summarize(group)
-            final, best = row["final"] or (None, None), row["best"] or (None, None)
+            single = len(row["seeds"]) < 2  # one seed has no spread: empty, as the table's "± -"
+            final, best, team = (((pair[0], None) if single else pair) if pair else (None, None)
+                                 for pair in (row["final"], row["best"], row["team"]))
             writer.writerow([*(group.config.get(k, "") for k in keys), len(row["seeds"]),
                              " ".join(map(str, row["seeds"])), *final, row["final_iqm"], *best,
                              row["env_steps"], row["wall_s"], *(row["final_score"] or (None, None)),
                              *(row["best_score"] or (None, None)), _agents(row["agents"], "="),
-                             *(row["team"] or (None, None)), _agents(row["groups"], "=")])
+                             *team, _agents(row["groups"], "=")])
 
 
 def mean_curve(runs: list[Run]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

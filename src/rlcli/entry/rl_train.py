@@ -468,11 +468,23 @@ def main(argv: list[str] | None = None) -> None:
                 os.environ.pop(name, None)
 
 
+def _say_misplaced_dirs(args: list[str], multirun: bool) -> None:
+    """hydra.run.dir on a -m sweep, or hydra.sweep.dir on one run, is not used: Hydra ignores it without a word."""
+    if any(a.startswith("-") and a not in ("-m", "--multirun") for a in args):
+        return  # --help, --cfg: nothing runs
+    unused = "hydra.run.dir" if multirun else "hydra.sweep.dir"
+    for arg in (a for a in args if key_of(a) == unused):
+        where = "a -m sweep's jobs go under hydra.sweep.dir (multirun/<time> by default)" if multirun else \
+            "this command is one run, in hydra.run.dir (runs/<algo>/<env>/<time> by default); add -m for a sweep"
+        print(f"rl-train: warning: {arg} is not used: {where}", file=sys.stderr)
+
+
 def _main(argv: list[str] | None) -> None:
     args = schedule_args(list(sys.argv[1:] if argv is None else argv))
     multirun = any(a in ("-m", "--multirun") for a in args)
     try:
         check_argument_style(args, "rl-train", HYDRA_FLAGS, HYDRA_FLAGS_WITH_VALUE, group_with_option)
+        _say_misplaced_dirs(args, multirun)
         if multirun:
             import os
 

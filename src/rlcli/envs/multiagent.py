@@ -657,7 +657,7 @@ def copies_of(num_envs: int, n_agents: int, joint: bool, env_id: str) -> int:
         lower = max(n_agents, num_envs - num_envs % n_agents)
         raise ConfigError(f"train.num_envs={num_envs}: env {env_id} has {n_agents} agents, one row each, so "
                           f"train.num_envs must be a multiple of {n_agents} (e.g. {lower} = {lower // n_agents} "
-                          "copies)")
+                          f"cop{'y' if lower == n_agents else 'ies'} of the env)")
     return num_envs // n_agents
 
 

@@ -215,6 +215,13 @@ def check_config(cfg: DictConfig) -> None:
     if cfg.algo.get("groups") and not shares_rollout(spec, spec):  # before env.joint's lines, which it would loop on
         raise ConfigError(f"algo.groups gives each group an on-policy algorithm of its own on one rollout; "
                           f"algo={algo_name} is not one: choose from: {', '.join(loop_partners(spec))}")
+    if cfg.algo.get("groups") and cfg.env.get("name") in ("pz", "vmas"):  # a multi-agent env: say which setting
+        needs = [fix for bad, fix in ((not cfg.env.get("groups"), "env.groups (=prefix, or {a: [agent_0], b: "
+                                       "[agent_1]})"), (cfg.env.get("joint"), "env.joint=false"),
+                                      (not cfg.env.get("agent_id"), "env.agent_id=true")) if bad]
+        if needs:
+            raise ConfigError(f"algo.groups gives each group of env.groups an algorithm of its own: set "
+                              f"{' and '.join(needs)}")
     joint = [n for n in ALGOS.names() if any(kind.startswith("Joint") for kind in ALGOS.spec(n).action_spaces)]
     if cfg.env.get("joint") is False and algo_name in joint:
         raise ConfigError(f"algo={algo_name} learns from a team's joint transitions, and env.joint=false gives one row "

@@ -78,6 +78,11 @@ def resume_args(args: list[str]) -> list[str]:
             ckpt, run_dir = target, target.parent.parent
         elif target.is_dir():
             run_dir = target
+            jobs = sweep_jobs(run_dir)
+            if jobs and not (run_dir / "checkpoints").is_dir():
+                raise ConfigError(f"resume={value} is a sweep's directory: resume one of its jobs with resume="
+                                  f"{value.rstrip('/')}/<job> ({jobs}), or finish the sweep with its command plus "
+                                  f"resume=auto hydra.sweep.dir={value}")
             ckpt = checkpoint.find_good(run_dir / "checkpoints", warn=_warn)
             never_trained = not any((run_dir / "checkpoints").glob("ckpt_*.pt"))  # stopped during start-up
             if ckpt is None and never_trained and (run_dir / ".hydra" / "overrides.yaml").is_file():
@@ -87,6 +92,9 @@ def resume_args(args: list[str]) -> list[str]:
                 raise ConfigError(f"resume={value!r}: no usable checkpoint in {run_dir / 'checkpoints'}")
         else:
             raise ConfigError(f"resume={value!r}: no such run directory or checkpoint file")
+    if value != "auto" and run_dirs and Path(run_dirs[-1]).expanduser().resolve() != run_dir:
+        raise ConfigError(f"resume={value} continues {run_dir} in place, and hydra.run.dir={run_dirs[-1]} cannot move "
+                          "it: drop hydra.run.dir (to branch a run, copy its directory and resume the copy)")
     saved_path = run_dir / ".hydra" / "overrides.yaml"
     if not saved_path.is_file():
         raise ConfigError(f"resume={value!r}: {run_dir} is not an rl-train run directory (no .hydra/overrides.yaml)")
@@ -106,11 +114,15 @@ def check_not_a_run(run_dirs: list[str]) -> None:
         raise ConfigError(f"hydra.run.dir={run_dirs[-1]} already holds a trained run (checkpoints/{held[-1].name}): "
                           f"resume=auto (or resume={run_dirs[-1]}) continues it; to start over, remove the directory "
                           "or choose another hydra.run.dir")
-    jobs = sorted({str(c.parent.parent.relative_to(run_dir)) for c in run_dir.glob("*/**/checkpoints/ckpt_*.pt")})
-    if jobs:
-        raise ConfigError(f"hydra.run.dir={run_dirs[-1]} holds a sweep's trained jobs ({', '.join(jobs[:3])}"
-                          f"{', ...' if len(jobs) > 3 else ''}): a run of its own needs another hydra.run.dir "
-                          f"(resume={run_dirs[-1]}/<job> continues a job)")
+    if jobs := sweep_jobs(run_dir):
+        raise ConfigError(f"hydra.run.dir={run_dirs[-1]} holds a sweep's trained jobs ({jobs}): a run of its own "
+                          f"needs another hydra.run.dir (resume={run_dirs[-1]}/<job> continues a job)")
+
+
+def sweep_jobs(directory: Path) -> str:
+    """The trained runs below `directory` (a sweep's jobs), named relative to it: '0, 1, 2, ...'; '' if none."""
+    jobs = sorted({str(c.parent.parent.relative_to(directory)) for c in directory.glob("*/**/checkpoints/ckpt_*.pt")})
+    return ", ".join(jobs[:3]) + (", ..." if len(jobs) > 3 else "")
 
 
 # Saved overrides that are permissions of one invocation, never replayed from a run directory.

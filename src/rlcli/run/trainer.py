@@ -63,7 +63,11 @@ def header_labels(cfg: Any, choices: Any) -> dict[str, str | None]:
     """The run header's names where the config chosen is not the name it runs under (Hydra's runtime choices):
     algo=ippo runs ppo, env=MountainCarSparse-v0 is MountainCar-v0 with a setting."""
     algo, env = str(choices.get("algo", cfg.algo.name)), str(choices.get("env", "gym"))
-    return {"algo_label": f"{algo} ({cfg.algo.name})" if algo != cfg.algo.name else None,
+    groups = cfg.algo.get("groups") or {}
+    others = [f"{group}: {changes['name']}" for group, changes in groups.items()  # algo.groups.<group>.name
+              if hasattr(changes, "get") and changes.get("name") not in (None, cfg.algo.name)]
+    runs = "; ".join([cfg.algo.name, *others])
+    return {"algo_label": f"{algo} ({runs})" if algo != cfg.algo.name or others else None,
             "env_label": f"{env} ({cfg.env.id})" if env not in ("gym", cfg.env.id) else None}
 
 

@@ -137,7 +137,11 @@ def start_record(cfg: DictConfig, run_dir: Path, job_num: int, overrides: list[s
     if cfg.get("resume") == "auto":
         previous = read_status(run_dir)
         if previous is not None and previous.get("status") in DONE:
-            _say(f"[job {job_num}] {shown}: already {previous['status']}, skipped")
+            steps, total = previous.get("env_steps"), cfg.train.total_steps
+            longer = (f" (at {steps:,} env steps; a longer train.total_steps does not reopen a finished job: "
+                      f"rl-train resume={run_dir} train.total_steps={total} trains it on)"
+                      if isinstance(steps, int) and isinstance(total, int) and total > steps else "")
+            _say(f"[job {job_num}] {shown}: already {previous['status']}, skipped{longer}")
             return previous
         found = checkpoint.find_good(run_dir / "checkpoints", warn=lambda m: _say(f"[job {job_num}] {m}"))
         cfg.resume = str(found) if found else None
