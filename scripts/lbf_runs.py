@@ -4,6 +4,7 @@ random policy), over seeds, with the shipped settings (conf/algo/<algo>.yaml, co
 BenchMARL 1.5.2 has no LBF task. docs/guide/multiagent.md shows what it gave.
 
     nice -n 10 python scripts/lbf_runs.py --work /tmp/lbf --algos mappo ippo --seeds 0 1 2 --steps 1500000
+    nice -n 10 python scripts/lbf_runs.py --work /tmp/lbf_ent --set algo.ent_coef=0.01      # a variant
     python scripts/lbf_runs.py --work /tmp/lbf --summary-only          # the table again from the run dirs
 
 Steps are agent steps (rows: one per agent, 2 per team step). Each run's tests are 20 deterministic (argmax)
@@ -35,7 +36,8 @@ def tests(run_dir: Path) -> list[tuple[int, float]]:
     return [(int(r["env_steps"]), sum(r["returns"]) / len(r["returns"])) for r in records if "returns" in r]
 
 
-def run(rl_train: Path, work: Path, algo: str, seed: int, steps: int, test_every: int) -> float | None:
+def run(rl_train: Path, work: Path, algo: str, seed: int, steps: int, test_every: int,
+        extra: list[str]) -> float | None:
     run_dir = work / f"{algo}_s{seed}"
     done = tests(run_dir)
     if done and done[-1][0] >= steps:
@@ -43,7 +45,7 @@ def run(rl_train: Path, work: Path, algo: str, seed: int, steps: int, test_every
     shutil.rmtree(run_dir, ignore_errors=True)
     command = [str(rl_train), f"algo={algo}", "env=lbf", f"seed={seed}", f"train.total_steps={steps}",
                f"train.test_every={test_every}", "train.test_episodes=20", "train.stop_reward=null",
-               "log.console=false", f"hydra.run.dir={run_dir}"]
+               "log.console=false", *extra, f"hydra.run.dir={run_dir}"]
     print(" ".join(command), flush=True)
     started = time.perf_counter()
     subprocess.run(command, check=True)
@@ -86,6 +88,8 @@ def main() -> None:
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--steps", type=int, default=1_500_000, help="agent steps a run")
     p.add_argument("--test-every", type=int, default=250_000)
+    p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
+                   help="more overrides for every run (a variant: give it its own --work)")
     p.add_argument("--summary-only", action="store_true")
     args = p.parse_args()
     rl_train = Path(sys.executable).parent / "rl-train"
@@ -93,7 +97,7 @@ def main() -> None:
     if not args.summary_only:
         for algo in args.algos:
             for seed in args.seeds:
-                run(rl_train, args.work, algo, seed, args.steps, args.test_every)
+                run(rl_train, args.work, algo, seed, args.steps, args.test_every, args.set)
     table = summary(args.work, args.algos, args.seeds)
     (args.work / "summary.md").write_text(table + "\n")
     print(table)

@@ -3,6 +3,7 @@
 import inspect
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -73,7 +74,7 @@ class StopAt(rlcli.Callback):
         self.seen.append(("end", reason))
 
 
-def test_a_callback_logs_and_stops_the_run_which_resumes_to_the_end(tmp_path):
+def test_a_callback_logs_and_stops_the_run_which_resumes_to_the_end(tmp_path, capsys):
     callback = StopAt(1024)
     run = rlcli.train(["algo=ppo", "env=CartPole-v1"], train=TINY, log=QUIET, run_dir=tmp_path / "run",
                       callbacks=[callback])
@@ -91,6 +92,12 @@ def test_a_callback_logs_and_stops_the_run_which_resumes_to_the_end(tmp_path):
     assert records == [1024, 2048]
     assert resumed.agent.checkpoint.name == "ckpt_000000002048.pt"
     assert rlcli.train(resume=run.run_dir, log=QUIET).stop_reason == "already finished"
+    # its line in Python's words: more_steps=, run_dir=
+    out = capsys.readouterr()
+    assert "rlcli.train: this run already finished at 2,048 env steps" in out.err + out.out
+    assert "give more_steps=<n> (nothing was changed)" in out.err + out.out
+    with pytest.raises(rlcli.RlcliError, match=f"^run_dir={re.escape(str(run.run_dir))} already holds a trained run"):
+        rlcli.train(algo="ppo", env="CartPole-v1", run_dir=run.run_dir, log=QUIET)
 
 
 def test_ctrl_c_in_python_saves_a_checkpoint_and_raises_keyboard_interrupt(tmp_path):

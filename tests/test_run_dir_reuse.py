@@ -82,7 +82,7 @@ def test_a_stopped_run_resumed_with_a_budget_it_has_passed_trains_nothing_and_ch
     assert [line for line in out.stderr.splitlines() if line.strip()] == [
         f"rl-train: this run stopped at {steps:,} env steps (test return -), and train.total_steps={steps:,} is not "
         f"above that: nothing to train (nothing was changed); resume without train.total_steps to finish its own "
-        f"budget, or give one above {steps:,}"]
+        f"budget, or give train.total_steps above {steps:,}"]
     assert digest(run_dir) == before
     out = run_cli(f"resume={run_dir}", f"train.total_steps={steps + 256}", cwd=tmp_path)
     assert out.returncode == 0 and final(run_dir)["state"]["env_steps"] == steps + 256, out.stderr

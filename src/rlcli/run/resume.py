@@ -494,16 +494,17 @@ def finished_run_plan(state: Any, total_steps: int, stop_reward: float | None, t
     return DONE
 
 
-def already_done_line(state: Any, total_steps: int, stop_reward: float | None) -> str:
-    """Why a resume of a finished run trains nothing, and what would train it on."""
+def already_done_line(state: Any, total_steps: int, stop_reward: float | None, python: bool = False) -> str:
+    """Why a resume of a finished run trains nothing, and what would train it on (`python`: rlcli.train's words)."""
     last = fmt_return(state.last_test_return)
+    above = "more_steps=<n>" if python else f"train.total_steps above {state.env_steps:,}"
     if not state.finished:  # stopped (a signal, a kill) at or past the budget this resume gives
         return (f"this run stopped at {state.env_steps:,} env steps (test return {last}), and train.total_steps="
                 f"{total_steps:,} is not above that: nothing to train (nothing was changed); resume without "
-                f"train.total_steps to finish its own budget, or give one above {state.env_steps:,}")
+                f"train.total_steps to finish its own budget, or give {above}")
     done = f"this run already finished at {state.env_steps:,} env steps (test return {last})"
     if state.env_steps >= total_steps:
-        return f"{done}; to train longer, give train.total_steps above {state.env_steps:,} (nothing was changed)"
+        return f"{done}; to train longer, give {above} (nothing was changed)"
     return (f"{done}: it reached train.stop_reward={stop_reward:g}; to train on, give a higher train.stop_reward (or "
             f"null), or train.total_steps=<a budget> alone (nothing was changed)")
 

@@ -261,7 +261,9 @@ class Trainer:
         drop_stale_best(state, self.run_dir)  # nothing is written in this run: a later best.pt is dropped now
         self.close()
         self.stop_reason = "already finished"
-        say(f"rl-train: {already_done_line(state, self.c.settings.total_steps, self.c.stop_reward)}")
+        python = self.options.in_python  # rlcli.train(resume=..., more_steps=n) trains on from where the run is
+        line = already_done_line(state, self.c.settings.total_steps, self.c.stop_reward, python)
+        say(f"{'rlcli.train' if python else 'rl-train'}: {line}")
         return _as_return(state.last_test_return)
 
     def _fail(self, message: str) -> NoReturn:
