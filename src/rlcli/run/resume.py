@@ -482,10 +482,10 @@ def finished_run_plan(state: Any, total_steps: int, stop_reward: float | None, t
     raised budget), or a train.stop_reward that its last test return has not reached (a higher one, or null). A
     raised budget alone, on a run whose last test return reached its stop reward, trains on with the stop reward
     off (the first test phase would stop it again): PAST_STOP_REWARD, which adds train.stop_reward=null."""
-    if state.env_steps >= total_steps and state.env_steps > 0:
-        return DONE  # finished, or stopped at or past the budget this command gives: nothing trains
+    if 0 < state.env_steps >= total_steps and (state.finished or "train.total_steps" in typed):
+        return DONE  # finished, or stopped at or past a budget this resume gives: nothing trains
     if not state.finished:
-        return None
+        return None  # (a run killed after its last checkpoint, at its own budget: it finishes now)
     last = state.last_test_return
     if stop_reward is None or last is None or last < stop_reward:
         return None

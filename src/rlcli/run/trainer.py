@@ -28,7 +28,7 @@ from rlcli.run.build import Components
 from rlcli.run.builtin_callbacks import Iteration, builtin_callbacks, schedules_now, test_due
 from rlcli.run.callbacks import Callback, CallbackList, RunContext
 from rlcli.run.divergence import Diverged, NonfiniteGuard, RolledBack
-from rlcli.run.resume import already_done_line
+from rlcli.run.resume import TYPED_ON_RESUME, already_done_line
 from rlcli.run.state import TrainState, drop_stale_best, save
 from rlcli.run.stop import STOP_GRACE_SECONDS, RunFailed, StopNow, StoppedBySignal, StopSignals
 from rlcli.services import checkpoint
@@ -298,8 +298,8 @@ class Trainer:
 
     def already_done(self) -> bool:
         state = self.state
-        if not state.finished:  # a stopped run resumed with a budget it has already taken trains nothing either
-            return 0 < state.env_steps >= self.c.settings.total_steps
+        if not state.finished:  # a stopped run resumed with a budget it has already passed trains nothing either
+            return 0 < state.env_steps >= self.c.settings.total_steps and "train.total_steps" in TYPED_ON_RESUME
         stop, last = self.c.stop_reward, state.last_test_return
         reached = stop is not None and last is not None and last >= stop
         return state.env_steps >= self.c.settings.total_steps or reached
