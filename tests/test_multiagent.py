@@ -99,8 +99,10 @@ def test_rows_must_be_a_multiple_of_the_agents_and_env_gym_or_mappo_say_what_to_
     from rlcli.envs import GymEnvFactory
 
     with pytest.raises(ConfigError, match=r"train.num_envs=8: env mpe2.simple_spread_v3 has 3 agents, one row each, so "
-                                          r"train.num_envs must be a multiple of 3 \(e.g. 6 = 2 copies\)"):
+                                          r"train.num_envs must be a multiple of 3 \(e.g. 6 = 2 copies of the env\)"):
         factory(id="mpe2.simple_spread_v3").make(8)
+    with pytest.raises(ConfigError, match=r"\(e.g. 3 = 1 copy of the env\)"):  # (it said "1 copies")
+        factory(id="mpe2.simple_spread_v3").make(4)
     with pytest.raises(ConfigError, match="is a PettingZoo Parallel env .many agents.; use env=pz"):
         GymEnvFactory(id="mpe2.simple_spread_v3")
     with pytest.raises(ConfigError, match="env.critic_state=true .algo=mappo's centralized critic. needs a multi"):
