@@ -194,8 +194,8 @@ def test_a_setting_changed_on_resume_keeps_a_groups_own_value():
                                           "use of action masks; choose from: a2c, pg, ppo, ppo_kl, trpo"),
     ({"prey": {"n_steps": 4}}, PPO, "algo.groups.prey.n_steps=4: the groups collect one rollout, so each group's "
                                     "n_steps is the run's algo.n_steps=8"),
-    ({"prey": {"batch_size": 64}}, PPO, "algo.groups.prey (ppo): algo.batch_size=64 is invalid: must be in [1, "
-                                        "n_steps * num_envs = 16]"),
+    ({"prey": {"batch_size": 64}}, PPO, "algo.groups.prey (ppo): algo.groups.prey.batch_size=64 is invalid: must be "
+                                        "in [1, n_steps * the group's rows = 16]"),
     ({"prey": 3}, PPO, "algo.groups.prey=3: a mapping of the group's settings"),
     ({"prey": {"actor": {"name": "cnn"}}}, PPO, "algo.groups.prey.actor.name=cnn: a group's network is the run's "
                                                "actor with other settings"),

@@ -24,6 +24,7 @@ of data-dependent shapes for export.
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -292,6 +293,8 @@ def build_grouped(groups: Any, algo_cfg: dict[str, Any], network_cfg: dict[str, 
                 **({"use_sde": True} if use_sde else {})).to(device)
             algos[group] = ALGOS.build(settings, networks=networks,
                                        num_envs=copies * len(layout.agents_of(k)))
-        except ConfigError as error:
-            raise ConfigError(f"algo.groups.{group} ({settings['name']}): {error}") from None
+        except ConfigError as error:  # a value named as the group's key, its rollout as the group's rows
+            said = re.sub(r"\balgo\.(\w+)=", rf"algo.groups.{group}.\1=", str(error))
+            said = said.replace("n_steps * num_envs", "n_steps * the group's rows")
+            raise ConfigError(f"algo.groups.{group} ({settings['name']}): {said}") from None
     return GroupedOnPolicy(algos, layout, float(algo_cfg.get("gamma", 0.99)))
