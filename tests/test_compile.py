@@ -490,6 +490,6 @@ def test_compiled_algo_groups_match_eager(tmp_path):
     assert all(s.compile_seconds is not None for s in loss_steps(compiled))
     for (name, a), b in zip(eager.networks.state_dict().items(), compiled.networks.state_dict().values(), strict=True):
         torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-4, msg=name)
-    for part_a, part_b in zip(eager.parts, compiled.parts, strict=True):
+    for part_a, part_b in zip(eager.sub_algorithms(), compiled.sub_algorithms(), strict=True):
         steps_a = [s["step"] for s in part_a.optimizer.state_dict()["state"].values()]
         assert steps_a and steps_a == [s["step"] for s in part_b.optimizer.state_dict()["state"].values()]

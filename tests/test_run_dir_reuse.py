@@ -77,12 +77,12 @@ def test_a_stopped_run_resumed_with_a_budget_it_has_passed_trains_nothing_and_ch
     assert proc.returncode == 128 + signal.SIGTERM, err
     steps = final(run_dir)["state"]["env_steps"]
     before = digest(run_dir)
-    out = run_cli(f"resume={run_dir}", f"train.total_steps={steps}", cwd=tmp_path)
+    out = run_cli(f"resume={run_dir}", f"train.total_steps={steps // 2}", cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     assert [line for line in out.stderr.splitlines() if line.strip()] == [
-        f"rl-train: this run stopped at {steps:,} env steps (test return -), and train.total_steps={steps:,} is not "
-        f"above that: nothing to train (nothing was changed); resume without train.total_steps to finish its own "
-        f"budget, or give train.total_steps above {steps:,}"]
+        f"rl-train: this run stopped at {steps:,} env steps (test return -), and train.total_steps={steps // 2:,} is "
+        f"below that: nothing to train (nothing was changed); resume without train.total_steps to finish its own "
+        f"budget, train.total_steps={steps} to finish it where it is, or train.total_steps above {steps:,}"]
     assert digest(run_dir) == before
     out = run_cli(f"resume={run_dir}", f"train.total_steps={steps + 256}", cwd=tmp_path)
     assert out.returncode == 0 and final(run_dir)["state"]["env_steps"] == steps + 256, out.stderr
@@ -98,13 +98,70 @@ def test_a_run_dir_and_a_sweep_dir_are_not_taken_for_each_other(tmp_path):
     nested = ["-m", *RUN, "seed=0,1", f"hydra.sweep.dir={sweep}", "hydra.sweep.subdir=seed${seed}/job${hydra.job.num}"]
     assert run_cli(*nested, cwd=tmp_path).returncode == 0
     before = digest(tmp_path)
-    assert f"hydra.run.dir={sweep} holds a sweep's trained jobs (seed0/job0, seed1/job1): a run of its own needs " \
-        "another hydra.run.dir" in one_line(run_cli(*RUN, f"hydra.run.dir={sweep}", cwd=tmp_path))
+    assert f"hydra.run.dir={sweep} is a sweep's directory (multirun.yaml): a run of its own needs another " \
+        "hydra.run.dir" in one_line(run_cli(*RUN, f"hydra.run.dir={sweep}", cwd=tmp_path))
     assert f"hydra.sweep.dir={run_dir} is a trained run's directory (checkpoints/), not a sweep's" in \
         one_line(run_cli("-m", *RUN, "seed=0,1", f"hydra.sweep.dir={run_dir}", cwd=tmp_path))
-    assert f"resume=auto: {sweep}'s trained jobs are at seed0/job0, seed1/job1, which this command's jobs (0, 1) " \
-        "would not resume: give the hydra.sweep.subdir that started the sweep" in \
+    assert f"resume=auto: {sweep}'s trained jobs are at seed0/job0, seed1/job1, where this command's jobs " \
+        "(hydra.sweep.subdir: their numbers) would not look: give the hydra.sweep.subdir that started the sweep" in \
         one_line(run_cli("-m", *RUN, "seed=0,1", f"hydra.sweep.dir={sweep}", "resume=auto", cwd=tmp_path))
     assert digest(tmp_path) == before
     finished = run_cli(*nested, "resume=auto", cwd=tmp_path)  # with its subdir: the jobs are found, and skipped
     assert finished.returncode == 0 and finished.stdout.count("completed") + finished.stderr.count("completed") >= 2
+
+
+def _fake_run(path: Path, checkpoint: str = "ckpt_000000000256.pt") -> None:
+    (path / "checkpoints").mkdir(parents=True)
+    (path / "checkpoints" / checkpoint).write_bytes(b"x")
+
+
+def test_what_counts_as_a_trained_run_or_sweep_directory(tmp_path):
+    """The checks' own rules on made-up trees (no training): a run's checkpoint or best model, a sweep's
+    multirun.yaml; other runs deeper down in an unrelated folder (hydra.sweep.dir=., a results folder) do not count,
+    and resume=auto may finish fewer jobs than the sweep has."""
+    from rlcli.entry.rl_train import check_sweep_dir
+    from rlcli.registry import ConfigError
+    from rlcli.run.resume import check_not_a_run
+
+    _fake_run(tmp_path / "best_only", "best.pt")
+    with pytest.raises(ConfigError, match="holds a run's best model .checkpoints/best.pt. but no checkpoint to resume"):
+        check_not_a_run(tmp_path / "best_only", "best_only")
+    folder = tmp_path / "experiments"
+    _fake_run(folder / "cartpole" / "2026-11-29")  # runs kept deeper down: not this run's files
+    check_not_a_run(folder, "experiments")
+    check_sweep_dir(folder, "experiments", auto=False, numbered=True, job_args=None)  # its jobs write 0, 1, ...
+    _fake_run(folder / "0")
+    with pytest.raises(ConfigError, match=r"already holds a sweep's trained jobs \(0\)"):
+        check_sweep_dir(folder, "experiments", auto=False, numbered=True, job_args=None)
+    sweep = tmp_path / "sweep"
+    for job in range(4):
+        _fake_run(sweep / str(job))
+    (sweep / "multirun.yaml").write_text("{}\n")
+    with pytest.raises(ConfigError, match=r"\(0, 1, 2, 3\): resume=auto"):
+        check_sweep_dir(sweep, "sweep", auto=False, numbered=True, job_args=None)
+    check_sweep_dir(sweep, "sweep", auto=True, numbered=True, job_args=["seed=0,1"])  # fewer jobs: finishes those
+
+
+def test_a_run_stopped_at_its_own_budget_finishes_unless_the_resume_lowers_it():
+    """A run killed after its last checkpoint, at its own budget (a preempted job, re-queued with the same command
+    and its budget typed), finishes; one resumed with a budget below its own, that it has passed, trains nothing."""
+    from types import SimpleNamespace
+
+    from rlcli.run.resume import RESUMED_BUDGET, budget_passed
+
+    stopped = SimpleNamespace(env_steps=1000, finished=False)
+    try:
+        RESUMED_BUDGET.update(total_steps=1000)
+        assert not budget_passed(stopped, 1000)  # its own budget, typed again: it finishes
+        assert not budget_passed(stopped, 1200)
+        RESUMED_BUDGET.update(total_steps=990)  # its budget rounded up to whole collect phases: 1,000 taken
+        assert not budget_passed(stopped, 990)
+        RESUMED_BUDGET.update(total_steps=5000)  # stopped at 1,000 of 5,000
+        assert budget_passed(stopped, 800) and budget_passed(stopped, 1000 - 1)
+        assert not budget_passed(stopped, 1000)  # exactly the steps taken: it finishes where it is
+        RESUMED_BUDGET.clear()  # (its saved config unread: as before, it finishes)
+        assert not budget_passed(stopped, 800)
+        assert budget_passed(SimpleNamespace(env_steps=1000, finished=True), 1000)
+        assert not budget_passed(SimpleNamespace(env_steps=0, finished=False), 0)
+    finally:
+        RESUMED_BUDGET.clear()

@@ -232,8 +232,7 @@ class GroupedOnPolicy:
     def optimizers(self) -> list[torch.optim.Optimizer]:
         return [optimizer for algo in self.algos.values() for optimizer in algo.optimizers()]
 
-    @property
-    def parts(self) -> list[Any]:
+    def sub_algorithms(self) -> list[Any]:
         """The groups' algorithms: compile=true compiles each one's steps (loss_step.enable_compile)."""
         return list(self.algos.values())
 

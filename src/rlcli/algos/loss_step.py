@@ -99,11 +99,16 @@ def as_input(value: Any, device: torch.device, made: dict[tuple[str, str], torch
     return value
 
 
+def sub_algorithms(algo: Any) -> list[Any]:
+    """The algorithm and those it is made of, all the way down (`sub_algorithms`: algo.groups' algorithm of each
+    group)."""
+    parts = algo.sub_algorithms() if callable(getattr(algo, "sub_algorithms", None)) else []
+    return [algo, *(inner for part in parts for inner in sub_algorithms(part))]
+
+
 def loss_steps(algo: Any) -> list[LossStep]:
-    """The algorithm's LossSteps: its attributes that are one, and those of the algorithms it is made of (`parts`:
-    algo.groups' algorithm of each group)."""
-    own = [value for value in vars(algo).values() if isinstance(value, LossStep)]
-    return own + [step for part in getattr(algo, "parts", ()) for step in loss_steps(part)]
+    """The LossSteps of the algorithm and of those it is made of: their attributes that are one."""
+    return [value for part in sub_algorithms(algo) for value in vars(part).values() if isinstance(value, LossStep)]
 
 
 def enable_compile(algo: Any) -> None:
@@ -112,7 +117,7 @@ def enable_compile(algo: Any) -> None:
     from rlcli.registry import ConfigError
 
     cuda_graphs_setting()  # a bad RLCLI_CUDA_GRAPHS is one line now, not a traceback at the first update
-    for part in [algo, *getattr(algo, "parts", ())]:
+    for part in sub_algorithms(algo):
         refusal = getattr(part, "compile_refusal", None)
         reason = refusal() if refusal is not None else None
         if reason is not None:

@@ -119,8 +119,7 @@ def train(overrides: Sequence[str] | str | None = None, *, env: EnvSource | None
     try:
         trainer = run_from_python(args, callbacks)
     except ConfigError as error:  # its lines name the command line's keys; run_dir= is hydra.run.dir there
-        raise RlcliError(str(error).replace("hydra.run.dir=", "run_dir=").replace("another hydra.run.dir",
-                                                                                  "another run_dir")) from None
+        raise RlcliError(str(error).replace("hydra.run.dir", "run_dir")) from None
     except RunFailed as failed:
         raise RlcliError(failed.message) from failed.__context__
     except (StoppedBySignal, StopNow) as stopped:

@@ -35,7 +35,7 @@ from rlcli.run.compose import (
     value_of,
     with_config_dirs,
 )
-from rlcli.run.resume import resume_args
+from rlcli.run.resume import is_sweep_dir, resume_args
 
 
 def _fail(error: Exception) -> NoReturn:
@@ -273,14 +273,10 @@ def precheck_sweep(args: list[str]) -> tuple[str, bool]:
                           "jobs of the killed sweep")
     auto = bool(resume) and resume[-1] == "auto"
     sweep_dirs = [value_of(a) for a in args if key_of(a) == "hydra.sweep.dir"]
-    trained = trained_dirs(Path(sweep_dirs[-1]).expanduser()) if sweep_dirs and sweep_dirs[-1] else []
-    if "." in trained:
+    root = Path(sweep_dirs[-1]) if sweep_dirs and sweep_dirs[-1] else None  # as Hydra takes it: `~` unexpanded
+    if root is not None and any((root / "checkpoints").glob("ckpt_*.pt")):
         raise ConfigError(f"hydra.sweep.dir={sweep_dirs[-1]} is a trained run's directory (checkpoints/), not a "
                           "sweep's: choose another hydra.sweep.dir")
-    if trained and not auto:  # Hydra would start each job fresh in its directory, replacing its best.pt, eval.jsonl
-        raise ConfigError(f"hydra.sweep.dir={sweep_dirs[-1]} already holds a sweep's trained jobs ({_some(trained)}): "
-                          "resume=auto with the command that started it finishes it; for a new sweep, choose "
-                          "another hydra.sweep.dir")
     check_plugins(args)
     args = [a for a in args if key_of(a) != "resume"]
     hydra_args = [a for a in args if key_of(a).startswith(("hydra.", "hydra/"))]
@@ -306,15 +302,9 @@ def precheck_sweep(args: list[str]) -> tuple[str, bool]:
     sweeper = full.hydra.sweeper
     ours = "rlcli" in str(sweeper.get("_target_", "")) and sweeper.get("params")
     probes = search_space_probes(OmegaConf.to_container(sweeper.params)) if ours else []
-    if auto and not ours:  # (a search's jobs are sampled: theirs are not a product)
-        sweep_dir = [value_of(a) for a in hydra_args if key_of(a) == "hydra.sweep.dir"][-1]
-        check_same_jobs(Path(sweep_dir), job_args)
-        if not any(key_of(a) == "hydra.sweep.subdir" for a in hydra_args):  # the jobs' dirs are their numbers
-            numbers = {str(n) for n in range(len(probe_combinations(job_args, limit=100_000)))}
-            if stray := [t for t in trained if t not in numbers]:
-                raise ConfigError(f"resume=auto: {sweep_dir}'s trained jobs are at {_some(stray)}, which this "
-                                  f"command's jobs ({_some(sorted(numbers, key=int))}) would not resume: give the "
-                                  "hydra.sweep.subdir that started the sweep")
+    if root is not None:
+        numbered = OmegaConf.to_container(full.hydra.sweep, resolve=False).get("subdir") == "${hydra.job.num}"
+        check_sweep_dir(root, sweep_dirs[-1], auto, numbered, job_args if auto and not ours else None)
     built: set[tuple[str, ...]] = set()
     # the jobs' budget warnings, said once here for the whole sweep (not for a search space's sampled jobs)
     warnings: list[str] | None = None if ours else []
@@ -332,9 +322,29 @@ def precheck_sweep(args: list[str]) -> tuple[str, bool]:
     return str(launcher.get("_target_", "")), warnings is not None
 
 
+def check_sweep_dir(root: Path, named: str, auto: bool, numbered: bool, job_args: list[str] | None) -> None:
+    """A new sweep whose jobs' directories hold trained runs would start each afresh over them (Hydra reuses them):
+    one line unless resume=auto finishes the sweep, and with resume=auto, one line where the trained jobs sit where
+    this command's jobs would not look (another hydra.sweep.subdir). `numbered`: the jobs' dirs are their numbers
+    (hydra.sweep.subdir's default); `job_args`: the command's job overrides, to compare the jobs with the sweep's."""
+    trained = trained_dirs(root)
+    ours = is_sweep_dir(root)  # a sweep's directory; else only the numbered dirs these jobs would write collide
+    colliding = trained if ours or not numbered else [t for t in trained if t.isdigit()]
+    if colliding and not auto:
+        raise ConfigError(f"hydra.sweep.dir={named} already holds a sweep's trained jobs ({_some(colliding)}): "
+                          "resume=auto with the command that started it finishes it; for a new sweep, choose "
+                          "another hydra.sweep.dir")
+    if auto and job_args is not None:
+        check_same_jobs(root, job_args)
+        if numbered and ours and (stray := [t for t in trained if not t.isdigit()]):
+            raise ConfigError(f"resume=auto: {named}'s trained jobs are at {_some(stray)}, where this command's jobs "
+                              "(hydra.sweep.subdir: their numbers) would not look: give the hydra.sweep.subdir that "
+                              "started the sweep")
+
+
 def trained_dirs(root: Path) -> list[str]:
-    """The directories under `root` that hold a trained run (a checkpoint), relative to it ('.': root itself)."""
-    return sorted({str(c.parent.parent.relative_to(root)) for c in root.glob("**/checkpoints/ckpt_*.pt")})
+    """The directories below `root` that hold a trained run (a checkpoint), relative to it."""
+    return sorted({str(c.parent.parent.relative_to(root)) for c in root.glob("*/**/checkpoints/ckpt_*.pt")})
 
 
 def _some(names: list[str]) -> str:

@@ -55,21 +55,24 @@ def resume_args(args: list[str]) -> list[str]:
     """Rewrite a command line holding `resume=...` into the resumed run's full command line."""
     resume = [a for a in args if _key(a) == "resume"]
     TYPED_ON_RESUME.clear()
+    RESUMED_BUDGET.clear()
     value = _value(resume[-1]) if resume else ""
     rest = [a for a in args if _key(a) != "resume"]
+    run_dirs = [_value(a) for a in rest if _key(a) == "hydra.run.dir"]
     if value.lower() in ("", "null", "none"):
-        check_not_a_run([_value(a) for a in rest if _key(a) == "hydra.run.dir"])
+        if run_dirs and run_dirs[-1] and not any(a.startswith("-") for a in rest):  # (not --cfg, --help: no run)
+            check_not_a_run(Path(run_dirs[-1]), run_dirs[-1])
         return rest
     from rlcli.services import checkpoint  # imports torch: only when resuming, so `rl-train --help` stays fast
 
     TYPED_ON_RESUME.update(_key(a) for a in rest if "=" in a and not a.startswith("-"))
-    run_dirs = [_value(a) for a in rest if _key(a) == "hydra.run.dir"]
     if value == "auto":
         if not run_dirs:
             raise ConfigError("resume=auto needs hydra.run.dir=<run dir> so that a re-queued job finds its own run")
         run_dir = Path(run_dirs[-1]).resolve()
         ckpt = checkpoint.find_good(run_dir / "checkpoints", warn=_warn) if run_dir.is_dir() else None
         if ckpt is None:
+            check_not_a_sweep(run_dir, f"hydra.run.dir={run_dirs[-1]}")
             return rest  # nothing to resume yet: start fresh in that directory
     else:
         target = Path(value).expanduser().resolve()
@@ -78,51 +81,81 @@ def resume_args(args: list[str]) -> list[str]:
             ckpt, run_dir = target, target.parent.parent
         elif target.is_dir():
             run_dir = target
-            jobs = sweep_jobs(run_dir)
-            if jobs and not (run_dir / "checkpoints").is_dir():
+            if is_sweep_dir(run_dir):
                 raise ConfigError(f"resume={value} is a sweep's directory: resume one of its jobs with resume="
-                                  f"{value.rstrip('/')}/<job> ({jobs}), or finish the sweep with its command plus "
-                                  f"resume=auto hydra.sweep.dir={value}")
+                                  f"{value.rstrip('/')}/<job>, or finish the sweep with its command plus resume=auto "
+                                  f"hydra.sweep.dir={value}")
             ckpt = checkpoint.find_good(run_dir / "checkpoints", warn=_warn)
-            never_trained = not any((run_dir / "checkpoints").glob("ckpt_*.pt"))  # stopped during start-up
-            if ckpt is None and never_trained and (run_dir / ".hydra" / "overrides.yaml").is_file():
-                _warn(f"{run_dir} has no checkpoint yet (it stopped before training): starting it fresh")
-                return [*_saved_overrides(run_dir, rest), *_new_overrides(rest), f"hydra.run.dir={_quote(run_dir)}"]
-            if ckpt is None:
-                raise ConfigError(f"resume={value!r}: no usable checkpoint in {run_dir / 'checkpoints'}")
         else:
             raise ConfigError(f"resume={value!r}: no such run directory or checkpoint file")
-    if value != "auto" and run_dirs and Path(run_dirs[-1]).expanduser().resolve() != run_dir:
-        raise ConfigError(f"resume={value} continues {run_dir} in place, and hydra.run.dir={run_dirs[-1]} cannot move "
-                          "it: drop hydra.run.dir (to branch a run, copy its directory and resume the copy)")
+        if run_dirs and Path(run_dirs[-1]).expanduser().resolve() != run_dir:
+            raise ConfigError(f"resume={value} continues {run_dir} in place, and hydra.run.dir={run_dirs[-1]} cannot "
+                              "move it: drop hydra.run.dir (to branch a run, copy its directory and resume the copy)")
+        never_trained = not any((run_dir / "checkpoints").glob("ckpt_*.pt"))  # stopped during start-up
+        if ckpt is None and never_trained and (run_dir / ".hydra" / "overrides.yaml").is_file():
+            _warn(f"{run_dir} has no checkpoint yet (it stopped before training): starting it fresh")
+            return [*_saved_overrides(run_dir, rest), *_new_overrides(rest), f"hydra.run.dir={_quote(run_dir)}"]
+        if ckpt is None:
+            raise ConfigError(f"resume={value!r}: no usable checkpoint in {run_dir / 'checkpoints'}")
     saved_path = run_dir / ".hydra" / "overrides.yaml"
     if not saved_path.is_file():
         raise ConfigError(f"resume={value!r}: {run_dir} is not an rl-train run directory (no .hydra/overrides.yaml)")
+    budget = _saved_budget(run_dir)
+    if budget is not None:
+        RESUMED_BUDGET["total_steps"] = budget
     return [*_saved_overrides(run_dir, rest), *_new_overrides(rest), f"hydra.run.dir={_quote(run_dir)}",
             f"resume={_quote(ckpt)}"]
 
 
-def check_not_a_run(run_dirs: list[str]) -> None:
+# The resumed run's own budget (its saved train.total_steps), set by resume_args: a resume whose budget is below it
+# and at or below the steps taken trains nothing (budget_passed).
+RESUMED_BUDGET: dict[str, int] = {}
+
+
+def _saved_budget(run_dir: Path) -> int | None:
+    import yaml
+
+    try:
+        config = yaml.safe_load((run_dir / ".hydra" / "config.yaml").read_text()) or {}
+        total = config.get("train", {}).get("total_steps")
+    except (OSError, yaml.YAMLError, AttributeError):
+        return None
+    return total if isinstance(total, int) and not isinstance(total, bool) else None
+
+
+def budget_passed(state: Any, total_steps: int) -> bool:
+    """Nothing to train: the run finished at or past `total_steps`, or it stopped past it and this resume lowered
+    the budget below the run's own. A stopped run finishes (its final test, `finished`) when the budget is its own
+    (a job killed after its last checkpoint, re-queued) or exactly the steps it has taken (finish it there)."""
+    if state.finished:
+        return 0 < state.env_steps >= total_steps
+    own = RESUMED_BUDGET.get("total_steps")
+    return state.env_steps > total_steps and own is not None and total_steps < own
+
+
+def is_sweep_dir(directory: Path) -> bool:
+    """Hydra writes multirun.yaml at a -m sweep's root."""
+    return (directory / "multirun.yaml").is_file()
+
+
+def check_not_a_sweep(directory: Path, named: str) -> None:
+    if is_sweep_dir(directory):
+        raise ConfigError(f"{named} is a sweep's directory (multirun.yaml): a run of its own needs another "
+                          f"hydra.run.dir (resume={directory}/<job> continues one of its jobs)")
+
+
+def check_not_a_run(run_dir: Path, named: str) -> None:
     """A fresh run in a directory that holds a trained one would replace its best model, eval.jsonl and latest
-    checkpoint (Hydra reuses a run dir as it is): one line naming the ways on instead."""
-    if not run_dirs or not run_dirs[-1]:
-        return
-    run_dir = Path(run_dirs[-1]).expanduser()
+    checkpoint (Hydra reuses a run dir as it is, `~` unexpanded): one line naming the ways on instead."""
     checkpoints = run_dir / "checkpoints"
-    held = sorted(checkpoints.glob("ckpt_*.pt")) or sorted(checkpoints.glob("best.pt"))  # (none: no such dir)
-    if held:
-        raise ConfigError(f"hydra.run.dir={run_dirs[-1]} already holds a trained run (checkpoints/{held[-1].name}): "
-                          f"resume=auto (or resume={run_dirs[-1]}) continues it; to start over, remove the directory "
+    if held := sorted(checkpoints.glob("ckpt_*.pt")):
+        raise ConfigError(f"hydra.run.dir={named} already holds a trained run (checkpoints/{held[-1].name}): "
+                          f"resume=auto (or resume={named}) continues it; to start over, remove the directory "
                           "or choose another hydra.run.dir")
-    if jobs := sweep_jobs(run_dir):
-        raise ConfigError(f"hydra.run.dir={run_dirs[-1]} holds a sweep's trained jobs ({jobs}): a run of its own "
-                          f"needs another hydra.run.dir (resume={run_dirs[-1]}/<job> continues a job)")
-
-
-def sweep_jobs(directory: Path) -> str:
-    """The trained runs below `directory` (a sweep's jobs), named relative to it: '0, 1, 2, ...'; '' if none."""
-    jobs = sorted({str(c.parent.parent.relative_to(directory)) for c in directory.glob("*/**/checkpoints/ckpt_*.pt")})
-    return ", ".join(jobs[:3]) + (", ..." if len(jobs) > 3 else "")
+    if (checkpoints / "best.pt").is_file():
+        raise ConfigError(f"hydra.run.dir={named} holds a run's best model (checkpoints/best.pt) but no checkpoint to "
+                          "resume from: to start over, remove the directory or choose another hydra.run.dir")
+    check_not_a_sweep(run_dir, f"hydra.run.dir={named}")
 
 
 # Saved overrides that are permissions of one invocation, never replayed from a run directory.
@@ -414,6 +447,10 @@ def check_compatible(saved: dict[str, Any], current: dict[str, Any], path: Path,
                 f"{ON_REQUEST}")
         if not refused:  # a shipped default changed (another rlcli), not this command line
             hint = f"; give {not_given[0][0]}=<value> on the resume command line to change it on purpose"
+        if not any(key in TYPED_ON_RESUME for key, _, _ in [*refused, *not_given]):
+            hint += ("; none of these was given on this command line, so rlcli's shipped settings changed since the "
+                     "run was made: where a tuned preset (conf/tuned/<algo>/<env>.yaml) now applies, ~tuned on the "
+                     "resume command line leaves it out")
         raise ConfigError(
             f"cannot resume {path.name} with a changed {listed}; only these may change on resume: "
             f"{', '.join(k.rstrip('.') + ('.*' if k.endswith('.') else '') for k in CHANGEABLE if k != 'resume')}"
@@ -482,10 +519,10 @@ def finished_run_plan(state: Any, total_steps: int, stop_reward: float | None, t
     raised budget), or a train.stop_reward that its last test return has not reached (a higher one, or null). A
     raised budget alone, on a run whose last test return reached its stop reward, trains on with the stop reward
     off (the first test phase would stop it again): PAST_STOP_REWARD, which adds train.stop_reward=null."""
-    if 0 < state.env_steps >= total_steps and (state.finished or "train.total_steps" in typed):
-        return DONE  # finished, or stopped at or past a budget this resume gives: nothing trains
+    if budget_passed(state, total_steps):
+        return DONE
     if not state.finished:
-        return None  # (a run killed after its last checkpoint, at its own budget: it finishes now)
+        return None
     last = state.last_test_return
     if stop_reward is None or last is None or last < stop_reward:
         return None
@@ -500,8 +537,9 @@ def already_done_line(state: Any, total_steps: int, stop_reward: float | None, p
     above = "more_steps=<n>" if python else f"train.total_steps above {state.env_steps:,}"
     if not state.finished:  # stopped (a signal, a kill) at or past the budget this resume gives
         return (f"this run stopped at {state.env_steps:,} env steps (test return {last}), and train.total_steps="
-                f"{total_steps:,} is not above that: nothing to train (nothing was changed); resume without "
-                f"train.total_steps to finish its own budget, or give {above}")
+                f"{total_steps:,} is below that: nothing to train (nothing was changed); resume without "
+                f"train.total_steps to finish its own budget, train.total_steps={state.env_steps} to finish it where "
+                f"it is, or {above}")
     done = f"this run already finished at {state.env_steps:,} env steps (test return {last})"
     if state.env_steps >= total_steps:
         return f"{done}; to train longer, give {above} (nothing was changed)"

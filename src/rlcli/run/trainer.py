@@ -28,7 +28,7 @@ from rlcli.run.build import Components
 from rlcli.run.builtin_callbacks import Iteration, builtin_callbacks, schedules_now, test_due
 from rlcli.run.callbacks import Callback, CallbackList, RunContext
 from rlcli.run.divergence import Diverged, NonfiniteGuard, RolledBack
-from rlcli.run.resume import TYPED_ON_RESUME, already_done_line
+from rlcli.run.resume import already_done_line, budget_passed
 from rlcli.run.state import TrainState, drop_stale_best, save
 from rlcli.run.stop import STOP_GRACE_SECONDS, RunFailed, StopNow, StoppedBySignal, StopSignals
 from rlcli.services import checkpoint
@@ -258,7 +258,8 @@ class Trainer:
 
     def say_already_done(self) -> float:
         state = self.state
-        drop_stale_best(state, self.run_dir)  # nothing is written in this run: a later best.pt is dropped now
+        if state.finished:  # nothing is written in this run: a later best.pt is dropped now (a stopped run's stays)
+            drop_stale_best(state, self.run_dir)
         self.close()
         self.stop_reason = "already finished"
         python = self.options.in_python  # rlcli.train(resume=..., more_steps=n) trains on from where the run is
@@ -298,8 +299,8 @@ class Trainer:
 
     def already_done(self) -> bool:
         state = self.state
-        if not state.finished:  # a stopped run resumed with a budget it has already passed trains nothing either
-            return 0 < state.env_steps >= self.c.settings.total_steps and "train.total_steps" in TYPED_ON_RESUME
+        if not state.finished:  # a stopped run resumed with a lower budget it has already passed trains nothing
+            return budget_passed(state, self.c.settings.total_steps)
         stop, last = self.c.stop_reward, state.last_test_return
         reached = stop is not None and last is not None and last >= stop
         return state.env_steps >= self.c.settings.total_steps or reached

@@ -140,7 +140,8 @@ def start_record(cfg: DictConfig, run_dir: Path, job_num: int, overrides: list[s
             steps, total = previous.get("env_steps"), cfg.train.total_steps
             longer = (f" (at {steps:,} env steps; a longer train.total_steps does not reopen a finished job: "
                       f"rl-train resume={run_dir} train.total_steps={total} trains it on)"
-                      if isinstance(steps, int) and isinstance(total, int) and total > steps else "")
+                      if previous.get("stop_reason") == "budget" and isinstance(steps, int)
+                      and isinstance(total, int) and total > steps else "")  # (not a job stopped at its reward)
             _say(f"[job {job_num}] {shown}: already {previous['status']}, skipped{longer}")
             return previous
         found = checkpoint.find_good(run_dir / "checkpoints", warn=lambda m: _say(f"[job {job_num}] {m}"))
@@ -207,7 +208,8 @@ def end_record(record: dict[str, Any], run_dir: Path, job_num: int, shown: str, 
     else:
         state = trainer.state
         record.update(status="pruned" if trainer.stop_reason == "pruned" else "completed",
-                      env_steps=state.env_steps, train_seconds=round(state.train_seconds, 3),
+                      stop_reason=str(trainer.stop_reason), env_steps=state.env_steps,
+                      train_seconds=round(state.train_seconds, 3),
                       final_test_return=state.last_test_return, best_test_return=state.best_test_return)
     record["ended"] = time.time()
     write_status(run_dir, record)
