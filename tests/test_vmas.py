@@ -160,7 +160,7 @@ def test_bad_vmas_configs_are_one_line(settings, message):
 
 def test_without_vmas_and_with_rows_that_split_no_copy_the_errors_are_one_line(monkeypatch):
     with pytest.raises(ConfigError, match=r"train.num_envs=8: env vmas/balance has 3 agents, one row each, so "
-                                          r"train.num_envs must be a multiple of 3 \(e.g. 6 = 2 copies\)"):
+                                          r"train.num_envs must be a multiple of 3 \(e.g. 6 = 2 copies of the env\)"):
         factory(scenario="balance").make(8)
     monkeypatch.setitem(sys.modules, "vmas", None)  # import vmas raises ImportError
     with pytest.raises(ConfigError) as error:
