@@ -14,19 +14,10 @@ def is_run_dir(path: Path) -> bool:
     return (path / ".hydra" / "overrides.yaml").is_file() or (path / "checkpoints").is_dir()
 
 
-def saved_setting(run_dir: Path, group: str, key: str) -> Any:
-    """One setting of a run's saved config (None when it cannot be read)."""
-    import yaml
-
-    try:
-        config = yaml.safe_load((run_dir / ".hydra" / "config.yaml").read_text()) or {}
-        return config.get(group, {}).get(key)
-    except (OSError, yaml.YAMLError, AttributeError):
-        return None
-
-
 def env_of(run_dir: Path) -> str:
     """The env id a run trained on, from its saved config (`?` when it cannot be read)."""
+    from rlcli.run.resume import saved_setting
+
     found = saved_setting(run_dir, "env", "id")
     return "?" if found is None else str(found)
 
@@ -56,6 +47,8 @@ def checkpoint_of(run_dir: Path, load: str, warn: Callable[[str], None] | None =
     if load == "best":
         path = directory / "best.pt"
         if not path.is_file():
+            from rlcli.run.resume import saved_setting
+
             every = saved_setting(run_dir, "train", "test_every")
             why = ("train.test_every=0" if every == 0 else "it stopped before its first one" if
                    isinstance(every, int) else "train.test_every=0, or it stopped before its first one")

@@ -112,14 +112,19 @@ def resume_args(args: list[str]) -> list[str]:
 RESUMED_BUDGET: dict[str, int] = {}
 
 
-def _saved_budget(run_dir: Path) -> int | None:
+def saved_setting(run_dir: Path, group: str, key: str) -> Any:
+    """One setting of a run's saved config (None when it cannot be read)."""
     import yaml
 
     try:
         config = yaml.safe_load((run_dir / ".hydra" / "config.yaml").read_text()) or {}
-        total = config.get("train", {}).get("total_steps")
+        return config.get(group, {}).get(key)
     except (OSError, yaml.YAMLError, AttributeError):
         return None
+
+
+def _saved_budget(run_dir: Path) -> int | None:
+    total = saved_setting(run_dir, "train", "total_steps")
     return total if isinstance(total, int) and not isinstance(total, bool) else None
 
 
