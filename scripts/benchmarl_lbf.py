@@ -228,11 +228,12 @@ def main() -> None:
     p.add_argument("--frames", type=int, default=6400, help="team steps (a multiple of 1,600)")
     p.add_argument("--work", default="/tmp/benchmarl_lbf")
     p.add_argument("--test-episodes", type=int, default=20)
+    p.add_argument("--ent-coef", type=float, default=0.01, help="the entropy coefficient (BenchMARL's own default: 0)")
     p.add_argument("--distinct-copy-seeds", action="store_true", help="seed the env copies apart (as rlcli does; "
                    "BenchMARL gives every copy the run's seed, so every copy sees the same layouts)")
     args = p.parse_args()
     result = run_benchmarl_lbf(args.algo, args.seed, args.frames, args.work, test_episodes=args.test_episodes,
-                               distinct_copy_seeds=args.distinct_copy_seeds)
+                               ent_coef=args.ent_coef, distinct_copy_seeds=args.distinct_copy_seeds)
     for t in result["tests"]:
         print(f"frames {t['frames']:>8,}  team return {t['team_return_mean']:.3f} (logged x n {t['logged_x_n']:.3f}) "
               f" all food eaten {t['all_food_eaten']}/{len(t['returns'])}")

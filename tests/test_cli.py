@@ -123,6 +123,9 @@ BAD_INPUT = [
      "algo.batch_size=5000"),
     (["algo=dqn", "algo.gradient_steps=-2"], "algo.gradient_steps=-2", "or -1"),
     (["algo=td3", "env=Pendulum-v1", "algo.noise=pink"], "algo.noise='pink'", "gaussian, ornstein_uhlenbeck"),
+    # Hydra's grammar: its lexer's exception name and the override were all it said
+    (["env.kwargs.name=it's"], "cannot parse \"env.kwargs.name=it's\"", "env.kwargs.name='...'"),
+    (["seed=[1"], "cannot parse 'seed=[1': no viable alternative at input '[1'", "seed='...'"),
     # tuned follows algo and env: a value naming no shipped file was skipped silently, true/false stopped in Hydra
     (["tuned=true"], "tuned=true: the tuned settings follow algo and env by themselves", "~tuned"),
     (["tuned=ppo/CartPole"], "unknown tuned 'ppo/CartPole' (did you mean 'ppo/CartPole-v1'?)", "a2c/CartPole-v1"),

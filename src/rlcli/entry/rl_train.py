@@ -30,8 +30,8 @@ from rlcli.run.compose import (
     explain_composition_error,
     group_with_option,
     key_of,
-    parses,
     schedule_args,
+    unparsable,
     value_of,
     with_config_dirs,
 )
@@ -284,10 +284,7 @@ def precheck_sweep(args: list[str]) -> tuple[str, bool]:
     try:
         combos = probe_combinations(job_args)
     except Exception as error:  # Hydra's override grammar: name the argument that does not parse
-        bad = next((a for a in job_args if not parses(a)), " ".join(job_args))
-        lines = [line for line in str(error).strip().splitlines() if not line.startswith("See https://hydra.cc")]
-        why = lines[-1] if lines else type(error).__name__  # Hydra's reason, after its "Error parsing override ..."
-        raise ConfigError(f"cannot parse {bad!r}: {why}") from None
+        raise ConfigError(unparsable(error, job_args)) from None
     check_group_choices([a for combo in combos for a in combo])
     with initialize_config_dir(config_dir=conf_dir(), version_base="1.3", job_name="train"):
         try:

@@ -162,8 +162,27 @@ def _closest_key(cfg: DictConfig, key: str, leaf: str) -> str:
     return f" (did you mean '{leaves[close[0]]}'?)" if close and "." in leaves[close[0]] else ""
 
 
+def unparsable(error: Exception, args: list[str]) -> str:
+    """An override Hydra's grammar cannot read, named, with Hydra's reason and how to quote a value."""
+    bad = next((a for a in args if not parses(a)), " ".join(args))
+    lines = [line for line in str(error).strip().splitlines()
+             if line.strip() and not line.startswith("See https://hydra.cc") and set(line.strip()) != {"^"}]
+    why = lines[-1] if lines else type(error).__name__
+    why = why.removeprefix("LexerNoViableAltException: ")
+    if why == bad:  # the lexer's reason is the override itself
+        why = "a character Hydra's override grammar reads as syntax"
+    if " while evaluating " in why:  # a sweep function's arguments, not the grammar
+        return f"cannot parse {bad!r}: {why}"
+    return (f"cannot parse {bad!r}: {why}; a value holding quotes, brackets, braces or commas is quoted "
+            f"for Hydra: {key_of(bad)}='...' (a quote inside as \\'), in single quotes for the shell")
+
+
 def explain_composition_error(error: Exception, args: list[str]) -> str:
     """Hydra's composition errors, cut down to one line that names the key and the valid ones."""
+    from hydra.errors import OverrideParseException
+
+    if isinstance(error, OverrideParseException):
+        return unparsable(error, args)
     text, cause = str(error), str(error.__cause__ or "")
     ambiguous = re.match(r"Ambiguous value for argument '(([^=']+)=(.*))'", text)
     if ambiguous:  # `algo.lr=3e-4,1e-3` without -m: Hydra's three-line answer, as one
