@@ -165,3 +165,28 @@ def test_a_run_stopped_at_its_own_budget_finishes_unless_the_resume_lowers_it():
         assert not budget_passed(SimpleNamespace(env_steps=0, finished=False), 0)
     finally:
         RESUMED_BUDGET.clear()
+
+
+def test_a_sweep_resumed_with_a_budget_its_stopped_job_has_passed_is_one_line(tmp_path):
+    """resume=auto with a typed train.total_steps below a stopped job's steps and its own budget: one line before
+    any job runs (it finished the job at the lower budget), as a single run's resume says; a finished job, a budget
+    at or above the steps, or the job's own budget let the sweep go on."""
+    import json
+
+    from rlcli.entry.rl_train import check_same_jobs
+    from rlcli.registry import ConfigError
+
+    sweep = tmp_path / "sweep"
+    for job, status in ((0, "completed"), (1, "interrupted")):
+        _fake_run(sweep / str(job), "ckpt_000000000512.pt")
+        (sweep / str(job) / ".hydra").mkdir()
+        (sweep / str(job) / ".hydra" / "config.yaml").write_text("train:\n  total_steps: 1024\n")
+        (sweep / str(job) / "status.json").write_text(json.dumps(
+            {"job": job, "status": status, "overrides": [f"seed={job}", "train.total_steps=1024"]}))
+    with pytest.raises(ConfigError, match=rf"resume=auto: job 1 of {sweep} stopped at 512 env steps, and "
+                       r"train.total_steps=256 is below that and below its own 1,024: nothing was run; finish the "
+                       rf"sweep without the lower train.total_steps .* resume={sweep}/1 train.total_steps=512"):
+        check_same_jobs(sweep, ["seed=0,1", "train.total_steps=256"])
+    for fine in ("512", "1024", "2048"):
+        check_same_jobs(sweep, ["seed=0,1", f"train.total_steps={fine}"])
+    check_same_jobs(sweep, ["seed=0,1"])

@@ -376,6 +376,27 @@ def check_same_jobs(sweep_dir: Path, job_args: list[str]) -> None:
             raise ConfigError(f"resume=auto: job {number} of {sweep_dir} ran {' '.join(before) or 'the defaults'}, "
                               f"this command's job {number} is {' '.join(now) or 'the defaults'}; finish a sweep with "
                               "the command that started it plus resume=auto (a new sweep: another hydra.sweep.dir)")
+        check_budget_not_passed(sweep_dir / str(number), number, record, combo)
+
+
+def check_budget_not_passed(job_dir: Path, number: int, record: dict[str, Any], combo: Sequence[str]) -> None:
+    """A stopped job that resume=auto would finish at a typed budget below both the steps it has taken and its own
+    (run/resume.budget_passed's rule for a single run): one line before any job runs, not jobs finished short."""
+    from rlcli.run.resume import saved_setting
+    from rlcli.sweeps.jobs import DONE
+
+    typed = [value_of(a) for a in combo if key_of(a) == "train.total_steps"]
+    newest = sorted((job_dir / "checkpoints").glob("ckpt_*.pt"))
+    if record.get("status") in DONE or not typed or not typed[-1].isdigit() or not newest:
+        return
+    budget, own = int(typed[-1]), saved_setting(job_dir, "train", "total_steps")
+    digits = newest[-1].stem.removeprefix("ckpt_")  # checkpoints are named by their env steps
+    steps = int(digits) if digits.isdigit() else 0
+    if isinstance(own, int) and budget < own and steps > budget:
+        raise ConfigError(f"resume=auto: job {number} of {job_dir.parent} stopped at {steps:,} env steps, and "
+                          f"train.total_steps={budget:,} is below that and below its own {own:,}: nothing was run; "
+                          f"finish the sweep without the lower train.total_steps (a job stopped past a budget is "
+                          f"finished where it is by rl-train resume={job_dir} train.total_steps={steps})")
 
 
 def _plain_seed(combo: list[str]) -> bool:
