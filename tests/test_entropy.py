@@ -11,15 +11,17 @@ from rlcli.registry import ConfigError
 
 
 def test_learned_alpha_takes_adams_step_on_the_temperature_loss():
-    log_alpha = nn.Parameter(torch.tensor(initial_log_alpha("auto", 0.5)))
+    networks = nn.Module()
+    networks.log_alpha = log_alpha = nn.Parameter(torch.tensor(initial_log_alpha("auto", 0.5)))
     coef = EntropyCoefficient(log_alpha, "auto", "auto", action_dim=3, lr=0.1)
+    step = coef.train_step(networks, None)  # what SAC, TQC, CrossQ and MASAC step (algos/entropy.py)
     assert coef.learned and coef.target_entropy == -3.0 and torch.isclose(coef.value(), torch.tensor(0.5))
     log_probs = torch.tensor([-1.0, -2.0, 0.5, 1.5])
     # plain reference: loss = -mean(log_alpha * (log_probs + target)); d loss / d log_alpha = -mean(log_probs + target)
     reference = nn.Parameter(torch.tensor(math.log(0.5)))
     optimizer = torch.optim.Adam([reference], lr=0.1)
     for _ in range(3):
-        coef.step(log_probs, max_grad_norm=None)
+        step(log_probs, coef.target())
         optimizer.zero_grad()
         (-(reference * (log_probs - 3.0)).mean()).backward()  # target entropy -3
         optimizer.step()
@@ -27,17 +29,11 @@ def test_learned_alpha_takes_adams_step_on_the_temperature_loss():
     assert log_alpha.item() < math.log(0.5)  # entropy (-mean log_prob = -0.25) is above the target -3: alpha falls
 
 
-def test_fixed_alpha_never_moves_and_masks_average_over_real_steps():
+def test_fixed_alpha_is_its_value_and_not_learned():
     log_alpha = nn.Parameter(torch.tensor(initial_log_alpha(0.2, 1.0)))
     coef = EntropyCoefficient(log_alpha, 0.2, -1.0, action_dim=1, lr=0.1)
-    coef.step(torch.randn(8), max_grad_norm=1.0)
     assert not coef.learned and coef.value().item() == pytest.approx(0.2) and log_alpha.item() == pytest.approx(
         math.log(0.2))
-    learned = EntropyCoefficient(nn.Parameter(torch.tensor(0.0)), "auto", -1.0, action_dim=1, lr=0.1)
-    mask = torch.tensor([1.0, 1.0, 0.0])
-    seen = []
-    learned.step(torch.tensor([0.0, 2.0, 100.0]), None, mean=lambda x: seen.append(x) or (x * mask).sum() / mask.sum())
-    assert len(seen) == 1  # the caller's (masked) mean is the one used
     assert initial_log_alpha(0.0, 1.0) == pytest.approx(math.log(1e-30))  # alpha 0: floored above 0
 
 

@@ -84,12 +84,13 @@ def test_burn_in_refreshes_the_stored_state_without_gradients():
     for _ in range(40):
         parts.collector.collect(parts.learner, random_actions=True)
     batch = buffer.sample(8)
+    assert batch.burn_in == 3  # the batch says how many of its steps warm the carry up
     net = algo.networks
     # the loss's Q-values after burn-in equal a plain unroll over the whole sequence from the stored carry
     with torch.no_grad():
         full, _ = net.q.unroll(batch.obs, batch.starts, batch.carry0)
     obs = batch.obs.clone().requires_grad_(True)
-    loss, (_, q_mean) = algo._sequence_loss(batch._replace(obs=obs), burn=3)
+    loss, (_, q_mean) = algo._sequence_loss(batch._replace(obs=obs, burn_in=3))
     taken = full[3:-1].gather(-1, batch.actions[3:].unsqueeze(-1)).squeeze(-1)
     valid = batch.valid[3:]
     assert float(q_mean) == pytest.approx(float((taken * valid).sum() / valid.sum()), rel=1e-5)
@@ -159,4 +160,52 @@ def test_recurrent_sac_stores_float_actions_and_learns_only_after_burn_in():
     features = algo.networks.critics.features(obs, batch.starts, 2)
     algo.networks.critics.q([h[:-1] for h in features], batch.actions[2:]).sum().backward()
     assert torch.all(obs.grad[:2] == 0) and obs.grad[2:-1].abs().sum() > 0
+    parts.close()
+
+
+def test_recurrent_sac_losses_against_a_plain_reference_and_blind_to_padding():
+    """The sequence losses (SAC's recurrent actor through its one _gradient_step): the critics' soft TD loss and the
+    policy's loss equal a per-critic, position-by-position reference; positions marked invalid (padding) change
+    neither; the temperature reads the log-probs of the real transitions only."""
+    from rlcli.actors.offpolicy import squashed_gaussian
+    from rlcli.algos.offpolicy import soft_next_value
+
+    cfg = composed("algo=sac", "actor=gru", "buffer=sequence", "env=Pendulum-v1", "train.num_envs=2",
+                   "buffer.seq_len=6", "buffer.burn_in=2", "algo.learning_starts=64", "algo.batch_size=8",
+                   "actor.rnn_size=16", *QUIET)
+    parts = build(cfg)
+    algo, buffer = parts.algo, parts.buffer
+    for _ in range(40):
+        parts.collector.collect(parts.learner, random_actions=True)
+    torch.manual_seed(0)
+    batch, burn, alpha = buffer.sample(8), 2, torch.tensor(0.3)
+    valid = batch.valid.clone()
+    valid[-2:, :3] = 0.0  # the last two steps of three sequences are padding
+    batch = batch._replace(valid=valid)
+    noise = torch.randn(batch.obs.shape[0] - burn, 8, 1)
+    net = algo.networks
+    with torch.no_grad():
+        _, carry = net.policy.unroll(batch.obs[:burn], batch.starts[:burn], batch.carry0)
+        params, _ = net.policy.unroll(batch.obs[burn:], batch.starts[burn:], carry)
+        actions, log_probs = squashed_gaussian(params, noise=noise)
+        target_h = [h[burn + 1:] for h in net.critics_target.features(batch.obs, batch.starts, 0)]
+        next_q = soft_next_value(net.critics_target.q(target_h, actions[1:]), log_probs[1:], alpha)
+        target = batch.rewards[burn:] + algo.gamma * (1 - batch.terminated[burn:]) * next_q
+        qs = net.critics.q([h[:-1] for h in net.critics.features(batch.obs, batch.starts, burn)], batch.actions[burn:])
+        q_pi = net.critics.q([h[:-1] for h in net.critics.features(batch.obs, batch.starts, burn)],
+                             actions[:-1]).min(0).values
+    real = [(t, b) for t in range(valid.shape[0] - burn) for b in range(8) if valid[burn + t, b] > 0]
+    critic_ref = sum(0.5 * sum(float((qs[i, t, b] - target[t, b]) ** 2) for t, b in real) / len(real)
+                     for i in range(qs.shape[0]))
+    policy_ref = sum(float(alpha * log_probs[t, b] - q_pi[t, b]) for t, b in real) / len(real)
+    critic_loss, errors = algo.sequence_td_loss(batch, alpha, noise)
+    policy_loss, temperature_log_probs = algo.sequence_actor_loss(batch, alpha, noise)
+    assert errors == ()
+    assert abs(float(critic_loss) - critic_ref) < 1e-5 * max(1.0, abs(critic_ref))
+    assert abs(float(policy_loss) - policy_ref) < 1e-5 * max(1.0, abs(policy_ref))
+    assert temperature_log_probs.shape == (len(real),)
+    # what sits in the padding does not matter
+    padded = batch.rewards.clone()
+    padded[valid == 0] = 1e6
+    assert torch.equal(algo.sequence_td_loss(batch._replace(rewards=padded), alpha, noise)[0], critic_loss)
     parts.close()

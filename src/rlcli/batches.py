@@ -38,7 +38,8 @@ class ReplayBatch(NamedTuple):
 
 class SequenceBatch(NamedTuple):
     """Time-major: obs and starts [L + 1, B, ...]; actions [L, B, ...]; rewards, terminated, valid [L, B];
-    carry0 [B, C]."""
+    carry0 [B, C]; the first `burn_in` steps only warm the carry up (a number, not a tensor: a compiled loss takes
+    it as a constant of its graph)."""
 
     obs: torch.Tensor
     actions: torch.Tensor
@@ -47,3 +48,4 @@ class SequenceBatch(NamedTuple):
     valid: torch.Tensor
     starts: torch.Tensor
     carry0: torch.Tensor
+    burn_in: int = 0

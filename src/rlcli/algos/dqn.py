@@ -139,12 +139,6 @@ class DQN:
         self.train_step = LossStep(self.networks, self.optimizer,
                                    self._sequence_loss if self.recurrent else self.transition_loss, clip_of=self)
 
-    def compile_refusal(self) -> str | None:
-        """compile=true covers the transition loss (not R2D2's sequences)."""
-        if self.recurrent:
-            return "compile=true does not cover recurrent Q-networks (actor=gru/lstm) yet; drop compile=true"
-        return None
-
     def outputs_per_action(self) -> int:
         """What the Q-network predicts per action: one value (QR-DQN: its quantiles)."""
         return 1
@@ -202,8 +196,7 @@ class DQN:
     def _gradient_step(self, batch: Any, run: Runner) -> StepOutput:
         """One gradient step on a batch of transitions (or of stored sequences, for a recurrent network); written for
         a runner (algos/runner.py)."""
-        args = (batch, run.storage.burn_in) if self.recurrent else (batch,)
-        loss, (errors, q_mean) = run(self.train_step, *args)
+        loss, (errors, q_mean) = run(self.train_step, batch)
         self.gradient_updates += 1
         updates = self.gradient_updates
         # target_update_unit=gradient_step: the target network after every interval-th gradient step (each member's
@@ -211,7 +204,7 @@ class DQN:
         if (due := run.only(lambda algo: algo.target_update_unit == "gradient_step"
                             and updates % algo.target_update_interval == 0)) is not None:
             due.polyak(self.networks.q_target, self.networks.q)
-        return errors, {"value_loss": loss.detach(), "q_mean": q_mean}
+        return (None if self.recurrent else errors), {"value_loss": loss.detach(), "q_mean": q_mean}
 
     def population_refusal(self) -> str | None:
         """What keeps this DQN out of a batched population (sweeps/population/lockstep.py), or None."""
@@ -228,12 +221,11 @@ class DQN:
         per_sample = q_regression_loss(q, target, self.loss)
         return (batch.weights * per_sample).mean(), ((q - target).detach(), q.detach().mean())
 
-    def _sequence_loss(self, batch: SequenceBatch, burn: int) -> tuple[torch.Tensor, tuple[None, torch.Tensor]]:
+    def _sequence_loss(self, batch: SequenceBatch) -> tuple[torch.Tensor, tuple[tuple[()], torch.Tensor]]:
         """R2D2: refresh the stored state over the burn-in steps (no gradients), then 1-step Q-learning on
         the rest of the sequence, the target network unrolled over the whole sequence from the stored state (no
         TD errors: stored sequences keep no priorities)."""
-        net = self.networks
-        obs = batch.obs
+        net, obs, burn = self.networks, batch.obs, batch.burn_in
         with torch.no_grad():
             target_q, _ = net.q_target.unroll(obs, batch.starts, batch.carry0)  # [L + 1, B, A]
             carry = batch.carry0
@@ -247,7 +239,7 @@ class DQN:
         per_step = q_regression_loss(taken, target, self.loss)
         valid = batch.valid[burn:]
         loss = (per_step * valid).sum() / valid.sum().clamp_min(1.0)
-        return loss, (None, (taken.detach() * valid).sum() / valid.sum().clamp_min(1.0))
+        return loss, ((), (taken.detach() * valid).sum() / valid.sum().clamp_min(1.0))
 
     def state_dict(self) -> dict[str, Any]:
         return {"networks": self.networks.state_dict(), "optimizer": self.optimizer.state_dict(),

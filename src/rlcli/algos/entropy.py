@@ -9,7 +9,6 @@ optimizer and the rule.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING, Any, cast
 
@@ -17,7 +16,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from rlcli.algos.base import adam, gradient_step
+from rlcli.algos.base import adam
 from rlcli.algos.loss_step import HasMaxGradNorm, LossStep
 from rlcli.registry import require
 
@@ -76,14 +75,6 @@ class EntropyCoefficient:
         if self.fixed is not None:
             return torch.tensor(self.fixed, device=self.log_alpha.device)
         return self.log_alpha.detach().exp()
-
-    def step(self, log_probs: torch.Tensor, max_grad_norm: float | None,
-             mean: Callable[[torch.Tensor], torch.Tensor] = torch.mean) -> None:
-        """One gradient step of log(alpha) on -mean(log_alpha * (log_probs + target)), `log_probs` detached.
-        `mean` averages over the batch (masked to real transitions for sequences)."""
-        if self.learned:
-            loss = -mean(self.log_alpha * (log_probs.detach() + self.target_entropy))
-            gradient_step(self.optimizer, loss, [self.log_alpha], max_grad_norm)
 
 
 def temperature_loss(networks: nn.Module, log_probs: torch.Tensor,

@@ -19,7 +19,7 @@ from rlcli.actors.offpolicy import (
 )
 from rlcli.actors.recurrent import RecurrentCritics, RecurrentNet, RecurrentRecipe, state_or_zeros
 from rlcli.actors.sde import NoiseResampling, StateDependentSquashedPolicy
-from rlcli.algos.base import adam, frozen, gradient_step
+from rlcli.algos.base import adam, masked_mean
 from rlcli.algos.entropy import (
     EntropyCoefficient,
     FixedEntropyCoefficient,
@@ -35,10 +35,7 @@ from rlcli.algos.offpolicy import (
     check_offpolicy,
     collect_phase,
     critics_td_loss,
-    gradient_steps_now,
-    polyak_update,
     resolve_gradient_steps,
-    run_gradient_steps,
     soft_next_value,
 )
 from rlcli.algos.runner import Runner, batch_rows, single_run_update
@@ -148,7 +145,8 @@ class SAC(BoxActorCritic):
         # the critics', the policy's and the temperature's steps (compile=true: one graph each; the target update
         # stays eager: a lerp). gSDE's exploration matrix, drawn for each gradient step, is an argument like the
         # Gaussian's noise.
-        self.build_steps(self.soft_td_loss, self.actor_loss)
+        self.build_steps(*((self.sequence_td_loss, self.sequence_actor_loss) if self.recurrent
+                           else (self.soft_td_loss, self.actor_loss)))
         self.temperature_train_step = self.temperature.train_step(self.networks, self)
 
     def make_networks(self, recipe: NetworkRecipe | RecurrentRecipe, num_critics: int, log_alpha: float,
@@ -157,12 +155,6 @@ class SAC(BoxActorCritic):
         if isinstance(recipe, RecurrentRecipe):
             return RecurrentSACNetworks(recipe, self.action_dim, num_critics, log_alpha)
         return SACNetworks(recipe, self.action_dim, num_critics, log_alpha, self.critic_outputs(), use_sde)
-
-    def compile_refusal(self) -> str | None:
-        if self.recurrent:  # its sequence step is eager only
-            return ("compile=true does not cover a recurrent actor (actor=gru/lstm) yet; drop compile=true "
-                    "(eager is the default)")
-        return None
 
     def critic_outputs(self) -> int:
         """Outputs of each critic: one Q-value (TQC: its quantiles)."""
@@ -186,23 +178,25 @@ class SAC(BoxActorCritic):
         return "a recurrent actor (actor=gru/lstm)" if self.recurrent else None
 
     def update(self, buffer: ReplayStorage | SequenceStorage, clock: RunClock) -> dict[str, torch.Tensor]:
-        if not self.recurrent:
-            return single_run_update(self, buffer, clock)
-        if len(buffer) == 0:  # n-step storage holds nothing yet (learning_starts=0, train_freq < n_step)
-            return {}
-        return run_gradient_steps(buffer, self.batch_size, gradient_steps_now(self.gradient_steps, clock),
-                                  lambda batch: (None, self._sequence_step(batch, buffer.burn_in)))
+        return single_run_update(self, buffer, clock)
 
     def _gradient_step(self, batch: Any, run: Runner) -> StepOutput:
         """The critics' step, then the policy's (through the critics just stepped), the temperature's and the target
-        update, on one batch; written for a runner (algos/runner.py)."""
+        update, on one batch (of transitions, or of stored sequences for a recurrent actor); written for a runner
+        (algos/runner.py)."""
         net = self.networks
         alpha = run.read(self.alpha)
-        rows, device = batch_rows(batch), batch.rewards.device
-        # the policy's draws (next actions', then actions'; gSDE: one exploration matrix) from the run's stream
-        next_noise, noise = run.draw(lambda: net.policy.gradient_step_draws(rows, device))
-        critic_loss, errors = run(self.critic_train_step, batch, alpha, next_noise)
-        policy_loss, log_probs = run(self.policy_train_step, batch.obs, alpha, noise)
+        if self.recurrent:  # one draw for every position after the burn-in, next actions' and actions' alike
+            shape = (batch.obs.shape[0] - batch.burn_in, batch_rows(batch), self.action_dim)
+            noise = run.draw(lambda: torch.randn(shape, device=batch.rewards.device))
+            (critic_loss, _), errors = run(self.critic_train_step, batch, alpha, noise), None  # no priorities
+            policy_loss, log_probs = run(self.policy_train_step, batch, alpha, noise)
+        else:
+            rows, device = batch_rows(batch), batch.rewards.device
+            # the policy's draws (next actions', then actions'; gSDE: one exploration matrix) from the run's stream
+            next_noise, noise = run.draw(lambda: net.policy.gradient_step_draws(rows, device))
+            critic_loss, errors = run(self.critic_train_step, batch, alpha, next_noise)
+            policy_loss, log_probs = run(self.policy_train_step, batch.obs, alpha, noise)
         log_probs = self.entropy_log_probs(run, log_probs, batch.obs)
         self.temperature_and_targets(run, log_probs)
         return errors, {"value_loss": critic_loss.detach(), "policy_loss": policy_loss.detach(), "alpha": alpha,
@@ -249,42 +243,44 @@ class SAC(BoxActorCritic):
         """The value the policy climbs: the smallest critic's Q."""
         return self.networks.critics(obs, actions).min(0).values
 
-    def _sequence_step(self, batch: SequenceBatch, burn: int) -> dict[str, torch.Tensor]:
-        """One SAC update on stored sequences: burn-in without gradients (the policy from its stored carry,
-        the critics from zero), then the usual losses over the remaining steps, masked to real transitions."""
-        net, alpha = self.networks, self.alpha()
-        obs, starts, valid = batch.obs, batch.starts, batch.valid[burn:]
+    def sequence_td_loss(self, batch: SequenceBatch, alpha: torch.Tensor,
+                         noise: torch.Tensor) -> tuple[torch.Tensor, tuple[()]]:
+        """The critics' loss on stored sequences: the policy's carry refreshed over the burn-in, the critics unrolled
+        from zero, the soft TD loss over the steps after it, masked to real transitions (no TD errors: stored
+        sequences keep no priorities)."""
+        burn = batch.burn_in
+        net, obs, starts, valid = self.networks, batch.obs, batch.starts, batch.valid[burn:]
+        with torch.no_grad():
+            actions, log_probs = squashed_gaussian(self.sequence_policy(batch, burn), noise=noise)
+            target_features = [h[burn + 1:] for h in net.critics_target.features(obs, starts, 0)]
+            next_q = soft_next_value(net.critics_target.q(target_features, actions[1:]), log_probs[1:], alpha)
+            target = self.reward_scale * batch.rewards[burn:] + self.gamma * (1.0 - batch.terminated[burn:]) * next_q
+        features = net.critics.features(obs, starts, burn)
+        qs = net.critics.q([h[:-1] for h in features], batch.actions[burn:])  # [N, L - burn, B]
+        return 0.5 * masked_mean((qs - target).square().sum(0), valid), ()
 
-        def masked_mean(x: torch.Tensor) -> torch.Tensor:
-            return (x * valid).sum(-1).sum(-1) / valid.sum().clamp_min(1.0)
+    def sequence_actor_loss(self, batch: SequenceBatch, alpha: torch.Tensor,
+                            noise: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The policy's loss on stored sequences (through the critics' features, without their gradients), and the
+        log-probs of the real transitions for the temperature's step."""
+        burn = batch.burn_in
+        net, valid = self.networks, batch.valid[burn:]
+        actions, log_probs = squashed_gaussian(self.sequence_policy(batch, burn), noise=noise)
+        with torch.no_grad():
+            features = [h[:-1] for h in net.critics.features(batch.obs, batch.starts, burn)]
+        q_pi = net.critics.q(features, actions[:-1]).min(0).values
+        loss = masked_mean(alpha * log_probs[:-1] - q_pi, valid)
+        return loss, log_probs[:-1][valid > 0].detach()
 
+    def sequence_policy(self, batch: SequenceBatch, burn: int) -> torch.Tensor:
+        """The policy's outputs over a stored sequence after the burn-in, from the carry stored with it refreshed
+        over the burn-in without gradients."""
         carry = batch.carry0
         if burn > 0:
             with torch.no_grad():
-                _, carry = net.policy.unroll(obs[:burn], starts[:burn], carry)
-        params, _ = net.policy.unroll(obs[burn:], starts[burn:], carry)  # positions burn .. L
-        actions, log_probs = squashed_gaussian(params)
-        with torch.no_grad():
-            target_features = [h[burn:] for h in net.critics_target.features(obs, starts, 0)]
-            next_q = soft_next_value(net.critics_target.q([h[1:] for h in target_features], actions[1:]),
-                                     log_probs[1:], alpha)
-            target = (self.reward_scale * batch.rewards[burn:]
-                      + self.gamma * (1.0 - batch.terminated[burn:]) * next_q)
-        features = net.critics.features(obs, starts, burn)
-        qs = net.critics.q([h[:-1] for h in features], batch.actions[burn:])  # [N, seq_len, B]
-        critic_loss = 0.5 * masked_mean((qs - target).square()).sum()
-        gradient_step(self.critic_optimizer, critic_loss, net.critics.parameters(), self.max_grad_norm)
-
-        with frozen(net.critics):  # dQ/da only, on the critics' (detached) features
-            q_pi = net.critics.q([h[:-1].detach() for h in features], actions[:-1]).min(0).values
-        policy_loss = masked_mean(alpha * log_probs[:-1] - q_pi)
-        gradient_step(self.policy_optimizer, policy_loss, net.policy.parameters(), self.max_grad_norm)
-        self.temperature.step(log_probs[:-1].detach(), self.max_grad_norm, masked_mean)
-        self.gradient_updates += 1
-        if self.gradient_updates % self.target_update_interval == 0:
-            polyak_update(net.critics_target, net.critics, self.tau)
-        return {"value_loss": critic_loss.detach(), "policy_loss": policy_loss.detach(), "alpha": alpha,
-                "entropy": -masked_mean(log_probs[:-1].detach())}
+                _, carry = self.networks.policy.unroll(batch.obs[:burn], batch.starts[:burn], carry)
+        params, _ = self.networks.policy.unroll(batch.obs[burn:], batch.starts[burn:], carry)
+        return params
 
     def state_dict(self) -> dict[str, Any]:
         return {"networks": self.networks.state_dict(), "policy_optimizer": self.policy_optimizer.state_dict(),

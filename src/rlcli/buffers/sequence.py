@@ -97,7 +97,7 @@ class SequenceReplayBuffer:
 
         return SequenceBatch(self.normalizer(move(self.obs)), move(self.actions), move(self.rewards),
                              move(self.terminated), move(self.valid), move(self.starts),
-                             self.carry0[idx].to(self.device))
+                             self.carry0[idx].to(self.device), self.burn_in)
 
     def state_dict(self) -> dict[str, Any]:
         n = self.size
