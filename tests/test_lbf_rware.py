@@ -185,6 +185,22 @@ def test_drawing_without_a_display_is_one_line(monkeypatch):
     assert "\n" not in str(error.value)
 
 
+@pytest.mark.parametrize("kind", ["lbf", "rware"])
+def test_videos_without_a_display_are_one_line_before_training(kind, tmp_path):
+    """log.video_every on an env that draws with pyglet: one line before anything is written (it crashed with a
+    traceback at the first video, after training, and kept no checkpoint)."""
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k != "DISPLAY"}
+    out = forked_cli.run(["algo=ippo", f"env={kind}", "train.total_steps=2048", "log.video_every=1024", *QUIET,
+                          f"hydra.run.dir={tmp_path / 'run'}"], tmp_path, env=env)
+    lines = [line for line in out.stderr.splitlines() if line.strip()]
+    assert out.returncode == 2 and len(lines) == 1, out.stderr
+    assert lines[0].startswith(f"rl-train: error: log.video_every=1024: env={kind} draws its frames with pyglet, "
+                               "which needs a display") and "xvfb-run <the command>" in lines[0], lines[0]
+    assert not (tmp_path / "run").exists()
+
+
 def test_lbf_loads_food_in_player_order_not_in_memory_order():
     """Two players loading at once: LBF pops them from a set, whose order followed their memory addresses, so
     which one got the food could differ between a run and its resume in another process. Players hash by their

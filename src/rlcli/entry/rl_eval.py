@@ -168,6 +168,7 @@ def evaluate_checkpoint(loaded: Loaded, options: dict[str, Any], name: str) -> t
                        loaded.env_factory.spec.id)
     sink = None
     if options["video"]:
+        video.check_draws(envs, "video=true")
         sink = video.VideoSink(loaded.path.parent.parent / "videos", name, options["video_format"],
                                video.frames_per_second(envs), options["video_episodes"], options["video_concat"])
     recordings: list[Any] = []

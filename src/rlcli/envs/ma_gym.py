@@ -123,7 +123,7 @@ class TupleAgentsEnv(ParallelEnv):  # type: ignore[misc]
             if "display" not in f"{type(error).__name__} {error}".lower():
                 raise
             raise ConfigError(f"env={self.kind} draws its frames with pyglet, which needs a display ({error}): run "
-                              "under a virtual one (xvfb-run rl-eval ...) or without video") from None
+                              "under a virtual one (xvfb-run <the command>) or without video") from None
 
     def close(self) -> None:
         self._env.close()

@@ -498,4 +498,6 @@ def make_video_envs(cfg: DictConfig, env_factory: GymEnvFactory, vector_mode: Ve
     if not every:
         return None
     video.require_encoder(fmt, "log.video_format")
-    return env_factory.make(1, vector_mode, eval=True, render=True, masks=masks)
+    envs = env_factory.make(1, vector_mode, eval=True, render=True, masks=masks)
+    video.check_draws(envs, f"log.video_every={every}")
+    return envs

@@ -41,6 +41,22 @@ def require_encoder(fmt: str, key: str = "video_format") -> None:
         raise ConfigError(f"{key}={fmt} needs {', '.join(missing)}: pip install -e '.[video]'")
 
 
+def check_draws(envs: Any, asked: str) -> None:
+    """One frame now, before anything is trained or written, not a crash at the first video (pyglet without a
+    display: LBF's and RWARE's drawing). Each video's episode is reset with its own seed, so this reset changes
+    none of them. The envs are closed when they cannot draw."""
+    try:
+        envs.reset(seed=0)
+        envs.render()
+    except Exception as error:  # noqa: BLE001  (whatever the env's drawing raises)
+        envs.close()
+        if isinstance(error, ConfigError):
+            raise ConfigError(f"{asked}: {error}") from None
+        detail = (str(error).strip().splitlines() or [type(error).__name__])[-1]
+        raise ConfigError(f"{asked}: the env cannot draw a frame ({type(error).__name__}: {detail}); run without "
+                          "video") from None
+
+
 def frames_per_second(envs: Any) -> float:
     """The env's own render rate, over the frames it skips per step (Atari's preprocessing: 4)."""
     env = getattr(envs.unwrapped, "envs", [envs])[0]  # the first sub-env, outermost wrapper (or a numpy vector env)
