@@ -174,3 +174,27 @@ def test_the_team_return_counts_the_agents_outside_the_group_and_rl_report_shows
     group = float(rows["mappo"]["final_mean"])
     assert float(rows["mappo"]["final_team_mean"]) == 2 * group
     assert rows["mappo"]["final_per_agent"] == f"agent_1={group:g}"
+
+
+def test_rlcli_train_takes_a_function_that_makes_a_pettingzoo_env(tmp_path):
+    """env=<a function returning a PettingZoo env> trains as env=pz (the guide's own-env row): row mode and joint
+    mode, and rlcli.load with the function again; the env instance itself, and a function that fails, are one line
+    (it said 'must inherit from gymnasium.Env', and algo=qmix 'has one agent')."""
+    from rlcli.entry.api import InvalidType, InvalidValue
+
+    def make_match():
+        return CoopMatch()
+
+    for algo in ("ippo", "qmix"):
+        run = rlcli.train(f"algo={algo} train.total_steps=512 train.num_envs=4 train.test_episodes=2 "
+                          "log.console=false log.tensorboard=false", env=make_match, run_dir=tmp_path / algo)
+        assert run.finished and run.env_steps >= 512
+        policy = rlcli.load(tmp_path / algo, env=make_match)
+        obs, _ = make_match().reset(seed=0)
+        actions, _ = policy.predict(obs)
+        assert set(actions) == set(obs)
+    with pytest.raises(InvalidType, match=r"env=CoopMatch\(...\) is a PettingZoo env instance.*pass the function"):
+        rlcli.train("algo=ippo train.total_steps=64", env=CoopMatch(), run_dir=tmp_path / "instance")
+    with pytest.raises(InvalidValue, match="calling it to make the env failed: ZeroDivisionError"):
+        rlcli.train("algo=ippo train.total_steps=64", env=lambda: 1 / 0, run_dir=tmp_path / "failing")
+    assert not (tmp_path / "instance").exists() and not (tmp_path / "failing").exists()

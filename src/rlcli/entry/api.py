@@ -217,15 +217,39 @@ def env_overrides(env: EnvSource | None) -> list[str]:
         return ["env=gym", f"env.id={_format_value(env)}"]
     import gymnasium
 
+    if hasattr(env, "possible_agents"):  # a PettingZoo env instance
+        raise InvalidType(f"env={type(env).__name__}(...) is a PettingZoo env instance, and rlcli makes its own copies "
+                          "of the env (and again on resume): pass the function that makes one, e.g. env=lambda: "
+                          "simple_spread_v3.parallel_env(N=3)")
     if not callable(env):
         raise InvalidType(f"env={env!r} is neither an env name, a function that makes an env, an env instance nor a "
                           "gymnasium VectorEnv")
     name = re.sub(r"[^\w.-]", "_", getattr(env, "__name__", type(env).__name__))
+    if makes_pettingzoo_env(env):  # a multi-agent env: env=pz, whose env.id is module:function
+        from rlcli.envs import python_made
+
+        name = re.sub(r"\W", "_", name if name != "_lambda_" else "env")
+        python_made.MAKERS[name] = env
+        return ["env=pz", f"env.id=rlcli.envs.python_made:{name}"]
     env_id = f"rlcli-python/{'env' if name == '_lambda_' else name}-v0"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # registering the id again (a second train() call) replaces it
         gymnasium.register(env_id, entry_point=env)
     return ["env=gym", f"env.id={env_id}"]
+
+
+def makes_pettingzoo_env(make: Any) -> bool:
+    """Whether a function makes a PettingZoo env (Parallel or AEC: it has possible_agents), found by making one."""
+    try:
+        made = make()
+    except Exception as error:  # noqa: BLE001  (the user's function: its own failure, said in one line)
+        raise InvalidValue(f"env={getattr(make, '__name__', make)!r}: calling it to make the env failed: "
+                           f"{type(error).__name__}: {error}") from None
+    pettingzoo = hasattr(made, "possible_agents")
+    close = getattr(made, "close", None)
+    if callable(close):
+        close()
+    return pettingzoo
 
 
 # ---------------------------------------------------------------------------------------- load and act
