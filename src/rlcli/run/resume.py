@@ -100,11 +100,30 @@ def resume_args(args: list[str]) -> list[str]:
     saved_path = run_dir / ".hydra" / "overrides.yaml"
     if not saved_path.is_file():
         raise ConfigError(f"resume={value!r}: {run_dir} is not an rl-train run directory (no .hydra/overrides.yaml)")
+    _check_same_choices(run_dir, rest, value)
     budget = _saved_budget(run_dir)
     if budget is not None:
         RESUMED_BUDGET["total_steps"] = budget
     return [*_saved_overrides(run_dir, rest), *_new_overrides(rest), f"hydra.run.dir={_quote(run_dir)}",
             f"resume={_quote(ckpt)}"]
+
+
+def _check_same_choices(run_dir: Path, rest: list[str], value: str) -> None:
+    """algo=, env= or actor= naming another config than the run's: one line that says so (the resume refused the
+    settings that choice changed, and blamed rlcli's shipped settings for them)."""
+    import yaml
+
+    try:
+        hydra_config = yaml.safe_load((run_dir / ".hydra" / "hydra.yaml").read_text()) or {}
+        choices = hydra_config["hydra"]["runtime"]["choices"]
+    except (OSError, yaml.YAMLError, KeyError, TypeError):
+        return
+    for group, what in (("algo", "algorithm"), ("env", "env"), ("actor", "network")):
+        typed = [_value(a) for a in rest if _key(a) == group]
+        if typed and group in choices and typed[-1] != str(choices[group]):
+            raise ConfigError(f"resume={value}: the run is {group}={choices[group]}, and {group}={typed[-1]} would "
+                              f"change its {what}, which a resume cannot: start a new run with it (actor.init_from="
+                              f"<this run's checkpoint> copies its weights where the networks fit)")
 
 
 # The resumed run's own budget (its saved train.total_steps), set by resume_args: a resume whose budget is below it
