@@ -253,3 +253,20 @@ def test_export_errors_are_one_line_and_write_nothing(runs):
     assert "export='tflite'" in line and "onnx, torchscript" in line
     one_line_error(rl_eval(str(run.parent / "nowhere"), "export=onnx", cwd=run.parent))
     assert not (run.parent / "nowhere").exists()
+
+
+def test_the_exported_files_action_dtype_follows_the_action_space():
+    """A joint team's MultiDiscrete actions come out of the file as int64, as a Discrete action does (the JSON said
+    float32 for every action with a shape); Box actions float32."""
+    from types import SimpleNamespace
+
+    import gymnasium as gym
+
+    from rlcli.services.policy_export import metadata
+
+    policy = SimpleNamespace(obs_dtype=torch.float32, carry_size=0)
+    obs = gym.spaces.Box(-1, 1, (2, 10))
+    for space, dtype in ((gym.spaces.Discrete(3), "int64"), (gym.spaces.MultiDiscrete([5, 5]), "int64"),
+                         (gym.spaces.Box(-1, 1, (2,)), "float32")):
+        meta = metadata(policy, "onnx", "coop_match", obs, space, Path("best.pt"), {})
+        assert meta["outputs"][0]["dtype"] == dtype, space

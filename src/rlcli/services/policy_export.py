@@ -133,8 +133,8 @@ def metadata(policy: StandalonePolicy, fmt: str, env_id: str, obs_space: Any, ac
              checkpoint: Path, env_config: dict[str, Any]) -> dict[str, Any]:
     """What a user of the file needs to call it."""
     inputs = [{"name": "obs", "shape": ["batch", *obs_space.shape], "dtype": str(input_dtype(policy))}]
-    outputs = [{"name": "action", "shape": ["batch", *act_space.shape], "dtype": "int64" if not act_space.shape
-                else "float32"}]
+    whole = np.issubdtype(np.dtype(act_space.dtype), np.integer)  # Discrete, MultiDiscrete (a joint team's)
+    outputs = [{"name": "action", "shape": ["batch", *act_space.shape], "dtype": "int64" if whole else "float32"}]
     if policy.carry_size:
         inputs.append({"name": "carry", "shape": ["batch", policy.carry_size], "dtype": "float32",
                        "note": "zeros at an episode's first step, then the previous step's next_carry"})
