@@ -317,3 +317,20 @@ def test_ray_cluster_on_localhost_runs_a_sweep_and_stops_it_on_sigterm(tmp_path)
         assert resumed.returncode == 0, resumed.stderr[-3000:]
         jobs = statuses(tmp_path / "stopped")
         assert all(jobs[i]["status"] == "completed" and jobs[i]["env_steps"] == JOBLIB_STEPS for i in (0, 1, 2)), jobs
+
+
+def test_a_signal_while_a_sweeps_job_starts_says_how_to_finish_the_sweep(monkeypatch):
+    """A Ctrl-C landing while a basic sweep's next job was starting (its earlier jobs trained) said "nothing was
+    trained ... resume=<it>": the sweep's line names hydra.sweep.dir and resume=auto; a single run keeps its own."""
+    from hydra.core.hydra_config import HydraConfig
+
+    from rlcli.run.stop import stopped_during_start_up, sweep_being_run
+
+    monkeypatch.setattr(HydraConfig, "initialized", staticmethod(lambda: False))
+    assert sweep_being_run(["algo=ppo", "hydra.sweep.dir=sw"]) is None  # not -m
+    assert sweep_being_run(["-m", "seed=0,1", "hydra.sweep.dir=sw"]) == "sw"
+    assert sweep_being_run(["--multirun", "seed=0,1"]) == "<the sweep's directory>"
+    assert stopped_during_start_up(signal.SIGINT, "sw") == (
+        "rl-train: SIGINT while a sweep's job was starting: stopped; finish the sweep with the same command plus "
+        "hydra.sweep.dir=sw resume=auto (its finished jobs are skipped)")
+    assert "nothing was trained" in stopped_during_start_up(signal.SIGINT)

@@ -10,7 +10,7 @@ import signal
 import sys
 from typing import Any
 
-from rlcli.run.stop import StopNow, note_start_up_signal, stopped_during_start_up
+from rlcli.run.stop import StopNow, note_start_up_signal, stopped_during_start_up, sweep_being_run
 
 
 def print_version(program: str, args: list[str] | None = None) -> bool:
@@ -96,7 +96,7 @@ def train() -> None:
         if received["signum"] is None and not isinstance(error, KeyboardInterrupt):
             raise
         signum = received["signum"] or int(signal.SIGINT)
-        print(stopped_during_start_up(signum), file=sys.stderr)
+        print(stopped_during_start_up(signum, sweep_being_run(sys.argv[1:])), file=sys.stderr)
         raise SystemExit(128 + signum) from None
 
 

@@ -66,10 +66,31 @@ class StopOverdue(StopNow):
                 f"{STOP_GRACE_SECONDS:g} s away")
 
 
-def stopped_during_start_up(signum: int) -> str:
-    """The line rl-train prints when a signal stops it before training began."""
-    return (f"rl-train: {signal.Signals(signum).name} during start-up: stopped before training began, nothing was "
-            "trained (a run directory it made starts fresh with rl-train resume=<it>)")
+def stopped_during_start_up(signum: int, sweep_dir: str | None = None) -> str:
+    """The line rl-train prints when a signal stops it before training began (`sweep_dir`: a sweep's job was
+    starting, its earlier jobs may have trained)."""
+    name = signal.Signals(signum).name
+    if sweep_dir is not None:
+        return (f"rl-train: {name} while a sweep's job was starting: stopped; finish the sweep with the same command "
+                f"plus hydra.sweep.dir={sweep_dir} resume=auto (its finished jobs are skipped)")
+    return (f"rl-train: {name} during start-up: stopped before training began, nothing was trained (a run "
+            "directory it made starts fresh with rl-train resume=<it>)")
+
+
+def sweep_being_run(argv: list[str]) -> str | None:
+    """The sweep's directory when this rl-train runs a -m sweep (as Hydra has it for the job it was starting, else as
+    typed), else None."""
+    if not any(a in ("-m", "--multirun") for a in argv):
+        return None
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        if HydraConfig.initialized():
+            return str(HydraConfig.get().sweep.dir)
+    except Exception:  # noqa: BLE001  (Hydra half set up when the signal landed: the command line says)
+        pass
+    typed = [a.split("=", 1)[1] for a in argv if a.startswith("hydra.sweep.dir=")]
+    return typed[-1] if typed else "<the sweep's directory>"
 
 
 _start_up: dict[str, int | None] = {"signum": None}
