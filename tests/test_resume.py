@@ -414,3 +414,16 @@ def test_sigint_checkpoints_and_exits_with_130(tmp_path):
     assert "SIGINT: stopped at" in (run_dir / "train.log").read_text()
     assert "rl-train: SIGINT: stopped at" in err and f"resume with: rl-train resume={run_dir}" in err  # console off
     assert not final(run_dir)["state"]["finished"]
+
+
+def test_a_checkpoint_that_does_not_fit_is_said_in_a_few_words():
+    """actor.init_from and rl-eval name what differs (counts, two examples, shapes), not torch's list of every key
+    (about 1,200 characters for a group's networks)."""
+    from rlcli.actors.weights import weights_mismatch
+
+    saved = {"normalizer.mean": torch.zeros(14), **{f"head.{i}.weight": torch.zeros(2) for i in range(5)}}
+    here = {"normalizer.mean": torch.zeros(2, 39), "q.0.weight": torch.zeros(3)}
+    line = weights_mismatch(saved, here)
+    assert line.startswith("1 weights it lacks (q.0.weight); 5 weights these networks lack (head.0.weight, "
+                           "head.1.weight and 3 more); 1 of another shape (normalizer.mean: [14] there, [2, 39] here)")
+    assert "another number of agents" in line and len(line) < 400

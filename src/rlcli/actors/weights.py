@@ -56,9 +56,29 @@ def load_network_weights(networks: Any, path: Path, key: str = "actor.init_from"
     path = checkpoint.resolve(path)
     data = checkpoint.load(path, trusted=trusted)
     checkpoint.require(data, path, "algo")
+    weights = copied_into_members(network_weights(data), networks.state_dict())
     try:
-        networks.load_state_dict(copied_into_members(network_weights(data), networks.state_dict()))
-    except RuntimeError as error:
-        first = str(error).strip().splitlines()
-        detail = first[1].strip() if len(first) > 1 else first[0]
-        raise ConfigError(f"{key}={str(path)!r} does not fit this actor: {detail}") from None
+        networks.load_state_dict(weights)
+    except RuntimeError:
+        raise ConfigError(f"{key}={str(path)!r} does not fit this actor: "
+                          f"{weights_mismatch(weights, networks.state_dict())}") from None
+
+
+def weights_mismatch(saved: dict[str, Any], here: dict[str, Any]) -> str:
+    """How a checkpoint's network weights differ from the networks built here, in a few words (torch's own message
+    lists every key: a thousand characters for a group's networks)."""
+
+    def some(names: list[str]) -> str:
+        return ", ".join(names[:2]) + (f" and {len(names) - 2} more" if len(names) > 2 else "")
+
+    missing = sorted(set(here) - set(saved))
+    extra = sorted(set(saved) - set(here))
+    shapes = [f"{k}: {list(saved[k].shape)} there, {list(here[k].shape)} here" for k in sorted(set(saved) & set(here))
+              if hasattr(saved[k], "shape") and hasattr(here[k], "shape") and saved[k].shape != here[k].shape]
+    parts = ([f"{len(missing)} weights it lacks ({some(missing)})"] if missing else []) + \
+        ([f"{len(extra)} weights these networks lack ({some(extra)})"] if extra else []) + \
+        ([f"{len(shapes)} of another shape ({'; '.join(shapes[:2])}{' ...' if len(shapes) > 2 else ''})"]
+         if shapes else [])
+    return ("; ".join(parts) or "its weights do not load") + (
+        ": its networks were built otherwise (another algorithm or actor, other env.groups / env.share_params, "
+        "another number of agents or observation size)")

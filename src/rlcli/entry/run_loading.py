@@ -189,10 +189,11 @@ def load_agent(path: Path, options: dict[str, Any], env_overrides: list[str]) ->
         probe.close()
     try:
         agent.algo.networks.load_state_dict(network_weights(data))
-    except RuntimeError as error:
-        detail = str(error).strip().splitlines()
+    except RuntimeError:
+        from rlcli.actors.weights import weights_mismatch
+
         raise ConfigError(f"{path.name} does not fit env {env_factory.spec.id}: "
-                          f"{(detail[1] if len(detail) > 1 else detail[0]).strip()}") from None
+                          f"{weights_mismatch(network_weights(data), agent.algo.networks.state_dict())}") from None
     from rlcli.run.finite import nonfinite_weights
 
     bad = nonfinite_weights([*agent.algo.networks.named_parameters(), *agent.algo.networks.named_buffers()])
