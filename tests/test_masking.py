@@ -171,3 +171,22 @@ def test_maskable_ppo_learns_a_multidiscrete_masking_task(tmp_path):
     plain = [np.mean(p["returns"]) for p in _eval(tmp_path / "ppo")]
     assert masked[0] >= 18 and masked[-1] >= 18, masked
     assert max(plain) < 10, plain
+
+
+def test_predict_of_a_masked_policy_needs_a_mask_with_a_valid_action(tmp_path):
+    """rlcli.load(run).predict of maskable_ppo: the mask is required, and a mask allowing nothing is one line (it
+    gave action 0, which the mask forbade)."""
+    import rlcli
+
+    run = rlcli.train("algo=maskable_ppo env=ValidMoves-v0 train.total_steps=256 algo.n_steps=32 "
+                      "train.test_every=256 log.console=false log.tensorboard=false", run_dir=tmp_path / "run")
+    policy = rlcli.load(run.run_dir)
+    env = ValidMovesEnv()
+    obs, _ = env.reset(seed=0)
+    mask = np.asarray(env.action_masks(), bool)
+    action, _ = policy.predict(obs, action_mask=mask)
+    assert mask[int(action)]
+    with pytest.raises(rlcli.RlcliError, match="pass action_mask="):
+        policy.predict(obs)
+    with pytest.raises(ValueError, match="action_mask allows no action .all False."):
+        policy.predict(obs, action_mask=np.zeros_like(mask))

@@ -334,6 +334,9 @@ class Policy:
                     raise RlcliError(f"algo={self.algo_name} acts among the valid actions: pass action_mask= (True "
                                      "for each valid action; the env's info['action_mask'])")
                 mask = torch.as_tensor(np.asarray(action_mask, dtype=bool).reshape(n, -1), device=device)
+                if not bool(mask.any(-1).all()):
+                    raise InvalidValue("action_mask allows no action (all False) for an observation: the policy "
+                                       "has nothing to choose from")
                 out = agent.algo.act_masked(tensor, mask, deterministic=deterministic)
             else:
                 out = agent.algo.act(tensor, deterministic=deterministic, state=recurrent)
@@ -391,6 +394,9 @@ class Policy:
         if unknown:
             raise InvalidValue(f"obs has the key {unknown[0]!r}, not an agent of {self.env_id}; its agents: "
                                f"{', '.join(map(str, rows.possible))}")
+        if isinstance(action_mask, Mapping) and (stray := [k for k in action_mask if k not in obs]):
+            raise InvalidValue(f"action_mask has the key {stray[0]!r}, which obs does not: give each acting agent's "
+                               f"mask under its name ({', '.join(map(str, obs)) or 'none in obs'})")
         acting = [name for name in rows.names if name in obs]
         x = np.zeros((len(acting), rows.row_size), np.float32)
         masks = None if rows.valid is None else np.stack([rows.valid[name] for name in acting] or [np.ones(0, bool)])
@@ -469,6 +475,9 @@ class Policy:
         if mask is not None:
             if mask.shape != (size,):
                 raise InvalidValue(f"action_mask for agent {name!r} has the shape {mask.shape}; it has {size} actions")
+            if not mask.any():
+                raise InvalidValue(f"action_mask for agent {name!r} allows no action (all False): an agent with "
+                                   "nothing to do is left out of obs (a finished player's turn)")
             full[:size] = mask
         return full
 
