@@ -123,6 +123,9 @@ BAD_INPUT = [
      "algo.batch_size=5000"),
     (["algo=dqn", "algo.gradient_steps=-2"], "algo.gradient_steps=-2", "or -1"),
     (["algo=td3", "env=Pendulum-v1", "algo.noise=pink"], "algo.noise='pink'", "gaussian, ornstein_uhlenbeck"),
+    (["+algo.lr=1e-3"], "+algo.lr=1e-3: algo.lr is already in the config, so it takes no '+'", "algo.lr=1e-3"),
+    # a BenchMARL user's IQL (independent Q-learning) is not rlcli's offline IQL
+    (["algo=iql", "env=coop_match"], "algo=iql learns from a dataset only", "IQL, independent Q-learning, is algo=dqn"),
     # Hydra's grammar: its lexer's exception name and the override were all it said
     (["env.kwargs.name=it's"], "cannot parse \"env.kwargs.name=it's\"", "env.kwargs.name='...'"),
     (["seed=[1"], "cannot parse 'seed=[1': no viable alternative at input '[1'", "seed='...'"),

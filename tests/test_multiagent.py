@@ -260,3 +260,16 @@ def test_rl_train_on_simple_spread_writes_team_and_per_agent_returns_and_rl_eval
     assert (run_dir / "checkpoints" / "best.pt").exists()
     out = forked_cli.run([str(run_dir), "episodes=3"], tmp_path, program="rl-eval")
     assert out.returncode == 0, out.stderr
+
+
+def test_a_pettingzoo_family_without_its_extra_names_the_extra():
+    """pistonball without pymunk said pip install -e '.[multiagent]', which does not bring pymunk."""
+    import importlib.util
+
+    from rlcli.envs.multiagent import resolve_parallel_env
+
+    if importlib.util.find_spec("pymunk") is not None:
+        pytest.skip("pymunk is installed here: butterfly imports")
+    with pytest.raises(ConfigError, match=r"No module named 'pymunk'\) \(PettingZoo's butterfly envs need their "
+                       r"extra: pip install 'pettingzoo\[butterfly\]'\)"):
+        resolve_parallel_env("pettingzoo.butterfly.pistonball_v6")

@@ -504,7 +504,9 @@ class Policy:
 
     def make_env(self, num_envs: int = 1, render: bool = False) -> Any:
         """A gymnasium vector env as rlcli makes this policy's test envs (its wrappers, episode statistics; with
-        `render`, rgb_array frames): what `predict` takes observations from. Close it when done."""
+        `render`, rgb_array frames): what `predict` takes observations from. Close it when done. `num_envs` counts
+        copies of the env, as train.test_episodes does: a multi-agent env's copy is a row per agent (its num_envs is
+        the rows), or one row in joint mode."""
         from rlcli.registry import ConfigError
 
         try:

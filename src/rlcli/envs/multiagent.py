@@ -131,7 +131,10 @@ def resolve_parallel_env(env_id: str | None) -> Any:
     try:
         module = importlib.import_module(module_name)
     except ImportError as error:
-        hint = " (pip install -e '.[multiagent]')" if module_name.split(".")[0] in ("pettingzoo", "mpe2") else ""
+        parts, missing = module_name.split("."), str(getattr(error, "name", "") or "")
+        hint = " (pip install -e '.[multiagent]')" if parts[0] in ("pettingzoo", "mpe2") else ""
+        if parts[0] == "pettingzoo" and len(parts) > 1 and missing and not missing.startswith("pettingzoo"):
+            hint = f" (PettingZoo's {parts[1]} envs need their extra: pip install 'pettingzoo[{parts[1]}]')"
         raise ConfigError(f"env.id={env_id!r}: cannot import module '{module_name}' ({error}){hint}") from None
     if attr:
         fn = getattr(module, attr, None)

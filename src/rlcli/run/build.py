@@ -422,8 +422,10 @@ def offline_data(cfg: DictConfig, spec: AlgoSpec, ray: bool) -> OfflineData | No
     name = cfg.algo.name
     if source is None:
         if spec.offline:
+            iql = (" (BenchMARL's and EPyMARL's IQL, independent Q-learning, is algo=dqn on a multi-agent env: one "
+                   "Q-network shared by the agents' rows)") if name == "iql" else ""
             raise ConfigError(f"algo={name} learns from a dataset only: give dataset=<a dataset's path or Minari id>; "
-                              f"{MAKE_ONE}")
+                              f"{MAKE_ONE}{iql}")
         return None
     if spec.on_policy:
         able = [n for n in ALGOS.names() if not ALGOS.spec(n).on_policy]

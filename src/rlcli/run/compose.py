@@ -184,6 +184,11 @@ def explain_composition_error(error: Exception, args: list[str]) -> str:
     if isinstance(error, OverrideParseException):
         return unparsable(error, args)
     text, cause = str(error), str(error.__cause__ or "")
+    present = re.search(r"An item is already at '([^']+)'", text)
+    if present:  # `+key=value` for a key the config has: Hydra's `+` adds only new keys
+        key = present.group(1)
+        given = next((a for a in args if key_of(a) == key and a.startswith("+")), f"+{key}=<value>")
+        return f"{given}: {key} is already in the config, so it takes no '+': {given.lstrip('+')}"
     ambiguous = re.match(r"Ambiguous value for argument '(([^=']+)=(.*))'", text)
     if ambiguous:  # `algo.lr=3e-4,1e-3` without -m: Hydra's three-line answer, as one
         arg, key, value = ambiguous.groups()
