@@ -119,3 +119,18 @@ def test_search_space_grammar():
     assert space["algo.batch_size"].integer and space["algo.batch_size"].probe_values() == [32, 256]
     with pytest.raises(ConfigError, match="does not parse"):
         parse_search_space({"algo.lr": "interval(oops"})
+
+
+def test_a_seed_in_two_runs_of_one_configuration_is_warned_about(sweep, tmp_path):
+    """Two sweeps of the same seeds reported together (a population and its basic twin): each run still counts, but
+    rl-report says the spread is not over independent seeds (it showed 'seeds 4: 0,0,1,1' silently)."""
+    sweep_dir, _ = sweep
+    make_run(tmp_path / "again" / "0", ["algo.lr=0.001"], 0, [(2000, [90.0])], status={"status": "completed"})
+    out = subprocess.run([str(RL_REPORT), str(sweep_dir), str(tmp_path / "again")], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0, out.stderr
+    warnings = [line for line in out.stderr.splitlines() if line.startswith("rl-report: warning:")]
+    assert len(warnings) == 1 and "algo.lr=0.001: seed 0 stands in 2 runs" in warnings[0], out.stderr
+    assert "5: 0,0,1,2,3" in out.stdout
+    alone = subprocess.run([str(RL_REPORT), str(sweep_dir)], capture_output=True, text=True, timeout=60)
+    assert "warning" not in alone.stderr

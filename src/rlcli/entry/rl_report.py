@@ -164,6 +164,23 @@ def group_runs(runs: list[Run]) -> list[Group]:
     return list(groups.values())
 
 
+def repeated_seeds(groups: list[Group], keys: list[str]) -> list[str]:
+    """A seed that stands in two runs of one configuration (the same sweep run twice, a population and its basic
+    twin): each is counted as a run, but their returns are not independent draws, so the mean ± std over-claim."""
+    warnings = []
+    for group in groups:
+        by_seed: dict[str, list[Path]] = {}
+        for run in group.runs:
+            by_seed.setdefault(str(run.seed), []).append(run.path)
+        for seed, paths in by_seed.items():
+            if len(paths) > 1:
+                config = " ".join(f"{k}={group.config.get(k, '-')}" for k in keys)
+                warnings.append(f"{config}: seed {seed} stands in {len(paths)} runs ({', '.join(map(str, paths[:3]))}"
+                                f"{' ...' if len(paths) > 3 else ''}); each counts as a seed, so its spread is not "
+                                "over independent seeds (report one of them)")
+    return warnings
+
+
 def swept_keys(groups: list[Group]) -> list[str]:
     """Keys whose value differs between configurations (those are the table's first columns)."""
     keys: list[str] = []
@@ -380,6 +397,8 @@ def main(argv: list[str] | None = None) -> None:
             raise SystemExit(2)
     groups = group_runs(runs)
     keys = swept_keys(groups)
+    for warning in repeated_seeds(groups, keys):
+        print(f"rl-report: warning: {warning}", file=sys.stderr)
     print_table(groups, keys)
     try:
         if args.csv:
