@@ -286,7 +286,8 @@ def test_rows_of_agents_on_ray_workers_reproduce_the_local_run(tmp_path):
     ([*TAG, "algo.groups.agent.lr=1e-3", "actor=lstm"], "algo.groups takes feed-forward networks"),
     (["algo=ppo", "env=CartPole-v1", "algo.groups.agent.lr=1e-3"], "it needs a multi-agent env"),
     ([*TAG, "algo.groups=agent"], "algo.groups='agent': a mapping {group: {setting: value}}"),
-    ([*TAG, "algo.groups={agent: {lrr: 0.1}}"], "algo.groups.agent (ppo): unknown key 'algo.lrr'"),
+    ([*TAG, "algo.groups={agent: {lrr: 0.1}}"],
+     "algo.groups.agent (ppo): unknown key 'algo.groups.agent.lrr' (did you mean 'algo.groups.agent.lr'?)"),
     # an off-policy run's groups: that line first, not env.joint's, which sent qmix users round in a loop
     (["algo=qmix", "env=simple_spread_v3", "env.groups=prefix", "algo.groups.agent.lr=1e-3"],
      "algo.groups gives each group an on-policy algorithm of its own on one rollout; algo=qmix is not one"),

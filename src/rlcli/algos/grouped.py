@@ -293,7 +293,7 @@ def build_grouped(groups: Any, algo_cfg: dict[str, Any], network_cfg: dict[str, 
             algos[group] = ALGOS.build(settings, networks=networks,
                                        num_envs=copies * len(layout.agents_of(k)))
         except ConfigError as error:  # a value named as the group's key, its rollout as the group's rows
-            said = re.sub(r"\balgo\.(\w+)=", rf"algo.groups.{group}.\1=", str(error))
+            said = re.sub(r"\balgo\.(\w+)(=|')", rf"algo.groups.{group}.\1\2", str(error))
             said = said.replace("n_steps * num_envs", "n_steps * the group's rows")
             raise ConfigError(f"algo.groups.{group} ({settings['name']}): {said}") from None
     return GroupedOnPolicy(algos, layout, float(algo_cfg.get("gamma", 0.99)))
