@@ -190,3 +190,22 @@ def test_a_sweep_resumed_with_a_budget_its_stopped_job_has_passed_is_one_line(tm
     for fine in ("512", "1024", "2048"):
         check_same_jobs(sweep, ["seed=0,1", f"train.total_steps={fine}"])
     check_same_jobs(sweep, ["seed=0,1"])
+
+
+def test_resuming_a_run_still_starting_in_another_process_says_only_that(tmp_path):
+    """A run dir with no checkpoint yet whose rl-train is alive: 'in use by another rl-train', without first warning
+    that it starts the run fresh (it said both)."""
+    import yaml
+
+    from rlcli.run import lock
+
+    run_dir = tmp_path / "starting"
+    (run_dir / ".hydra").mkdir(parents=True)
+    (run_dir / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump(RUN))
+    lock.acquire(run_dir)  # this process plays the other rl-train
+    try:
+        out = run_cli(f"resume={run_dir}", cwd=tmp_path)
+    finally:
+        lock.release(run_dir)
+    lines = [line for line in out.stderr.splitlines() if line.strip()]
+    assert out.returncode == 2 and len(lines) == 1 and "is in use by another rl-train" in lines[0], out.stderr

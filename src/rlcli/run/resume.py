@@ -93,6 +93,9 @@ def resume_args(args: list[str]) -> list[str]:
                               "move it: drop hydra.run.dir (to branch a run, copy its directory and resume the copy)")
         never_trained = not any((run_dir / "checkpoints").glob("ckpt_*.pt"))  # stopped during start-up
         if ckpt is None and never_trained and (run_dir / ".hydra" / "overrides.yaml").is_file():
+            from rlcli.run import lock
+
+            lock.acquire(run_dir)  # a run still starting in another process: that, not "starting it fresh" first
             _warn(f"{run_dir} has no checkpoint yet (it stopped before training): starting it fresh")
             return [*_saved_overrides(run_dir, rest), *_new_overrides(rest), f"hydra.run.dir={_quote(run_dir)}"]
         if ckpt is None:
