@@ -52,9 +52,9 @@ def say(line: str) -> None:
 
 # Console table columns: (TensorBoard tag, header, format)
 _TABLE = [
-    ("rollout/return_mean", "return", "{:.1f}"),
+    ("rollout/return_mean", "return", "return"),  # fmt_return: three significant digits below 1 (LBF's 0.0385)
     ("rollout/ep_len_mean", "ep len", "{:.0f}"),
-    ("eval/return_mean", "test return", "{:.1f}"),
+    ("eval/return_mean", "test return", "return"),
     ("time/sps", "SPS", "{:.0f}"),
     ("train/policy_loss", "pi loss", "{:.3g}"),
     ("train/value_loss", "v loss", "{:.3g}"),
@@ -152,13 +152,14 @@ class RunLogger:
         shown = []
         for tag, header, fmt in _TABLE:
             if tag in self.latest:
-                shown.append((header, fmt.format(self.latest[tag])))
+                value = self.latest[tag]
+                shown.append((header, fmt_return(value) if fmt == "return" else fmt.format(value)))
             elif tag.startswith("train/"):  # algo.groups: each group's own (train/<group>/<metric>), in its place
                 metric = tag.removeprefix("train/")
                 shown += [(f"{key.split('/')[1]} {header}", fmt.format(value)) for key, value in self.latest.items()
                           if key.count("/") == 2 and key.startswith("train/") and key.endswith("/" + metric)]
         # env=pz: "return" is the team sum; each agent's own return after it (rollout/return_<agent>)
-        shown[1:1] = [(tag.removeprefix("rollout/return_"), f"{value:.1f}") for tag, value in self.latest.items()
+        shown[1:1] = [(tag.removeprefix("rollout/return_"), fmt_return(value)) for tag, value in self.latest.items()
                       if tag.startswith("rollout/return_") and tag != "rollout/return_mean"]
         line = f"step {step} | " + " | ".join(f"{h} {v}" for h, v in shown)
         logger.info("%s", line)
