@@ -6,7 +6,6 @@ from typing import Any
 
 import torch
 
-from rlcli.actors.recurrent import RecurrentActorCritic
 from rlcli.algos.addons import addon_coefs
 from rlcli.algos.base import clipped_env_actions, refuse_in_population, set_lr
 from rlcli.algos.runner import single_rollout_update
@@ -27,12 +26,6 @@ class OneStepUpdate:
     train_step: Any  # a LossStep over minibatch_loss (algos/loss_step.py), which the algorithm builds
     member_settings = {"lr_scale": "lr_scale", "ent_coef": "ent_coef", "vf_coef": "vf_coef",
                        "gae_lambda": "gae_lambda"}  # what members of a population may differ in: read per member
-
-    def compile_refusal(self) -> str | None:
-        """compile=true covers the one gradient step of an MLP or CNN actor (add-ons and gSDE included)."""
-        if isinstance(self.networks, RecurrentActorCritic):  # (gSDE's update and the add-ons' terms are pure)
-            return "compile=true does not cover a recurrent actor yet; drop compile=true (eager is the default)"
-        return None
 
     def update(self, buffer: Any, clock: Any) -> dict[str, torch.Tensor]:
         return single_rollout_update(self, buffer, clock)

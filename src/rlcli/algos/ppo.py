@@ -111,13 +111,6 @@ class PPO:
         self.member_settings = {k: k for k in ("lr_scale", "clip_range", "clip_range_scale", "ent_coef", "vf_coef",
                                                "kl_coef", "kl_target", "target_kl", "gae_lambda")}
 
-    def compile_refusal(self) -> str | None:
-        """compile=true covers PPO's minibatch step with an MLP or CNN actor (clipped or KL-penalized, add-ons)."""
-        if self.recurrent:
-            return ("compile=true does not cover a recurrent actor (actor=lstm/gru) yet; drop compile=true "
-                    "(eager is the default)")
-        return None
-
     @torch.inference_mode()
     def act(self, obs: torch.Tensor, deterministic: bool = False, state: RecurrentState | None = None) -> ActOutput:
         self.noise_resampling.before_act(obs.shape[0], deterministic)
