@@ -382,13 +382,15 @@ def test_compiled_crossq_steps_match_eager_steps_from_the_same_state(gsde, tmp_p
 @pytest.mark.slow
 def test_compiled_recurrent_sac_steps_match_eager_steps_from_the_same_state(tmp_path):
     """SAC with a recurrent actor goes through the same two LossSteps as the feed-forward one, on its stored
-    sequences' losses (burn-in, padding masks; the burn-in is the positions before the noise's, a shape, so the
-    graph does not take it as a value). From one state and one batch of sequences, three critic + policy +
-    temperature steps, eager and compiled, one step deep (the compiled state reset to the eager one after each):
-    losses and weights agree within float reordering, but for weights whose gradient is zero up to rounding
-    (Adam's full step, as CrossQ's above). Over a whole 600-step run the policy's weights drift 5e-4 apart, the
-    critics' 2e-6."""
+    sequences' losses (burn-in, padding masks; the batch's burn_in is a number, a constant of the graph). From one
+    state and one batch of sequences, three critic + policy + temperature steps, eager and compiled, one step deep
+    (the compiled state reset to the eager one after each): losses and weights agree within float reordering, but
+    for weights whose gradient is zero up to rounding (Adam's full step, as CrossQ's above). Over a whole 600-step
+    run the policy's weights drift 5e-4 apart, the critics' 2e-6. The steps compile whole: no graph break (the
+    policy's step once fell back to eager on a selection of the real steps, whose size is the data's)."""
     import copy
+
+    from torch._dynamo.utils import counters
 
     args = ["algo=sac", "actor=gru", "actor.rnn_size=16", "buffer=sequence", "buffer.seq_len=6", "buffer.burn_in=2",
             *ACTOR_CRITIC_ARGS, "algo.batch_size=16", "train.total_steps=400", "train.test_every=400",
@@ -400,6 +402,7 @@ def test_compiled_recurrent_sac_steps_match_eager_steps_from_the_same_state(tmp_
     enable_compile(compiled)
     lr = eager.critic_optimizer.param_groups[0]["lr"]
     flat_gradient_weights = 0
+    counters.clear()
     for step in range(3):
         torch.manual_seed(100 + step)
         batch = components.buffer.sample(16)
@@ -424,6 +427,7 @@ def test_compiled_recurrent_sac_steps_match_eager_steps_from_the_same_state(tmp_
     weights = sum(p.numel() for p in eager.networks.parameters())
     assert flat_gradient_weights < 0.05 * 3 * weights
     assert all(step.compile_seconds is not None for step in loss_steps(compiled))
+    assert not counters["graph_break"], dict(counters["graph_break"])
 
 
 def test_a_process_compiles_many_configurations_not_just_torchs_eight():

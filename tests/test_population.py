@@ -47,17 +47,22 @@ ALGOS = {"ppo": PPO, "a2c": ["algo=a2c", "algo.n_steps=8"], "pg": ["algo=pg", "a
          "ppo-kl": ["algo=ppo_kl", "algo.n_steps=32", "algo.batch_size=64", "algo.n_epochs=3"],
          # PQN: epsilon-greedy acting on a LayerNorm Q-network, Q(lambda) returns, epochs of minibatches, RAdam
          "pqn": ["algo=pqn", "algo.n_steps=32", "algo.num_minibatches=2", "algo.n_epochs=2",
-                 "algo.exploration_initial_eps=0.3"]}
-LINEAR_NETWORKS = ("ppo", "a2c", "pg", "ppo-shared", "ppo-target-kl", "ppo-kl", "pqn")
-# categorical heads: each member's uniforms drawn from its own stream, then all members sample in one call
-DRAWS_APART = ("ppo", "a2c", "pg", "ppo-cnn", "ppo-shared", "ppo-target-kl", "ppo-kl")
+                 "algo.exploration_initial_eps=0.3"],
+         # valid-action masks: each member acts among its own env's valid actions (its act_masked), the masks ride
+         # in its rollout to the update
+         "maskable-ppo": ["algo=maskable_ppo", "algo.n_steps=32", "algo.batch_size=64", "algo.n_epochs=3",
+                          "env=ValidMoves-v0"]}
+LINEAR_NETWORKS = ("ppo", "a2c", "pg", "ppo-shared", "ppo-target-kl", "ppo-kl", "pqn", "maskable-ppo")
+# categorical heads: each member's uniforms drawn from its own stream, then all members sample in one call (a masked
+# member samples in its own act_masked call instead)
+DRAWS_APART = ("ppo", "a2c", "pg", "ppo-cnn", "ppo-shared", "ppo-target-kl", "ppo-kl", "maskable-ppo")
 # a third member's own loss setting, which the population must batch (PQN's loss has no coefficient: its returns'
 # q_lambda)
 OWN_SETTING = {"pqn": "algo.q_lambda=0.3"}
 
 # the declared kinds, as refusals list them
-ALL_BATCHABLE = ("a2c, awac, bc, c51, cql, crossq, ddpg, discrete_cql, dqn, iql, maddpg, masac, pg, ppo, ppo_kl, pqn, "
-                 "qmix, qrdqn, rebrac, sac, td3, td3_bc, tqc and vdn")
+ALL_BATCHABLE = ("a2c, awac, bc, c51, cql, crossq, ddpg, discrete_cql, dqn, iql, maddpg, masac, maskable_ppo, pg, ppo, "
+                 "ppo_kl, pqn, qmix, qrdqn, rebrac, sac, td3, td3_bc, tqc and vdn")
 
 
 def overrides(algo: str, *more: str) -> list[str]:
@@ -279,8 +284,8 @@ def test_population_refuses_what_it_cannot_batch_in_one_line():
     with pytest.raises(ConfigError, match=f"TRPO cannot train in a population yet: {ALL_BATCHABLE} can"):
         population_update([trpo.algo, trpo.algo], [trpo.buffer, trpo.buffer])
     gru, _ = prepare(compose_config(["algo=ppo", "env=CartPoleNoVel-v1", "actor=gru"]))
-    with pytest.raises(ConfigError, match="a recurrent actor cannot train in a population yet; a2c, pg, ppo, ppo_kl "
-                                          r"and pqn \(MLP or CNN actors\) without it can"):
+    with pytest.raises(ConfigError, match="a recurrent actor cannot train in a population yet; a2c, maskable_ppo, pg, "
+                                          r"ppo, ppo_kl and pqn \(MLP or CNN actors\) without it can"):
         population_update([gru.algo, gru.algo], [gru.buffer, gru.buffer])
 
 

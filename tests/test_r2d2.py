@@ -199,13 +199,23 @@ def test_recurrent_sac_losses_against_a_plain_reference_and_blind_to_padding():
                      for i in range(qs.shape[0]))
     policy_ref = sum(float(alpha * log_probs[t, b] - q_pi[t, b]) for t, b in real) / len(real)
     critic_loss, errors = algo.sequence_td_loss(batch, alpha, noise)
-    policy_loss, temperature_log_probs = algo.sequence_actor_loss(batch, alpha, noise)
+    policy_loss, (temperature_log_probs, temperature_mask) = algo.sequence_actor_loss(batch, alpha, noise)
     assert errors == ()
     assert abs(float(critic_loss) - critic_ref) < 1e-5 * max(1.0, abs(critic_ref))
     assert abs(float(policy_loss) - policy_ref) < 1e-5 * max(1.0, abs(policy_ref))
-    assert temperature_log_probs.shape == (len(real),)
-    # what sits in the padding does not matter
+    assert torch.equal(temperature_mask, valid[burn:]) and temperature_log_probs.shape == valid[burn:].shape
+    # what sits in the padding does not matter: its rewards, and the observations after the last real step
     padded = batch.rewards.clone()
     padded[valid == 0] = 1e6
     assert torch.equal(algo.sequence_td_loss(batch._replace(rewards=padded), alpha, noise)[0], critic_loss)
+    late = batch.obs.clone()
+    late[-2:, :3] += 100.0  # the padded steps' observations and the final one of those three sequences
+    assert torch.allclose(algo.sequence_td_loss(batch._replace(obs=late), alpha, noise)[0], critic_loss, atol=1e-6)
+    assert torch.allclose(algo.sequence_actor_loss(batch._replace(obs=late), alpha, noise)[0], policy_loss, atol=1e-6)
+    # a batch with no real step after the burn-in: zero losses, no NaN (the temperature's mean included)
+    empty = batch._replace(valid=torch.zeros_like(valid))
+    from rlcli.algos.runner import SingleRun
+
+    metrics = algo._gradient_step(empty, SingleRun(algo, buffer))[1]
+    assert all(torch.isfinite(v) for v in metrics.values()), metrics
     parts.close()

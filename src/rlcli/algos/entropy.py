@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from rlcli.algos.base import adam
+from rlcli.algos.base import adam, masked_mean
 from rlcli.algos.loss_step import HasMaxGradNorm, LossStep
 from rlcli.registry import require
 
@@ -77,17 +77,20 @@ class EntropyCoefficient:
         return self.log_alpha.detach().exp()
 
 
-def temperature_loss(networks: nn.Module, log_probs: torch.Tensor,
-                     target: float | torch.Tensor) -> tuple[torch.Tensor, tuple[()]]:
+def temperature_loss(networks: nn.Module, log_probs: torch.Tensor, target: float | torch.Tensor,
+                     valid: torch.Tensor | None = None) -> tuple[torch.Tensor, tuple[()]]:
     """-mean(log_alpha * (log pi + target entropy)), log_alpha read through the networks (which a population swaps
-    each member's weights into)."""
+    each member's weights into); `valid`: the mean over a stored sequence's real steps only."""
     log_alpha = cast(torch.Tensor, networks.log_alpha)  # (a member's row under a population's functional_call)
-    return -(log_alpha * (log_probs.detach() + target)).mean(), ()
+    terms = log_alpha * (log_probs.detach() + target)
+    return -(terms.mean() if valid is None else masked_mean(terms, valid)), ()
 
 
-def learned_temperature_step(run: Runner, algo: Any, log_probs: torch.Tensor) -> None:
+def learned_temperature_step(run: Runner, algo: Any, log_probs: torch.Tensor,
+                             valid: torch.Tensor | None = None) -> None:
     """The temperature's step where it is learned, through the algorithm's runner (algos/runner.py): in a population,
     each member whose temperature learns, toward its own target entropy. `algo.temperature_train_step` is
     `algo.temperature.train_step(...)`."""
     if (learning := run.only(lambda member: member.temperature.learned)) is not None:
-        learning(algo.temperature_train_step, log_probs, run.read(algo.temperature.target))
+        masked = () if valid is None else (valid,)
+        learning(algo.temperature_train_step, log_probs, run.read(algo.temperature.target), *masked)

@@ -15,7 +15,7 @@ from rlcli.contracts import ActOutput, AlgoSpec
 from rlcli.registry import ALGOS
 
 MASKED = AlgoSpec(on_policy=True, action_spaces=("Discrete", "MultiDiscrete"), networks=("mlp", "cnn"),
-                  action_masks=True, compiles=True)
+                  action_masks=True, compiles=True, population="on_policy")
 
 
 @ALGOS.register("maskable_ppo", spec=MASKED)

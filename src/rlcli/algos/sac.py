@@ -190,27 +190,29 @@ class SAC(BoxActorCritic):
             shape = (batch.obs.shape[0] - batch.burn_in, batch_rows(batch), self.action_dim)
             noise = run.draw(lambda: torch.randn(shape, device=batch.rewards.device))
             (critic_loss, _), errors = run(self.critic_train_step, batch, alpha, noise), None  # no priorities
-            policy_loss, log_probs = run(self.policy_train_step, batch, alpha, noise)
+            policy_loss, (log_probs, valid) = run(self.policy_train_step, batch, alpha, noise)
         else:
+            valid = None
             rows, device = batch_rows(batch), batch.rewards.device
             # the policy's draws (next actions', then actions'; gSDE: one exploration matrix) from the run's stream
             next_noise, noise = run.draw(lambda: net.policy.gradient_step_draws(rows, device))
             critic_loss, errors = run(self.critic_train_step, batch, alpha, next_noise)
             policy_loss, log_probs = run(self.policy_train_step, batch.obs, alpha, noise)
         log_probs = self.entropy_log_probs(run, log_probs, batch.obs)
-        self.temperature_and_targets(run, log_probs)
+        self.temperature_and_targets(run, log_probs, valid)
+        entropy = -run.mean(log_probs) if valid is None else -masked_mean(log_probs, valid)
         return errors, {"value_loss": critic_loss.detach(), "policy_loss": policy_loss.detach(), "alpha": alpha,
-                        "entropy": -run.mean(log_probs)}
+                        "entropy": entropy}
 
     def entropy_log_probs(self, run: Runner, log_probs: torch.Tensor, obs: torch.Tensor) -> torch.Tensor:
         """The policy's log-probs as the temperature's step and the logged entropy read them (MASAC counts an agent
         that has left at its share of the target)."""
         return log_probs
 
-    def temperature_and_targets(self, run: Runner, log_probs: torch.Tensor) -> None:
-        """After the policy's step: the temperature's step where it learns, then the target critics' update where
-        it is due (each member of a population by its own settings)."""
-        learned_temperature_step(run, self, log_probs)
+    def temperature_and_targets(self, run: Runner, log_probs: torch.Tensor, valid: torch.Tensor | None = None) -> None:
+        """After the policy's step: the temperature's step where it learns (`valid`: a sequence's real steps), then
+        the target critics' update where it is due (each member of a population by its own settings)."""
+        learned_temperature_step(run, self, log_probs, valid)
         self.gradient_updates += 1
         updates = self.gradient_updates
         if (due := run.only(lambda algo: updates % algo.target_update_interval == 0)) is not None:
@@ -260,9 +262,10 @@ class SAC(BoxActorCritic):
         return 0.5 * masked_mean((qs - target).square().sum(0), valid), ()
 
     def sequence_actor_loss(self, batch: SequenceBatch, alpha: torch.Tensor,
-                            noise: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+                            noise: torch.Tensor) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
         """The policy's loss on stored sequences (through the critics' features, without their gradients), and the
-        log-probs of the real transitions for the temperature's step."""
+        log-probs with the mask of real transitions for the temperature's step (a mask, not a selection: the
+        selection's size is the data's, which no compiled graph takes)."""
         burn = batch.burn_in
         net, valid = self.networks, batch.valid[burn:]
         actions, log_probs = squashed_gaussian(self.sequence_policy(batch, burn), noise=noise)
@@ -270,7 +273,7 @@ class SAC(BoxActorCritic):
             features = [h[:-1] for h in net.critics.features(batch.obs, batch.starts, burn)]
         q_pi = net.critics.q(features, actions[:-1]).min(0).values
         loss = masked_mean(alpha * log_probs[:-1] - q_pi, valid)
-        return loss, log_probs[:-1][valid > 0].detach()
+        return loss, (log_probs[:-1].detach(), valid)
 
     def sequence_policy(self, batch: SequenceBatch, burn: int) -> torch.Tensor:
         """The policy's outputs over a stored sequence after the burn-in, from the carry stored with it refreshed

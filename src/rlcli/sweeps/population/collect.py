@@ -63,6 +63,10 @@ def collect_together(members: Sequence[Member], population: LockstepPopulation,
             out = None
             if member.warming_up:
                 actions[index] = collector.actions_to_take(member.trainer.c.learner, None, True)
+            elif collector.action_mask is not None:  # among its valid actions: its own act_masked, as its single run
+                with torch.inference_mode():
+                    out = algo.act_masked(seen[id(member)][0], collector.action_mask)  # type: ignore[attr-defined]
+                actions[index] = out.actions
             elif batched is not None and (draw := batched.acting_noise(index, params[index])) is not None:
                 draws[index] = draw  # acted on with the others' after this loop
             else:  # on its own: the on-policy head's act_on, or an off-policy member's act on its observations
