@@ -173,9 +173,9 @@ def test_maskable_ppo_learns_a_multidiscrete_masking_task(tmp_path):
     assert max(plain) < 10, plain
 
 
-def test_predict_of_a_masked_policy_needs_a_mask_with_a_valid_action(tmp_path):
-    """rlcli.load(run).predict of maskable_ppo: the mask is required, and a mask allowing nothing is one line (it
-    gave action 0, which the mask forbade)."""
+def test_predict_of_a_masked_policy_needs_a_mask_and_reads_an_empty_one_as_a_waiting_row(tmp_path):
+    """rlcli.load(run).predict of maskable_ppo: the mask is required; an all-False row is rlcli's own mark of a row
+    with nothing to do (a turn-based env's waiting player, envs/turn_based.py), so it acts (action 0, ignored)."""
     import rlcli
 
     run = rlcli.train("algo=maskable_ppo env=ValidMoves-v0 train.total_steps=256 algo.n_steps=32 "
@@ -188,5 +188,5 @@ def test_predict_of_a_masked_policy_needs_a_mask_with_a_valid_action(tmp_path):
     assert mask[int(action)]
     with pytest.raises(rlcli.RlcliError, match="pass action_mask="):
         policy.predict(obs)
-    with pytest.raises(ValueError, match="action_mask allows no action .all False."):
-        policy.predict(obs, action_mask=np.zeros_like(mask))
+    action, _ = policy.predict(obs, action_mask=np.zeros_like(mask))
+    assert int(action) == 0

@@ -284,7 +284,8 @@ class Policy:
         """The env action(s) for `obs` (one observation, or a batch with a leading dimension) and the next recurrent
         state (None for a feed-forward policy). A recurrent policy takes the state it returned last; `state=None` or
         `episode_start` true for an entry starts that entry's episode afresh. Masked policies (maskable_ppo) need
-        `action_mask`: True for the valid actions.
+        `action_mask`: True for the valid actions (a row of all False, a waiting player's, gets action 0, which the
+        env ignores).
 
         A multi-agent run (env=pz) also takes PettingZoo's dict {agent: observation} and gives {agent: action}, for
         `env.step(actions)`: one action for each agent of the dict (the state too is a dict by agent). After an
@@ -334,9 +335,6 @@ class Policy:
                     raise RlcliError(f"algo={self.algo_name} acts among the valid actions: pass action_mask= (True "
                                      "for each valid action; the env's info['action_mask'])")
                 mask = torch.as_tensor(np.asarray(action_mask, dtype=bool).reshape(n, -1), device=device)
-                if not bool(mask.any(-1).all()):
-                    raise InvalidValue("action_mask allows no action (all False) for an observation: the policy "
-                                       "has nothing to choose from")
                 out = agent.algo.act_masked(tensor, mask, deterministic=deterministic)
             else:
                 out = agent.algo.act(tensor, deterministic=deterministic, state=recurrent)
@@ -475,9 +473,6 @@ class Policy:
         if mask is not None:
             if mask.shape != (size,):
                 raise InvalidValue(f"action_mask for agent {name!r} has the shape {mask.shape}; it has {size} actions")
-            if not mask.any():
-                raise InvalidValue(f"action_mask for agent {name!r} allows no action (all False): an agent with "
-                                   "nothing to do is left out of obs (a finished player's turn)")
             full[:size] = mask
         return full
 
