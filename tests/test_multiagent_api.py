@@ -198,3 +198,20 @@ def test_rlcli_train_takes_a_function_that_makes_a_pettingzoo_env(tmp_path):
     with pytest.raises(InvalidValue, match="calling it to make the env failed: ZeroDivisionError"):
         rlcli.train("algo=ippo train.total_steps=64", env=lambda: 1 / 0, run_dir=tmp_path / "failing")
     assert not (tmp_path / "instance").exists() and not (tmp_path / "failing").exists()
+    # a gymnasium function that needs its env.kwargs is not called to find out (it was refused: "missing 1 required
+    # positional argument"); two functions of one name get an id each; an id this process lacks names the function
+    import gymnasium
+
+    from rlcli.entry.api import env_overrides
+    from rlcli.envs import resolve_env_id
+    from rlcli.registry import ConfigError
+
+    def make_cartpole(max_episode_steps):
+        return gymnasium.make("CartPole-v1", max_episode_steps=max_episode_steps)
+
+    assert env_overrides(make_cartpole) == ["env=gym", "env.id=rlcli-python/make_cartpole-v0"]
+    first, second = env_overrides(lambda: CoopMatch()), env_overrides(lambda: CoopMatch())
+    assert first[1] != second[1] and first[1].startswith("env.id=rlcli.envs.python_made:env"), (first, second)
+    with pytest.raises(ConfigError, match="is the env of a Python function .make_gone. that only the process that "
+                       r"trained this run had; pass that function again from Python: rlcli.load\(.*env=make_gone\)"):
+        resolve_env_id("rlcli.envs.python_made:make_gone")

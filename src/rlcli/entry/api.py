@@ -15,8 +15,12 @@ imports torch until it is called, so `import rlcli` stays as fast as the CLI's s
 
 from __future__ import annotations
 
+import contextlib
+import inspect
+import itertools
 import re
 import warnings
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -226,11 +230,12 @@ def env_overrides(env: EnvSource | None) -> list[str]:
                           "gymnasium VectorEnv")
     name = re.sub(r"[^\w.-]", "_", getattr(env, "__name__", type(env).__name__))
     if makes_pettingzoo_env(env):  # a multi-agent env: env=pz, whose env.id is module:function
-        from rlcli.envs import python_made
+        from rlcli.envs import PYTHON_MADE, python_made
 
-        name = re.sub(r"\W", "_", name if name != "_lambda_" else "env")
-        python_made.MAKERS[name] = env
-        return ["env=pz", f"env.id=rlcli.envs.python_made:{name}"]
+        base = re.sub(r"\W", "_", name if name != "_lambda_" else "env")
+        name = next(n for n in (base, *(f"{base}_{i}" for i in itertools.count(2)))
+                    if python_made.MAKERS.setdefault(n, env) is env)  # another function of that name: its own id
+        return ["env=pz", f"env.id={PYTHON_MADE}{name}"]
     env_id = f"rlcli-python/{'env' if name == '_lambda_' else name}-v0"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # registering the id again (a second train() call) replaces it
@@ -238,8 +243,25 @@ def env_overrides(env: EnvSource | None) -> list[str]:
     return ["env=gym", f"env.id={env_id}"]
 
 
+_PETTINGZOO_MAKERS: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
+
+
 def makes_pettingzoo_env(make: Any) -> bool:
-    """Whether a function makes a PettingZoo env (Parallel or AEC: it has possible_agents), found by making one."""
+    """Whether a function makes a PettingZoo env (Parallel or AEC: it has possible_agents), found by making one, once
+    per function. One that needs arguments (given as env.kwargs) is a gymnasium env's function, as it always was."""
+    try:
+        known = _PETTINGZOO_MAKERS.get(make)
+    except TypeError:  # (an object that takes no weak reference)
+        known = None
+    if known is not None:
+        return known
+    try:
+        required = [p for p in inspect.signature(make).parameters.values() if p.default is p.empty
+                    and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    except (TypeError, ValueError):  # (no signature to read: try it)
+        required = []
+    if required:
+        return False
     try:
         made = make()
     except Exception as error:  # noqa: BLE001  (the user's function: its own failure, said in one line)
@@ -249,6 +271,8 @@ def makes_pettingzoo_env(make: Any) -> bool:
     close = getattr(made, "close", None)
     if callable(close):
         close()
+    with contextlib.suppress(TypeError):
+        _PETTINGZOO_MAKERS[make] = pettingzoo
     return pettingzoo
 
 

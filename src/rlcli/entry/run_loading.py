@@ -105,12 +105,11 @@ def refuse_named_module(path: Path, env_id: Any, caller: str, multiagent: bool =
 def refuse_python_env(path: Path, env_id: Any) -> None:
     """A run trained on `rlcli.train(env=<function>)` in another process: one line naming this file and run and the
     `env=` that rebuilds its env, not gymnasium's "not a registered id"."""
-    import gymnasium
 
-    from rlcli.envs import PYTHON_ENV_PREFIX, python_env_missing
+    from rlcli.envs import python_env_missing, python_env_unknown
     from rlcli.registry import ConfigError
 
-    if isinstance(env_id, str) and env_id.startswith(PYTHON_ENV_PREFIX) and env_id not in gymnasium.registry:
+    if python_env_unknown(env_id):
         run_dir = path.parent.parent if path.parent.name == "checkpoints" else None
         named = repr(str(run_dir if run_dir is not None else path))
         raise ConfigError(python_env_missing(env_id, named, repr(str(run_dir)) if run_dir else "<run dir>"))

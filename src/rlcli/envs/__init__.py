@@ -42,9 +42,13 @@ VectorMode = Literal["auto", "sync", "async", "numpy", "envpool"]
 PYTHON_ENV_PREFIX = "rlcli-python/"  # rlcli.train(env=<function>) registers the function's env under this prefix
 
 
+PYTHON_MADE = "rlcli.envs.python_made:"  # rlcli.train(env=<a function that makes a PettingZoo env>): env=pz's id
+
+
 def python_env_function(env_id: str) -> str:
-    """The name to show for the function behind `rlcli-python/<name>-v0` (a lambda's id says only `env`)."""
-    name = env_id.removeprefix(PYTHON_ENV_PREFIX).removesuffix("-v0")
+    """The name to show for the function behind `rlcli-python/<name>-v0` or `rlcli.envs.python_made:<name>` (a
+    lambda's id says only `env`)."""
+    name = env_id.removeprefix(PYTHON_ENV_PREFIX).removesuffix("-v0").removeprefix(PYTHON_MADE)
     if name.endswith("_instance"):  # rlcli.train(env=<an instance>): copies of it
         return f"<a {name.removesuffix('_instance')} instance>"
     return "<the function that made the env>" if name == "env" else name
@@ -59,10 +63,25 @@ def python_env_missing(env_id: str, load: str = "<run dir or file>", resume: str
             f"rlcli.train(resume={resume}, env={fn}) to continue training (rl-train and rl-eval cannot make it)")
 
 
+def python_env_unknown(env_id: Any) -> bool:
+    """An env of `rlcli.train(env=<function>)` that this process does not have (the run was trained in another)."""
+    if not isinstance(env_id, str):
+        return False
+    if env_id.startswith(PYTHON_ENV_PREFIX):
+        return env_id not in gym.registry
+    if env_id.startswith(PYTHON_MADE):
+        from rlcli.envs import python_made
+
+        return env_id.removeprefix(PYTHON_MADE) not in python_made.MAKERS
+    return False
+
+
 def resolve_env_id(env_id: str | None) -> gym.envs.registration.EnvSpec | ParallelEnvSpec:
     """Look a gymnasium id up (importing `module` first for `module:Env-v0`), or fail in one line. A PettingZoo
     Parallel or AEC env's id (env=pz: a module with parallel_env(), or env(), or module:function) gives its
     ParallelEnvSpec."""
+    if python_env_unknown(env_id):
+        raise ConfigError(python_env_missing(str(env_id)))
     if env_id and env_id not in gym.registry and pettingzoo_kind(env_id):
         return ParallelEnvSpec(env_id, env_id)
     if not env_id:
