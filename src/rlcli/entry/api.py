@@ -233,8 +233,8 @@ def env_overrides(env: EnvSource | None) -> list[str]:
         from rlcli.envs import PYTHON_MADE, python_made
 
         base = re.sub(r"\W", "_", name if name != "_lambda_" else "env")
-        name = next(n for n in (base, *(f"{base}_{i}" for i in itertools.count(2)))
-                    if python_made.MAKERS.setdefault(n, env) is env)  # another function of that name: its own id
+        names = itertools.chain([base], (f"{base}_{i}" for i in itertools.count(2)))
+        name = next(n for n in names if python_made.MAKERS.setdefault(n, env) is env)  # another function: its own id
         return ["env=pz", f"env.id={PYTHON_MADE}{name}"]
     env_id = f"rlcli-python/{'env' if name == '_lambda_' else name}-v0"
     with warnings.catch_warnings():
