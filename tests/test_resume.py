@@ -424,6 +424,6 @@ def test_a_checkpoint_that_does_not_fit_is_said_in_a_few_words():
     saved = {"normalizer.mean": torch.zeros(14), **{f"head.{i}.weight": torch.zeros(2) for i in range(5)}}
     here = {"normalizer.mean": torch.zeros(2, 39), "q.0.weight": torch.zeros(3)}
     line = weights_mismatch(saved, here)
-    assert line.startswith("1 weights it lacks (q.0.weight); 5 weights these networks lack (head.0.weight, "
+    assert line.startswith("1 weight it lacks (q.0.weight); 5 weights these networks lack (head.0.weight, "
                            "head.1.weight and 3 more); 1 of another shape (normalizer.mean: [14] there, [2, 39] here)")
     assert "another number of agents" in line and len(line) < 400

@@ -334,3 +334,26 @@ def test_a_signal_while_a_sweeps_job_starts_says_how_to_finish_the_sweep(monkeyp
         "rl-train: SIGINT while a sweep's job was starting: stopped; finish the sweep with the same command plus "
         "hydra.sweep.dir=sw resume=auto (its finished jobs are skipped)")
     assert "nothing was trained" in stopped_during_start_up(signal.SIGINT)
+
+
+def test_an_unparsable_sweep_names_the_override_and_advises_quoting_only_for_the_grammar():
+    """Each override parsing alone but a sweep function failing (range's step 0) gave quoting advice, which would
+    have turned the sweep into a string; a grammar error names its override and says to check brackets and quotes."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from rlcli.run.compose import unparsable
+
+    def reason(args):
+        try:
+            OverridesParser.create().parse_overrides(args)
+            for override in OverridesParser.create().parse_overrides(args):
+                list(override.sweep_string_iterator())
+        except Exception as error:  # noqa: BLE001  (whatever Hydra raises, as rl-train catches it)
+            return unparsable(error, args)
+        raise AssertionError("parsed")
+
+    line = reason(["seed=range(1,3,0)", "train.total_steps=64"])
+    assert line.startswith("cannot parse 'seed=range(1,3,0) train.total_steps=64': ") and "quoted" not in line, line
+    line = reason(["seed=[1", "train.total_steps=64"])
+    assert line.startswith("cannot parse 'seed=[1': no viable alternative at input '[1'; check its brackets and "
+                           "quotes"), line

@@ -48,4 +48,4 @@ class SequenceBatch(NamedTuple):
     valid: torch.Tensor
     starts: torch.Tensor
     carry0: torch.Tensor
-    burn_in: int = 0
+    burn_in: int

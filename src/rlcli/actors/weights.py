@@ -71,12 +71,15 @@ def weights_mismatch(saved: dict[str, Any], here: dict[str, Any]) -> str:
     def some(names: list[str]) -> str:
         return ", ".join(names[:2]) + (f" and {len(names) - 2} more" if len(names) > 2 else "")
 
+    def weights(n: int) -> str:
+        return f"{n} weight{'s' if n != 1 else ''}"
+
     missing = sorted(set(here) - set(saved))
     extra = sorted(set(saved) - set(here))
     shapes = [f"{k}: {list(saved[k].shape)} there, {list(here[k].shape)} here" for k in sorted(set(saved) & set(here))
               if hasattr(saved[k], "shape") and hasattr(here[k], "shape") and saved[k].shape != here[k].shape]
-    parts = ([f"{len(missing)} weights it lacks ({some(missing)})"] if missing else []) + \
-        ([f"{len(extra)} weights these networks lack ({some(extra)})"] if extra else []) + \
+    parts = ([f"{weights(len(missing))} it lacks ({some(missing)})"] if missing else []) + \
+        ([f"{weights(len(extra))} these networks lack ({some(extra)})"] if extra else []) + \
         ([f"{len(shapes)} of another shape ({'; '.join(shapes[:2])}{' ...' if len(shapes) > 2 else ''})"]
          if shapes else [])
     return ("; ".join(parts) or "its weights do not load") + (

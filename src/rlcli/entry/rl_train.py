@@ -387,9 +387,13 @@ def check_budget_not_passed(job_dir: Path, number: int, record: dict[str, Any], 
 
     typed = [value_of(a) for a in combo if key_of(a) == "train.total_steps"]
     newest = sorted((job_dir / "checkpoints").glob("ckpt_*.pt"))
-    if record.get("status") in DONE or not typed or not typed[-1].isdigit() or not newest:
+    try:  # as Hydra reads it: 100_000, +5000 and 1e5 are numbers too
+        budget = int(float(typed[-1].replace("_", ""))) if typed else None
+    except ValueError:
+        budget = None
+    if record.get("status") in DONE or budget is None or not newest:
         return
-    budget, own = int(typed[-1]), saved_setting(job_dir, "train", "total_steps")
+    own = saved_setting(job_dir, "train", "total_steps")
     digits = newest[-1].stem.removeprefix("ckpt_")  # checkpoints are named by their env steps
     steps = int(digits) if digits.isdigit() else 0
     if isinstance(own, int) and budget < own and steps > budget:

@@ -164,17 +164,17 @@ def _closest_key(cfg: DictConfig, key: str, leaf: str) -> str:
 
 def unparsable(error: Exception, args: list[str]) -> str:
     """An override Hydra's grammar cannot read, named, with Hydra's reason and how to quote a value."""
-    bad = next((a for a in args if not parses(a)), " ".join(args))
+    bad = next((a for a in args if not parses(a)), None)
     lines = [line for line in str(error).strip().splitlines()
              if line.strip() and not line.startswith("See https://hydra.cc") and set(line.strip()) != {"^"}]
     why = lines[-1] if lines else type(error).__name__
     why = why.removeprefix("LexerNoViableAltException: ")
+    if bad is None or " while evaluating " in why:  # each parses alone: a sweep function's values, not the grammar
+        return f"cannot parse {bad or ' '.join(args)!r}: {why}"
     if why == bad:  # the lexer's reason is the override itself
         why = "a character Hydra's override grammar reads as syntax"
-    if " while evaluating " in why:  # a sweep function's arguments, not the grammar
-        return f"cannot parse {bad!r}: {why}"
-    return (f"cannot parse {bad!r}: {why}; a value holding quotes, brackets, braces or commas is quoted "
-            f"for Hydra: {key_of(bad)}='...' (a quote inside as \\'), in single quotes for the shell")
+    return (f"cannot parse {bad!r}: {why}; check its brackets and quotes (a string value holding quotes, brackets, "
+            f"braces or commas is quoted for Hydra: {key_of(bad)}='...', a quote inside as \\')")
 
 
 def explain_composition_error(error: Exception, args: list[str]) -> str:

@@ -45,16 +45,18 @@ def check_draws(envs: Any, asked: str) -> None:
     """One frame now, before anything is trained or written, not a crash at the first video (pyglet without a
     display: LBF's and RWARE's drawing). Each video's episode is reset with its own seed, so this reset changes
     none of them. The envs are closed when they cannot draw."""
+    doing = "reset"
     try:
         envs.reset(seed=0)
+        doing = "draw a frame"
         envs.render()
-    except Exception as error:  # noqa: BLE001  (whatever the env's drawing raises)
+    except Exception as error:  # noqa: BLE001  (whatever the env's reset or drawing raises)
         envs.close()
         if isinstance(error, ConfigError):
             raise ConfigError(f"{asked}: {error}") from None
         detail = (str(error).strip().splitlines() or [type(error).__name__])[-1]
-        raise ConfigError(f"{asked}: the env cannot draw a frame ({type(error).__name__}: {detail}); run without "
-                          "video") from None
+        raise ConfigError(f"{asked}: the env could not {doing} ({type(error).__name__}: {detail})"
+                          + ("; run without video" if doing != "reset" else "")) from None
 
 
 def frames_per_second(envs: Any) -> float:
