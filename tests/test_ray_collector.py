@@ -54,6 +54,43 @@ def test_two_workers_of_four_envs_reproduce_eight_local_envs_and_resume_exactly(
     assert {v for _, v in ray_only["collector/restarts"]} == {0.0}
 
 
+MASKED = {
+    # a masked algorithm: each worker acts among its rows' valid actions (the others' rows all valid, discarded)
+    "masked": ["algo=maskable_ppo", "env=ValidMoves-v0", "algo.n_steps=64", "algo.batch_size=64"],
+    # a turn-based env: the rows' turns and masks travel with the fragments, and who acts at the last observations
+    "turn-based": ["algo=maskable_ppo", "env=tictactoe", "algo.n_steps=16", "algo.batch_size=32", "algo.n_epochs=2",
+                   "actor.hidden_sizes=[16]"],
+}
+
+
+@starts_ray
+@pytest.mark.parametrize("case", list(MASKED))
+def test_masked_and_turn_based_runs_on_workers_reproduce_local_ones_and_resume_exactly(case, tmp_path):
+    """maskable_ppo on Ray workers (2 x 4 envs), stopped at its first checkpoint and resumed: the networks,
+    optimizer, rollout (its masks and turns) and scalars of an uninterrupted local 8-env run."""
+    args = [*MASKED[case], "train.vector_mode=sync", "train.total_steps=2048", "train.checkpoint_every=256",
+            "train.test_every=512", "train.log_every=256", "train.test_episodes=2", "torch_threads=1", *QUIET]
+    local = run([*args, "train.num_envs=8", f"hydra.run.dir={tmp_path / 'local'}"], tmp_path)
+    assert local.returncode == 0, local.stderr
+    stopped = tmp_path / "ray"
+    proc = start([*args, *RAY, f"hydra.run.dir={stopped}"], tmp_path)
+    wait_for_checkpoint(stopped, proc, timeout=300)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    resumed = run([f"resume={stopped}"], tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    log = (stopped / "train.log").read_text()
+    assert "collector=ray (2 workers x 4 envs on a private Ray instance, synchronous)" in log
+    assert "were reset" not in log
+    fl, fr = final(tmp_path / "local"), final(stopped)
+    assert_equal_state(fl["algo"], fr["algo"], "algo")
+    assert_equal_state(fl["buffer"], fr["buffer"], "buffer")
+    assert fl["state"]["env_steps"] == fr["state"]["env_steps"] == 2048
+    sl, sr = scalars(tmp_path / "local"), scalars(stopped)
+    assert {tag: series for tag, series in sr.items() if not tag.startswith("collector/")} == sl
+
+
 @starts_ray
 def test_workers_on_an_existing_cluster(tmp_path):
     """collector.address: the run joins a running cluster (one node on 127.0.0.1) and leaves it running."""

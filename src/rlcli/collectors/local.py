@@ -279,8 +279,8 @@ class Collector:
             masks: dict[str, Any] = {} if self.action_mask is None else {"action_mask": self.action_mask}
             if self.acting is not None:  # a turn-based env: a waiting row stores nothing (buffers/rollout.py's GAE)
                 if state is not None or not hasattr(learner.buffer, "acting"):
-                    raise ConfigError(f"env {env_name(self.envs)} is turn-based, which recurrent actors and "
-                                      "collector=ray do not take yet: use actor=mlp and collector=local")
+                    raise ConfigError(f"env {env_name(self.envs)} is turn-based, which recurrent actors do not "
+                                      "take yet: use actor=mlp")
                 valid = valid & self.acting
                 masks["acting"] = self.acting
             learner.buffer.add(obs, out.actions, out.log_probs, out.values, rewards, terminated, done,

@@ -34,7 +34,7 @@ import secrets
 import sys
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -244,15 +244,18 @@ class RayCollector:
         columns = [np.concatenate([f.columns[i] for f in fragments], axis=1) for i in range(len(fragments[0].columns))]
         norm = (np.concatenate([f.norm_batches for f in fragments], axis=1)
                 if fragments[0].norm_batches is not None else None)
-        as_torch = fragments[0].torch_args
+        as_torch, keywords = fragments[0].torch_args, fragments[0].keywords
         steps = columns[0].shape[0]
         for t in range(steps):
             if norm is not None:
                 self.normalizer.update(torch.from_numpy(norm[t]).to(self.device))
             row: list[Any] = [torch.from_numpy(column[t]).to(self.device) if is_tensor else column[t]
                               for column, is_tensor in zip(columns, as_torch, strict=True)]
-            buffer.add(*row)  # the arguments the worker's collector gave its stand-in, in order
+            named = dict(zip(keywords, row[len(row) - len(keywords):], strict=True))
+            buffer.add(*row[:len(row) - len(keywords)], **named)  # what the worker's collector gave its stand-in
         if isinstance(learner, OnPolicyLearner):
+            if acting := [f.last_acting for f in fragments if f.last_acting is not None]:  # a turn-based env's
+                cast(Any, buffer).last_acting = torch.cat(acting).to(self.device)  # (as the local collector's `end`)
             last = torch.cat([f.last_obs for f in fragments]).to(self.device)
             learner.algo.finish_rollout(learner.buffer, self.normalizer(last), None)
         stats = CollectStats(steps=steps * self.total)

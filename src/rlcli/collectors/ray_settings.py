@@ -8,7 +8,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from rlcli.contracts import AlgoSpec, NetworkSpec
+from rlcli.contracts import NetworkSpec
 from rlcli.registry import ConfigError, require
 
 
@@ -67,14 +67,11 @@ def ray_settings(cfg: DictConfig) -> RaySettings | None:
     return RaySettings(**section)
 
 
-def check_fits(settings: RaySettings, spec: AlgoSpec, network_spec: NetworkSpec, algo_name: str,
-               use_sde: bool = False, episodic: bool = False) -> None:
+def check_fits(network_spec: NetworkSpec, use_sde: bool = False, episodic: bool = False) -> None:
     """What the Ray collector does not cover yet, in one line each."""
     if network_spec.recurrent:
         raise ConfigError("collector=ray does not carry recurrent networks' state across workers yet; "
                           "use collector=local with this actor")
-    if spec.action_masks:
-        raise ConfigError(f"collector=ray does not pass valid-action masks yet (algo={algo_name}); use collector=local")
     if use_sde:
         raise ConfigError("collector=ray does not keep gSDE's exploration matrices in step with the workers yet "
                           "(algo.use_sde=true); use collector=local")

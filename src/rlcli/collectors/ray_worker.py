@@ -34,19 +34,25 @@ class _RecordingNorm:
 
 
 class _FragmentRecorder:
-    """A stand-in buffer: keeps every `add` call's arguments, on the CPU, in order."""
+    """A stand-in buffer: keeps every `add` call's arguments, on the CPU, in order (keyword ones, a masked
+    algorithm's `action_mask` and a turn-based env's `acting`, after the positional ones, named in `keywords`)."""
 
     def __init__(self) -> None:
         self.rows: list[tuple[Any, ...]] = []
         self.torch_args: tuple[bool, ...] = ()  # which arguments were tensors (the learner's buffer gets them so)
+        self.keywords: tuple[str, ...] = ()
+        self.acting = None  # a rollout storage that takes a turn-based env's rows (the collector asks)
+        self.last_acting: torch.Tensor | None = None  # who acts at the observations the fragment ends on
 
     def reset(self) -> None:
-        self.rows = []
+        self.rows, self.last_acting = [], None
 
-    def add(self, *args: Any) -> None:
+    def add(self, *args: Any, **keywords: Any) -> None:
+        every = (*args, *keywords.values())
         self.rows.append(tuple(a.detach().cpu().numpy().copy() if isinstance(a, torch.Tensor) else np.array(a)
-                               for a in args))
-        self.torch_args = tuple(isinstance(a, torch.Tensor) for a in args)
+                               for a in every))
+        self.torch_args = tuple(isinstance(a, torch.Tensor) for a in every)
+        self.keywords = tuple(keywords)
 
     def columns(self) -> list[np.ndarray]:
         """One [steps, envs, ...] array per argument: a few large arrays travel far faster than many small ones."""
@@ -69,6 +75,13 @@ class _ShardPolicy:
 
     def act(self, obs: torch.Tensor, deterministic: bool = False, state: Any = None) -> ActOutput:
         out = self.algo.act(self._pad(obs), deterministic=deterministic, state=state)
+        return ActOutput(out.actions[self.rows], out.log_probs[self.rows], out.values[self.rows])
+
+    def act_masked(self, obs: torch.Tensor, action_mask: torch.Tensor, deterministic: bool = False) -> ActOutput:
+        """A masked algorithm's acting (the other workers' rows: every action valid, their draws discarded)."""
+        full = torch.ones((self.total, *action_mask.shape[1:]), dtype=action_mask.dtype)
+        full[self.rows] = action_mask
+        out = self.algo.act_masked(self._pad(obs), full, deterministic=deterministic)
         return ActOutput(out.actions[self.rows], out.log_probs[self.rows], out.values[self.rows])
 
     def random_actions(self, n: int) -> torch.Tensor:
@@ -95,6 +108,8 @@ class Fragment:
     stats: CollectStats
     rng: torch.Tensor | None  # torch's RNG state after the fragment (synchronous mode)
     seconds: float = 0.0  # the worker's own time for it
+    keywords: tuple[str, ...] = ()  # the names of buffer.add's keyword arguments, the last columns
+    last_acting: torch.Tensor | None = None  # a turn-based env's: who acts at `last_obs`
 
 
 class RolloutWorker:
@@ -103,7 +118,7 @@ class RolloutWorker:
     def __init__(self, cfg: dict[str, Any], offset: int, count: int, total: int, on_policy: bool) -> None:
         from rlcli.algos.agent import algo_section, build_agent, section
         from rlcli.collectors.local import Collector
-        from rlcli.registry import ENVS
+        from rlcli.registry import ALGOS, ENVS
         from rlcli.services.runtime import configure_torch, seed_everything
 
         self.cfg = OmegaConf.create(cfg)
@@ -111,8 +126,9 @@ class RolloutWorker:
         self.offset, self.count = offset, count
         seed_everything(int(self.cfg.seed) + 7_919 * (offset + 1))  # async mode's own stream; sync sets the learner's
         factory = ENVS.build(section(self.cfg, "env"))
+        masks = ALGOS.spec(algo_section(self.cfg)["name"]).action_masks
         self.envs = factory.make(count, str(self.cfg.train.vector_mode),
-                                 gamma=float(algo_section(self.cfg).get("gamma", 0.99)))
+                                 gamma=float(algo_section(self.cfg).get("gamma", 0.99)), masks=masks)
         agent = build_agent(self.cfg, factory, self.envs.single_observation_space, self.envs.single_action_space,
                             torch.device("cpu"), total, with_addons=False)
         self.algo = agent.algo
@@ -120,7 +136,7 @@ class RolloutWorker:
         self.norm = _RecordingNorm(self.algo.networks.normalizer)
         self.recorder = _FragmentRecorder()
         self.collector = Collector(self.envs, self.norm, torch.device("cpu"), seed=int(self.cfg.seed) + offset,  # type: ignore[arg-type]
-                                   obs_dtype=agent.obs_dtype)
+                                   obs_dtype=agent.obs_dtype, masks=masks)
         # the stand-ins pair as the learner's algorithm and storage do (they answer only what collecting asks)
         self.learner: Learner = (OnPolicyLearner(self.policy, self.recorder) if on_policy  # type: ignore[arg-type]
                                  else OffPolicyLearner(self.policy, self.recorder))  # type: ignore[arg-type]
@@ -144,8 +160,8 @@ class RolloutWorker:
         stats = self.collector.collect(self.learner, random_actions=random_actions)
         norm = np.stack([b.numpy() for b in self.norm.batches]) if self.norm.batches else None
         return Fragment(version, self.recorder.columns(), self.recorder.torch_args, norm,
-                        self.collector.obs.clone(), stats,
-                        torch.get_rng_state() if rng is not None else None, time.perf_counter() - start)
+                        self.collector.obs.clone(), stats, torch.get_rng_state() if rng is not None else None,
+                        time.perf_counter() - start, self.recorder.keywords, self.recorder.last_acting)
 
     def state(self) -> dict[str, Any]:
         return {"collector": self.collector.state_dict(), "envs": self.collector.env_state()}

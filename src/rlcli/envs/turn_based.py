@@ -51,10 +51,10 @@ def is_turn_based(env: Any) -> bool:
     return isinstance(env, AECEnv) or hasattr(env, "agent_selection")
 
 
-def check_turn_based(env_id: str, algo: str, spec: Any, ray: bool, actor: str) -> None:
+def check_turn_based(env_id: str, algo: str, spec: Any, actor: str) -> None:
     """What a run on a turn-based env needs, in one line before any env is made: an on-policy algorithm (a player's
     transition spans the other players' moves: the rollout's GAE folds them in, a replay cannot), a feed-forward
-    actor (a carry would step through the waiting steps) and collector=local."""
+    actor (a carry would step through the waiting steps)."""
     from rlcli.registry import ACTORS, ALGOS
 
     if not spec.on_policy:
@@ -66,8 +66,6 @@ def check_turn_based(env_id: str, algo: str, spec: Any, ray: bool, actor: str) -
         able = [n for n in ALGOS.names() if ALGOS.spec(n).on_policy and ALGOS.spec(n).rollout_returns]
         raise ConfigError(f"algo={algo} computes its own returns from the rollout, which on turn-based env {env_id} "
                           f"would not span the other players' moves; use algo={', '.join(able)}")
-    if ray:
-        raise ConfigError(f"collector=ray does not take turn-based envs (env {env_id}) yet; use collector=local")
     if ACTORS.spec(actor).recurrent:
         raise ConfigError(f"actor={actor} is recurrent; env {env_id} is turn-based, which recurrent actors do not "
                           "take yet (the carry would step through the other players' moves): use actor=mlp")

@@ -255,7 +255,7 @@ def check_config(cfg: DictConfig) -> None:
     require(isinstance(compile_, bool), "compile", compile_, "expected true or false")
     rays = ray_settings(cfg)
     if rays is not None:
-        check_fits(rays, spec, network_spec, algo_name, algo_cfg_flag(cfg, "use_sde"),
+        check_fits(network_spec, algo_cfg_flag(cfg, "use_sde"),
                    cfg.algo.get("train_freq_unit", "step") == "episode")
     if compile_ and not spec.compiles:
         able = [n for n in ALGOS.names() if ALGOS.spec(n).compiles]
@@ -314,7 +314,7 @@ def build(cfg: DictConfig, start_workers: bool = True) -> Components:
         env_factory.normalize_obs = True  # the networks' normalizer, set from the dataset below and never updated
     masks = spec.action_masks
     if getattr(env_factory, "turn_based", False):  # env=pz with a PettingZoo AEC env (envs/turn_based.py)
-        check_turn_based(env_factory.spec.id, str(algo_cfg["name"]), spec, rays is not None, str(cfg.actor.name))
+        check_turn_based(env_factory.spec.id, str(algo_cfg["name"]), spec, str(cfg.actor.name))
     test_envs = env_factory.make(settings.test_episodes, settings.vector_mode, eval=True, masks=masks)
     envs = test_envs
     video_envs = None
