@@ -60,13 +60,16 @@ MASKED = {
     # a turn-based env: the rows' turns and masks travel with the fragments, and who acts at the last observations
     "turn-based": ["algo=maskable_ppo", "env=tictactoe", "algo.n_steps=16", "algo.batch_size=32", "algo.n_epochs=2",
                    "actor.hidden_sizes=[16]"],
+    # gSDE: the workers draw the local run's exploration matrices, and the learner keeps them as its networks' own
+    "gsde": ["algo=ppo", "env=Pendulum-v1", "algo.use_sde=true", "algo.sde_sample_freq=8", "algo.n_steps=64",
+             "algo.batch_size=64", "actor.hidden_sizes=[16]"],
 }
 
 
 @starts_ray
 @pytest.mark.parametrize("case", list(MASKED))
-def test_masked_and_turn_based_runs_on_workers_reproduce_local_ones_and_resume_exactly(case, tmp_path):
-    """maskable_ppo on Ray workers (2 x 4 envs), stopped at its first checkpoint and resumed: the networks,
+def test_masked_turn_based_and_gsde_runs_on_workers_reproduce_local_ones_and_resume_exactly(case, tmp_path):
+    """Ray workers (2 x 4 envs), stopped at the first checkpoint and resumed: the networks (gSDE's matrices too),
     optimizer, rollout (its masks and turns) and scalars of an uninterrupted local 8-env run."""
     args = [*MASKED[case], "train.vector_mode=sync", "train.total_steps=2048", "train.checkpoint_every=256",
             "train.test_every=512", "train.log_every=256", "train.test_episodes=2", "torch_threads=1", *QUIET]
@@ -163,6 +166,9 @@ def test_off_policy_collects_ahead_with_bounded_lag_and_survives_a_killed_worker
     (["collector.workrs=2"], "unknown key 'collector.workrs'"),
     (["collector.max_policy_lag=-1"], "collector.max_policy_lag=-1 is invalid: must be >= 0"),
     (["algo=ppo", "actor=gru"], "collector=ray does not carry recurrent networks' state"),
+    (["algo=sac", "env=Pendulum-v1", "algo.use_sde=true"],
+     "collector=ray keeps gSDE's exploration matrices (algo.use_sde=true) in step with the workers in synchronous "
+     "mode only: set collector.max_policy_lag=0"),
     # a multi-agent env's rows come in copies of all its agents: each worker's share must be whole copies
     (["algo=ippo", "env=coop_match", "collector.envs_per_worker=3"],
      "collector.envs_per_worker=3: env rlcli.envs.pz_toys:coop_match has 2 agents, one row each, so a worker's envs "

@@ -43,7 +43,7 @@ from omegaconf import DictConfig, OmegaConf
 from rlcli.collectors.env_faults import CollectorError
 from rlcli.collectors.local import AgentReturns, CollectStats
 from rlcli.collectors.ray_settings import RaySettings
-from rlcli.collectors.ray_worker import Fragment, RolloutWorker
+from rlcli.collectors.ray_worker import Fragment, RolloutWorker, gsde_noise
 from rlcli.contracts import Learner, OnPolicyLearner
 from rlcli.registry import ConfigError
 from rlcli.services.timing import PhaseClock
@@ -178,6 +178,8 @@ class RayCollector:
         if rng is not None:
             assert fragments[0].rng is not None
             torch.set_rng_state(fragments[0].rng)  # every worker drew the same numbers: the learner goes on from there
+            if fragments[0].exploration is not None:  # and the same gSDE matrices, which the networks keep
+                gsde_noise(algo).eps = fragments[0].exploration.to(self.device)
         stats = self._merge(learner, fragments)
         t2 = time.perf_counter()
         seconds = self.clock.seconds

@@ -67,14 +67,15 @@ def ray_settings(cfg: DictConfig) -> RaySettings | None:
     return RaySettings(**section)
 
 
-def check_fits(network_spec: NetworkSpec, use_sde: bool = False, episodic: bool = False) -> None:
+def check_fits(network_spec: NetworkSpec, use_sde: bool = False, episodic: bool = False,
+               max_policy_lag: int = 0) -> None:
     """What the Ray collector does not cover yet, in one line each."""
     if network_spec.recurrent:
         raise ConfigError("collector=ray does not carry recurrent networks' state across workers yet; "
                           "use collector=local with this actor")
-    if use_sde:
-        raise ConfigError("collector=ray does not keep gSDE's exploration matrices in step with the workers yet "
-                          "(algo.use_sde=true); use collector=local")
+    if use_sde and max_policy_lag > 0:
+        raise ConfigError("collector=ray keeps gSDE's exploration matrices (algo.use_sde=true) in step with the "
+                          "workers in synchronous mode only: set collector.max_policy_lag=0, or use collector=local")
     if episodic:
         raise ConfigError("collector=ray collects fixed-length fragments; algo.train_freq_unit=episode needs "
                           "collector=local (or algo.train_freq_unit=step)")

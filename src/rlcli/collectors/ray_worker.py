@@ -110,6 +110,7 @@ class Fragment:
     seconds: float = 0.0  # the worker's own time for it
     keywords: tuple[str, ...] = ()  # the names of buffer.add's keyword arguments, the last columns
     last_acting: torch.Tensor | None = None  # a turn-based env's: who acts at `last_obs`
+    exploration: torch.Tensor | None = None  # gSDE's exploration matrices as the fragment's acting left them
 
 
 class RolloutWorker:
@@ -161,7 +162,8 @@ class RolloutWorker:
         norm = np.stack([b.numpy() for b in self.norm.batches]) if self.norm.batches else None
         return Fragment(version, self.recorder.columns(), self.recorder.torch_args, norm,
                         self.collector.obs.clone(), stats, torch.get_rng_state() if rng is not None else None,
-                        time.perf_counter() - start, self.recorder.keywords, self.recorder.last_acting)
+                        time.perf_counter() - start, self.recorder.keywords, self.recorder.last_acting,
+                        None if (noise := gsde_noise(self.algo)) is None else noise.eps.clone())
 
     def state(self) -> dict[str, Any]:
         return {"collector": self.collector.state_dict(), "envs": self.collector.env_state()}
@@ -169,3 +171,8 @@ class RolloutWorker:
     def load_state(self, state: dict[str, Any]) -> bool:
         self.collector.load_state_dict(state["collector"])
         return self.collector.restore_envs(state["envs"]) is None
+
+
+def gsde_noise(algo: Any) -> Any:
+    """The algorithm's gSDE noise (actors/sde.py), whose exploration matrices acting draws; None without gSDE."""
+    return getattr(getattr(algo, "noise_resampling", None), "noise", None)
