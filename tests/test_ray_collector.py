@@ -63,6 +63,12 @@ MASKED = {
     # gSDE: the workers draw the local run's exploration matrices, and the learner keeps them as its networks' own
     "gsde": ["algo=ppo", "env=Pendulum-v1", "algo.use_sde=true", "algo.sde_sample_freq=8", "algo.n_steps=64",
              "algo.batch_size=64", "actor.hidden_sizes=[16]"],
+    # a recurrent actor: each worker steps its rows' carry, and the learner bootstraps from the workers' last carries
+    "gru": ["algo=ppo", "env=CartPole-v1", "actor=gru", "algo.n_steps=32", "algo.batch_size=64",
+            "actor.hidden_sizes=[16]"],
+    # off-policy sequences (R2D2's DQN), synchronous: each transition stored with the carry it began with
+    "dqn-gru": ["algo=dqn", "env=MemoryCue-v0", "actor=gru", "buffer=sequence", "algo.learning_starts=256",
+                "algo.batch_size=16", "buffer.seq_len=8", "buffer.burn_in=2", "actor.hidden_sizes=[16]"],
 }
 
 
@@ -76,7 +82,8 @@ def test_masked_turn_based_and_gsde_runs_on_workers_reproduce_local_ones_and_res
     local = run([*args, "train.num_envs=8", f"hydra.run.dir={tmp_path / 'local'}"], tmp_path)
     assert local.returncode == 0, local.stderr
     stopped = tmp_path / "ray"
-    proc = start([*args, *RAY, f"hydra.run.dir={stopped}"], tmp_path)
+    synchronous = ["collector.max_policy_lag=0"] if "algo=dqn" in args else []  # (on-policy runs always are)
+    proc = start([*args, *RAY, *synchronous, f"hydra.run.dir={stopped}"], tmp_path)
     wait_for_checkpoint(stopped, proc, timeout=300)
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=300)
@@ -165,7 +172,6 @@ def test_off_policy_collects_ahead_with_bounded_lag_and_survives_a_killed_worker
     (["collector.address=nowhere"], "collector.address='nowhere' is invalid: use HOST:PORT"),
     (["collector.workrs=2"], "unknown key 'collector.workrs'"),
     (["collector.max_policy_lag=-1"], "collector.max_policy_lag=-1 is invalid: must be >= 0"),
-    (["algo=ppo", "actor=gru"], "collector=ray does not carry recurrent networks' state"),
     (["algo=sac", "env=Pendulum-v1", "algo.use_sde=true"],
      "collector=ray keeps gSDE's exploration matrices (algo.use_sde=true) in step with the workers in synchronous "
      "mode only: set collector.max_policy_lag=0"),

@@ -253,7 +253,7 @@ class SAC(BoxActorCritic):
         burn = batch.burn_in
         net, obs, starts, valid = self.networks, batch.obs, batch.starts, batch.valid[burn:]
         with torch.no_grad():
-            actions, log_probs = squashed_gaussian(self.sequence_policy(batch, burn), noise=noise)
+            actions, log_probs = squashed_gaussian(self.sequence_policy(batch), noise=noise)
             target_features = [h[burn + 1:] for h in net.critics_target.features(obs, starts, 0)]
             next_q = soft_next_value(net.critics_target.q(target_features, actions[1:]), log_probs[1:], alpha)
             target = self.reward_scale * batch.rewards[burn:] + self.gamma * (1.0 - batch.terminated[burn:]) * next_q
@@ -268,17 +268,17 @@ class SAC(BoxActorCritic):
         selection's size is the data's, which no compiled graph takes)."""
         burn = batch.burn_in
         net, valid = self.networks, batch.valid[burn:]
-        actions, log_probs = squashed_gaussian(self.sequence_policy(batch, burn), noise=noise)
+        actions, log_probs = squashed_gaussian(self.sequence_policy(batch), noise=noise)
         with torch.no_grad():
             features = [h[:-1] for h in net.critics.features(batch.obs, batch.starts, burn)]
         q_pi = net.critics.q(features, actions[:-1]).min(0).values
         loss = masked_mean(alpha * log_probs[:-1] - q_pi, valid)
         return loss, (log_probs[:-1].detach(), valid)
 
-    def sequence_policy(self, batch: SequenceBatch, burn: int) -> torch.Tensor:
+    def sequence_policy(self, batch: SequenceBatch) -> torch.Tensor:
         """The policy's outputs over a stored sequence after the burn-in, from the carry stored with it refreshed
         over the burn-in without gradients."""
-        carry = batch.carry0
+        carry, burn = batch.carry0, batch.burn_in
         if burn > 0:
             with torch.no_grad():
                 _, carry = self.networks.policy.unroll(batch.obs[:burn], batch.starts[:burn], carry)

@@ -195,7 +195,7 @@ class Collector:
         width = mask_width(self.envs.single_action_space)
         return torch.as_tensor(masks_from_infos(infos, self.envs.num_envs, width), device=self.device)
 
-    def _recurrent_state(self) -> RecurrentState | None:
+    def recurrent_state(self) -> RecurrentState | None:
         if not self.carry_size:
             return None
         if self.carry is None:
@@ -243,7 +243,7 @@ class Collector:
     def observe(self) -> tuple[torch.Tensor, RecurrentState | None]:
         """The observations to act on, normalized (updating the running statistics), and a recurrent carry."""
         self.normalizer.update(self.obs)
-        return self.normalizer(self.obs), self._recurrent_state()
+        return self.normalizer(self.obs), self.recurrent_state()
 
     def advance(self, learner: Learner, stats: CollectStats, step: int, obs: torch.Tensor,
                 state: RecurrentState | None, out: ActOutput | None, random_actions: bool,
@@ -325,7 +325,7 @@ class Collector:
             t0 = time.perf_counter()
             if self.acting is not None:  # a turn-based env: who acts at the observations the rollout ends on
                 cast(Any, learner.buffer).last_acting = torch.as_tensor(self.acting, device=self.device)
-            learner.algo.finish_rollout(learner.buffer, self.normalizer(self.obs), self._recurrent_state())
+            learner.algo.finish_rollout(learner.buffer, self.normalizer(self.obs), self.recurrent_state())
             self.buffer_s += time.perf_counter() - t0
         self._account(self.act_s, self.env_s, self.buffer_s)
 

@@ -44,7 +44,7 @@ from rlcli.collectors.env_faults import CollectorError
 from rlcli.collectors.local import AgentReturns, CollectStats
 from rlcli.collectors.ray_settings import RaySettings
 from rlcli.collectors.ray_worker import Fragment, RolloutWorker, gsde_noise
-from rlcli.contracts import Learner, OnPolicyLearner
+from rlcli.contracts import Learner, OnPolicyLearner, RecurrentState
 from rlcli.registry import ConfigError
 from rlcli.services.timing import PhaseClock
 
@@ -259,7 +259,10 @@ class RayCollector:
             if acting := [f.last_acting for f in fragments if f.last_acting is not None]:  # a turn-based env's
                 cast(Any, buffer).last_acting = torch.cat(acting).to(self.device)  # (as the local collector's `end`)
             last = torch.cat([f.last_obs for f in fragments]).to(self.device)
-            learner.algo.finish_rollout(learner.buffer, self.normalizer(last), None)
+            states = [f.last_state for f in fragments if f.last_state is not None]  # a recurrent network's
+            state = RecurrentState(*(torch.cat(parts).to(self.device) for parts in zip(*states, strict=True))) \
+                if states else None
+            learner.algo.finish_rollout(learner.buffer, self.normalizer(last), state)
         stats = CollectStats(steps=steps * self.total)
         order = sorted((step, k, i) for k, f in enumerate(fragments) for i, step in enumerate(f.stats.episode_steps))
         for step, k, i in order:  # episodes in the order a local run finishes them: by step, then env

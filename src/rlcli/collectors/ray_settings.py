@@ -8,7 +8,6 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from rlcli.contracts import NetworkSpec
 from rlcli.registry import ConfigError, require
 
 
@@ -67,12 +66,8 @@ def ray_settings(cfg: DictConfig) -> RaySettings | None:
     return RaySettings(**section)
 
 
-def check_fits(network_spec: NetworkSpec, use_sde: bool = False, episodic: bool = False,
-               max_policy_lag: int = 0) -> None:
+def check_fits(use_sde: bool = False, episodic: bool = False, max_policy_lag: int = 0) -> None:
     """What the Ray collector does not cover yet, in one line each."""
-    if network_spec.recurrent:
-        raise ConfigError("collector=ray does not carry recurrent networks' state across workers yet; "
-                          "use collector=local with this actor")
     if use_sde and max_policy_lag > 0:
         raise ConfigError("collector=ray keeps gSDE's exploration matrices (algo.use_sde=true) in step with the "
                           "workers in synchronous mode only: set collector.max_policy_lag=0, or use collector=local")

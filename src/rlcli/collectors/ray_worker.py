@@ -13,7 +13,7 @@ import torch
 from omegaconf import OmegaConf
 
 from rlcli.collectors.local import CollectStats
-from rlcli.contracts import ActOutput, Learner, OffPolicyLearner, OnPolicyLearner
+from rlcli.contracts import ActOutput, Learner, OffPolicyLearner, OnPolicyLearner, RecurrentState
 
 
 class _RecordingNorm:
@@ -73,9 +73,11 @@ class _ShardPolicy:
         full[self.rows] = obs
         return full
 
-    def act(self, obs: torch.Tensor, deterministic: bool = False, state: Any = None) -> ActOutput:
-        out = self.algo.act(self._pad(obs), deterministic=deterministic, state=state)
-        return ActOutput(out.actions[self.rows], out.log_probs[self.rows], out.values[self.rows])
+    def act(self, obs: torch.Tensor, deterministic: bool = False, state: RecurrentState | None = None) -> ActOutput:
+        padded = None if state is None else RecurrentState(self._pad(state.carry), self._pad(state.starts))
+        out = self.algo.act(self._pad(obs), deterministic=deterministic, state=padded)
+        return ActOutput(out.actions[self.rows], out.log_probs[self.rows], out.values[self.rows],
+                         None if out.carry is None else out.carry[self.rows])
 
     def act_masked(self, obs: torch.Tensor, action_mask: torch.Tensor, deterministic: bool = False) -> ActOutput:
         """A masked algorithm's acting (the other workers' rows: every action valid, their draws discarded)."""
@@ -111,6 +113,7 @@ class Fragment:
     keywords: tuple[str, ...] = ()  # the names of buffer.add's keyword arguments, the last columns
     last_acting: torch.Tensor | None = None  # a turn-based env's: who acts at `last_obs`
     exploration: torch.Tensor | None = None  # gSDE's exploration matrices as the fragment's acting left them
+    last_state: RecurrentState | None = None  # a recurrent network's carry and episode starts at `last_obs`
 
 
 class RolloutWorker:
@@ -137,7 +140,7 @@ class RolloutWorker:
         self.norm = _RecordingNorm(self.algo.networks.normalizer)
         self.recorder = _FragmentRecorder()
         self.collector = Collector(self.envs, self.norm, torch.device("cpu"), seed=int(self.cfg.seed) + offset,  # type: ignore[arg-type]
-                                   obs_dtype=agent.obs_dtype, masks=masks)
+                                   obs_dtype=agent.obs_dtype, masks=masks, carry_size=agent.carry_size)
         # the stand-ins pair as the learner's algorithm and storage do (they answer only what collecting asks)
         self.learner: Learner = (OnPolicyLearner(self.policy, self.recorder) if on_policy  # type: ignore[arg-type]
                                  else OffPolicyLearner(self.policy, self.recorder))  # type: ignore[arg-type]
@@ -163,7 +166,8 @@ class RolloutWorker:
         return Fragment(version, self.recorder.columns(), self.recorder.torch_args, norm,
                         self.collector.obs.clone(), stats, torch.get_rng_state() if rng is not None else None,
                         time.perf_counter() - start, self.recorder.keywords, self.recorder.last_acting,
-                        None if (noise := gsde_noise(self.algo)) is None else noise.eps.clone())
+                        None if (noise := gsde_noise(self.algo)) is None else noise.eps.clone(),
+                        self.collector.recurrent_state())
 
     def state(self) -> dict[str, Any]:
         return {"collector": self.collector.state_dict(), "envs": self.collector.env_state()}

@@ -255,7 +255,7 @@ def check_config(cfg: DictConfig) -> None:
     require(isinstance(compile_, bool), "compile", compile_, "expected true or false")
     rays = ray_settings(cfg)
     if rays is not None:
-        check_fits(network_spec, algo_cfg_flag(cfg, "use_sde"), cfg.algo.get("train_freq_unit", "step") == "episode",
+        check_fits(algo_cfg_flag(cfg, "use_sde"), cfg.algo.get("train_freq_unit", "step") == "episode",
                    0 if spec.on_policy else rays.max_policy_lag)
     if compile_ and not spec.compiles:
         able = [n for n in ALGOS.names() if ALGOS.spec(n).compiles]
