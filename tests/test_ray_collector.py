@@ -147,9 +147,12 @@ def test_off_policy_collects_ahead_with_bounded_lag_and_survives_a_killed_worker
         victim = ray.get(c.collector.workers[0].pid.remote())
         c.collector.collect(c.learner)
         os.kill(victim, signal.SIGKILL)  # while it collects the fragment the next phase will ask for
+        told = []  # the replay hears that the restarted worker's envs (0 and 1) began new episodes
+        monkeypatch.setattr(c.buffer, "envs_reset", told.append)
         stats = c.collector.collect(c.learner)
         assert stats.steps == per_phase and len(stats.episode_returns) > 0
         assert stats.scalars["collector/restarts"] == 1.0
+        assert told == [[0, 1]]
         assert ray.get(c.collector.workers[0].pid.remote()) != victim  # a new process
         stats = c.collector.collect(c.learner)  # and it goes on collecting
         assert stats.steps == per_phase

@@ -56,6 +56,14 @@ class HerReplayBuffer:
                 self._write_episode(self.pending[i])
                 self.pending[i] = []
 
+    def envs_reset(self, rows: list[int]) -> None:
+        """These envs were reset in mid-episode (a resume that could not restore them, a restarted Ray worker): the
+        episode each was gathering ends here, as if truncated (its goals are relabelled within what it has)."""
+        for i in rows:
+            if self.pending[i]:
+                self._write_episode(self.pending[i])
+            self.pending[i] = []
+
     def _write_episode(self, steps: list[tuple]) -> None:
         n = len(steps)
         start = self.written

@@ -137,6 +137,12 @@ class ReplayBuffer:
             self._write(torch.stack(o), torch.stack(a), self._t(np.array(r)), self._obs(np.stack(n)),
                         self._t(np.array(d)))
 
+    def envs_reset(self, rows: list[int]) -> None:
+        """These envs were reset in mid-episode (a resume that could not restore them, a restarted Ray worker): the
+        steps still gathering their n-step returns would add the next episode's rewards, so they go."""
+        for i in rows:
+            self.pending[i] = []
+
     def _n_step_transition(self, pending: list, next_obs: np.ndarray, terminated: bool) -> tuple:
         ret = sum(self.gamma**j * r for j, (_, _, r) in enumerate(pending))
         discount = 0.0 if terminated else self.gamma ** len(pending)

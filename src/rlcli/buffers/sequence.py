@@ -73,6 +73,15 @@ class SequenceReplayBuffer:
                 self._write(pending, torch.as_tensor(next_obs[i]), 1.0 - float(valid[i]))
                 del pending[: self.stride]
 
+    def envs_reset(self, rows: list[int]) -> None:
+        """These envs were reset in mid-episode (a resume that could not restore them, a restarted Ray worker): the
+        last step each stored has no next observation in its sequence (the next step is a new episode's first), so
+        it is marked as not learned from, as a reset step is."""
+        for i in rows:
+            if self.pending[i]:
+                last = self.pending[i][-1]
+                self.pending[i][-1] = (*last[:4], 0.0, *last[5:])
+
     def _write(self, steps: list[tuple[Any, ...]], last_obs: torch.Tensor, last_start: float) -> None:
         o, a, r, term, val, st, carries = zip(*steps, strict=True)
         k = self.pos

@@ -87,6 +87,7 @@ class RayCollector:
         self.pending: list[collections.deque[_Pending]] = []
         self.version = 0  # collect calls so far: the weights' age is counted in these
         self.restarts = 0
+        self.reset_rows: list[int] = []  # the envs of workers restarted during this collect phase
         self._started_ray = False
         self._ray_environ: dict[str, str] | None = None
         self._seed = int(cfg.seed)
@@ -171,6 +172,9 @@ class RayCollector:
             if not queue:
                 self._submit(w, weights, values, rng, random_actions)
         fragments = [self._receive(w) for w in range(len(self.workers))]
+        if self.reset_rows and callable(envs_reset := getattr(learner.buffer, "envs_reset", None)):
+            envs_reset(self.reset_rows)  # a restarted worker's envs began new episodes: what a replay was gathering
+        self.reset_rows = []
         for w in range(len(self.workers)):  # keep `lag` fragments in flight: they collect during the update
             while len(self.pending[w]) < self.lag:
                 self._submit(w, weights, values, None, random_actions)
@@ -220,6 +224,7 @@ class RayCollector:
                       f"collected again from freshly reset envs (restart {self.restarts})")
                 self._drop_pending(w)  # requests queued behind the lost one died with it
                 self._when_back(w, lambda worker: worker.reset.remote(self._seed + 1_000_003 * self.restarts))
+                self.reset_rows.extend(range(w * self.each, (w + 1) * self.each))
                 pending = _Pending(self.workers[w].collect.remote(*pending.args), pending.args)
 
     def _when_back(self, w: int, call: Any, timeout: float = 120.0) -> Any:

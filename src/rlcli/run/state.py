@@ -148,6 +148,8 @@ def restore(c: Components, path: Path) -> TrainState:
     why_not = c.collector.restore_envs(data["envs"])
     if why_not is not None:
         c.collector.reset(seed=int(c.cfg.seed) + state.updates)
+        if callable(envs_reset := getattr(c.learner.buffer, "envs_reset", None)):  # what a replay was gathering
+            envs_reset(list(range(c.settings.num_envs)))
         logger.warning(why_not)
     checkpoint.set_rng_state(data["rng"])
     state.stale_best = _best_is_later(path.parent / BEST, state.env_steps)
