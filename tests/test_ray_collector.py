@@ -69,6 +69,9 @@ MASKED = {
     # off-policy sequences (R2D2's DQN), synchronous: each transition stored with the carry it began with
     "dqn-gru": ["algo=dqn", "env=MemoryCue-v0", "actor=gru", "buffer=sequence", "algo.learning_starts=256",
                 "algo.batch_size=16", "buffer.seq_len=8", "buffer.burn_in=2", "actor.hidden_sizes=[16]"],
+    # Ornstein-Uhlenbeck noise: its per-env state, which acting steps, is the learner's to save
+    "td3-ou": ["algo=td3", "env=Pendulum-v1", "algo.noise=ornstein_uhlenbeck", "algo.learning_starts=256",
+               "algo.batch_size=32", "algo.train_freq=64", "algo.gradient_steps=4", "actor.hidden_sizes=[16]"],
 }
 
 
@@ -82,7 +85,7 @@ def test_masked_turn_based_and_gsde_runs_on_workers_reproduce_local_ones_and_res
     local = run([*args, "train.num_envs=8", f"hydra.run.dir={tmp_path / 'local'}"], tmp_path)
     assert local.returncode == 0, local.stderr
     stopped = tmp_path / "ray"
-    synchronous = ["collector.max_policy_lag=0"] if "algo=dqn" in args else []  # (on-policy runs always are)
+    synchronous = ["collector.max_policy_lag=0"] if case in ("dqn-gru", "td3-ou") else []  # (on-policy runs are)
     proc = start([*args, *RAY, *synchronous, f"hydra.run.dir={stopped}"], tmp_path)
     wait_for_checkpoint(stopped, proc, timeout=300)
     proc.send_signal(signal.SIGTERM)

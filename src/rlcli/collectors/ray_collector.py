@@ -43,7 +43,7 @@ from omegaconf import DictConfig, OmegaConf
 from rlcli.collectors.env_faults import CollectorError
 from rlcli.collectors.local import AgentReturns, CollectStats
 from rlcli.collectors.ray_settings import RaySettings
-from rlcli.collectors.ray_worker import Fragment, RolloutWorker, gsde_noise
+from rlcli.collectors.ray_worker import Fragment, RolloutWorker, exploration_state, set_exploration_state
 from rlcli.contracts import Learner, OnPolicyLearner, RecurrentState
 from rlcli.registry import ConfigError
 from rlcli.services.timing import PhaseClock
@@ -168,9 +168,10 @@ class RayCollector:
         weights = ray.put(cpu_weights(algo.networks))
         values = acting_values(algo)
         rng = torch.get_rng_state() if self.synchronous else None
+        exploration = exploration_state(algo) if self.synchronous else None  # (a resumed run's, as saved)
         for w, queue in enumerate(self.pending):
             if not queue:
-                self._submit(w, weights, values, rng, random_actions)
+                self._submit(w, weights, values, rng, random_actions, exploration)
         fragments = [self._receive(w) for w in range(len(self.workers))]
         if self.reset_rows and callable(envs_reset := getattr(learner.buffer, "envs_reset", None)):
             envs_reset(self.reset_rows)  # a restarted worker's envs began new episodes: what a replay was gathering
@@ -182,8 +183,8 @@ class RayCollector:
         if rng is not None:
             assert fragments[0].rng is not None
             torch.set_rng_state(fragments[0].rng)  # every worker drew the same numbers: the learner goes on from there
-            if fragments[0].exploration is not None:  # and the same gSDE matrices, which the networks keep
-                gsde_noise(algo).eps = fragments[0].exploration.to(self.device)
+            if fragments[0].exploration:  # and the same acting noise (gSDE's matrices, OU's state)
+                set_exploration_state(algo, fragments[0].exploration)
         stats = self._merge(learner, fragments)
         t2 = time.perf_counter()
         seconds = self.clock.seconds
@@ -195,8 +196,8 @@ class RayCollector:
         return stats
 
     def _submit(self, w: int, weights: Any, values: dict[str, Any], rng: torch.Tensor | None,
-                random_actions: bool) -> None:
-        args = (weights, values, rng, random_actions, self.version)
+                random_actions: bool, exploration: dict[str, torch.Tensor] | None = None) -> None:
+        args = (weights, values, rng, random_actions, self.version, exploration)
         self.pending[w].append(_Pending(self.workers[w].collect.remote(*args), args))
 
     def _receive(self, w: int) -> Fragment:

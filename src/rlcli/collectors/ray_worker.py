@@ -12,6 +12,7 @@ import numpy as np
 import torch
 from omegaconf import OmegaConf
 
+from rlcli.algos.offpolicy import ExplorationNoise
 from rlcli.collectors.local import CollectStats
 from rlcli.contracts import ActOutput, Learner, OffPolicyLearner, OnPolicyLearner, RecurrentState
 
@@ -112,7 +113,7 @@ class Fragment:
     seconds: float = 0.0  # the worker's own time for it
     keywords: tuple[str, ...] = ()  # the names of buffer.add's keyword arguments, the last columns
     last_acting: torch.Tensor | None = None  # a turn-based env's: who acts at `last_obs`
-    exploration: torch.Tensor | None = None  # gSDE's exploration matrices as the fragment's acting left them
+    exploration: dict[str, torch.Tensor] | None = None  # the acting's noise state as the fragment left it
     last_state: RecurrentState | None = None  # a recurrent network's carry and episode starts at `last_obs`
 
 
@@ -152,13 +153,17 @@ class RolloutWorker:
         self.collector.reset(seed + self.offset)
 
     def collect(self, weights: dict[str, Any], values: dict[str, Any], rng: torch.Tensor | None,
-                random_actions: bool, version: int) -> Fragment:
+                random_actions: bool, version: int, exploration: dict[str, torch.Tensor] | None = None) -> Fragment:
+        """One collect phase with the learner's weights and settings; synchronous mode (`rng`): from the learner's
+        torch stream and its acting noise (`exploration`), so every worker acts as the local run would."""
         start = time.perf_counter()
         self.algo.networks.load_state_dict(weights)
         for key, value in values.items():
             setattr(self.algo, key, value)
         if rng is not None:
             torch.set_rng_state(rng)
+        if exploration is not None:
+            set_exploration_state(self.algo, exploration)
         self.recorder.reset()
         self.norm.batches = []
         stats = self.collector.collect(self.learner, random_actions=random_actions)
@@ -166,7 +171,7 @@ class RolloutWorker:
         return Fragment(version, self.recorder.columns(), self.recorder.torch_args, norm,
                         self.collector.obs.clone(), stats, torch.get_rng_state() if rng is not None else None,
                         time.perf_counter() - start, self.recorder.keywords, self.recorder.last_acting,
-                        None if (noise := gsde_noise(self.algo)) is None else noise.eps.clone(),
+                        exploration_state(self.algo),
                         self.collector.recurrent_state())
 
     def state(self) -> dict[str, Any]:
@@ -177,6 +182,21 @@ class RolloutWorker:
         return self.collector.restore_envs(state["envs"]) is None
 
 
-def gsde_noise(algo: Any) -> Any:
-    """The algorithm's gSDE noise (actors/sde.py), whose exploration matrices acting draws; None without gSDE."""
-    return getattr(getattr(algo, "noise_resampling", None), "noise", None)
+def exploration_state(algo: Any) -> dict[str, torch.Tensor]:
+    """What acting changes in the algorithm besides the torch stream: gSDE's exploration matrices (actors/sde.py;
+    the networks keep them) and Ornstein-Uhlenbeck noise's per-env state (TD3's, DDPG's). In synchronous mode every
+    worker draws the same for all the run's envs, so one worker's is the local run's."""
+    state = {}
+    if (gsde := getattr(getattr(algo, "noise_resampling", None), "noise", None)) is not None:
+        state["gsde"] = gsde.eps.clone()
+    if isinstance(noise := getattr(algo, "noise", None), ExplorationNoise):
+        state["noise"] = noise.state.clone()
+    return state
+
+
+def set_exploration_state(algo: Any, state: dict[str, torch.Tensor]) -> None:
+    device = next(algo.networks.parameters()).device
+    if "gsde" in state:
+        algo.noise_resampling.noise.eps = state["gsde"].to(device)
+    if "noise" in state:
+        algo.noise.state = state["noise"].clone()
