@@ -277,3 +277,31 @@ def test_ctrl_c_in_a_terminal_reaches_ray_too_and_the_run_still_saves(tmp_path):
     resumed = run([f"resume={run_dir}", "train.total_steps=" + str(saved + 2048)], tmp_path)
     assert resumed.returncode == 0, resumed.stderr
     assert "were reset" not in (run_dir / "train.log").read_text()
+
+
+def test_a_sigterm_while_ray_starts_reaches_rl_trains_own_handler():
+    """ray.init sets its own SIGTERM handler first (sys.exit(15): the process ended with no word); a SIGTERM then is
+    answered by rl-train's start-up handler (its one line), and other exits pass through."""
+    from rlcli.collectors.ray_collector import _init_keeping_sigterm
+
+    told = []
+
+    def ours(signum, frame):
+        told.append(signum)
+        raise KeyboardInterrupt
+
+    def ray_stopped_by(code):
+        def init():
+            raise SystemExit(code)
+        return init
+
+    before = signal.signal(signal.SIGTERM, ours)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            _init_keeping_sigterm(ray_stopped_by(signal.SIGTERM))
+        assert told == [signal.SIGTERM]
+        with pytest.raises(SystemExit):
+            _init_keeping_sigterm(ray_stopped_by(3))
+        assert told == [signal.SIGTERM]
+    finally:
+        signal.signal(signal.SIGTERM, before)

@@ -342,6 +342,7 @@ def test_corrupted_latest_falls_back_to_the_previous_good_checkpoint(finished_ru
         (["env=Acrobot-v1"], "the run is env=CartPole-v1, and env=Acrobot-v1 would change its env"),
         (["algo=a2c"], "the run is algo=ppo, and algo=a2c would change its algorithm, which a resume cannot"),
         (["actor=gru"], "the run is actor=mlp, and actor=gru would change its network"),
+        (["collector=ray"], "the run is collector=local, and collector=ray would change its collector"),
     ],
 )
 def test_incompatible_override_is_refused_and_the_run_dir_is_untouched(finished_run, extra, message, tmp_path):

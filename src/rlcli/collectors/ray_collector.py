@@ -33,7 +33,9 @@ import os
 import secrets
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, cast
 
 import numpy as np
@@ -121,11 +123,14 @@ class RayCollector:
                     # ~/.ray/auth_token, which then switches the user's other Ray clusters to token auth
                     os.environ["RAY_AUTH_TOKEN"] = _PROCESS_TOKEN  # one per process: Ray caches the first it reads
                 need = self.settings.workers * self.settings.cpus_per_worker
-                ray.init(num_cpus=max(os.cpu_count() or 1, int(np.ceil(need))), include_dashboard=False,
-                         logging_level=logging.ERROR, log_to_driver=False, _node_ip_address="127.0.0.1")
+                init = partial(ray.init, num_cpus=max(os.cpu_count() or 1, int(np.ceil(need))),
+                               include_dashboard=False, logging_level=logging.ERROR, log_to_driver=False,
+                               _node_ip_address="127.0.0.1")
             else:
-                ray.init(address=self.settings.address, logging_level=logging.ERROR, log_to_driver=False)
-            self._started_ray = True
+                init = partial(ray.init, address=self.settings.address, logging_level=logging.ERROR,
+                               log_to_driver=False)
+            self._started_ray = True  # from here on: close() shuts down what ray.init started, if it stops midway
+            _init_keeping_sigterm(init)
             _keep_python_signal_handlers()
         actor = ray.remote(RolloutWorker).options(
             num_cpus=self.settings.cpus_per_worker, max_restarts=self.settings.max_restarts, max_task_retries=0)
@@ -149,7 +154,8 @@ class RayCollector:
             ray.kill(worker, no_restart=True)
         self.workers, self.pending = [], []
         if self._started_ray:
-            ray.shutdown()
+            with contextlib.suppress(Exception):  # (a ray.init a signal stopped midway: what it started)
+                ray.shutdown()
             self._started_ray = False
         if self._ray_environ is not None:
             for key in [k for k in os.environ if k.startswith("RAY_")]:
@@ -336,6 +342,21 @@ class RayCollector:
             return ("the Ray workers' env state could not be restored (e.g. async vector envs): the envs were "
                     "reset, so this resume continues from fresh episodes rather than exactly")
         return None
+
+
+def _init_keeping_sigterm(init: Callable[[], Any]) -> None:
+    """ray.init, with a SIGTERM during it answered by rl-train's own handler (its one start-up line): ray.init sets a
+    handler of its own first, which ends the process with exit code 15 and no word."""
+    import signal
+
+    ours = signal.getsignal(signal.SIGTERM)
+    try:
+        init()
+    except SystemExit as stop:
+        if stop.code != signal.SIGTERM or not callable(ours):
+            raise
+        ours(signal.SIGTERM, None)  # rl-train's start-up handler raises its stop here
+        raise
 
 
 def _keep_python_signal_handlers() -> None:

@@ -112,8 +112,8 @@ def resume_args(args: list[str]) -> list[str]:
 
 
 def _check_same_choices(run_dir: Path, rest: list[str], value: str) -> None:
-    """algo=, env= or actor= naming another config than the run's: one line that says so (the resume refused the
-    settings that choice changed, and blamed rlcli's shipped settings for them)."""
+    """algo=, env=, actor= or collector= naming another config than the run's: one line that says so (the resume
+    refused the settings that choice changed, and blamed rlcli's shipped settings for them)."""
     import yaml
 
     try:
@@ -121,7 +121,7 @@ def _check_same_choices(run_dir: Path, rest: list[str], value: str) -> None:
         choices = hydra_config["hydra"]["runtime"]["choices"]
     except (OSError, yaml.YAMLError, KeyError, TypeError):
         return
-    for group, what in (("algo", "algorithm"), ("env", "env"), ("actor", "network")):
+    for group, what in (("algo", "algorithm"), ("env", "env"), ("actor", "network"), ("collector", "collector")):
         typed = [_value(a) for a in rest if _key(a) == group]
         if typed and group in choices and typed[-1] != str(choices[group]):
             raise ConfigError(f"resume={value}: the run is {group}={choices[group]}, and {group}={typed[-1]} would "
