@@ -134,6 +134,9 @@ class Components:
     offline: OfflineData | None = None  # dataset=: the run learns from it alone (envs is then test_envs itself)
     recent_returns: collections.deque[float] = field(default_factory=lambda: collections.deque(maxlen=100))
     recent_lengths: collections.deque[int] = field(default_factory=lambda: collections.deque(maxlen=100))
+    # what building or resuming found that the user should know (a resume whose envs were reset): said when the run
+    # starts, on the console and in train.log (before that, a run's logging is not set up)
+    notices: list[str] = field(default_factory=list)
 
     @property
     def algo(self) -> Algorithm:

@@ -52,7 +52,8 @@ def schedules_now(c: Components, state: TrainState) -> dict[str, float]:
 
 
 class BudgetWarnings(Callback):
-    """Before anything else: what a user should know about a budget that does not do what it says (budget.py)."""
+    """Before anything else: what a user should know about a budget that does not do what it says (budget.py), and
+    what building or resuming the run found (`Components.notices`)."""
 
     def __init__(self, c: Components, typed_keys: set[str] | None) -> None:
         self.c, self.typed_keys = c, typed_keys
@@ -62,6 +63,9 @@ class BudgetWarnings(Callback):
             if not said_by_the_sweep():  # a -m sweep said it once for all its jobs
                 say(f"rl-train: warning: {warning}")
             logger.info("warning: %s", warning)  # train.log only: the line above is the console's
+        for notice in self.c.notices:  # what building or resuming found (a resume whose envs were reset)
+            say(f"rl-train: warning: {notice}")
+            logger.info("warning: %s", notice)
 
 
 class FinalCheckpoint(Callback):

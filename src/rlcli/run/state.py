@@ -8,7 +8,6 @@ collector's current observations and carry, the env states and every RNG.
 from __future__ import annotations
 
 import dataclasses
-import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,7 +20,6 @@ from rlcli.services import checkpoint
 
 # What the payload holds; a checkpoint from an rlcli with another layout is refused in one line.
 PAYLOAD_VERSION = 2
-logger = logging.getLogger("rlcli")
 
 
 @dataclass
@@ -150,7 +148,7 @@ def restore(c: Components, path: Path) -> TrainState:
         c.collector.reset(seed=int(c.cfg.seed) + state.updates)
         if callable(envs_reset := getattr(c.learner.buffer, "envs_reset", None)):  # what a replay was gathering
             envs_reset(list(range(c.settings.num_envs)))
-        logger.warning(why_not)
+        c.notices.append(why_not)
     checkpoint.set_rng_state(data["rng"])
     state.stale_best = _best_is_later(path.parent / BEST, state.env_steps)
     return state
