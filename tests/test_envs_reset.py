@@ -102,21 +102,3 @@ def test_a_resume_that_cannot_restore_the_envs_tells_the_replay_which_were_reset
     finally:
         again.close()
 
-
-def test_a_logged_warning_reaches_the_console_as_rlcli_says_its_own():
-    """rl-train's logging (conf/hydra/job_logging/rlcli.yaml) gives the console `rl-train: warning: ...` (an optuna
-    trial's warning, a sweep job's error), the form of rlcli's own lines; train.log keeps the time-stamped form."""
-    import logging
-    from pathlib import Path
-
-    import yaml
-
-    from rlcli.services.log import ConsoleFormatter
-
-    config = yaml.safe_load((Path(__file__).parents[1] / "conf/hydra/job_logging/rlcli.yaml").read_text())
-    assert config["handlers"]["console"]["formatter"] == "console"
-    assert config["formatters"]["console"]["()"] == "rlcli.services.log.ConsoleFormatter"
-    record = logging.LogRecord("rlcli", logging.WARNING, __file__, 1, "optuna trial %s: %s", (3, "pruned"), None)
-    assert ConsoleFormatter().format(record) == "rl-train: warning: optuna trial 3: pruned"
-    record = logging.LogRecord("rlcli", logging.ERROR, __file__, 1, "job %d failed", (0,), None)
-    assert ConsoleFormatter().format(record) == "rl-train: error: job 0 failed"

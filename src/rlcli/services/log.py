@@ -42,14 +42,6 @@ results = ResultsConsole()  # the run's results (its table lines and final summa
 logger = logging.getLogger("rlcli")
 
 
-class ConsoleFormatter(logging.Formatter):
-    """The console's form of a logged warning or error: `rl-train: warning: ...`, as rlcli's own lines (train.log
-    keeps the time-stamped form)."""
-
-    def format(self, record: logging.LogRecord) -> str:
-        return f"rl-train: {record.levelname.lower()}: {record.getMessage()}"
-
-
 def say(line: str) -> None:
     """One line on stderr, written in one call: runs in a sweep's worker processes (joblib, the population
     launcher's) share its stderr, and `print` writes the text and its newline apart, so two workers' lines could
