@@ -28,12 +28,15 @@ def test_did_you_mean_searches_every_section(arg, suggestion, tmp_path):
 def test_a_shipped_tuned_config_does_not_warn_about_its_own_budget():
     from types import SimpleNamespace
 
+    from omegaconf import OmegaConf
+
     from rlcli.run.budget import budget_warnings
 
     algo = SimpleNamespace(steps_per_collect=32, learning_starts=0)
     c = SimpleNamespace(settings=SimpleNamespace(total_steps=100_000, num_envs=8), algo=algo,
                         learner=SimpleNamespace(algo=algo), spec=SimpleNamespace(on_policy=True),
-                        steps_per_phase=32 * 8, offline=None)
+                        steps_per_phase=32 * 8, offline=None,
+                        cfg=OmegaConf.create({"train": {"num_envs": 8}, "collector": {"name": "local"}}))
     assert budget_warnings(c, 100_096, typed={"algo", "env"}) == []  # the flagship command
     # typed, a rounding of at most 1% is not worth a line either (issue 56: the Python guide's first example)
     assert budget_warnings(c, 100_096, typed={"train.total_steps"}) == []
@@ -43,6 +46,27 @@ def test_a_shipped_tuned_config_does_not_warn_about_its_own_budget():
     c.settings.total_steps = 160
     (tiny,) = budget_warnings(c, 256, typed={"train.total_steps"})
     assert "for exactly 160, algo.n_steps=20" in tiny
+
+
+def test_a_typed_train_num_envs_that_collector_envs_per_worker_overrides_is_said():
+    from types import SimpleNamespace
+
+    from omegaconf import OmegaConf
+
+    from rlcli.run.budget import budget_warnings
+
+    algo = SimpleNamespace(steps_per_collect=32, learning_starts=0)
+    cfg = OmegaConf.create({"train": {"num_envs": 16},
+                            "collector": {"name": "ray", "workers": 2, "envs_per_worker": 3}})
+    c = SimpleNamespace(settings=SimpleNamespace(total_steps=192, num_envs=6), algo=algo, cfg=cfg,
+                        learner=SimpleNamespace(algo=algo), spec=SimpleNamespace(on_policy=True),
+                        steps_per_phase=32 * 6, offline=None)
+    (line,) = budget_warnings(c, 192, typed={"train.num_envs", "collector.envs_per_worker"})
+    assert line.startswith("train.num_envs=16 is not used: collector.envs_per_worker=3 on collector.workers=2 run 6")
+    assert budget_warnings(c, 192, typed={"collector.envs_per_worker"}) == []  # the default num_envs: nothing to say
+    cfg.collector.envs_per_worker = None  # num_envs split over the workers: what was asked for
+    c.settings.num_envs, c.settings.total_steps, c.steps_per_phase = 16, 512, 32 * 16
+    assert budget_warnings(c, 512, typed={"train.num_envs"}) == []
 
 
 def test_rl_eval_on_a_parent_of_runs_on_several_envs_says_what_it_found(tmp_path):

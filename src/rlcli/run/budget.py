@@ -32,6 +32,12 @@ def budget_warnings(c: Components, planned: int, typed: set[str] | None = None) 
     so a shipped tuned config does not warn about itself, and only when it adds more than 1% to the budget."""
     s, algo, warnings = c.settings, c.algo, []
     per_phase = c.steps_per_phase
+    rays, asked = c.cfg.get("collector") or {}, c.cfg.train.num_envs
+    each = rays.get("envs_per_worker")
+    if each is not None and asked != s.num_envs and (typed is None or "train.num_envs" in typed):
+        warnings.append(f"train.num_envs={asked} is not used: collector.envs_per_worker={each} on collector.workers="
+                        f"{rays.get('workers')} run {s.num_envs} envs (drop collector.envs_per_worker to split "
+                        "train.num_envs over the workers)")
     if c.offline is not None:  # gradient steps: a loop iteration is algo.gradient_steps of them
         if planned - s.total_steps > 0.01 * s.total_steps and (typed is None or "train.total_steps" in typed
                                                                or "algo.gradient_steps" in typed):
