@@ -98,6 +98,20 @@ def test_replay_is_circular_and_sampling_stays_in_range():
     assert torch.equal(batch.rewards, batch.obs[:, 0])
 
 
+def test_joint_integer_actions_in_float_storage_wrap_around_the_ring():
+    """VDN's and QMIX's joint actions (a MultiDiscrete: stored as floats) are integer tensors; a write that wraps
+    the ring goes through an index tensor, which takes no other dtype (a 2M-step VDN run on LBF died at its second
+    wrap, 510,000 steps in, before the fix)."""
+    buf = ReplayBuffer(5, 1, num_envs=3, obs_shape=(1,), action_shape=(2,), discrete=False,
+                       device=torch.device("cpu"), gamma=GAMMA)
+    for k in range(4):  # rows 0-2, 3-4 then 0 (wrapping), 1-3, 4 then 0-1 (wrapping)
+        actions = torch.tensor([[k, 1], [k, 2], [k, 3]])
+        buf.add(torch.full((3, 1), float(k)), actions, np.full(3, k, np.float32), np.full((3, 1), k + 1.0),
+                np.zeros(3, bool), np.zeros(3, bool), np.ones(3, bool))
+    assert buf.actions.dtype == torch.float32 and len(buf) == 5
+    assert buf.actions.tolist() == [[3, 2], [3, 3], [2, 2], [2, 3], [3, 1]]
+
+
 def test_sum_tree_sums_and_prefix_search_match_numpy():
     rng = np.random.default_rng(0)
     tree = SumTree(13)

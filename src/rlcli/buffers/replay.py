@@ -162,7 +162,8 @@ class ReplayBuffer:
         where = (start + np.arange(n)) % self.capacity
         # a slice where the ring does not wrap: plain copies, no index tensor to build and send
         rows = slice(start, start + n) if start + n <= self.capacity else torch.as_tensor(where, device=self.storage)
-        self.obs[rows], self.actions[rows], self.rewards[rows] = obs, actions, rewards
+        # (an index tensor takes only the storage's dtype: joint actions are integers kept as floats)
+        self.obs[rows], self.actions[rows], self.rewards[rows] = obs, actions.to(self.actions.dtype), rewards
         self.next_obs[rows], self.discounts[rows] = next_obs, discounts
         self.pos = (self.pos + n) % self.capacity
         self.size = min(self.size + n, self.capacity)
