@@ -303,12 +303,45 @@ def test_a_bad_grouped_run_is_one_line(args, message, tmp_path):
     assert len(lines) == 1 and message in lines[0], done.stderr
 
 
-def test_a_grouped_population_says_algo_groups_not_a_class_name():
-    """The population launcher's warning for algo.groups members named GroupedOnPolicy and listed ppo as one that
-    can batch."""
-    from rlcli.sweeps.population.lockstep import population_update
+def test_a_grouped_population_batches_each_group_and_names_a_group_that_cannot():
+    """algo.groups members train as one population per group (sweeps/population/groups.py); a group whose algorithm
+    cannot batch is named, so the launcher's warning says why its jobs run one at a time."""
+    from rlcli.sweeps.population.groups import GroupedPopulation
 
+    storages = [RolloutBuffer(STEPS, COPIES * N, (OWN + N,), (), True, torch.device("cpu")) for _ in range(2)]
+    population = GroupedPopulation([grouped({}), grouped({})], storages)
+    assert list(population.groups) == ["hunters", "prey"] and population.acting is None
     with pytest.raises(ConfigError) as error:
-        population_update([grouped({}), grouped({})], [None, None])
-    assert str(error.value).startswith("algo.groups cannot train in a population yet; a2c, ")
-    assert str(error.value).endswith(" without it can") and "GroupedOnPolicy" not in str(error.value)
+        GroupedPopulation([grouped({"prey": {"name": "trpo", "batch_size": 8}}) for _ in range(2)], storages)
+    assert str(error.value).startswith("TRPO cannot train in a population yet")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("extra", [[], ["env.normalize_obs=true", "algo.groups.agent.name=a2c"]],
+                         ids=["ppo-groups", "normalized-a2c-group"])
+def test_a_grouped_population_sweep_writes_what_the_basic_launcher_writes(extra, tmp_path):
+    """Two seeds of a grouped simple_tag run (each group its own settings or algorithm) in one population: each
+    member's networks, actions, rollout and test episodes are its single run's (the groups' shared normalizer too)."""
+    from test_population import run
+    from test_resume import final as last_checkpoint
+
+    args = ["-m", *TAG, *FAST, "algo.groups.agent.ent_coef=0.01", "seed=0,1", "algo.lr=1e-3,3e-4",
+            "train.total_steps=256", "train.test_every=128", *QUIET, "log.tensorboard=false", *extra]
+    population = run(*args, "hydra/launcher=population", "hydra.launcher.n_jobs=1", "hydra.sweep.dir=pop",
+                     cwd=tmp_path)
+    assert population.returncode == 0, population.stderr[-3000:]
+    assert "run one at a time" not in population.stdout + population.stderr
+    basic = run(*args, "hydra.sweep.dir=basic", cwd=tmp_path)
+    assert basic.returncode == 0, basic.stderr[-3000:]
+    for job in map(str, range(4)):
+        pop, bas = last_checkpoint(tmp_path / "pop" / job), last_checkpoint(tmp_path / "basic" / job)
+        assert pop["state"]["env_steps"] == bas["state"]["env_steps"] == 256
+        nets_a, nets_b = pop["algo"]["networks"], bas["algo"]["networks"]
+        assert nets_a.keys() == nets_b.keys() and any(k.startswith("groups.agent.") for k in nets_a)
+        assert all(torch.allclose(nets_a[k], nets_b[k], atol=1e-5) for k in nets_a), job
+        assert np.array_equal(np.asarray(pop["buffer"]["actions"]), np.asarray(bas["buffer"]["actions"])), job
+        tests = [(tmp_path / side / job / "eval.jsonl").read_text() for side in ("pop", "basic")]
+        assert tests[0].count("\n") == tests[1].count("\n") == 2
+        strip = [[{k: v for k, v in __import__("json").loads(line).items() if k != "wall_s"}
+                  for line in text.splitlines()] for text in tests]
+        assert strip[0] == strip[1], job

@@ -18,11 +18,11 @@ from rlcli.collectors.local import Collector, CollectStats
 from rlcli.collectors.offline import OfflineCollector
 from rlcli.contracts import ActOutput
 from rlcli.sweeps.population import streams
-from rlcli.sweeps.population.lockstep import LockstepPopulation
+from rlcli.sweeps.population.lockstep import Population
 from rlcli.sweeps.population.members import Member
 
 
-def collect_together(members: Sequence[Member], population: LockstepPopulation,
+def collect_together(members: Sequence[Member], population: Population,
                      ) -> list[CollectStats | CollectorError | None]:
     """One collect phase of each live member (None for the others; the error for a member whose env failed,
     which then stops stepping while the others go on)."""

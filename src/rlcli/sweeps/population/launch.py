@@ -297,9 +297,11 @@ def _prepare_member(cfg: DictConfig) -> Any:
 
 def _batched_update(members: list[Any]) -> Any:
     """The population's update, or None (after a warning naming why) when these members cannot batch."""
+    from rlcli.algos.grouped import GroupedOnPolicy
     from rlcli.collectors.local import Collector
     from rlcli.collectors.offline import OfflineCollector, OfflineThenOnline
     from rlcli.services.log import console
+    from rlcli.sweeps.population.groups import GroupedPopulation
     from rlcli.sweeps.population.lockstep import population_update
 
     if len(members) == 1:
@@ -310,7 +312,10 @@ def _batched_update(members: list[Any]) -> Any:
         if not all(isinstance(m.trainer.c.collector, (Collector, OfflineCollector)) for m in members):
             raise ConfigError("collector=ray cannot train in a population (its workers step the envs): the local "
                               "collector can")
-        return population_update([m.trainer.c.algo for m in members], [m.trainer.c.buffer for m in members])
+        algos, storages = [m.trainer.c.algo for m in members], [m.trainer.c.buffer for m in members]
+        if isinstance(algos[0], GroupedOnPolicy):  # algo.groups: a lockstep population per group
+            return GroupedPopulation(algos, storages)
+        return population_update(algos, storages)
     except ConfigError as error:
         jobs = ", ".join(str(m.job_num) for m in members)
         console.print(f"rl-train: warning: population launcher: {error}; jobs {jobs} run one at a time",

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from functools import partial
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import torch
 from torch import nn
@@ -88,6 +88,16 @@ def population_update(algos: Sequence[Any], storages: Sequence[Any]) -> Lockstep
         raise ConfigError(f"{name} declares population={kind!r} but has no {', '.join(missing)} (algos/runner.py): "
                           f"it cannot train in a population yet; {can_batch(kind)} can")
     return LockstepPopulation(algos, storages, kind)
+
+
+class Population(Protocol):
+    """What the population's loop uses of its update: a LockstepPopulation, or groups.GroupedPopulation (one per group
+    of agents)."""
+
+    acting: MembersActing | None
+
+    def update(self, active: Sequence[bool], storages: Sequence[Any], torch_rngs: list[Stream],
+               clocks: Sequence[RunClock | None] = ()) -> list[dict[str, torch.Tensor] | None]: ...
 
 
 class LockstepPopulation:

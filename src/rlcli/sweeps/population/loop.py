@@ -14,12 +14,12 @@ from rlcli.run.stop import RunFailed, StoppedBySignal, StopSignals
 from rlcli.services.deadlines import DEADLINES
 from rlcli.sweeps.population import streams
 from rlcli.sweeps.population.collect import collect_together
-from rlcli.sweeps.population.lockstep import LockstepPopulation
+from rlcli.sweeps.population.lockstep import Population
 from rlcli.sweeps.population.members import Member
 from rlcli.sweeps.population.testing import test_together
 
 
-def train_population(members: list[Member], population: LockstepPopulation) -> int | None:
+def train_population(members: list[Member], population: Population) -> int | None:
     """Train every member to its end; returns the signal that stopped the population (None: none did)."""
     signals = StopSignals()  # the population's: a member's own stays quiet until the whole iteration is done
     for member in members:
@@ -102,7 +102,7 @@ def _after_collect(member: Member, collected: CollectStats | CollectorError | No
     member.planned = member.trainer.before_update(member.it)
 
 
-def _update(members: list[Member], population: LockstepPopulation) -> None:
+def _update(members: list[Member], population: Population) -> None:
     active = [m.live and m.planned is not None for m in members]  # an off-policy member learns once it has warmed up
     rngs = [streams.of_member(m.rng) for m in members]
     clocks = [m.planned.clock if m.planned is not None else None for m in members]

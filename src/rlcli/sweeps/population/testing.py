@@ -19,11 +19,11 @@ from rlcli.collectors.env_faults import CollectorError
 from rlcli.collectors.testing import TestEpisodes, TestStats
 from rlcli.run.evaluation import test_seed
 from rlcli.sweeps.population.collect import on_host
-from rlcli.sweeps.population.lockstep import LockstepPopulation
+from rlcli.sweeps.population.lockstep import Population
 from rlcli.sweeps.population.members import Member
 
 
-def test_together(members: Sequence[Member], due: Sequence[bool], population: LockstepPopulation,
+def test_together(members: Sequence[Member], due: Sequence[bool], population: Population,
                   ) -> dict[int, TestStats | CollectorError]:
     """The test episodes of each member that is `due` a test phase and can take one together, by member index (the
     others run theirs alone), or the error of a member whose test env failed (a step past train.step_timeout),
