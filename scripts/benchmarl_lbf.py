@@ -1,10 +1,18 @@
-"""Level-Based Foraging as a BenchMARL 1.5.2 task (issue #58): BenchMARL's MAPPO and IPPO on rlcli's env=lbf
-(Foraging-8x8-2p-2f-coop-v3: 8x8 grid, 2 players, 2 foods that each need both players, 50 steps; team return 1.0
-when every food is eaten), with benchmarl_compare.py's on-policy settings. Runs under BenchMARL's own venv (see
-benchmarl_compare.py's docstring, plus lbforaging 2.0.0 as in rlcli's venv); it does not import rlcli.
+"""Level-Based Foraging as a BenchMARL 1.5.2 task (issue #58): BenchMARL's MAPPO and IPPO (with
+benchmarl_compare.py's on-policy settings) and its VDN and QMIX (with the settings of rlcli's conf/tuned/vdn/lbf.yaml
+and qmix/lbf.yaml, as far as BenchMARL has them) on rlcli's env=lbf (Foraging-8x8-2p-2f-coop-v3: 8x8 grid, 2 players,
+2 foods that each need both players, 50 steps; team return 1.0 when every food is eaten). Runs under BenchMARL's own
+venv (see benchmarl_compare.py's docstring, plus lbforaging 2.0.0 as in rlcli's venv); it does not import rlcli.
 
     /tmp/bm-venv/bin/pip install -c /tmp/bm-constraints.txt lbforaging==2.0.0
     nice -n 10 /tmp/bm-venv/bin/python scripts/benchmarl_lbf.py --algo mappo --seed 0 --frames 6400 --work /tmp/bml
+    nice -n 10 /tmp/bm-venv/bin/python scripts/benchmarl_lbf.py --algo vdn --seed 0 --frames 2000000 --work /tmp/bmv
+
+VDN and QMIX (`run_benchmarl_lbf_value`): 16 copies x 50 steps an iteration, then 100 optimizer steps on batches of
+256 team steps from a replay of 250,000, MLP [64, 64] ReLU shared by the agents (QMIX: torchrl's QMixer, embed 32),
+lr 5e-4, gradient norm clipped at 10, gamma 0.99, the target network copied every 1,250 optimizer steps
+(`delay_value`: torchrl's QMixerLoss has no double Q, which rlcli's preset uses), epsilon 1.0 -> 0.05 over the first
+quarter of the frames, the agents' mean reward (BenchMARL's), tests at half and at the end.
 
 The env is rlcli's TupleAgentsEnv (src/rlcli/envs/ma_gym.py) rebuilt here: agents agent_0..agent_{n-1} (one group,
 "agent"), each its flat Box observation and Discrete(6) actions, per-agent rewards, the team's end `terminated` when
@@ -42,7 +50,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import torch
-from benchmarl.algorithms import IppoConfig, MappoConfig
+from benchmarl.algorithms import IppoConfig, MappoConfig, QmixConfig, VdnConfig
 from benchmarl.environments import PettingZooClass, Task
 from benchmarl.experiment import Experiment, ExperimentConfig
 from benchmarl.experiment.callback import Callback
@@ -221,9 +229,58 @@ def run_benchmarl_lbf(algo: str, seed: int, frames: int, work_dir: str, *, n_env
             "tests": returns.tests, "folder": str(exp.folder_name)}
 
 
+def run_benchmarl_lbf_value(algo: str, seed: int, frames: int, work_dir: str, *, n_envs: int = 16,
+                            n_steps: int = 50, gradient_steps: int = 100, batch: int = 256,
+                            hidden: tuple[int, ...] = (64, 64), lr: float = 5e-4, gamma: float = 0.99,
+                            eps_init: float = 1.0, eps_end: float = 0.05, anneal_fraction: float = 0.25,
+                            memory: int = 250_000, target_every: int = 1250, grad_norm: float = 10.0,
+                            test_episodes: int = 20, task: str = TASK_ID, max_episode_steps: int = 50,
+                            distinct_copy_seeds: bool = False) -> dict[str, Any]:
+    """One BenchMARL run of `algo` (qmix, vdn) on LBF for `frames` team steps; its tests' team returns. Each
+    iteration collects n_envs x n_steps team steps, then takes `gradient_steps` optimizer steps on batches of `batch`
+    team steps from a replay of `memory`; the target network is copied every `target_every` optimizer steps
+    (`delay_value`, no double Q); epsilon per agent from eps_init to eps_end over anneal_fraction of the frames."""
+    start = time.perf_counter()
+    per_batch = n_envs * n_steps
+    if frames % (2 * per_batch):
+        raise SystemExit(f"frames must be a multiple of 2 x {per_batch} (n_envs x n_steps)")
+    torch.set_num_threads(1)
+    lbf = LbfTask.FORAGING_8X8_2P_2F_COOP_V3.get_task({"task": task, "max_episode_steps": max_episode_steps,
+                                                        "distinct_copy_seeds": distinct_copy_seeds})
+    algo_config = {"qmix": QmixConfig, "vdn": VdnConfig}[algo].get_from_yaml()  # l2, delay_value, QMIX embed 32
+    model, critic = MlpConfig.get_from_yaml(), MlpConfig.get_from_yaml()
+    for m in (model, critic):
+        m.num_cells, m.activation_class = list(hidden), torch.nn.ReLU
+    c = ExperimentConfig.get_from_yaml()
+    c.sampling_device = c.train_device = c.buffer_device = "cpu"
+    c.share_policy_params, c.prefer_continuous_actions = True, False
+    c.gamma, c.lr, c.clip_grad_norm, c.clip_grad_val = gamma, lr, True, grad_norm
+    c.max_n_iters, c.max_n_frames = None, frames
+    c.off_policy_collected_frames_per_batch, c.off_policy_n_envs_per_worker = per_batch, n_envs
+    c.off_policy_n_optimizer_steps, c.off_policy_train_batch_size = gradient_steps, batch
+    c.off_policy_memory_size, c.off_policy_init_random_frames = memory, 0
+    c.exploration_eps_init, c.exploration_eps_end = eps_init, eps_end
+    c.exploration_anneal_frames = int(anneal_fraction * frames)
+    c.soft_target_update, c.hard_target_update_frequency = False, target_every
+    c.evaluation, c.render, c.evaluation_interval = True, False, frames // 2
+    c.evaluation_episodes, c.evaluation_deterministic_actions = test_episodes, True
+    Path(work_dir).mkdir(parents=True, exist_ok=True)
+    c.loggers, c.create_json, c.save_folder = ["csv"], False, work_dir
+    c.checkpoint_interval, c.checkpoint_at_end = 0, False
+    returns = TeamReturns()
+    exp = Experiment(task=lbf, algorithm_config=algo_config, model_config=model, critic_model_config=critic,
+                     seed=seed, config=c, callbacks=[returns])
+    n_agents = len(exp.group_map["agent"])
+    exp.run()
+    final = returns.tests[-1]
+    return {"algo": algo, "seed": seed, "frames": exp.total_frames, "task": task, "n_agents": n_agents,
+            "final_team_return": final["team_return_mean"], "seconds": time.perf_counter() - start,
+            "tests": returns.tests, "folder": str(exp.folder_name)}
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--algo", choices=["mappo", "ippo"], default="mappo")
+    p.add_argument("--algo", choices=["mappo", "ippo", "qmix", "vdn"], default="mappo")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--frames", type=int, default=6400, help="team steps (a multiple of 1,600)")
     p.add_argument("--work", default="/tmp/benchmarl_lbf")
@@ -232,10 +289,15 @@ def main() -> None:
     p.add_argument("--distinct-copy-seeds", action="store_true", help="seed the env copies apart (as rlcli does; "
                    "BenchMARL gives every copy the run's seed, so every copy sees the same layouts)")
     args = p.parse_args()
-    result = run_benchmarl_lbf(args.algo, args.seed, args.frames, args.work, test_episodes=args.test_episodes,
-                               ent_coef=args.ent_coef, distinct_copy_seeds=args.distinct_copy_seeds)
+    if args.algo in ("qmix", "vdn"):
+        result = run_benchmarl_lbf_value(args.algo, args.seed, args.frames, args.work,
+                                         test_episodes=args.test_episodes, distinct_copy_seeds=args.distinct_copy_seeds)
+    else:
+        result = run_benchmarl_lbf(args.algo, args.seed, args.frames, args.work, test_episodes=args.test_episodes,
+                                   ent_coef=args.ent_coef, distinct_copy_seeds=args.distinct_copy_seeds)
     for t in result["tests"]:
-        print(f"frames {t['frames']:>8,}  team return {t['team_return_mean']:.3f} (logged x n {t['logged_x_n']:.3f}) "
+        logged = t.get("logged_x_n", float("nan"))  # (the value-decomposition runs' tests carry the team return only)
+        print(f"frames {t['frames']:>8,}  team return {t['team_return_mean']:.3f} (logged x n {logged:.3f}) "
               f" all food eaten {t['all_food_eaten']}/{len(t['returns'])}")
     (Path(args.work) / "result.json").write_text(json.dumps(result, indent=1))
     print(json.dumps({k: v for k, v in result.items() if k != "tests"}))
