@@ -116,12 +116,15 @@ def test_a_raised_budget_trains_on_after_the_stop_reward_and_a_no_op_resume_writ
 def test_a_budget_rounded_up_by_at_most_one_percent_does_not_warn():
     from types import SimpleNamespace
 
+    from omegaconf import OmegaConf
+
     from rlcli.run.budget import budget_warnings
 
     algo = SimpleNamespace(steps_per_collect=32, learning_starts=0)
     c = SimpleNamespace(settings=SimpleNamespace(total_steps=100_000, num_envs=8), algo=algo,
                         learner=SimpleNamespace(algo=algo), spec=SimpleNamespace(on_policy=True),
-                        steps_per_phase=32 * 8, offline=None)
+                        steps_per_phase=32 * 8, offline=None,
+                        cfg=OmegaConf.create({"train": {"num_envs": 8}, "collector": {"name": "local"}}))
     # the Python guide's first example: train={"total_steps": 100_000} with the tuned 32 x 8 rollouts
     assert budget_warnings(c, 100_096, typed={"train.total_steps"}) == []
     c.settings.total_steps = 3000

@@ -313,7 +313,8 @@ def test_a_grouped_population_batches_each_group_and_names_a_group_that_cannot()
     assert list(population.groups) == ["hunters", "prey"] and population.acting is None
     with pytest.raises(ConfigError) as error:
         GroupedPopulation([grouped({"prey": {"name": "trpo", "batch_size": 8}}) for _ in range(2)], storages)
-    assert str(error.value).startswith("TRPO cannot train in a population yet")
+    assert str(error.value) == ("algo.groups.prey.name=trpo cannot train in a population yet; a group on a2c, pg, "
+                                "ppo and ppo_kl can")
 
 
 @pytest.mark.slow
@@ -345,3 +346,17 @@ def test_a_grouped_population_sweep_writes_what_the_basic_launcher_writes(extra,
         strip = [[{k: v for k, v in __import__("json").loads(line).items() if k != "wall_s"}
                   for line in text.splitlines()] for text in tests]
         assert strip[0] == strip[1], job
+
+
+def test_jobs_that_differ_in_a_groups_batchable_values_share_a_population():
+    """A sweep over a group's own lr or ent_coef batches as a sweep over the run's does; a group's other settings
+    (n_epochs) start another population."""
+    pytest.importorskip("mpe2")
+    from rlcli.run.compose import compose_config, schedule_args
+    from rlcli.sweeps.population.launch import group_jobs
+
+    configs = [compose_config(schedule_args([*TAG, *more])) for more in
+               (["seed=0", "algo.groups.agent.lr=1e-3"], ["seed=1", "algo.groups.agent.lr=3e-4"],
+                ["seed=0", "algo.groups.agent.lr=1e-3", "algo.groups.agent.n_epochs=3"],
+                ["seed=2", "algo.groups.agent.lr=1e-3", "algo.groups.adversary.ent_coef=0.02"])]
+    assert group_jobs(configs, max_members=64) == [[0, 1, 3], [2]]

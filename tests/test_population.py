@@ -27,7 +27,7 @@ from rlcli.run.trainer import Trainer
 from rlcli.sweeps.population import streams
 from rlcli.sweeps.population.collect import collect_together
 from rlcli.sweeps.population.launch import group_jobs, split_for_workers
-from rlcli.sweeps.population.lockstep import population_update
+from rlcli.sweeps.population.lockstep import LockstepPopulation, population_update
 from rlcli.sweeps.population.members import Member
 from rlcli.sweeps.population.numpy_stream import NumpyStream
 from rlcli.sweeps.population.stacking import stack_weights
@@ -287,6 +287,17 @@ def test_population_refuses_what_it_cannot_batch_in_one_line():
     with pytest.raises(ConfigError, match="a recurrent actor cannot train in a population yet; a2c, maskable_ppo, pg, "
                                           r"ppo, ppo_kl and pqn \(MLP or CNN actors\) without it can"):
         population_update([gru.algo, gru.algo], [gru.buffer, gru.buffer])
+    # null turns a step's branch off for all members (the first member's decides): all set it, or none does
+    # (a cold review saw target_kl=null,0.0002 train both members without early stops, and kl_coef=null,1.0 end in a
+    # traceback at the first update)
+    for setting, values in (("target_kl", ("null", "0.0002")), ("kl_coef", ("null", "1.0"))):
+        built = [prepare(compose_config(["algo=ppo", "env=CartPole-v1", f"algo.{setting}={v}"]))[0] for v in values]
+        with pytest.raises(ConfigError, match=rf"^some members set algo\.{setting} and some leave it null "
+                                              rf"\(null, {values[1]}\): members batch when all set it or none does$"):
+            population_update([c.algo for c in built], [c.buffer for c in built])
+        both = [prepare(compose_config(["algo=ppo", "env=CartPole-v1", f"algo.{setting}={v}"]))[0]
+                for v in (values[1], "0.5")]
+        assert isinstance(population_update([c.algo for c in both], [c.buffer for c in both]), LockstepPopulation)
 
 
 def run(*args: str, cwd: Path) -> subprocess.CompletedProcess:

@@ -13,10 +13,12 @@ from typing import Any
 
 import torch
 
-from rlcli.algos.grouped import GroupedOnPolicy
+from rlcli.algos.grouped import GroupedOnPolicy, shares_rollout
 from rlcli.contracts import RunClock
-from rlcli.registry import ConfigError
-from rlcli.sweeps.population.lockstep import population_update
+from rlcli.registry import ALGOS, ConfigError
+from rlcli.sweeps.population.acting import MembersActing
+from rlcli.sweeps.population.catalog import batchable_names, declared_kind
+from rlcli.sweeps.population.lockstep import LockstepPopulation, population_update
 from rlcli.sweeps.population.streams import Stream
 
 
@@ -29,8 +31,8 @@ class GroupedPopulation:
             if list(algo.algos) != names:
                 raise ConfigError(f"the members' groups differ ({names} against {list(algo.algos)})")
         self.algos = list(algos)
-        self.groups = {name: population_update([a.algos[name] for a in algos], storages) for name in names}
-        self.acting = None  # each member's own act, as its single run
+        self.groups = {name: _group_population(name, [a.algos[name] for a in algos], storages) for name in names}
+        self.acting: MembersActing | None = None  # each member's own act, as its single run
 
     def update(self, active: Sequence[bool], storages: Sequence[Any], torch_rngs: list[Stream],
                clocks: Sequence[RunClock | None] = ()) -> list[dict[str, torch.Tensor] | None]:
@@ -49,3 +51,17 @@ class GroupedPopulation:
             if on:
                 algo._parts = None
         return results
+
+
+def _group_population(group: str, algos: list[Any], storages: Sequence[Any]) -> LockstepPopulation:
+    """One group's lockstep population, or one line naming the group (and, for an algorithm that cannot batch, the
+    ones a group can run that do)."""
+    try:
+        return population_update(algos, storages)
+    except ConfigError as error:
+        if declared_kind(algos[0]) is None:
+            name = next(n for n in ALGOS.names() if ALGOS.get(n) is type(algos[0]))
+            can = [n for n in batchable_names("on_policy") if shares_rollout(ALGOS.spec(n), ALGOS.spec(name))]
+            raise ConfigError(f"algo.groups.{group}.name={name} cannot train in a population yet; a group on "
+                              f"{', '.join(can[:-1])} and {can[-1]} can") from None
+        raise ConfigError(f"algo.groups.{group}: {error}") from None

@@ -43,13 +43,17 @@ def check_launcher_options(max_members: Any, n_jobs: Any) -> None:
 
 def population_key(cfg: DictConfig) -> str:
     """What must be equal for jobs to share a population: the whole config but hydra, the seed, `resume` and
-    the batchable algorithm values."""
+    the batchable algorithm values (the run's and each of algo.groups')."""
     plain = OmegaConf.to_container(cfg, resolve=False)
     assert isinstance(plain, dict)
     plain = {k: v for k, v in plain.items() if k not in ("hydra", "seed", "resume")}
     algo = dict(plain.get("algo") or {})
     for key in BATCHABLE:
         algo.pop(key, None)
+    if isinstance(algo.get("groups"), dict):  # algo.groups: each group's own batchable values too (a group left
+        kept = {group: {k: v for k, v in own.items() if k not in BATCHABLE} if isinstance(own, dict) else own
+                for group, own in algo["groups"].items()}  # with nothing else of its own is one not named)
+        algo["groups"] = {group: own for group, own in kept.items() if own != {}}
     plain["algo"] = algo
     return OmegaConf.to_yaml(OmegaConf.create(plain))
 

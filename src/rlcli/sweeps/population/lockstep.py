@@ -427,8 +427,13 @@ def _check_lockstep(algos: Sequence[Any]) -> None:
     """One line naming what keeps these members out of one lockstep population."""
     first = _plain_settings(algos[0])
     own = OWN_SETTINGS | getattr(algos[0], "member_settings", {})  # the algorithm's attribute -> its setting's name
-    for algo in algos[1:]:
-        other = _plain_settings(algo)
+    plain = [first, *(_plain_settings(algo) for algo in algos[1:])]
+    for attr, setting in own.items():  # null turns a step's branch off (no early stop, no KL penalty): all or none
+        values = ["null" if p.get(attr) is None else str(p[attr]) for p in plain]
+        if "null" in values and any(v != "null" for v in values):
+            raise ConfigError(f"some members set algo.{setting} and some leave it null ({', '.join(values)}): "
+                              "members batch when all set it or none does")
+    for other in plain[1:]:
         differ = sorted(k for k in first.keys() | other.keys()
                         if k not in own and k not in COUNTERS and first.get(k) != other.get(k))
         if differ:
