@@ -182,6 +182,21 @@ class TeamReturns(Callback):
                            "all_food_eaten": sum(eaten), "lengths": [r.batch_size[0] for r in rollouts]})
 
 
+def run_experiment(task: Any, algo_config: Any, model: Any, critic: Any, c: Any, seed: int, work_dir: str,
+                   frames: int, test_episodes: int) -> tuple[Any, TeamReturns]:
+    """The experiment run with tests at half and at the end, csv logs under `work_dir`, no checkpoints; its tests."""
+    c.evaluation, c.render, c.evaluation_interval = True, False, frames // 2
+    c.evaluation_episodes, c.evaluation_deterministic_actions = test_episodes, True
+    Path(work_dir).mkdir(parents=True, exist_ok=True)
+    c.loggers, c.create_json, c.save_folder = ["csv"], False, work_dir
+    c.checkpoint_interval, c.checkpoint_at_end = 0, False
+    returns = TeamReturns()
+    exp = Experiment(task=task, algorithm_config=algo_config, model_config=model, critic_model_config=critic,
+                     seed=seed, config=c, callbacks=[returns])
+    exp.run()
+    return exp, returns
+
+
 def run_benchmarl_lbf(algo: str, seed: int, frames: int, work_dir: str, *, n_envs: int = 16, n_steps: int = 50,
                       minibatch: int = 400, epochs: int = 10, hidden: tuple[int, ...] = (256, 256), lr: float = 7e-4,
                       gamma: float = 0.99, gae_lambda: float = 0.95, clip: float = 0.2, ent_coef: float = 0.01,
@@ -208,16 +223,8 @@ def run_benchmarl_lbf(algo: str, seed: int, frames: int, work_dir: str, *, n_env
     c.max_n_iters, c.max_n_frames = None, frames
     c.on_policy_collected_frames_per_batch, c.on_policy_n_envs_per_worker = batch, n_envs
     c.on_policy_minibatch_size, c.on_policy_n_minibatch_iters = minibatch, epochs * batch // minibatch
-    c.evaluation, c.render, c.evaluation_interval = True, False, frames // 2
-    c.evaluation_episodes, c.evaluation_deterministic_actions = test_episodes, True
-    Path(work_dir).mkdir(parents=True, exist_ok=True)
-    c.loggers, c.create_json, c.save_folder = ["csv"], False, work_dir
-    c.checkpoint_interval, c.checkpoint_at_end = 0, False
-    returns = TeamReturns()
-    exp = Experiment(task=lbf, algorithm_config=algo_config, model_config=model, critic_model_config=critic,
-                     seed=seed, config=c, callbacks=[returns])
+    exp, returns = run_experiment(lbf, algo_config, model, critic, c, seed, work_dir, frames, test_episodes)
     n_agents = len(exp.group_map["agent"])
-    exp.run()
     scalars = next(p for p in Path(exp.folder_name).rglob("scalars") if p.is_dir())  # the csv logger's, nested
     with open(scalars / "eval_agent_reward_episode_reward_mean.csv") as f:
         logged = [n_agents * float(row[1]) for row in csv.reader(f) if row]
@@ -262,16 +269,8 @@ def run_benchmarl_lbf_value(algo: str, seed: int, frames: int, work_dir: str, *,
     c.exploration_eps_init, c.exploration_eps_end = eps_init, eps_end
     c.exploration_anneal_frames = int(anneal_fraction * frames)
     c.soft_target_update, c.hard_target_update_frequency = False, target_every
-    c.evaluation, c.render, c.evaluation_interval = True, False, frames // 2
-    c.evaluation_episodes, c.evaluation_deterministic_actions = test_episodes, True
-    Path(work_dir).mkdir(parents=True, exist_ok=True)
-    c.loggers, c.create_json, c.save_folder = ["csv"], False, work_dir
-    c.checkpoint_interval, c.checkpoint_at_end = 0, False
-    returns = TeamReturns()
-    exp = Experiment(task=lbf, algorithm_config=algo_config, model_config=model, critic_model_config=critic,
-                     seed=seed, config=c, callbacks=[returns])
+    exp, returns = run_experiment(lbf, algo_config, model, critic, c, seed, work_dir, frames, test_episodes)
     n_agents = len(exp.group_map["agent"])
-    exp.run()
     final = returns.tests[-1]
     return {"algo": algo, "seed": seed, "frames": exp.total_frames, "task": task, "n_agents": n_agents,
             "final_team_return": final["team_return_mean"], "seconds": time.perf_counter() - start,
