@@ -187,6 +187,10 @@ def test_off_policy_collects_ahead_with_bounded_lag_and_survives_a_killed_worker
      "must be a multiple of 2"),
     (["algo=ippo", "env=coop_match", "train.num_envs=6"],
      "train.num_envs=6 over collector.workers=2 (3 each): env rlcli.envs.pz_toys:coop_match has 2 agents"),
+    # a batch checked against the envs says where their count came from (a typed train.num_envs it overrode)
+    (["collector.envs_per_worker=2", "train.num_envs=16", "algo.n_steps=128", "algo.batch_size=1024"],
+     "algo.batch_size=1024 is invalid: must be in [1, n_steps * num_envs = 512] (train.num_envs=16 is not used: "
+     "collector.envs_per_worker=2 on collector.workers=2 run 4 envs)"),
 ])
 def test_collector_settings_that_cannot_work_are_one_line(tmp_path, args, expected):
     out = run_cli("collector=ray", *args, "train.total_steps=64", cwd=tmp_path, timeout=120)
