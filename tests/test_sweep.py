@@ -178,8 +178,14 @@ def test_sigterm_to_a_basic_sweep_names_resume_auto_which_finishes_every_job(tmp
     assert f"hydra.sweep.dir={tmp_path / 'sw'} resume=auto" in line, line
     assert f"this job alone: rl-train resume={jobs_dir / '0'}" in line, line
     assert statuses(jobs_dir)[0]["status"] == "interrupted" and not (jobs_dir / "1").exists()
+    # job 0 alone, as its line offers: its record then says it completed, and the sweep's resume skips it (it resumed
+    # it and heard "this run already finished")
+    alone = forked_cli.run([f"resume={jobs_dir / '0'}", "log.console=false"], tmp_path)
+    assert alone.returncode == 0, alone.stderr[-3000:]
+    assert statuses(jobs_dir)[0]["status"] == "completed" and statuses(jobs_dir)[0]["env_steps"] >= 6000
     resumed = finish([*args, "resume=auto"], tmp_path)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "already completed, skipped" in resumed.stderr and "already finished" not in resumed.stderr
     jobs = statuses(jobs_dir)
     assert all(jobs[i]["status"] == "completed" and jobs[i]["env_steps"] >= 6000 for i in (0, 1)), jobs
 

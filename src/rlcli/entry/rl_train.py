@@ -184,7 +184,12 @@ def _hydra_entry(cfg: DictConfig) -> Any:
         trainer = _single_run(cfg, hydra_cfg, run_dir)
     except ConfigError as error:
         _fail(error)
-    return trainer.run()
+    result = trainer.run()
+    if cfg.get("resume") is not None:
+        from rlcli.sweeps.jobs import record_job_resumed_alone
+
+        record_job_resumed_alone(run_dir, trainer)
+    return result
 
 
 def _single_run(cfg: DictConfig, hydra_cfg: Any, run_dir: Path) -> Any:

@@ -206,17 +206,33 @@ def end_record(record: dict[str, Any], run_dir: Path, job_num: int, shown: str, 
     elif error is not None:
         raise error  # KeyboardInterrupt and the like
     else:
-        state = trainer.state
-        record.update(status="pruned" if trainer.stop_reason == "pruned" else "completed",
-                      stop_reason=str(trainer.stop_reason), env_steps=state.env_steps,
-                      train_seconds=round(state.train_seconds, 3),
-                      final_test_return=state.last_test_return, best_test_return=state.best_test_return)
+        _finished(record, trainer)
     record["ended"] = time.time()
     write_status(run_dir, record)
     if record["status"] == "failed":
         logger.error("job %d failed: %s", job_num, record["error"])
         _say(f"[job {job_num}] {shown}: FAILED: {record['error']}")
     return record
+
+
+def _finished(record: dict[str, Any], trainer: Any) -> None:
+    state = trainer.state
+    record.update(status="pruned" if trainer.stop_reason == "pruned" else "completed",
+                  stop_reason=str(trainer.stop_reason), env_steps=state.env_steps,
+                  train_seconds=round(state.train_seconds, 3),
+                  final_test_return=state.last_test_return, best_test_return=state.best_test_return)
+
+
+def record_job_resumed_alone(run_dir: Path, trainer: Any) -> None:
+    """A sweep's job resumed on its own (`rl-train resume=<job dir>`, as its stop line suggests) that trained to its
+    end: its record says so, so that the sweep's resume=auto skips it (it resumed it, and heard the run had already
+    finished) and rl-report counts it as the sweep's."""
+    record = read_status(run_dir)
+    if record is None or record.get("status") in DONE or "job" not in record:
+        return
+    _finished(record, trainer)
+    record["ended"] = time.time()
+    write_status(run_dir, record)
 
 
 def job_records(sweep_dir: Path) -> list[tuple[Path, dict[str, Any]]]:
