@@ -285,12 +285,15 @@ def main() -> None:
     p.add_argument("--work", default="/tmp/benchmarl_lbf")
     p.add_argument("--test-episodes", type=int, default=20)
     p.add_argument("--ent-coef", type=float, default=0.01, help="the entropy coefficient (BenchMARL's own default: 0)")
+    p.add_argument("--anneal-fraction", type=float, default=0.25, help="vdn, qmix: epsilon's share of the frames "
+                   "(0.5 of 1,000,000: the first 500,000, as rlcli's 2,000,000-step preset)")
     p.add_argument("--distinct-copy-seeds", action="store_true", help="seed the env copies apart (as rlcli does; "
                    "BenchMARL gives every copy the run's seed, so every copy sees the same layouts)")
     args = p.parse_args()
     if args.algo in ("qmix", "vdn"):
         result = run_benchmarl_lbf_value(args.algo, args.seed, args.frames, args.work,
-                                         test_episodes=args.test_episodes, distinct_copy_seeds=args.distinct_copy_seeds)
+                                         test_episodes=args.test_episodes, anneal_fraction=args.anneal_fraction,
+                                         distinct_copy_seeds=args.distinct_copy_seeds)
     else:
         result = run_benchmarl_lbf(args.algo, args.seed, args.frames, args.work, test_episodes=args.test_episodes,
                                    ent_coef=args.ent_coef, distinct_copy_seeds=args.distinct_copy_seeds)
