@@ -192,6 +192,7 @@ def test_a_setting_changed_on_resume_keeps_a_groups_own_value():
     ({"prey": {"name": "nonsense"}}, PPO, "algo.groups.prey.name=nonsense: a group's algorithm shares the run's "
                                           "rollout (algo=ppo), so it is an on-policy actor-critic one with the same "
                                           "use of action masks; choose from: a2c, pg, ppo, ppo_kl, trpo"),
+    ({"prey": {"name": "a2cc"}}, PPO, "choose from: a2c, pg, ppo, ppo_kl, trpo (did you mean 'a2c'?)"),
     ({"prey": {"n_steps": 4}}, PPO, "algo.groups.prey.n_steps=4: the groups collect one rollout, so each group's "
                                     "n_steps is the run's algo.n_steps=8"),
     ({"prey": {"batch_size": 64}}, PPO, "algo.groups.prey (ppo): algo.groups.prey.batch_size=64 is invalid: must be "

@@ -35,7 +35,7 @@ from torch import nn
 from rlcli.actors.per_agent import agent_index, pick
 from rlcli.contracts import ActOutput, AlgoSpec, RecurrentState, RolloutStorage, RunClock
 from rlcli.envs.multiagent import AgentGroups, SeparateAgents
-from rlcli.registry import ACTORS, ALGOS, ConfigError, defaults_of
+from rlcli.registry import ACTORS, ALGOS, ConfigError, defaults_of, did_you_mean
 from rlcli.schedules import Schedule
 
 # the settings a group on another algorithm takes from the run's: the loop's length and the discount
@@ -80,7 +80,8 @@ def group_settings(base: Mapping[str, Any], groups: Mapping[str, Any], layout: A
             if spec is None or not shares_rollout(spec, base_spec):
                 raise ConfigError(f"algo.groups.{group}.name={name}: a group's algorithm shares the run's rollout "
                                   f"(algo={base['name']}), so it is an on-policy actor-critic one with the same use of "
-                                  f"action masks; choose from: {', '.join(loop_partners(base_spec))}")
+                                  f"action masks; choose from: {', '.join(loop_partners(base_spec))}"
+                                  f"{did_you_mean(name, loop_partners(base_spec)) if spec is None else ''}")
             defaults = defaults_of(ALGOS.get(name), ALGO_CONTEXT)
             own = {**defaults, **{k: base[k] for k in SHARED_SETTINGS if k in defaults and k in base},
                    "name": name, **changes}
