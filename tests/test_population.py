@@ -298,6 +298,9 @@ def test_population_refuses_what_it_cannot_batch_in_one_line():
         both = [prepare(compose_config(["algo=ppo", "env=CartPole-v1", f"algo.{setting}={v}"]))[0]
                 for v in (values[1], "0.5")]
         assert isinstance(population_update([c.algo for c in both], [c.buffer for c in both]), LockstepPopulation)
+    clips = [prepare(compose_config(["algo=ppo", "env=CartPole-v1", f"algo.max_grad_norm={v}"]))[0]
+             for v in ("null", "0.5")]  # each member's own clip (none: inf), as before
+    assert isinstance(population_update([c.algo for c in clips], [c.buffer for c in clips]), LockstepPopulation)
 
 
 def run(*args: str, cwd: Path) -> subprocess.CompletedProcess:

@@ -60,6 +60,9 @@ T = TypeVar("T")
 # step reads per member (`member_settings`: through run.read and run.only); anything else its step reads is the first
 # member's
 OWN_SETTINGS = {"tau": "tau", "max_grad_norm": "max_grad_norm", "gamma": "gamma", "noise.std": "noise_std"}
+# settings whose null turns a branch of the step off (PPO's early stop, KL penalty, clipping), where the first member's
+# value decides for all: the members must agree on null (a mix was no early stop for any member, or a traceback)
+NULL_TOGGLES = ("target_kl", "kl_coef", "clip_range")
 COUNTERS = frozenset({"gradient_updates"})  # each member's own (a step runs once per group of equal counters)
 
 
@@ -428,7 +431,8 @@ def _check_lockstep(algos: Sequence[Any]) -> None:
     first = _plain_settings(algos[0])
     own = OWN_SETTINGS | getattr(algos[0], "member_settings", {})  # the algorithm's attribute -> its setting's name
     plain = [first, *(_plain_settings(algo) for algo in algos[1:])]
-    for attr, setting in own.items():  # null turns a step's branch off (no early stop, no KL penalty): all or none
+    for attr in NULL_TOGGLES:  # null turns a step's branch off, as the first member has it: all set it or none does
+        setting = own.get(attr, attr)
         values = ["null" if p.get(attr) is None else str(p[attr]) for p in plain]
         if "null" in values and any(v != "null" for v in values):
             raise ConfigError(f"some members set algo.{setting} and some leave it null ({', '.join(values)}): "
