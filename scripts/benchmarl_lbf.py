@@ -1,6 +1,6 @@
 """Level-Based Foraging as a BenchMARL 1.5.2 task (issue #58): BenchMARL's MAPPO and IPPO (with
-benchmarl_compare.py's on-policy settings) and its VDN and QMIX (with the settings of rlcli's conf/tuned/vdn/lbf.yaml
-and qmix/lbf.yaml, as far as BenchMARL has them) on rlcli's env=lbf (Foraging-8x8-2p-2f-coop-v3: 8x8 grid, 2 players,
+benchmarl_compare.py's on-policy settings) and its VDN and QMIX (with the settings of rlcli's conf/tuned/vdn/lbf.yaml,
+as far as BenchMARL has them) on rlcli's env=lbf (Foraging-8x8-2p-2f-coop-v3: 8x8 grid, 2 players,
 2 foods that each need both players, 50 steps; team return 1.0 when every food is eaten). Runs under BenchMARL's own
 venv (see benchmarl_compare.py's docstring, plus lbforaging 2.0.0 as in rlcli's venv); it does not import rlcli.
 

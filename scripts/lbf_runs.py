@@ -1,11 +1,12 @@
 """Level-Based Foraging figures (issue #58): rlcli's MAPPO, IPPO, VDN and QMIX on `env=lbf`
 (Foraging-8x8-2p-2f-coop-v3, 2 players, 2 foods, each food needs both players, 50 steps; team return 1.0 when every
 food is eaten, 0.004 for a random policy), over seeds, with the shipped settings (conf/algo/<algo>.yaml,
-conf/env/lbf.yaml, and conf/tuned/<algo>/lbf.yaml where there is one). BenchMARL's side: scripts/benchmarl_lbf.py.
+conf/env/lbf.yaml, and conf/tuned/<algo>/lbf.yaml where there is one: mappo, vdn). BenchMARL's side:
+scripts/benchmarl_lbf.py.
 
     nice -n 10 python scripts/lbf_runs.py --work /tmp/lbf --algos mappo ippo --seeds 0 1 2 --steps 1500000
     nice -n 10 python scripts/lbf_runs.py --work /tmp/lbf_ent --set algo.ent_coef=0.01      # a variant
-    nice -n 10 python scripts/lbf_runs.py --work /tmp/lbfq --algos vdn qmix --steps 2000000 --test-every 200000
+    nice -n 10 python scripts/lbf_runs.py --work /tmp/lbfq --algos vdn --steps 2000000 --test-every 200000
     python scripts/lbf_runs.py --work /tmp/lbf --summary-only          # the table again from the run dirs
 
 Steps are agent steps (rows: one per agent, 2 per team step) for MAPPO and IPPO, and team steps (a row is a copy of
