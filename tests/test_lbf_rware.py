@@ -44,6 +44,27 @@ def test_the_wrapped_envs_pass_pettingzoos_parallel_api_test(make):
     np.testing.assert_array_equal(env.state(), np.concatenate([obs["agent_0"], obs["agent_1"]]))
 
 
+def test_joint_mode_carries_lbfs_state_bounds_to_the_observation_and_action_spaces():
+    """The global state's columns of the joint observation are bounded as LBF's observations are (positions -1..4 on
+    5x5, levels), and JointActions names the same bounds for QMIX's mixer (algo.scale_state); every state the env
+    gives lies within them."""
+    from rlcli.envs.multiagent import JointActions
+
+    envs = ENVS.build({"name": "pz", "id": "rlcli.envs.ma_gym:lbf", "kwargs": {"task": SMALL}, "joint": True}).make(2)
+    space, actions = envs.single_observation_space, envs.single_action_space
+    assert isinstance(actions, JointActions)
+    raw = lbf(task=SMALL)
+    np.testing.assert_array_equal(actions.state_low, raw.state_space.low)
+    np.testing.assert_array_equal(actions.state_high, raw.state_space.high)
+    np.testing.assert_array_equal(space.low[0, -actions.state_size:], raw.state_space.low)
+    assert np.isfinite(actions.state_high).all() and (actions.state_high > actions.state_low).all()
+    obs, _ = envs.reset(seed=3)
+    for _ in range(30):
+        state = obs[:, 0, -actions.state_size:]
+        assert (state >= actions.state_low).all() and (state <= actions.state_high).all()
+        obs = envs.step(np.random.default_rng(0).integers(0, actions.n_actions, (2, 2)))[0]
+
+
 def test_per_agent_rewards_flags_and_the_team_sum_are_the_raw_envs_own():
     """The wrapper and the rows of env=pz against gymnasium's LBF stepped with the same actions and seed: the same
     observations and per-agent rewards; the episode's team return is the sum of the raw rewards, never divided; the
@@ -126,7 +147,8 @@ def test_ippo_trains_on_lbf_and_rl_eval_reads_the_run(tmp_path):
 
 
 @pytest.mark.parametrize("args", [
-    ["algo=qmix", "env=lbf", "train.num_envs=2", "train.total_steps=300", "algo.learning_starts=100"],
+    ["algo=qmix", "env=lbf", "train.num_envs=2", "train.total_steps=300", "algo.learning_starts=100",
+     "algo.scale_state=true"],
     ["algo=mappo", "env=rware", "env.kwargs.max_steps=30", "train.num_envs=4", "train.total_steps=256",
      "algo.n_steps=32", "algo.batch_size=64"]], ids=["qmix-lbf-joint", "mappo-rware"])
 def test_joint_mode_on_lbf_and_a_warehouse_run(args, tmp_path):

@@ -235,6 +235,22 @@ def test_the_qmix_mixer_is_monotonic_in_every_agents_q():
     assert qs.grad is not None and (qs.grad >= 0).all() and (qs.grad > 0).any()
 
 
+def test_the_mixer_reads_a_bounded_state_rescaled_to_the_unit_interval_and_an_unbounded_one_as_it_is():
+    """state_bounds (algo.scale_state=true): entry j within [low_j, high_j] reaches the hypernetworks as
+    2 (s_j - low_j) / (high_j - low_j) - 1; an infinite bound leaves its entry as it is. Same weights, so the scaled
+    mixer on s equals the plain one on the hand-rescaled state."""
+    torch.manual_seed(0)
+    low = np.array([-1.0, 0.0, -np.inf, 2.0], np.float32)
+    high = np.array([7.0, 4.0, np.inf, 2.0], np.float32)  # the last: low == high, left as it is
+    plain = QMixer(n_agents=2, state_size=4)
+    scaled = QMixer(n_agents=2, state_size=4, state_bounds=(low, high))
+    scaled.load_state_dict(plain.state_dict())  # the bounds are not in the state dict (derived from the env)
+    assert set(plain.state_dict()) == set(scaled.state_dict())
+    qs, state = torch.randn(16, 2), torch.tensor([[3.0, 1.0, 5.5, 2.0]]).repeat(16, 1)
+    by_hand = torch.tensor([[0.0, -0.5, 5.5, 2.0]]).repeat(16, 1)
+    torch.testing.assert_close(scaled(qs, state), plain(qs, by_hand))
+
+
 def test_vdn_acts_per_agent_epsilon_greedy_and_warms_up_with_joint_random_actions():
     algo = build(VDN)
     obs = torch.randn(4, 2, 8)

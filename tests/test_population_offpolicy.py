@@ -174,7 +174,8 @@ def test_a_dqn_population_sweep_writes_what_the_basic_launcher_writes(algo, tmp_
 # the joint-mode multi-agent algorithms: a team's transitions, agents as a batch axis of one network (or stacked
 # copies, env.share_params=false), the same runner-written step as DQN's and SAC's, so the same population
 JOINT = {"vdn": ["algo=vdn", "env=coop_match"], "qmix": ["algo=qmix", "env=coop_match"],
-         "qmix-separate": ["algo=qmix", "env=coop_match", "env.share_params=false"],
+         # the mixer reading the state rescaled by its bounds (a buffer each member holds, not a parameter)
+         "qmix-separate": ["algo=qmix", "env=coop_match", "env.share_params=false", "algo.scale_state=true"],
          "vdn-leaving": ["algo=vdn", "env=coop_match", "+env.kwargs.leave_at=5"],  # agent_1 ends before its team
          "masac": ["algo=masac", "env=coop_reach"], "maddpg": ["algo=maddpg", "env=coop_reach"],
          # compile=true: each loss step of all members one compiled graph, as compiled single runs

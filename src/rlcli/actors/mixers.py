@@ -4,19 +4,34 @@
 weights hypernetworks make from the global state and keep non-negative (abs), so that dQ_tot/dQ_i >= 0 and each agent's
 greedy action is the team's. Sizes as PyMARL's defaults: embed 32, the weights' hypernetworks with a hidden layer of
 64 (`hypernet_layers=2`); `hypernet_layers=1` makes each of them one linear layer, as torchrl's QMixer (BenchMARL's).
+Given the state's bounds (`state_bounds`), the mixer reads each bounded entry rescaled to [-1, 1]: an unnormalized
+state (LBF's grid positions 0-7 and levels) otherwise makes the hypernetworks' first weights, and Q_tot, large.
 """
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 from torch import nn
 
 
 class QMixer(nn.Module):
+    state_offset: torch.Tensor
+    state_scale: torch.Tensor
+
     def __init__(self, n_agents: int, state_size: int, embed_dim: int = 32, hypernet_hidden: int = 64,
-                 hypernet_layers: int = 2) -> None:
+                 hypernet_layers: int = 2, state_bounds: tuple[np.ndarray, np.ndarray] | None = None) -> None:
         super().__init__()
         self.n_agents, self.embed_dim = n_agents, embed_dim
+        offset, scale = np.zeros(state_size, np.float32), np.ones(state_size, np.float32)
+        if state_bounds is not None:
+            low, high = (np.asarray(b, np.float32).reshape(-1) for b in state_bounds)
+            bounded = np.isfinite(low) & np.isfinite(high) & (high > low)
+            offset[bounded] = (high[bounded] + low[bounded]) / 2
+            scale[bounded] = 2 / (high[bounded] - low[bounded])
+        # derived from the env's spaces, not learned: kept out of checkpoints (persistent=False)
+        self.register_buffer("state_offset", torch.from_numpy(offset), persistent=False)
+        self.register_buffer("state_scale", torch.from_numpy(scale), persistent=False)
 
         def hypernet(out: int) -> nn.Module:
             """The state's map to `out` mixing weights: one linear layer, or two with a ReLU between."""
@@ -31,6 +46,7 @@ class QMixer(nn.Module):
 
     def forward(self, qs: torch.Tensor, state: torch.Tensor) -> torch.Tensor:
         """Q_tot [...] of the agents' Qs [..., n_agents] in the global state [..., state_size]."""
+        state = (state - self.state_offset) * self.state_scale
         w1 = self.hyper_w1(state).abs().unflatten(-1, (self.n_agents, self.embed_dim))  # [..., N, E]
         hidden = nn.functional.elu((qs.unsqueeze(-2) @ w1).squeeze(-2) + self.hyper_b1(state))  # [..., E]
         w2 = self.hyper_w2(state).abs()  # [..., E]

@@ -166,6 +166,7 @@ class QMIX(VDN):
         hypernet_hidden: int = 64,  # the hypernetworks' hidden layer (hypernet_layers=2)
         hypernet_layers: int = 2,  # the mixing weights' hypernetworks: 2 (a hidden layer, PyMARL's) | 1 (one linear
                                    # layer, torchrl's QMixer, which BenchMARL's QMIX uses)
+        scale_state: bool = False,  # the mixer reads the global state rescaled to [-1, 1] by the env's bounds
         **vdn_settings: Any,
     ) -> None:
         require(mixer_embed_dim > 0, "algo.mixer_embed_dim", mixer_embed_dim, "must be > 0")
@@ -173,9 +174,11 @@ class QMIX(VDN):
         require(hypernet_layers in (1, 2), "algo.hypernet_layers", hypernet_layers, "choose from: 1, 2")
         self.mixer_embed_dim, self.hypernet_hidden, self.hypernet_layers = mixer_embed_dim, hypernet_hidden, \
             hypernet_layers
+        self.scale_state = scale_state
         super().__init__(recipe, action_space, num_envs, **vdn_settings)
 
     def mixer(self, layout: JointActions) -> nn.Module | None:
         require(layout.state_size > 0, "env.joint", True, "gives no global state for QMIX's mixer")
+        bounds = (layout.state_low, layout.state_high) if self.scale_state else None
         return QMixer(layout.n_agents, layout.state_size, self.mixer_embed_dim, self.hypernet_hidden,
-                      self.hypernet_layers)
+                      self.hypernet_layers, bounds)

@@ -46,6 +46,15 @@ class RaySettings:
                               f"from: {', '.join(map(str, fits))}, or set collector.envs_per_worker")
         return num_envs // self.workers
 
+    def unused_num_envs(self, asked: int) -> str | None:
+        """What to tell a user whose train.num_envs (`asked`) collector.envs_per_worker overrides; None if it does
+        not."""
+        total = None if self.envs_per_worker is None else self.workers * self.envs_per_worker
+        if total is None or total == asked:
+            return None
+        return (f"train.num_envs={asked} is not used: collector.envs_per_worker={self.envs_per_worker} on "
+                f"collector.workers={self.workers} run {total} envs")
+
 
 def ray_settings(cfg: DictConfig) -> RaySettings | None:
     """The checked settings of collector=ray, or None for the local collector."""

@@ -54,11 +54,14 @@ class CentralizedObs(gym.spaces.Box):
 class JointActions(gym.spaces.MultiDiscrete):
     """Joint mode's action space, one Discrete(n) action per agent of the group; it names the observation's layout
     (module docstring): each agent's line is `agent_size` inputs of its own, then its `active` flag, then `state_size`
-    inputs of global state."""
+    inputs of global state, within `state_low` and `state_high` (infinite where the env names no bound)."""
 
-    def __init__(self, n_actions: int, n_agents: int, agent_size: int, state_size: int) -> None:
+    def __init__(self, n_actions: int, n_agents: int, agent_size: int, state_size: int,
+                 state_bounds: tuple[np.ndarray, np.ndarray] | None = None) -> None:
         super().__init__(np.full(n_agents, n_actions, np.int64))
         self.n_actions, self.n_agents, self.agent_size, self.state_size = n_actions, n_agents, agent_size, state_size
+        self.state_low, self.state_high = state_bounds or (np.full(state_size, -np.inf, np.float32),
+                                                           np.full(state_size, np.inf, np.float32))
 
 
 class JointBox(gym.spaces.Box):
@@ -222,10 +225,12 @@ class AgentRowsEnv(VectorEnv):
 
     def _init_layout(self, env_id: str, kind: str, possible: list[str], agents: list[str] | None,
                      observation_space: Any, action_space: Any, num_copies: int, agent_id: bool, critic_state: bool,
-                     joint: bool, state_size: int, info_masks: bool = False) -> None:
+                     joint: bool, state_size: int, info_masks: bool = False,
+                     state_bounds: tuple[np.ndarray, np.ndarray] | None = None) -> None:
         """The group (`agents`, default every one of `possible`) and its spaces (`observation_space(name)`,
         `action_space(name)`, gymnasium spaces) checked, then the layout's spaces and buffers; `kind` names the env
-        kind in messages (env=pz); `info_masks`: the env gives the agents' valid actions in their infos."""
+        kind in messages (env=pz); `info_masks`: the env gives the agents' valid actions in their infos; `state_bounds`:
+        the global state's low and high, where the env names them."""
         group = possible if agents is None else [str(a) for a in agents]
         for name in group:
             if name not in possible:
@@ -284,13 +289,15 @@ class AgentRowsEnv(VectorEnv):
         low[:self.own_size], high[:self.own_size] = lows.min(0), highs.max(0)  # bounds that hold every agent's
         if agent_id:
             low[self.own_size:policy_size], high[self.own_size:policy_size] = 0.0, 1.0
+        if state_bounds is not None and self.state_size:
+            low[-self.state_size:], high[-self.state_size:] = state_bounds
         if joint:
             low[policy_size], high[policy_size] = 0.0, 1.0
             shape = (len(group), size)
             self.single_observation_space = gym.spaces.Box(np.broadcast_to(low, shape), np.broadcast_to(high, shape),
                                                            dtype=np.float32)
             self.single_action_space: gym.spaces.Space[Any] = (
-                JointActions(int(act_space.n), len(group), policy_size, self.state_size)
+                JointActions(int(act_space.n), len(group), policy_size, self.state_size, state_bounds)
                 if isinstance(act_space, gym.spaces.Discrete)
                 else JointBox(act_space, len(group), policy_size, self.state_size))
         else:
@@ -403,12 +410,13 @@ class ParallelVectorEnv(AgentRowsEnv):
         # every agent's observation as numbers: the global state, where it is wanted and the env has none
         self._all_layouts = ({a: ObservationLayout(first.observation_space(a), a, env_id) for a in possible}
                              if (critic_state or joint) and not self._use_env_state else {})
-        state_size = 0
+        state_size, state_bounds = 0, None
         if critic_state or joint:
             state_size = (int(np.prod(first.state_space.shape)) if self._use_env_state
                           else sum(layout.size for layout in self._all_layouts.values()))
+            state_bounds = self._state_bounds(first)
         self._init_layout(env_id, "env=pz", possible, agents, first.observation_space, first.action_space,
-                          len(copies), agent_id, critic_state, joint, state_size, info_masks)
+                          len(copies), agent_id, critic_state, joint, state_size, info_masks, state_bounds)
         m, n = self.num_copies, self.n_agents
         self._alive = np.zeros((m, n), bool)
         self._ended_by_termination = np.zeros((m, n), bool)
@@ -481,6 +489,18 @@ class ParallelVectorEnv(AgentRowsEnv):
             detail = (str(error).strip().splitlines() or [""])[-1]
             raise ConfigError(f"env {env_id} raised {type(error).__name__} at reset: {detail}") from None
         return any(MASK_KEY in ((infos or {}).get(a) or {}) for a in (agents or env.possible_agents))
+
+    def _state_bounds(self, env: Any) -> tuple[np.ndarray, np.ndarray] | None:
+        """The global state's bounds: the env's state_space's (a Box), or its agents' observations' end to end."""
+        if not self._use_env_state:
+            layouts = list(self._all_layouts.values())
+            return (np.concatenate([np.asarray(x.flat.low, np.float32).reshape(-1) for x in layouts]),
+                    np.concatenate([np.asarray(x.flat.high, np.float32).reshape(-1) for x in layouts]))
+        space = env.state_space
+        if not isinstance(space, gym.spaces.Box):
+            return None
+        return (np.broadcast_to(space.low, space.shape).reshape(-1).astype(np.float32),
+                np.broadcast_to(space.high, space.shape).reshape(-1).astype(np.float32))
 
     @staticmethod
     def _has_state(env: Any) -> bool:

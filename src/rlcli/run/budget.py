@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 
+from rlcli.collectors.ray_settings import ray_settings
 from rlcli.contracts import OffPolicyLearner
 from rlcli.run.build import Components
 
@@ -32,12 +33,10 @@ def budget_warnings(c: Components, planned: int, typed: set[str] | None = None) 
     so a shipped tuned config does not warn about itself, and only when it adds more than 1% to the budget."""
     s, algo, warnings = c.settings, c.algo, []
     per_phase = c.steps_per_phase
-    rays, asked = c.cfg.get("collector") or {}, c.cfg.train.num_envs
-    each = rays.get("envs_per_worker")
-    if each is not None and asked != s.num_envs and (typed is None or "train.num_envs" in typed):
-        warnings.append(f"train.num_envs={asked} is not used: collector.envs_per_worker={each} on collector.workers="
-                        f"{rays.get('workers')} run {s.num_envs} envs (drop collector.envs_per_worker to split "
-                        "train.num_envs over the workers)")
+    rays = ray_settings(c.cfg)
+    unused = rays.unused_num_envs(c.cfg.train.num_envs) if rays is not None else None
+    if unused and (typed is None or "train.num_envs" in typed):
+        warnings.append(f"{unused} (drop collector.envs_per_worker to split train.num_envs over the workers)")
     if c.offline is not None:  # gradient steps: a loop iteration is algo.gradient_steps of them
         if planned - s.total_steps > 0.01 * s.total_steps and (typed is None or "train.total_steps" in typed
                                                                or "algo.gradient_steps" in typed):

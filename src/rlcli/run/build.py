@@ -343,12 +343,10 @@ def build(cfg: DictConfig, start_workers: bool = True) -> Components:
         try:
             agent = build_agent(cfg, env_factory, obs_space, act_space, device, settings.num_envs)
         except ConfigError as error:  # a batch size checked against the envs: say where their count came from
-            if rays is None or rays.envs_per_worker is None or "num_envs" not in str(error) \
-                    or cfg.train.num_envs == settings.num_envs:
+            unused = rays.unused_num_envs(cfg.train.num_envs) if rays is not None else None
+            if unused is None or "num_envs" not in str(error):
                 raise
-            raise ConfigError(f"{error} (train.num_envs={cfg.train.num_envs} is not used: collector.envs_per_worker="
-                              f"{rays.envs_per_worker} on collector.workers={rays.workers} run {settings.num_envs} "
-                              "envs)") from None
+            raise ConfigError(f"{error} ({unused})") from None
         algo, addons, carry_size, obs_dtype = agent.algo, agent.addons, agent.carry_size, agent.obs_dtype
         init_from = cfg.actor.get("init_from")
         if init_from:
