@@ -55,6 +55,7 @@ CASES = {
     "sac-Pendulum-fixed-alpha": ["algo=sac", "env=Pendulum-v1", *SMALL_OFF_POLICY, "algo.ent_coef=0.1"],
     # the shared minibatch order and epsilon-greedy
     "pg-CartPole-baseline": ["algo=pg", "env=CartPole-v1", "algo.n_steps=64"],
+    "pg-CartPole-no-baseline": ["algo=pg", "env=CartPole-v1", "algo.n_steps=64", "algo.baseline=false"],
     "pqn-CartPole": ["algo=pqn", "env=CartPole-v1", "algo.n_steps=32", "algo.num_minibatches=2"],
     "trpo-Pendulum": ["algo=trpo", "env=Pendulum-v1", "algo.n_steps=64", "algo.batch_size=32", "train.num_envs=2"],
     "ddpg-Pendulum": ["algo=ddpg", "env=Pendulum-v1", "algo.learning_starts=256", "train.num_envs=2"],

@@ -63,12 +63,13 @@ class A2C(OneStepUpdate):
         self.default_schedules = {"lr_scale": linear} if linear else {}
         self.ent_coef, self.vf_coef, self.max_grad_norm = ent_coef, vf_coef, max_grad_norm
         self.schedulable: tuple[str, ...] = ("lr_scale", "ent_coef", "vf_coef", "gamma", "gae_lambda", "max_grad_norm")
-        groups = param_groups(networks, lr, lr_pi, lr_v)
-        if optimizer == "rmsprop":  # SB3's (TF-like) settings, which A2C's published results use
-            self.optimizer: Any = RMSprop(groups, alpha=0.99, eps=1e-5)
-        else:
-            self.optimizer = adam(groups, eps=1e-5)
+        self.optimizer = self.make_optimizer(param_groups(networks, lr, lr_pi, lr_v), optimizer)
         self.train_step = LossStep(networks, self.optimizer, self.minibatch_loss, clip_of=self)
+
+    def make_optimizer(self, groups: list[dict[str, Any]], optimizer: str) -> Any:
+        if optimizer == "rmsprop":  # SB3's (TF-like) settings, which A2C's published results use
+            return RMSprop(groups, alpha=0.99, eps=1e-5)
+        return adam(groups, eps=1e-5)
 
     @torch.inference_mode()
     def act(self, obs: torch.Tensor, deterministic: bool = False, state: RecurrentState | None = None) -> ActOutput:

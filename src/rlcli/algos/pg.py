@@ -1,4 +1,5 @@
-"""Vanilla policy gradient (REINFORCE, Williams 1992), with an optional learned baseline.
+"""Vanilla policy gradient (REINFORCE, Williams 1992), with an optional learned baseline: A2C's update with
+lambda = 1 and Adam.
 
 Per rollout: discounted returns-to-go (GAE with lambda = 1), one gradient step on
 -log pi(a|s) * (G - b(s)). With `baseline: false` the value head is not trained and
@@ -14,27 +15,18 @@ from typing import Any
 import torch
 
 from rlcli.actors.mlp import ActorCritic
+from rlcli.algos.a2c import A2C
 from rlcli.algos.addons import PolicyAddon
-from rlcli.algos.base import (
-    Decay,
-    adam,
-    check_common,
-    explained_variance,
-    finish_with_gae,
-    param_groups,
-)
-from rlcli.algos.loss_step import LossStep
-from rlcli.algos.losses import policy_gradient_terms, squared_value_loss
-from rlcli.algos.one_step import OneStepUpdate
+from rlcli.algos.base import Decay, adam, finish_with_gae
+from rlcli.algos.losses import policy_gradient_terms
 from rlcli.batches import RolloutBatch
 from rlcli.contracts import ON_POLICY_ACTIONS, ActOutput, AlgoSpec, RecurrentState, RolloutStorage
 from rlcli.registry import ALGOS
-from rlcli.schedules import to_zero
 
 
 @ALGOS.register("pg", spec=AlgoSpec(on_policy=True, compiles=True, action_spaces=ON_POLICY_ACTIONS,
                                     population="on_policy"))
-class PolicyGradient(OneStepUpdate):
+class PolicyGradient(A2C):
     def __init__(
         self,
         networks: ActorCritic,
@@ -52,26 +44,20 @@ class PolicyGradient(OneStepUpdate):
         vf_coef: float = 0.5,
         max_grad_norm: float | None = None,
     ) -> None:
-        check_common(n_steps, lr, lr_pi, lr_v, gamma, 1.0, ent_coef, vf_coef, max_grad_norm)
-        self.networks = networks
-        self.policy_addons = list(policy_addons)  # extra policy-loss terms (rlcli/algos/addons.py)
-        self.n_steps, self.gamma, self.gae_lambda = n_steps, gamma, 1.0
-        self.steps_per_collect = n_steps
-        self.baseline, self.normalize_advantage = baseline, normalize_advantage
-        self.lr_scale = 1.0  # lr_schedule=linear: a factor from 1 to 0, set by the trainer's schedules
-        linear = to_zero(lr_schedule)
-        self.default_schedules = {"lr_scale": linear} if linear else {}
-        self.ent_coef, self.vf_coef, self.max_grad_norm = ent_coef, vf_coef, max_grad_norm
-        self.schedulable: tuple[str, ...] = ("lr_scale", "ent_coef", "vf_coef", "gamma", "max_grad_norm")
-        self.optimizer = adam(param_groups(networks, lr, lr_pi, lr_v))
-        self.train_step = LossStep(networks, self.optimizer, self.minibatch_loss, clip_of=self)
+        super().__init__(networks, num_envs, policy_addons, n_steps=n_steps, lr=lr, lr_pi=lr_pi, lr_v=lr_v,
+                         lr_schedule=lr_schedule, optimizer="adam", gamma=gamma, gae_lambda=1.0,
+                         normalize_advantage=normalize_advantage, ent_coef=ent_coef, vf_coef=vf_coef,
+                         max_grad_norm=max_grad_norm)
+        self.baseline = baseline
+        self.schedulable = ("lr_scale", "ent_coef", "vf_coef", "gamma", "max_grad_norm")
+
+    def make_optimizer(self, groups: list[dict[str, Any]], optimizer: str) -> Any:
+        return adam(groups)  # Adam's own eps (A2C's Adam takes RMSprop's 1e-5)
 
     @torch.inference_mode()
     def act(self, obs: torch.Tensor, deterministic: bool = False, state: RecurrentState | None = None) -> ActOutput:
         out = self.networks.act(obs, deterministic, state)
-        if self.baseline:
-            return out
-        return out._replace(values=torch.zeros_like(out.values))  # b(s) = 0: plain returns
+        return out if self.baseline else out._replace(values=torch.zeros_like(out.values))  # b(s) = 0: plain returns
 
     def value(self, obs: torch.Tensor, state: RecurrentState | None = None) -> torch.Tensor:
         """The baseline that cut-off rollouts are bootstrapped with: 0 without a baseline."""
@@ -83,25 +69,22 @@ class PolicyGradient(OneStepUpdate):
 
     def minibatch_loss(self, batch: RolloutBatch, ent_coef: float | torch.Tensor, vf_coef: float | torch.Tensor,
                        addon_coefs: Sequence[Any] | None = None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """The advantages are G - b(s) (b = 0 without a baseline, and then no value loss)."""
-        policy_loss, entropy_mean, values, addon_logs = policy_gradient_terms(
+        """A2C's loss; without a baseline no value term (the advantages are plain returns, the value head untouched)."""
+        if self.baseline:
+            return super().minibatch_loss(batch, ent_coef, vf_coef, addon_coefs)
+        policy_loss, entropy_mean, _, addon_logs = policy_gradient_terms(
             self.networks, batch, self.policy_addons, self.normalize_advantage, addon_coefs)
         loss = policy_loss - ent_coef * entropy_mean
-        stats = {"policy_loss": policy_loss.detach(), "entropy": entropy_mean.detach()}
-        if self.baseline:
-            value_loss = squared_value_loss(values, batch.returns, batch.mask)
-            loss = loss + vf_coef * value_loss
-            stats["value_loss"] = value_loss.detach()
-        return loss, {**stats, "loss": loss.detach(), **addon_logs}
+        return loss, {"policy_loss": policy_loss.detach(), "entropy": entropy_mean.detach(), "loss": loss.detach(),
+                      **addon_logs}
 
     def update_metrics(self, batch: RolloutBatch) -> dict[str, torch.Tensor]:
-        metrics = {"explained_variance": explained_variance(batch.values, batch.returns, batch.mask)} \
-            if self.baseline else {}
-        return {**metrics, "learning_rate": torch.tensor(self.optimizer.param_groups[0]["lr"])}
+        metrics = super().update_metrics(batch)
+        if not self.baseline:
+            del metrics["explained_variance"]
+        return metrics
 
     def act_on(self, params: torch.Tensor, values: torch.Tensor, deterministic: bool = False,
                uniforms: torch.Tensor | None = None) -> ActOutput:
-        """`act`'s draw from the policy head's parameters and the values a population computed for all members
-        (`uniforms`: as PPO's)."""
-        out = self.networks.sampled(params, values, deterministic, uniforms)
+        out = super().act_on(params, values, deterministic, uniforms)
         return out if self.baseline else out._replace(values=torch.zeros_like(out.values))
