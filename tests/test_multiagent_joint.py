@@ -240,14 +240,15 @@ def test_the_mixer_reads_a_bounded_state_rescaled_to_the_unit_interval_and_an_un
     2 (s_j - low_j) / (high_j - low_j) - 1; an infinite bound leaves its entry as it is. Same weights, so the scaled
     mixer on s equals the plain one on the hand-rescaled state."""
     torch.manual_seed(0)
-    low = np.array([-1.0, 0.0, -np.inf, 2.0], np.float32)
-    high = np.array([7.0, 4.0, np.inf, 2.0], np.float32)  # the last: low == high, left as it is
-    plain = QMixer(n_agents=2, state_size=4)
-    scaled = QMixer(n_agents=2, state_size=4, state_bounds=(low, high))
+    big = np.finfo(np.float32).max  # an env's "unbounded": its span overflows float32, and is left as it is
+    low = np.array([-1.0, 0.0, -np.inf, 2.0, -big, 0.0], np.float32)
+    high = np.array([7.0, 4.0, np.inf, 2.0, big, 1e30], np.float32)  # 2.0, 2.0: low == high, left as it is
+    plain = QMixer(n_agents=2, state_size=6)
+    scaled = QMixer(n_agents=2, state_size=6, state_bounds=(low, high))
     scaled.load_state_dict(plain.state_dict())  # the bounds are not in the state dict (derived from the env)
     assert set(plain.state_dict()) == set(scaled.state_dict())
-    qs, state = torch.randn(16, 2), torch.tensor([[3.0, 1.0, 5.5, 2.0]]).repeat(16, 1)
-    by_hand = torch.tensor([[0.0, -0.5, 5.5, 2.0]]).repeat(16, 1)
+    qs, state = torch.randn(16, 2), torch.tensor([[3.0, 1.0, 5.5, 2.0, 9.0, 3.0]]).repeat(16, 1)
+    by_hand = torch.tensor([[0.0, -0.5, 5.5, 2.0, 9.0, 3.0]]).repeat(16, 1)
     torch.testing.assert_close(scaled(qs, state), plain(qs, by_hand))
 
 
@@ -269,6 +270,8 @@ def test_vdn_acts_per_agent_epsilon_greedy_and_warms_up_with_joint_random_action
     (["algo=qmix", "env=coop_match", "env.joint=false"],
      "algo=qmix learns from a team's joint transitions, and env.joint=false gives one row per agent: use "
      "env.joint=true, as conf/algo/qmix.yaml sets"),
+    (["algo=qmix", "env=simple_spread_v3", "algo.scale_state=true"],
+     "algo.scale_state=True is invalid: has nothing to rescale: this env names no finite bounds for its global state"),
     (["algo=mappo", "env=coop_match", "env.joint=true"],
      "env.joint=true gives a team's joint transitions, which algo=maddpg, masac, qmix, vdn learn from; this run's "
      "algorithm (ppo) learns from one row per agent: use env.joint=false"),

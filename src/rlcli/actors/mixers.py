@@ -14,6 +14,18 @@ import numpy as np
 import torch
 from torch import nn
 
+# a wider span is an env's way of saying "unbounded" (float32's max, 1e30): rescaled, its values would all read ~0
+WIDEST_SCALED_SPAN = 1e6
+
+
+def rescalable(low: np.ndarray, high: np.ndarray) -> np.ndarray:
+    """Which state entries the mixer rescales: both bounds finite, high > low, and a span an env means."""
+    low, high = np.asarray(low, np.float64), np.asarray(high, np.float64)
+    with np.errstate(invalid="ignore", over="ignore"):
+        span = high - low
+    ok: np.ndarray = np.isfinite(span) & (span > 0) & (span <= WIDEST_SCALED_SPAN)
+    return ok
+
 
 class QMixer(nn.Module):
     state_offset: torch.Tensor
@@ -25,8 +37,8 @@ class QMixer(nn.Module):
         self.n_agents, self.embed_dim = n_agents, embed_dim
         offset, scale = np.zeros(state_size, np.float32), np.ones(state_size, np.float32)
         if state_bounds is not None:
-            low, high = (np.asarray(b, np.float32).reshape(-1) for b in state_bounds)
-            bounded = np.isfinite(low) & np.isfinite(high) & (high > low)
+            low, high = (np.asarray(b, np.float64).reshape(-1) for b in state_bounds)
+            bounded = rescalable(low, high)
             offset[bounded] = (high[bounded] + low[bounded]) / 2
             scale[bounded] = 2 / (high[bounded] - low[bounded])
         # derived from the env's spaces, not learned: kept out of checkpoints (persistent=False)

@@ -21,7 +21,7 @@ import gymnasium as gym
 import torch
 from torch import nn
 
-from rlcli.actors.mixers import QMixer
+from rlcli.actors.mixers import QMixer, rescalable
 from rlcli.actors.normalizer import RunningNorm
 from rlcli.actors.offpolicy import NetworkRecipe, QNetwork
 from rlcli.algos.base import adam
@@ -180,5 +180,7 @@ class QMIX(VDN):
     def mixer(self, layout: JointActions) -> nn.Module | None:
         require(layout.state_size > 0, "env.joint", True, "gives no global state for QMIX's mixer")
         bounds = (layout.state_low, layout.state_high) if self.scale_state else None
+        require(bounds is None or bool(rescalable(*bounds).any()), "algo.scale_state", True,
+                "has nothing to rescale: this env names no finite bounds for its global state (use false)")
         return QMixer(layout.n_agents, layout.state_size, self.mixer_embed_dim, self.hypernet_hidden,
                       self.hypernet_layers, bounds)
