@@ -101,6 +101,9 @@ BAD_INPUT = [
     (["device=cuda:7"], "device='cuda:7'", "choose from"),
     (["algo.clip_range=abc"], "algo.clip_range='abc'", "expected a number"),
     (["algo.lrr=1e-3"], "unknown key 'algo.lrr'", "did you mean 'algo.lr'"),
+    # another algorithm's setting is named as such, not matched to the nearest of this one's
+    (["algo=vdn", "env=coop_match", "algo.scale_state=true"], "unknown key 'algo.scale_state' (a setting of "
+     "algo=qmix, not of algo=vdn)", "valid keys: batch_size"),
     (["env.normalise_obs=true"], "unknown key 'env.normalise_obs'", "did you mean 'env.normalize_obs'"),
     (["env.kwargs.sutton_barto_reward=true"], "'env.kwargs.sutton_barto_reward' is not in the config yet",
      "+env.kwargs.sutton_barto_reward=true"),

@@ -49,6 +49,15 @@ def test_unknown_key_names_full_key_and_closest_match():
     assert "n_epochs" in msg and "actor" not in msg  # context arguments are not config keys
 
 
+def test_another_components_key_is_named_as_its_setting():
+    with pytest.raises(ConfigError) as e:
+        make_registry().build({"name": "a2c", "n_epochs": 4}, actor=None)
+    assert one_line(e).startswith("unknown key 'algo.n_epochs' (a setting of algo=ppo, not of algo=a2c); valid keys: ")
+    with pytest.raises(ConfigError) as e:  # a context argument of another is not its setting
+        make_registry().build({"name": "a2c", "actor": 1}, actor=None)
+    assert "a setting of" not in one_line(e)
+
+
 @pytest.mark.parametrize(
     ("key", "value", "expected"),
     [

@@ -118,7 +118,17 @@ class Registry:
         if name is None:
             raise ConfigError(f"{self.kind} config has no 'name:' key; choose from: {', '.join(self.names())}")
         kwargs = {k: v for k, v in cfg.items() if k != "name"}
-        check_kwargs(self.get(name), kwargs, prefix=self.kind, context=context)
+        check_kwargs(self.get(name), kwargs, prefix=self.kind, context=context,
+                     owners=lambda key: self.owners_hint(key, name, context))
+
+    def owners_hint(self, key: str, name: str, context: tuple[str, ...]) -> str:
+        """" (a setting of algo=qmix)" where `key`, unknown to `name`, is another component's setting."""
+        owners = [other for other in self.names() if other != name
+                  and key in _accepted_parameters(self._factories[other], context)[0]]
+        if not owners:
+            return ""
+        listed = f"{self.kind}=" + ", ".join(owners[:4]) + (", ..." if len(owners) > 4 else "")
+        return f" (a setting of {listed}, not of {self.kind}={name})"
 
     def build(self, cfg: Mapping[str, Any], **context: Any) -> Any:
         """Build the component named by `cfg["name"]` with the other keys plus `context` objects."""
@@ -128,14 +138,16 @@ class Registry:
 
 
 def check_kwargs(
-    factory: Callable[..., Any], kwargs: Mapping[str, Any], prefix: str, context: tuple[str, ...] = ()
+    factory: Callable[..., Any], kwargs: Mapping[str, Any], prefix: str, context: tuple[str, ...] = (),
+    owners: Callable[[str], str] | None = None,
 ) -> None:
-    """Unknown keys and values of the wrong type become one-line ConfigErrors naming `prefix.key`."""
+    """Unknown keys and values of the wrong type become one-line ConfigErrors naming `prefix.key`; `owners` says
+    which other components take an unknown key (Registry.owners_hint)."""
     params, hints = _accepted_parameters(factory, context)
     for key, value in kwargs.items():
         if key not in params:
             valid = sorted(params)
-            hint = sb3_hint(key) or did_you_mean(key, valid, prefix=prefix)
+            hint = sb3_hint(key) or (owners(key) if owners else "") or did_you_mean(key, valid, prefix=prefix)
             raise ConfigError(f"unknown key '{prefix}.{key}'{hint}; valid keys: {', '.join(valid) or '(none)'}")
         if key in hints:
             problem = _type_problem(value, hints[key])

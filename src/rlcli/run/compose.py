@@ -220,9 +220,24 @@ def explain_composition_error(error: Exception, args: list[str]) -> str:
         node = OmegaConf.select(base, parent) if parent else base
         valid = sorted(node.keys()) if isinstance(node, DictConfig) else []
         across = _closest_key(base, key, leaf) if not parent else ""  # a top-level typo: every section's keys
-        hint = sb3_hint(key) or across or did_you_mean(leaf, [str(v) for v in valid], prefix=parent)
+        hint = sb3_hint(key) or across or _owners_hint(base, parent, leaf) \
+            or did_you_mean(leaf, [str(v) for v in valid], prefix=parent)
         return f"unknown key '{key}'{hint}; valid keys: {', '.join(map(str, valid))}"
     return text.strip().splitlines()[0]
+
+
+def _owners_hint(base: DictConfig, parent: str, leaf: str) -> str:
+    """" (a setting of algo=qmix, not of algo=vdn)" for an algorithm's key that the chosen one lacks."""
+    name = OmegaConf.select(base, "algo.name")
+    if parent != "algo" or not isinstance(name, str):
+        return ""
+    from rlcli.registry import ALGOS
+    from rlcli.run.algo_defaults import CONTEXT
+
+    try:
+        return ALGOS.owners_hint(leaf, name, CONTEXT)
+    except ConfigError:  # an algorithm that cannot be imported: no hint, the line as it is
+        return ""
 
 
 def compose_config(args: list[str]) -> DictConfig:
