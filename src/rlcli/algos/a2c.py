@@ -15,7 +15,6 @@ from rlcli.algos.base import (
     adam,
     check_common,
     explained_variance,
-    finish_with_gae,
     param_groups,
 )
 from rlcli.algos.loss_step import LossStep
@@ -23,7 +22,7 @@ from rlcli.algos.losses import policy_gradient_terms, squared_value_loss
 from rlcli.algos.one_step import OneStepUpdate
 from rlcli.algos.optim import RMSprop
 from rlcli.batches import RolloutBatch
-from rlcli.contracts import ON_POLICY_ACTIONS, ActOutput, AlgoSpec, RecurrentState, RolloutStorage
+from rlcli.contracts import ON_POLICY_ACTIONS, AlgoSpec
 from rlcli.registry import ALGOS
 from rlcli.schedules import to_zero
 
@@ -71,14 +70,6 @@ class A2C(OneStepUpdate):
             return RMSprop(groups, alpha=0.99, eps=1e-5)
         return adam(groups, eps=1e-5)
 
-    @torch.inference_mode()
-    def act(self, obs: torch.Tensor, deterministic: bool = False, state: RecurrentState | None = None) -> ActOutput:
-        self.noise_resampling.before_act(obs.shape[0], deterministic)
-        return self.networks.act(obs, deterministic, state)
-
-    def finish_rollout(self, buffer: RolloutStorage, last_obs: torch.Tensor, state: RecurrentState | None) -> None:
-        finish_with_gae(self.networks.value, buffer, last_obs, state, self.gamma, self.gae_lambda)
-
     def minibatch_loss(self, batch: RolloutBatch, ent_coef: float | torch.Tensor, vf_coef: float | torch.Tensor,
                        addon_coefs: Sequence[Any] | None = None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         policy_loss, entropy_mean, values, addon_logs = policy_gradient_terms(
@@ -92,10 +83,3 @@ class A2C(OneStepUpdate):
         return {"explained_variance": explained_variance(batch.values, batch.returns, batch.mask),
                 "learning_rate": torch.tensor(self.optimizer.param_groups[0]["lr"])}
 
-    def act_on(self, params: torch.Tensor, values: torch.Tensor, deterministic: bool = False,
-               uniforms: torch.Tensor | None = None) -> ActOutput:
-        """`act`'s draw from the policy head's parameters and the values a population computed for all members
-        (gSDE's exploration matrices resampled first, when `act` would resample them); `uniforms`: as PPO's."""
-        if uniforms is None:
-            self.noise_resampling.before_act(params.shape[0], deterministic)
-        return self.networks.sampled(params, values, deterministic, uniforms)

@@ -11,7 +11,7 @@ from torch import nn
 
 from rlcli.actors.mlp import ActorCritic
 from rlcli.batches import RolloutBatch
-from rlcli.contracts import RecurrentState
+from rlcli.contracts import ActOutput, RecurrentState, RolloutStorage
 from rlcli.registry import require
 
 Decay = Literal["constant", "linear"]  # the legacy `<x>_schedule` keys: linear = a factor from 1 to 0
@@ -116,6 +116,36 @@ def finish_with_gae(value: Any, buffer: Any, last_obs: torch.Tensor, state: Recu
     with torch.inference_mode():
         last_values = value(last_obs, state)
     buffer.compute_returns(last_values, gamma, gae_lambda)
+
+
+class GaeActorCritic:
+    """How the actor-critics that learn from GAE (A2C, PG, PPO, TRPO) act and end a rollout: the network acts, gSDE's
+    exploration matrices resampled when `noise_resampling` says; the rollout bootstraps from V(last_obs)."""
+
+    networks: Any
+    noise_resampling: Any  # actors/sde.NoiseResampling
+    gamma: float
+    gae_lambda: float
+
+    @torch.inference_mode()
+    def act(self, obs: torch.Tensor, deterministic: bool = False, state: RecurrentState | None = None) -> ActOutput:
+        self.noise_resampling.before_act(obs.shape[0], deterministic)
+        out: ActOutput = self.networks.act(obs, deterministic, state)
+        return out
+
+    def finish_rollout(self, buffer: RolloutStorage, last_obs: torch.Tensor, state: RecurrentState | None) -> None:
+        finish_with_gae(self.networks.value, buffer, last_obs, state, self.gamma, self.gae_lambda)
+
+    def act_on(self, params: torch.Tensor, values: torch.Tensor, deterministic: bool = False,
+               uniforms: torch.Tensor | None = None) -> ActOutput:
+        """`act`'s draw from the policy head's parameters and the values a population computed for all members
+        (gSDE's exploration matrices resampled first, when `act` would resample them); `uniforms`: the draw taken
+        beforehand (`networks.draw`: a categorical head's, never gSDE's), where a population acts for all its
+        members in one call."""
+        if uniforms is None:
+            self.noise_resampling.before_act(params.shape[0], deterministic)
+        out: ActOutput = self.networks.sampled(params, values, deterministic, uniforms)
+        return out
 
 
 def param_groups(actor: ActorCritic, lr: float, lr_pi: float | None, lr_v: float | None) -> list[dict[str, Any]]:

@@ -7,12 +7,12 @@ from typing import Any
 import torch
 
 from rlcli.algos.addons import addon_coefs
-from rlcli.algos.base import clipped_env_actions, refuse_in_population, set_lr
+from rlcli.algos.base import GaeActorCritic, clipped_env_actions, refuse_in_population, set_lr
 from rlcli.algos.runner import single_rollout_update
 from rlcli.batches import RolloutBatch
 
 
-class OneStepUpdate:
+class OneStepUpdate(GaeActorCritic):
     """The update of A2C and PG: one gradient step on the whole rollout, with their one optimizer's checkpoint
     state; the algorithm supplies `minibatch_loss` (over ent_coef and vf_coef) and `update_metrics`."""
 

@@ -15,12 +15,12 @@ from rlcli.actors.sde import NoiseResampling, head_noise
 from rlcli.algos.addons import PolicyAddon, addon_coefs, addon_losses
 from rlcli.algos.base import (
     Decay,
+    GaeActorCritic,
     adam,
     check_common,
     clipped_env_actions,
     evaluate_batch,
     explained_variance,
-    finish_with_gae,
     masked_mean,
     normalize_masked,
     param_groups,
@@ -32,7 +32,7 @@ from rlcli.algos.loss_step import LossStep
 from rlcli.algos.losses import clipped_surrogate_loss, squared_value_loss
 from rlcli.algos.runner import Runner, batch_rows, means, single_rollout_update
 from rlcli.batches import RolloutBatch
-from rlcli.contracts import ON_POLICY_ACTIONS, ActOutput, AlgoSpec, RecurrentState, RolloutStorage, RunClock
+from rlcli.contracts import ON_POLICY_ACTIONS, AlgoSpec, RolloutStorage, RunClock
 from rlcli.registry import ALGOS, require
 from rlcli.schedules import to_zero
 
@@ -43,7 +43,7 @@ PPO_SCHEDULABLE: tuple[str, ...] = ("lr_scale", "clip_range", "clip_range_scale"
 
 @ALGOS.register("ppo", spec=AlgoSpec(on_policy=True, compiles=True, action_spaces=ON_POLICY_ACTIONS,
                                      population="on_policy"))
-class PPO:
+class PPO(GaeActorCritic):
     def __init__(
         self,
         networks: ActorCritic,
@@ -111,14 +111,6 @@ class PPO:
         self.member_settings = {k: k for k in ("lr_scale", "clip_range", "clip_range_scale", "ent_coef", "vf_coef",
                                                "kl_coef", "kl_target", "target_kl", "gae_lambda")}
 
-    @torch.inference_mode()
-    def act(self, obs: torch.Tensor, deterministic: bool = False, state: RecurrentState | None = None) -> ActOutput:
-        self.noise_resampling.before_act(obs.shape[0], deterministic)
-        return self.networks.act(obs, deterministic, state)
-
-    def finish_rollout(self, buffer: RolloutStorage, last_obs: torch.Tensor, state: RecurrentState | None) -> None:
-        finish_with_gae(self.networks.value, buffer, last_obs, state, self.gamma, self.gae_lambda)
-
     def update(self, buffer: RolloutStorage, clock: RunClock) -> dict[str, torch.Tensor]:
         return single_rollout_update(self, buffer, clock)
 
@@ -185,16 +177,6 @@ class PPO:
         reasons = [(bool(self.extra_param_groups(1.0)), f"{type(self).__name__}'s extra networks")]
         own = next((what for bad, what in reasons if bad), None)
         return own or refuse_in_population(self.networks, self.policy_addons)
-
-    def act_on(self, params: torch.Tensor, values: torch.Tensor, deterministic: bool = False,
-               uniforms: torch.Tensor | None = None) -> ActOutput:
-        """`act`'s draw from the policy head's parameters and the values a population computed for all members
-        (gSDE's exploration matrices resampled first, when `act` would resample them); `uniforms`: the draw taken
-        beforehand (`networks.draw`: a categorical head's, never gSDE's), where a population acts for all its
-        members in one call."""
-        if uniforms is None:
-            self.noise_resampling.before_act(params.shape[0], deterministic)
-        return self.networks.sampled(params, values, deterministic, uniforms)
 
     def minibatch_loss(self, batch: RolloutBatch, clip: float | torch.Tensor | None,
                        ent_coef: float | torch.Tensor | None = None, vf_coef: float | torch.Tensor | None = None,

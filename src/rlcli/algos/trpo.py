@@ -22,10 +22,10 @@ from rlcli.actors.sde import NoiseResampling, StateDependentGaussianHead, head_n
 from rlcli.algos.addons import PolicyAddon
 from rlcli.algos.base import (
     Decay,
+    GaeActorCritic,
     adam,
     clipped_env_actions,
     explained_variance,
-    finish_with_gae,
     masked_mean,
     normalize_masked,
     set_lr,
@@ -33,7 +33,7 @@ from rlcli.algos.base import (
 from rlcli.algos.exploration import minibatches
 from rlcli.algos.loss_step import LossStep
 from rlcli.batches import RolloutBatch
-from rlcli.contracts import ON_POLICY_ACTIONS, ActOutput, AlgoSpec, RecurrentState, RolloutStorage, RunClock
+from rlcli.contracts import ON_POLICY_ACTIONS, AlgoSpec, RolloutStorage, RunClock
 from rlcli.registry import ALGOS, ConfigError, require
 from rlcli.schedules import to_zero
 
@@ -89,7 +89,7 @@ def fisher_vector_product(kl: torch.Tensor, params: Sequence[nn.Parameter], damp
 
 @ALGOS.register("trpo", spec=AlgoSpec(on_policy=True, networks=("mlp", "cnn"), action_spaces=ON_POLICY_ACTIONS,
                                       compiles=True))
-class TRPO:
+class TRPO(GaeActorCritic):
     def __init__(
         self,
         networks: ActorCritic,
@@ -156,14 +156,6 @@ class TRPO:
         # compile=true compiles it; the natural-gradient step stays eager (its conjugate gradient and line search
         # decide in Python how far to go).
         self.value_train_step = LossStep(networks, self.value_optimizer, self.value_loss)
-
-    @torch.inference_mode()
-    def act(self, obs: torch.Tensor, deterministic: bool = False, state: RecurrentState | None = None) -> ActOutput:
-        self.noise_resampling.before_act(obs.shape[0], deterministic)
-        return self.networks.act(obs, deterministic, state)
-
-    def finish_rollout(self, buffer: RolloutStorage, last_obs: torch.Tensor, state: RecurrentState | None) -> None:
-        finish_with_gae(self.networks.value, buffer, last_obs, state, self.gamma, self.gae_lambda)
 
     def update(self, buffer: RolloutStorage, clock: RunClock) -> dict[str, torch.Tensor]:
         lr = set_lr(self.value_optimizer, self.lr_scale)
