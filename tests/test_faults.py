@@ -356,6 +356,22 @@ def test_a_closed_stdout_does_not_end_a_run(tmp_path):
     assert "done: 1,024 env steps" in (tmp_path / "run" / "train.log").read_text()
 
 
+def test_a_closed_stdout_and_stderr_do_not_end_a_run(tmp_path):
+    """`rl-train ... 2>&1 | head -2`: both streams' reader gone. The run went on to its end (exit 1 with only best.pt
+    once: rich quit on stderr's broken pipe)."""
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        out = subprocess.run([str(RL_TRAIN), "algo=ppo", "env=CartPole-v1", "algo.n_steps=64", "train.num_envs=4",
+                              "train.total_steps=1024", "train.log_every=256", "train.stop_reward=null",
+                              "hydra.run.dir=run"], cwd=tmp_path, stdout=write, stderr=write, timeout=300)
+    finally:
+        os.close(write)
+    assert out.returncode == 0
+    assert (tmp_path / "run" / "checkpoints" / "ckpt_000000001024.pt").exists()
+    assert "done: 1,024 env steps" in (tmp_path / "run" / "train.log").read_text()
+
+
 @pytest.mark.parametrize("command", ["rl-train", "rl-eval", "rl-report"])
 def test_help_into_a_closed_stdout_ends_quietly(command, tmp_path):
     out = closed_stdout_run(str(Path(sys.executable).parent / command), "--help", cwd=tmp_path)

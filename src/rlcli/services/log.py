@@ -8,7 +8,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
@@ -21,24 +21,31 @@ if TYPE_CHECKING:
     from rlcli.services.tracking import Tracking
 
 
-class ResultsConsole(Console):
-    """stdout. A closed stdout (`rl-train ... | head`, a `tee` that was stopped) must not end the run, as rich's
-    own handling would (exit 1): stdout goes to /dev/null from then on, said once on stderr; train.log still gets
-    every line."""
+def _silence(stream: Any) -> None:
+    """Point a closed pipe's file descriptor at /dev/null: later writes, and the interpreter's flush at exit, then
+    succeed instead of raising BrokenPipeError."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, stream.fileno())
+    os.close(devnull)
+
+
+class PipeSafeConsole(Console):
+    """A console whose reader may go away (`rl-train ... | head`, `2>&1 | head`, a `tee` that was stopped) without
+    ending the run, as rich's own handling would (exit 1): its stream goes to /dev/null from then on (stdout's said
+    once on stderr, where that is still open); train.log still gets every line."""
 
     def on_broken_pipe(self) -> None:
         if self.quiet:
             return
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        os.close(devnull)
+        _silence(self.file)
         self.quiet = True
-        console.print("rlcli: stdout was closed (the program reading it exited); the run goes on, its lines still "
-                      "go to train.log", highlight=False, markup=False, soft_wrap=True)
+        if not self.stderr:
+            say("rlcli: stdout was closed (the program reading it exited); the run goes on, its lines still go to "
+                "train.log")
 
 
-console = Console(stderr=True)  # progress, messages, warnings
-results = ResultsConsole()  # the run's results (its table lines and final summary): stdout, so `> out.txt` keeps them
+console = PipeSafeConsole(stderr=True)  # progress, messages, warnings
+results = PipeSafeConsole()  # the run's results (its table lines and final summary): stdout, so `> out.txt` keeps them
 logger = logging.getLogger("rlcli")
 
 
@@ -46,8 +53,12 @@ def say(line: str) -> None:
     """One line on stderr, written in one call: runs in a sweep's worker processes (joblib, the population
     launcher's) share its stderr, and `print` writes the text and its newline apart, so two workers' lines could
     run together on one line (a SIGTERM's "stopped at" lines did)."""
-    sys.stderr.write(line + "\n")
-    sys.stderr.flush()
+    try:
+        sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+    except BrokenPipeError:  # stderr's reader went away (`2>&1 | head`): the run goes on, quietly
+        _silence(sys.stderr)
+        console.quiet = True
 
 
 # Console table columns: (TensorBoard tag, header, format)
