@@ -193,6 +193,12 @@ def test_rlcli_train_takes_a_function_that_makes_a_pettingzoo_env(tmp_path):
         obs, _ = make_match().reset(seed=0)
         actions, _ = policy.predict(obs)
         assert set(actions) == set(obs)
+    # rl-train resume= from the shell (another process, without the function): the way back is Python's, as for a
+    # gymnasium function's env (it said the run's overrides.yaml line was not one rlcli writes)
+    done = forked_cli.run([f"resume={tmp_path / 'ippo'}", "train.total_steps=1024"], tmp_path)
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert done.returncode != 0 and len(lines) == 1, done.stderr
+    assert "is the env of a Python function (make_match)" in lines[0] and "rlcli.train(resume=" in lines[0], lines
     with pytest.raises(InvalidType, match=r"env=CoopMatch\(...\) is a PettingZoo env instance.*pass the function"):
         rlcli.train("algo=ippo train.total_steps=64", env=CoopMatch(), run_dir=tmp_path / "instance")
     with pytest.raises(InvalidValue, match="calling it to make the env failed: ZeroDivisionError"):

@@ -303,6 +303,11 @@ def why_not_replayed(arg: str, context: ReplayContext) -> str | None:
             return REPLACED
         return (f"dataset={value!r} is not a plain path or id (a replayed dataset= names a file or a Minari id, "
                 "nothing else); give dataset=<path or id> on this command line instead")
+    if key == "env.id":  # rlcli.train(env=<function>) wrote it: only Python can give that function again
+        from rlcli.envs import python_env_missing, python_env_unknown
+
+        if python_env_unknown(value):
+            raise ConfigError(python_env_missing(str(value)))
     if key == "env.id" and (":" in str(value) or "${" in str(value)):  # (a reference could name a module too)
         if context.trusted:
             return None
