@@ -230,3 +230,13 @@ def test_population_workers_one_per_core_need_no_joblib(tmp_path):
     for job in "01":
         log = (tmp_path / "sweep" / job / "train.log").read_text()
         assert "done: 256 env steps" in log
+
+
+def test_overrides_given_as_a_dict_are_the_same_overrides():
+    """rlcli.train({"algo": "sac", "train.total_steps": 256}): it read the dict's keys alone ("'train.total_steps' is
+    not a key=value argument")."""
+    from rlcli.entry.api import _as_list
+
+    assert _as_list({"algo": "sac", "train.total_steps": 256, "env": {"normalize_obs": True}}) == \
+        ["algo=sac", "train.total_steps=256", "env.normalize_obs=true"]
+    assert _as_list("algo=sac train.total_steps=256") == _as_list(["algo=sac", "train.total_steps=256"])

@@ -70,12 +70,13 @@ class Run:
         return self.agent.save(path)
 
 
-def train(overrides: Sequence[str] | str | None = None, *, env: EnvSource | None = None,
+def train(overrides: Sequence[str] | str | Mapping[str, Any] | None = None, *, env: EnvSource | None = None,
           callbacks: Sequence[Callback] = (), resume: str | Path | None = None, run_dir: str | Path | None = None,
           more_steps: int | None = None, policy_kwargs: Mapping[str, Any] | None = None, **settings: Any) -> Run:
     """Train as `rl-train <overrides>` would, and return the run.
 
-    `overrides`: rl-train's command-line overrides (`["algo=sac", "algo.lr=1e-3"]`, or one string of them).
+    `overrides`: rl-train's command-line overrides (`["algo=sac", "algo.lr=1e-3"]`, one string of them, or a dict
+    of them: `{"algo": "sac", "algo.lr": 1e-3}`).
     `settings`: the same as keyword arguments, a section as a dict: `algo="sac", train={"total_steps": 5000},
     seed=3`. `env`: an env config name (`"CartPole-v1"`), any registered gymnasium id (`"Taxi-v3"`), or a
     function that makes the env (`lambda: MyEnv(size=5)`). A function's env is registered under
@@ -194,9 +195,11 @@ def _format_value(value: Any) -> str:
     return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
-def _as_list(overrides: Sequence[str] | str | None) -> list[str]:
+def _as_list(overrides: Sequence[str] | str | Mapping[str, Any] | None) -> list[str]:
     if overrides is None:
         return []
+    if isinstance(overrides, Mapping):  # {"algo": "ppo", "train.total_steps": 256}: as keyword settings
+        return as_overrides(overrides)
     if isinstance(overrides, str):
         import shlex
 
