@@ -87,6 +87,9 @@ def test_an_agent_that_leaves_keeps_its_flag_until_the_copy_resets_and_the_episo
     ({"id": "mpe2.simple_spread_v3:env"}, "made a OrderEnforcingWrapper, an AEC (turn-based) env; env=pz takes "
                                           "PettingZoo Parallel envs"),
     ({"id": "rlcli.envs.pz_toys:nothing"}, "module 'rlcli.envs.pz_toys' has no 'nothing'"),
+    # a module its installed package lacks: the nearest of its modules (it said to install the package)
+    ({"id": "mpe2.simple_sprad_v3"}, "env.id='mpe2.simple_sprad_v3': mpe2 has no module 'simple_sprad_v3' (did you "
+                                     "mean 'simple_spread_v3'?); its modules: "),
     ({"id": "rlcli.envs.pz_toys:coop_match", "kwargs": {"cycles": 3}}, "refused env.kwargs={'cycles': 3}"),
 ])
 def test_bad_multiagent_configs_are_one_line(settings, message):

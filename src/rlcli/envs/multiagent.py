@@ -39,7 +39,7 @@ from gymnasium.vector.utils import batch_space
 
 from rlcli.envs.masks import MASK_KEY
 from rlcli.envs.turn_based import TurnBasedVectorEnv, is_turn_based
-from rlcli.registry import ENVS, ConfigError, require
+from rlcli.registry import ENVS, ConfigError, did_you_mean, require
 
 
 class CentralizedObs(gym.spaces.Box):
@@ -124,6 +124,23 @@ class ParallelEnvSpec:
     reward_threshold: float | None = None
 
 
+def _no_such_module(env_id: str, module_name: str) -> None:
+    """One line for `env.id=mpe2.simple_sprad_v3` (a module its installed package lacks): its modules, the nearest
+    first, not the install advice a missing package gets."""
+    import pkgutil
+
+    parent, _, leaf = module_name.rpartition(".")
+    try:
+        package = importlib.import_module(parent)
+    except ImportError:
+        return
+    if not hasattr(package, "__path__"):
+        return
+    names = sorted(m.name for m in pkgutil.iter_modules(package.__path__) if not m.name.startswith("_"))
+    raise ConfigError(f"env.id={env_id!r}: {parent} has no module '{leaf}'{did_you_mean(leaf, names)}; its modules: "
+                      f"{', '.join(names)}")
+
+
 def resolve_parallel_env(env_id: str | None) -> Any:
     """`package.module` (its `parallel_env`, else its AEC `env`) or `package.module:function` -> a function that makes
     the env."""
@@ -135,6 +152,8 @@ def resolve_parallel_env(env_id: str | None) -> Any:
         module = importlib.import_module(module_name)
     except ImportError as error:
         parts, missing = module_name.split("."), str(getattr(error, "name", "") or "")
+        if missing == module_name and len(parts) > 1:  # the package is there, the module is not: a typo
+            _no_such_module(env_id, module_name)
         hint = " (pip install -e '.[multiagent]')" if parts[0] in ("pettingzoo", "mpe2") else ""
         if parts[0] == "pettingzoo" and len(parts) > 1 and missing and not missing.startswith("pettingzoo"):
             hint = f" (PettingZoo's {parts[1]} envs need their extra: pip install 'pettingzoo[{parts[1]}]')"
