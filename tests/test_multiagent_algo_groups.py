@@ -295,6 +295,13 @@ def test_rows_of_agents_on_ray_workers_reproduce_the_local_run(tmp_path):
     (["algo=qmix", "env=simple_spread_v3", "env.groups=prefix", "env.joint=false", "algo.groups.agent.lr=1e-3"],
      "algo=qmix is not one: choose from: a2c, pg, ppo"),
     (["algo=sac", "env=Pendulum-v1", "algo.groups.agent.lr=1e-3"], "algo=sac is not one"),
+    # a group's schedule: the group's name checked (it named GroupedOnPolicy and listed every group's settings), and
+    # a per-group schedule without algo.groups said as such
+    ([*TAG, "algo.groups.agent.lr=1e-3", "algo.schedules.agnt.ent_coef=linear:0.01:0.0"],
+     "algo.schedules.agnt.ent_coef: 'agnt' is not one of this run's groups (did you mean 'agent'?); its groups: "
+     "adversary, agent (algo.schedules.ent_coef moves it in every group)"),
+    ([*TAG, "algo.schedules.agent.ent_coef=linear:0.01:0.0"],
+     "a schedule per group ('agent.') is for runs with algo.groups"),
 ])
 def test_a_bad_grouped_run_is_one_line(args, message, tmp_path):
     pytest.importorskip("mpe2")

@@ -30,7 +30,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from rlcli.registry import ConfigError
+from rlcli.registry import ConfigError, did_you_mean
 
 FORMS = "constant:V, linear:A:B[:P], exp:A:B, step:A:B:P"
 
@@ -133,10 +133,21 @@ def build_schedules(algo: Any, spec: dict[str, Any] | None, addons: Sequence[Any
     every group replaces the groups' own defaults of that value too (`lr` their `<group>.lr_scale`)."""
     explicit = {key: parse_schedule(key, text) for key, text in _flat(spec or {}).items()}
     valid = numeric_params(algo, addons, storage)
+    groups = getattr(algo, "algos", None)  # algo.groups: {group: its algorithm} (algos/grouped.py)
     for key in explicit:
-        if key not in valid:
-            raise ConfigError(f"algo.schedules.{key}: {type(algo).__name__} has no numeric parameter '{key}'; "
-                              f"schedulable: {', '.join(valid)}")
+        if key in valid:
+            continue
+        group, dot, setting = key.rpartition(".")
+        if dot and isinstance(groups, dict) and group not in groups:
+            hint = did_you_mean(group, list(groups))
+            raise ConfigError(f"algo.schedules.{key}: '{group}' is not one of this run's groups{hint}; its groups: "
+                              f"{', '.join(groups)} (algo.schedules.{setting} moves it in every group)")
+        if dot and not isinstance(groups, dict):
+            raise ConfigError(f"algo.schedules.{key}: a schedule per group ('{group}.') is for runs with algo.groups "
+                              f"(docs/guide/multiagent.md); this run has one algorithm: algo.schedules.{setting}")
+        name = type(algo).__name__ if not isinstance(groups, dict) else "this run's groups"
+        raise ConfigError(f"algo.schedules.{key}: {name} has no numeric parameter '{key}'; schedulable: "
+                          f"{', '.join(valid)}")
     schedules = {**algo.default_schedules, **(storage.default_schedules if storage is not None else {})}
     for key in explicit:
         replaced = {key, REPLACES.get(key, key)}
