@@ -102,7 +102,7 @@ def test_acting_is_greedy_in_the_mean_return():
 @pytest.mark.parametrize(("args", "expected"), [
     (["algo.n_atoms=1"], "algo.n_atoms=1 is invalid: must be >= 2"),
     (["algo.v_min=5", "algo.v_max=4"], "algo.v_min=5 is invalid: must be below algo.v_max=4"),
-    (["algo.dueling=true"], "algo.dueling=True is invalid: is not built for C51's distributions"),
+    (["algo.dueling=true"], "algo.dueling=true is invalid: is not built for C51's distributions"),
     (["algo.loss=mse"], "algo.loss='mse' is invalid: C51 always learns by cross-entropy"),
     (["actor=gru"], "actor=gru"),
 ])

@@ -271,7 +271,7 @@ def test_vdn_acts_per_agent_epsilon_greedy_and_warms_up_with_joint_random_action
      "algo=qmix learns from a team's joint transitions, and env.joint=false gives one row per agent: use "
      "env.joint=true, as conf/algo/qmix.yaml sets"),
     (["algo=qmix", "env=simple_spread_v3", "algo.scale_state=true"],
-     "algo.scale_state=True is invalid: has nothing to rescale: this env names no finite bounds for its global state"),
+     "algo.scale_state=true is invalid: has nothing to rescale: this env names no finite bounds for its global state"),
     (["algo=mappo", "env=coop_match", "env.joint=true"],
      "env.joint=true gives a team's joint transitions, which algo=maddpg, masac, qmix, vdn learn from; this run's "
      "algorithm (ppo) learns from one row per agent: use env.joint=false"),

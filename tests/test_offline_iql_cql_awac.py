@@ -278,7 +278,7 @@ def test_iql_actor_learning_rate_follows_a_cosine_to_zero():
     (CQL, BOX, {"cql_n_actions": 0}, "algo.cql_n_actions=0 is invalid: must be >= 1"),
     (CQL, BOX, {"cql_temp": 0.0}, "algo.cql_temp=0.0 is invalid: must be > 0"),
     (CQL, BOX, {"policy_lr": -1.0}, "algo.policy_lr=-1.0 is invalid: must be > 0"),
-    (CQL, BOX, {"use_sde": True}, "algo.use_sde=True is invalid: CQL samples"),
+    (CQL, BOX, {"use_sde": True}, "algo.use_sde=true is invalid: CQL samples"),
     (DiscreteCQL, DISCRETE, {"cql_alpha": -1.0}, "algo.cql_alpha=-1.0 is invalid: must be >= 0"),
     (AWAC, BOX, {"awac_lambda": 0.0}, "algo.awac_lambda=0.0 is invalid: must be > 0"),
     (AWAC, BOX, {"exp_adv_max": 0.0}, "algo.exp_adv_max=0.0 is invalid: must be > 0"),

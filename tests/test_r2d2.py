@@ -129,7 +129,7 @@ def test_acting_steps_the_same_network_that_learning_unrolls():
     (["algo=td3", "actor=gru", "env=Pendulum-v1"], "algo=td3 does not support actor=gru yet; choose from: mlp, cnn"),
     (["algo=sac", "actor=gru", "env=Pendulum-v1"], "algo=sac with actor=gru learns from stored sequences: use "
                                                    "buffer=sequence"),
-    (["algo=dqn", "actor=lstm", "buffer=sequence", "algo.dueling=true"], "algo.dueling=True is invalid"),
+    (["algo=dqn", "actor=lstm", "buffer=sequence", "algo.dueling=true"], "algo.dueling=true is invalid"),
 ])
 def test_bad_recurrent_off_policy_settings(overrides, message):
     with pytest.raises(ConfigError) as error:

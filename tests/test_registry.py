@@ -63,7 +63,7 @@ def test_another_components_key_is_named_as_its_setting():
     [
         ("lr", "abc", "algo.lr='abc' is invalid: expected a number"),
         ("n_epochs", 2.5, "algo.n_epochs=2.5 is invalid: expected an integer"),
-        ("n_epochs", True, "algo.n_epochs=True is invalid: expected an integer"),
+        ("n_epochs", True, "algo.n_epochs=true is invalid: expected an integer"),
         ("schedule", "cosine", "algo.schedule='cosine' is invalid: choose from: constant, linear"),
         ("sizes", [64, "x"], "algo.sizes=[64, 'x'] is invalid: list item 'x': expected an integer"),
         ("target_kl", "big", "algo.target_kl='big' is invalid: expected a number or expected null"),

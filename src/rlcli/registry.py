@@ -50,10 +50,15 @@ def sb3_hint(key: str) -> str:
     return f" (SB3's {leaf} is {SB3_NAMES[leaf]} here)" if leaf in SB3_NAMES else ""
 
 
+def as_typed(value: Any) -> str:
+    """A setting's value as a user typed it in a message: true, not Python's True; strings and numbers as repr."""
+    return str(value).lower() if isinstance(value, bool) else repr(value)
+
+
 def require(ok: bool, key: str, value: Any, rule: str) -> None:
     """Raise a one-line ConfigError unless `ok`; used by constructors for range checks."""
     if not ok:
-        raise ConfigError(f"{key}={value!r} is invalid: {rule}")
+        raise ConfigError(f"{key}={as_typed(value)} is invalid: {rule}")
 
 
 class Registry:
@@ -152,7 +157,7 @@ def check_kwargs(
         if key in hints:
             problem = _type_problem(value, hints[key])
             if problem:
-                raise ConfigError(f"{prefix}.{key}={value!r} is invalid: {problem}")
+                raise ConfigError(f"{prefix}.{key}={as_typed(value)} is invalid: {problem}")
     missing = [n for n, p in params.items() if p.default is p.empty and n not in kwargs]
     if missing:
         raise ConfigError(f"{prefix} is missing required key(s): {', '.join(f'{prefix}.{m}' for m in missing)}")
