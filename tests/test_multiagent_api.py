@@ -135,6 +135,19 @@ def test_rl_eval_and_rlcli_evaluate_give_each_agents_return_beside_the_team_sum(
                                                                             "agent_1": [10.0] * 3}
 
 
+@pytest.mark.parametrize("override", ["env.joint=true", "env.agents=[agent_0]", "env.agent_id=false"])
+def test_rl_eval_refuses_to_change_what_shapes_the_networks(mappo_run, override):
+    """The trained networks read and give the trained layout: another (env.joint=true) said 'algo=ppo cannot handle
+    JointActions actions'. The run's own value is taken."""
+    out = forked_cli.run([str(mappo_run), "episodes=1", override], mappo_run.parent, program="rl-eval")
+    lines = [line for line in out.stderr.splitlines() if line.strip()]
+    assert out.returncode != 0 and len(lines) == 1, out.stderr
+    key = override.split("=")[0]
+    assert f"{override}: the policy was trained with {key}=" in lines[0] and "cannot change after training" in lines[0]
+    same = forked_cli.run([str(mappo_run), "episodes=1", "env.agents=[agent_1]"], mappo_run.parent, program="rl-eval")
+    assert same.returncode == 0, same.stderr
+
+
 @pytest.mark.parametrize(("env_id", "multiagent", "refused"), [
     ("rlcli.envs.pz_toys:coop_match", True, False),  # rlcli's own module
     ("mpe2.simple_spread_v3", True, False),  # the multiagent extra's packages

@@ -146,12 +146,16 @@ def refuse_interpolations(config: Any, path: Path) -> None:
                           "(a checkpoint's config is saved resolved): the file was edited, so it was not read")
 
 
+# a multi-agent env's settings that decide the networks' inputs and outputs (envs/multiagent.py): fixed by training
+LAYOUT_KEYS = ("env.joint", "env.agent_id", "env.critic_state", "env.groups", "env.agents", "env.share_params")
+
+
 def load_agent(path: Path, options: dict[str, Any], env_overrides: list[str]) -> Loaded:
     from omegaconf import OmegaConf
 
     from rlcli.actors.weights import network_weights
     from rlcli.algos.agent import build_agent, section
-    from rlcli.registry import ALGOS, ENVS, ConfigError
+    from rlcli.registry import ALGOS, ENVS, ConfigError, as_typed
     from rlcli.services import checkpoint
     from rlcli.services.runtime import configure_torch, resolve_device, seed_everything
 
@@ -164,6 +168,11 @@ def load_agent(path: Path, options: dict[str, Any], env_overrides: list[str]) ->
         if OmegaConf.select(cfg, key, default="<missing>") == "<missing>" and not key.startswith("env.kwargs."):
             valid = sorted(str(k) for k in cfg.env)
             raise ConfigError(f"unknown key '{key}'; valid env keys: {', '.join(valid)}")
+        trained, given = OmegaConf.select(cfg, key), OmegaConf.select(OmegaConf.from_dotlist([override]), key)
+        if key in LAYOUT_KEYS and trained != given:
+            raise ConfigError(f"{override}: the policy was trained with {key}={as_typed(trained)}, which "
+                              "shapes what its networks read and give; it cannot change after training (give the "
+                              "run's own value, or leave it out)")
         cfg = OmegaConf.merge(cfg, OmegaConf.from_dotlist([override]))  # values parse as YAML, as in rl-train
     device = resolve_device(options["device"])
     if options.get("configure_torch", True):  # rl-eval's process is its own; rlcli.load() leaves torch's settings
