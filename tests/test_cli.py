@@ -89,7 +89,7 @@ BAD_INPUT = [
     (["actor=cnn"], "actor=cnn needs image observations", "use actor=mlp"),
     (["algo.schedules.ent_coef=linear:0.01"], "algo.schedules.ent_coef='linear:0.01' does not parse", "linear:A:B"),
     (["algo.schedules.n_epochs=linear:10:1"], "no numeric parameter 'n_epochs'", "schedulable: clip_range"),
-    (["algo=ppo", "algo.clip_range=null"], "algo.clip_range=None", "only with the KL penalty"),
+    (["algo=ppo", "algo.clip_range=null"], "algo.clip_range=null", "only with the KL penalty"),
     (["algo=dqn", "actor=gru"], "algo=dqn with actor=gru learns from stored sequences", "use buffer=sequence"),
     (["algo=td3", "env=Pendulum-v1", "actor=gru"], "algo=td3 does not support actor=gru", "choose from: mlp, cnn"),
     (["actor=lstm", "env=CartPoleNoVel-v1", "algo.batch_size=100"], "algo.batch_size=100", "multiple of algo.n_steps"),

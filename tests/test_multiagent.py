@@ -214,6 +214,18 @@ def test_ippo_and_mappo_learn_the_cooperative_toy(algo, tmp_path):
     assert last["returns"] == [a + b for a, b in zip(*last["agent_returns"].values(), strict=True)]
 
 
+def test_a_resume_that_changes_the_env_says_the_env_cannot_change(tmp_path):
+    """`rl-train resume=<run> env.joint=true` (or env.groups=null on an algo.groups run): the build's own check
+    answered first, with advice for a new run ('use env.joint=false', 'set env.groups')."""
+    run_dir = tmp_path / "run"
+    train(["algo=ippo", "env=coop_match", "train.num_envs=4", "algo.n_steps=16", "algo.batch_size=32",
+           "train.total_steps=64", "train.test_every=0"], run_dir)
+    done = forked_cli.run([f"resume={run_dir}", "env.joint=true", "train.total_steps=128"], tmp_path)
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert done.returncode != 0 and len(lines) == 1, done.stderr
+    assert "with a changed env.joint (false -> true): the env a run trains on cannot change on resume" in lines[0]
+
+
 @pytest.mark.slow
 def test_the_ippo_preset_solves_the_cooperative_toy_as_the_guide_says(tmp_path):
     """`rl-train algo=ippo env=coop_match` (conf/tuned/ippo/coop_match.yaml): 20.0 of 20 at its first test, 2,048

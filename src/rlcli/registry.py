@@ -51,7 +51,10 @@ def sb3_hint(key: str) -> str:
 
 
 def as_typed(value: Any) -> str:
-    """A setting's value as a user typed it in a message: true, not Python's True; strings and numbers as repr."""
+    """A setting's value as a user typed it in a message: true and null, not Python's True and None; strings and
+    numbers as repr."""
+    if value is None:
+        return "null"
     return str(value).lower() if isinstance(value, bool) else repr(value)
 
 

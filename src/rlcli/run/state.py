@@ -14,8 +14,9 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
+from rlcli.registry import ConfigError, as_typed
 from rlcli.run.build import Components, build
-from rlcli.run.resume import change_record, check_compatible, new_settings_kept
+from rlcli.run.resume import change_record, check_compatible, differences, new_settings_kept
 from rlcli.services import checkpoint
 
 # What the payload holds; a checkpoint from an rlcli with another layout is refused in one line.
@@ -180,10 +181,30 @@ def initial_state(c: Components) -> TrainState:
     return restore(c, Path(str(resume))) if resume else TrainState()
 
 
+def refuse_changed_env(cfg: Any, path: Path) -> None:
+    """`rl-train resume=<run> env.groups=null`: the build's own check named what the new value lacks (set
+    env.groups); the env cannot change on resume at all, which is the line to give."""
+    try:
+        saved = checkpoint.load(path)["config"]
+    except (checkpoint.CheckpointError, KeyError):
+        return
+    current = OmegaConf.to_container(cfg, resolve=True)
+    changed = [(key, old, new) for key, old, new in differences(saved, current) if key.startswith("env.")]  # type: ignore[arg-type]
+    if changed:
+        listed = ", ".join(f"{key} ({as_typed(old)} -> {as_typed(new)})" for key, old, new in changed)
+        raise ConfigError(f"cannot resume {path.name} with a changed {listed}: the env a run trains on cannot change "
+                          "on resume (start a new run for another)")
+
+
 def prepare(cfg: Any, start_workers: bool = True) -> tuple[Components, TrainState]:
     """Build a run's components and load its checkpoint when it resumes (the components are closed again if
     the checkpoint does not fit)."""
-    components = build(cfg, start_workers)
+    try:
+        components = build(cfg, start_workers)
+    except ConfigError:
+        if cfg.get("resume"):  # a check that failed because the resume changed the env: say that instead
+            refuse_changed_env(cfg, Path(str(cfg.resume)))
+        raise
     try:
         return components, initial_state(components)
     except BaseException:
