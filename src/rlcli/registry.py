@@ -14,7 +14,7 @@ import importlib
 import inspect
 import types
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from importlib.metadata import entry_points
 from typing import Any, Literal, TypeVar, Union, get_args, get_origin
 
@@ -48,6 +48,14 @@ def sb3_hint(key: str) -> str:
     """`algo.learning_rate` -> " (SB3's learning_rate is algo.lr here)"; empty for other keys."""
     leaf = key.rsplit(".", 1)[-1]
     return f" (SB3's {leaf} is {SB3_NAMES[leaf]} here)" if leaf in SB3_NAMES else ""
+
+
+def owners_phrase(kind: str, name: str, owners: Sequence[str]) -> str:
+    """" (a setting of algo=qmix, not of algo=vdn)": the other components that take a key `name` lacks."""
+    if not owners:
+        return ""
+    listed = f"{kind}=" + ", ".join(owners[:4]) + (", ..." if len(owners) > 4 else "")
+    return f" (a setting of {listed}, not of {kind}={name})"
 
 
 def as_typed(value: Any) -> str:
@@ -133,10 +141,7 @@ class Registry:
         """" (a setting of algo=qmix)" where `key`, unknown to `name`, is another component's setting."""
         owners = [other for other in self.names() if other != name
                   and key in _accepted_parameters(self._factories[other], context)[0]]
-        if not owners:
-            return ""
-        listed = f"{self.kind}=" + ", ".join(owners[:4]) + (", ..." if len(owners) > 4 else "")
-        return f" (a setting of {listed}, not of {self.kind}={name})"
+        return owners_phrase(self.kind, name, owners)
 
     def build(self, cfg: Mapping[str, Any], **context: Any) -> Any:
         """Build the component named by `cfg["name"]` with the other keys plus `context` objects."""

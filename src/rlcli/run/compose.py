@@ -231,13 +231,11 @@ def _owners_hint(base: DictConfig, parent: str, leaf: str) -> str:
     name = OmegaConf.select(base, "algo.name")
     if parent != "algo" or not isinstance(name, str):
         return ""
-    from rlcli.registry import ALGOS
-    from rlcli.run.algo_defaults import CONTEXT
+    from rlcli.registry import owners_phrase
+    from rlcli.run.algo_defaults import algo_defaults  # read from the sources: no algorithm (nor torch) imported
 
-    try:
-        return ALGOS.owners_hint(leaf, name, CONTEXT)
-    except ConfigError:  # an algorithm that cannot be imported: no hint, the line as it is
-        return ""
+    return owners_phrase("algo", name, sorted(n for n, settings in algo_defaults().items()
+                                              if n != name and leaf in settings))
 
 
 def compose_config(args: list[str]) -> DictConfig:
